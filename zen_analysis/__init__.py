@@ -1,0 +1,44 @@
+"""zen-analysis: a toolkit for sparse gradient synchronization research in distributed LLM training.
+
+Train small LLMs on N data-parallel ranks from a notebook cell, capture each worker's sparse gradients, and (in
+the modules that build on these) characterise their sparsity, evaluate communication schemes, run Zen and EDiT.
+
+The names most notebooks need::
+
+    from zen_analysis import recipes, launch, TraceReader
+    result = launch(recipes.smoke())
+    reader = result.traces()
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+__all__ = ["ExperimentConfig", "RankFailedError", "RunResult", "TraceReader", "apply_overrides", "launch", "recipes"]
+
+if TYPE_CHECKING:
+    from zen_analysis import recipes
+    from zen_analysis.capture.traces import TraceReader
+    from zen_analysis.config import ExperimentConfig, apply_overrides
+    from zen_analysis.dist.launch import RankFailedError, RunResult, launch
+
+_LAZY = {
+    "ExperimentConfig": "zen_analysis.config",
+    "apply_overrides": "zen_analysis.config",
+    "TraceReader": "zen_analysis.capture.traces",
+    "launch": "zen_analysis.dist.launch",
+    "RankFailedError": "zen_analysis.dist.launch",
+    "RunResult": "zen_analysis.dist.launch",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy: `import zen_analysis` stays cheap and does not import torch until a name is used.
+    import importlib
+
+    if name == "recipes":
+        return importlib.import_module("zen_analysis.recipes")
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'zen_analysis' has no attribute {name!r}")

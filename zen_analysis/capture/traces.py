@@ -1,0 +1,321 @@
+"""The trace store: captured sparse gradients as Parquet shards, plus a per-run ``manifest.json``.
+
+Layout of ``data/traces/<run_id>/``::
+
+    manifest.json                      config, versions, git commit, corpus hash, captured tensors
+    rank000-shard00000.parquet         one file per (rank, shard of captured steps), one row group per step
+    ...
+
+Each row is one (step, worker, tensor): ``step, worker, rank, tensor, kind, numel, shape, nnz, indices, values``.
+``indices`` are flat positions in the flattened tensor, ``list<int32>`` when every tensor of the shard has fewer
+than 2**31 elements, else ``list<int64>``; ``values`` are ``list<float32>``. ``kind`` is ``natural`` (the raw
+embedding gradient) or ``topk`` (DGC top-k after error feedback). The file's key-value metadata carries
+``schema_version``; readers refuse versions they do not know.
+
+Shards are written to a temporary name and renamed, so a run killed mid-way leaves every completed shard
+readable. :class:`TraceReader` streams one row group at a time and reports a missing manifest, an unknown
+schema version or a truncated/corrupt file as :class:`TraceError` naming the file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+from zen_analysis import paths
+from zen_analysis.atomic import atomic_path, atomic_write_json
+
+SCHEMA_VERSION = 1
+SUPPORTED_SCHEMA_VERSIONS = (1,)
+KINDS = ("natural", "topk")
+_SCALAR_COLUMNS = ["step", "worker", "rank", "tensor", "kind", "numel", "nnz"]
+
+
+class TraceError(RuntimeError):
+    """A trace directory or file that cannot be read; the message names the file and what to do."""
+
+
+@dataclass
+class SparseGrad:
+    """The non-zeros of one worker's gradient of one tensor at one step.
+
+    Shape legend: K = number of non-zeros. ``indices_K`` index the flattened tensor (row-major).
+    """
+
+    step: int
+    worker: int
+    rank: int
+    tensor: str
+    kind: str
+    shape: tuple[int, ...]
+    indices_K: torch.Tensor
+    values_K: torch.Tensor
+
+    @property
+    def numel(self) -> int:
+        return int(np.prod(self.shape)) if self.shape else 1
+
+    @property
+    def nnz(self) -> int:
+        return int(self.indices_K.numel())
+
+    @property
+    def density(self) -> float:
+        return self.nnz / self.numel
+
+    def to_dense(self) -> torch.Tensor:
+        dense_N = torch.zeros(self.numel, dtype=self.values_K.dtype)
+        dense_N[self.indices_K.long()] = self.values_K
+        return dense_N.view(self.shape)
+
+    @classmethod
+    def from_dense(cls, grad: torch.Tensor, *, step: int, worker: int, rank: int, tensor: str, kind: str) -> SparseGrad:
+        flat_N = grad.detach().reshape(-1)
+        idx_K = torch.nonzero(flat_N, as_tuple=True)[0]
+        return cls(step, worker, rank, tensor, kind, tuple(grad.shape), idx_K, flat_N[idx_K].float().cpu())
+
+
+def shard_name(rank: int, shard: int) -> str:
+    return f"rank{rank:03d}-shard{shard:05d}.parquet"
+
+
+class TraceWriter:
+    """Buffers one rank's records and writes a shard every ``steps_per_shard`` captured steps."""
+
+    def __init__(self, directory: Path, *, rank: int, run_id: str, world_size: int, steps_per_shard: int) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.rank = rank
+        self.run_id = run_id
+        self.world_size = world_size
+        self.steps_per_shard = steps_per_shard
+        self._steps: list[list[SparseGrad]] = []  # one list of records per buffered step
+        self._current: list[SparseGrad] = []
+        self._num_shards = 0
+        self.bytes_written = 0
+
+    def add(self, rec: SparseGrad) -> None:
+        if rec.kind not in KINDS:
+            raise ValueError(f"record kind {rec.kind!r} is not one of {KINDS}")
+        self._current.append(rec)
+
+    def end_step(self) -> None:
+        """Close the current captured step; write a shard when enough steps are buffered."""
+        if self._current:
+            self._steps.append(self._current)
+            self._current = []
+        if len(self._steps) >= self.steps_per_shard:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._current:
+            self.end_step()
+        if not self._steps:
+            return
+        numel_max = max(r.numel for recs in self._steps for r in recs)
+        index_type = pa.int32() if numel_max < 2**31 else pa.int64()
+        index_np = np.int32 if numel_max < 2**31 else np.int64
+        schema = pa.schema(
+            [
+                ("step", pa.int32()),
+                ("worker", pa.int32()),
+                ("rank", pa.int32()),
+                ("tensor", pa.string()),
+                ("kind", pa.string()),
+                ("numel", pa.int64()),
+                ("shape", pa.list_(pa.int64())),
+                ("nnz", pa.int64()),
+                ("indices", pa.list_(index_type)),
+                ("values", pa.list_(pa.float32())),
+            ],
+            metadata={
+                "schema_version": str(SCHEMA_VERSION),
+                "run_id": self.run_id,
+                "rank": str(self.rank),
+                "world_size": str(self.world_size),
+            },
+        )
+        path = self.directory / shard_name(self.rank, self._num_shards)
+        with atomic_path(path) as tmp:
+            with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+                for recs in self._steps:
+                    writer.write_table(_records_table(recs, schema, index_np), row_group_size=len(recs))
+        self.bytes_written += path.stat().st_size
+        self._num_shards += 1
+        self._steps = []
+
+    def close(self) -> None:
+        self.flush()
+
+
+def _list_array(chunks: list[np.ndarray], value_type: pa.DataType, np_type) -> pa.ListArray:
+    offsets = np.zeros(len(chunks) + 1, dtype=np.int64)
+    np.cumsum([c.size for c in chunks], out=offsets[1:])
+    flat = np.concatenate(chunks).astype(np_type, copy=False) if chunks else np.zeros(0, np_type)
+    return pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(flat, type=value_type)).cast(pa.list_(value_type))
+
+
+def _records_table(recs: list[SparseGrad], schema: pa.Schema, index_np) -> pa.Table:
+    index_type = schema.field("indices").type.value_type
+    cols = {
+        "step": pa.array([r.step for r in recs], pa.int32()),
+        "worker": pa.array([r.worker for r in recs], pa.int32()),
+        "rank": pa.array([r.rank for r in recs], pa.int32()),
+        "tensor": pa.array([r.tensor for r in recs], pa.string()),
+        "kind": pa.array([r.kind for r in recs], pa.string()),
+        "numel": pa.array([r.numel for r in recs], pa.int64()),
+        "shape": pa.array([list(r.shape) for r in recs], pa.list_(pa.int64())),
+        "nnz": pa.array([r.nnz for r in recs], pa.int64()),
+        "indices": _list_array([r.indices_K.numpy() for r in recs], index_type, index_np),
+        "values": _list_array([r.values_K.float().numpy() for r in recs], pa.float32(), np.float32),
+    }
+    return pa.table(cols, schema=schema)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# reading
+
+
+def resolve_trace_dir(run: str | Path) -> Path:
+    """A run id (looked up under data/traces) or a path to a trace directory."""
+    p = Path(run)
+    if p.is_dir():
+        return p
+    candidate = paths.trace_dir(str(run))
+    if candidate.is_dir():
+        return candidate
+    known = sorted(d.name for d in paths.traces_dir().glob("*") if d.is_dir()) if paths.traces_dir().is_dir() else []
+    raise TraceError(f"no trace directory for run {str(run)!r} (looked in {candidate}); known runs: {known or 'none'}")
+
+
+class TraceReader:
+    """Streams the records of one run, filtered by tensor / step / worker / rank / kind."""
+
+    def __init__(self, run: str | Path) -> None:
+        self.directory = resolve_trace_dir(run)
+        manifest_path = self.directory / "manifest.json"
+        if not manifest_path.exists():
+            raise TraceError(
+                f"{manifest_path}: missing. Every trace directory has a manifest written at the start of the run; "
+                "this directory is not a complete zen_analysis run (re-run the capture, or point at the right run)."
+            )
+        try:
+            self.manifest = json.loads(manifest_path.read_text())
+        except json.JSONDecodeError as exc:
+            raise TraceError(f"{manifest_path}: not valid JSON ({exc}); the run directory is damaged") from None
+        version = self.manifest.get("schema_version")
+        if version not in SUPPORTED_SCHEMA_VERSIONS:
+            raise TraceError(
+                f"{manifest_path}: schema_version {version!r} is not supported by this zen_analysis "
+                f"(it reads {SUPPORTED_SCHEMA_VERSIONS}); upgrade zen_analysis or re-capture the run"
+            )
+        self.files = sorted(self.directory.glob("rank*-shard*.parquet"))
+        self._summary: pd.DataFrame | None = None
+
+    @property
+    def run_id(self) -> str:
+        return self.manifest["run_id"]
+
+    def _open(self, path: Path) -> pq.ParquetFile:
+        try:
+            pf = pq.ParquetFile(path)
+        except (pa.ArrowException, OSError) as exc:
+            raise TraceError(
+                f"{path}: not a readable Parquet file ({exc}). It is truncated or corrupt; delete it "
+                "(the other shards stay readable) or re-run the capture."
+            ) from None
+        meta = pf.schema_arrow.metadata or {}
+        raw = meta.get(b"schema_version")
+        version = int(raw) if raw is not None and raw.isdigit() else raw
+        if version not in SUPPORTED_SCHEMA_VERSIONS:
+            raise TraceError(
+                f"{path}: schema_version {version!r} is not supported by this zen_analysis "
+                f"(it reads {SUPPORTED_SCHEMA_VERSIONS}); upgrade zen_analysis or re-capture the run"
+            )
+        return pf
+
+    def _read_row_group(self, pf: pq.ParquetFile, path: Path, i: int, columns: list[str]) -> pa.Table:
+        try:
+            return pf.read_row_group(i, columns=columns)
+        except (pa.ArrowException, OSError) as exc:
+            raise TraceError(f"{path}: row group {i} cannot be read ({exc}); the file is corrupt") from None
+
+    def summary(self) -> pd.DataFrame:
+        """One row per record with the scalar columns (no indices/values): cheap, cached."""
+        if self._summary is None:
+            frames = []
+            for path in self.files:
+                pf = self._open(path)
+                for i in range(pf.num_row_groups):
+                    frames.append(self._read_row_group(pf, path, i, _SCALAR_COLUMNS).to_pandas())
+            df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=_SCALAR_COLUMNS)
+            df["density"] = df["nnz"] / df["numel"]
+            self._summary = df.sort_values(["tensor", "step", "worker"], ignore_index=True)
+        return self._summary
+
+    def tensors(self) -> list[str]:
+        return sorted(self.summary()["tensor"].unique())
+
+    def steps(self) -> list[int]:
+        return sorted(int(s) for s in self.summary()["step"].unique())
+
+    def workers(self) -> list[int]:
+        return sorted(int(w) for w in self.summary()["worker"].unique())
+
+    def records(
+        self,
+        *,
+        tensor: str | None = None,
+        step: int | None = None,
+        worker: int | None = None,
+        rank: int | None = None,
+        kind: str | None = None,
+    ) -> Iterator[SparseGrad]:
+        """Yield matching records, reading one row group at a time (memory does not grow with the run)."""
+        want = {"tensor": tensor, "step": step, "worker": worker, "rank": rank, "kind": kind}
+        want = {k: v for k, v in want.items() if v is not None}
+        for path in self.files:
+            pf = self._open(path)
+            for i in range(pf.num_row_groups):
+                keys = self._read_row_group(pf, path, i, list(want) or ["step"])
+                mask = np.ones(keys.num_rows, dtype=bool)
+                for col, value in want.items():
+                    mask &= keys.column(col).to_numpy(zero_copy_only=False) == value
+                if not mask.any():
+                    continue
+                table = self._read_row_group(pf, path, i, None).filter(pa.array(mask))
+                yield from _table_records(table)
+
+
+def _table_records(table: pa.Table) -> Iterator[SparseGrad]:
+    cols = {name: table.column(name) for name in table.column_names}
+    idx_col = cols["indices"].combine_chunks()
+    val_col = cols["values"].combine_chunks()
+    idx_flat = idx_col.values.to_numpy()
+    val_flat = val_col.values.to_numpy()
+    idx_off = idx_col.offsets.to_numpy()
+    val_off = val_col.offsets.to_numpy()
+    for j in range(table.num_rows):
+        yield SparseGrad(
+            step=cols["step"][j].as_py(),
+            worker=cols["worker"][j].as_py(),
+            rank=cols["rank"][j].as_py(),
+            tensor=cols["tensor"][j].as_py(),
+            kind=cols["kind"][j].as_py(),
+            shape=tuple(cols["shape"][j].as_py()),
+            indices_K=torch.from_numpy(idx_flat[idx_off[j] : idx_off[j + 1]].copy()),
+            values_K=torch.from_numpy(val_flat[val_off[j] : val_off[j + 1]].copy()),
+        )
+
+
+def write_manifest(directory: Path, manifest: dict) -> None:
+    """Write (or rewrite) a run's manifest atomically, stamping the schema version."""
+    atomic_write_json(Path(directory) / "manifest.json", {**manifest, "schema_version": SCHEMA_VERSION})

@@ -1,0 +1,292 @@
+"""Experiment configuration: one dataclass per concern, composed into :class:`ExperimentConfig`.
+
+Configs travel as JSON (the launcher writes ``config.json`` and every rank reads it back), so every field is a
+plain value. Recipes (``zen_analysis.recipes``) are functions returning complete configs; the only way to tweak
+one from the command line is ``--set section.field=value`` (see :func:`apply_overrides`), never a new flag.
+
+User mistakes raise ``ValueError`` with the fix in the message; ``assert`` is kept for internal invariants.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+ARCHS = ("llama", "gpt2", "lstm")
+DATA_SOURCES = ("stdlib", "files", "hub")
+BACKENDS = ("auto", "gloo", "nccl")
+LAUNCHERS = ("auto", "fork", "torchrun")
+
+
+@dataclass(kw_only=True)
+class ModelConfig:
+    arch: str = "llama"
+    """``llama`` (LlamaForCausalLM), ``gpt2`` (GPT2LMHeadModel) or ``lstm`` (plain-torch LSTM LM)."""
+    hidden_size: int = 256
+    """Model width (LSTM: embedding and hidden size)."""
+    num_layers: int = 2
+    num_heads: int = 4
+    intermediate_size: int = 0
+    """MLP width; 0 means the architecture's usual ratio (Llama 8/3 x hidden rounded to 64, GPT-2 4 x)."""
+    tie_embeddings: bool = False
+    """Tied input/output embeddings give every embedding row a gradient: natural sparsity disappears."""
+    dropout: float = 0.0
+    """0 keeps ranks bit-identical and runs reproducible."""
+
+    def __post_init__(self) -> None:
+        if self.arch not in ARCHS:
+            raise ValueError(f"model.arch={self.arch!r} is unknown; choose one of {ARCHS}")
+        if self.hidden_size <= 0 or self.num_layers <= 0:
+            raise ValueError("model.hidden_size and model.num_layers must be positive")
+        if self.arch != "lstm" and self.hidden_size % self.num_heads:
+            raise ValueError(
+                f"model.hidden_size={self.hidden_size} must be divisible by model.num_heads={self.num_heads}"
+            )
+
+
+@dataclass(kw_only=True)
+class DataConfig:
+    source: str = "stdlib"
+    """``stdlib`` (the running interpreter's standard-library .py files, offline), ``files`` or ``hub``."""
+    files: tuple[str, ...] = ()
+    """With source=files: text files or directories (all files below a directory are read)."""
+    hub_dataset: str = ""
+    """With source=hub: a Hugging Face dataset name for ``datasets.load_dataset`` (needs network)."""
+    hub_config: str = ""
+    hub_split: str = "train"
+    text_field: str = "text"
+    max_bytes: int = 0
+    """Cap on the corpus size in bytes (whole documents, in a fixed order); 0 takes everything."""
+    vocab_size: int = 8192
+    """Size of the byte-level BPE trained locally on the corpus (the model's vocabulary)."""
+    val_fraction: float = 0.02
+    """Fraction of documents held out for validation (chosen by document hash, not position)."""
+
+    def __post_init__(self) -> None:
+        if self.source not in DATA_SOURCES:
+            raise ValueError(f"data.source={self.source!r} is unknown; choose one of {DATA_SOURCES}")
+        if self.source == "files" and not self.files:
+            raise ValueError("data.source='files' needs data.files=path[,path...]")
+        if self.source == "hub" and not self.hub_dataset:
+            raise ValueError("data.source='hub' needs data.hub_dataset=<name on the Hugging Face hub>")
+        if self.vocab_size < 300:
+            raise ValueError("data.vocab_size must be >= 300 (256 byte symbols plus merges and specials)")
+        if not 0.0 < self.val_fraction < 0.5:
+            raise ValueError("data.val_fraction must be in (0, 0.5)")
+
+
+@dataclass(kw_only=True)
+class TrainConfig:
+    num_steps: int = 60
+    seq_len: int = 128
+    batch_per_worker: int = 4
+    """Sequences per worker micro-batch (the per-GPU batch of the simulated worker)."""
+    workers_per_rank: int = 8
+    """Virtual workers V per rank: each is one micro-batch whose gradient is captured separately."""
+    lr: float = 3e-3
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 5
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    """Global-norm clipping of the synchronised gradient; 0 turns it off."""
+    seed: int = 1234
+    eval_every: int = 0
+    """Validation loss every this many steps (and at the end); 0: only at the end."""
+    eval_batches: int = 4
+
+    def __post_init__(self) -> None:
+        for name in ("num_steps", "seq_len", "batch_per_worker", "workers_per_rank"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"train.{name} must be >= 1")
+        if self.lr <= 0:
+            raise ValueError("train.lr must be positive")
+
+
+@dataclass(kw_only=True)
+class CaptureConfig:
+    enabled: bool = True
+    every: int = 10
+    """Capture steps 0, every, 2*every, ..."""
+    natural: bool = True
+    """Record the input-embedding gradient (natural sparsity) of every worker."""
+    topk_tensors: tuple[str, ...] = (
+        "*layers.0.self_attn.q_proj.weight",
+        "*layers.0.mlp.down_proj.weight",
+        "*layers.1.mlp.up_proj.weight",
+    )
+    """fnmatch patterns of dense parameters recorded after DGC top-k compression."""
+    topk_ratio: float = 0.05
+    """Fraction of elements kept by top-k (the paper uses 5%)."""
+    topk_exact_below: int = 65536
+    """Tensors with fewer elements use exact ``torch.topk``; larger ones DGC's sampled threshold."""
+    topk_sample_ratio: float = 0.01
+    """Fraction of elements sampled to estimate the top-k threshold (DGC)."""
+    error_feedback: bool = True
+    """Add each worker's unsent residual to its next captured gradient before selection (DGC)."""
+    steps_per_shard: int = 5
+    """Captured steps per Parquet shard; a shard is written atomically once full."""
+
+    def __post_init__(self) -> None:
+        if self.every < 1:
+            raise ValueError("capture.every must be >= 1")
+        if not 0.0 < self.topk_ratio <= 1.0:
+            raise ValueError("capture.topk_ratio must be in (0, 1]")
+        if not 0.0 < self.topk_sample_ratio <= 1.0:
+            raise ValueError("capture.topk_sample_ratio must be in (0, 1]")
+        if self.steps_per_shard < 1:
+            raise ValueError("capture.steps_per_shard must be >= 1")
+
+
+@dataclass(kw_only=True)
+class DistConfig:
+    num_ranks: int = 4
+    backend: str = "auto"
+    """``auto``: nccl when every rank has a GPU, else gloo."""
+    launcher: str = "auto"
+    """``auto``: fork on CPU, a torchrun subprocess when CUDA is available."""
+    timeout_s: float = 120.0
+    """A collective that waits longer fails with a clear error (hung or dead peer)."""
+    master_addr: str = "127.0.0.1"
+    master_port: int = 0
+    """0 picks a free port."""
+
+    def __post_init__(self) -> None:
+        if self.num_ranks < 1:
+            raise ValueError("dist.num_ranks must be >= 1")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"dist.backend={self.backend!r} is unknown; choose one of {BACKENDS}")
+        if self.launcher not in LAUNCHERS:
+            raise ValueError(f"dist.launcher={self.launcher!r} is unknown; choose one of {LAUNCHERS}")
+        if self.timeout_s <= 0:
+            raise ValueError("dist.timeout_s must be positive")
+
+
+@dataclass(kw_only=True)
+class SyncConfig:
+    scheme: str = "allreduce"
+    """Gradient synchronization plugged into the training loop (see ``zen_analysis.train.sync``)."""
+    bucket_mb: float = 25.0
+    """Dense gradients are flattened into buckets of about this size per collective."""
+
+    def __post_init__(self) -> None:
+        if self.bucket_mb <= 0:
+            raise ValueError("sync.bucket_mb must be positive")
+
+
+@dataclass(kw_only=True)
+class ExperimentConfig:
+    name: str = "custom"
+    """Recipe name; the run id starts with it."""
+    run_id: str = ""
+    """Directory name under data/runs and data/traces; empty: ``<name>-<timestamp>`` at launch."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    capture: CaptureConfig = field(default_factory=CaptureConfig)
+    dist: DistConfig = field(default_factory=DistConfig)
+    sync: SyncConfig = field(default_factory=SyncConfig)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Cross-section checks; re-run after editing fields of a built config."""
+        for sub in (self.model, self.data, self.train, self.capture, self.dist, self.sync):
+            sub.__post_init__()
+        if self.capture.enabled and self.capture.natural and self.model.tie_embeddings:
+            raise ValueError(
+                "capture.natural needs untied embeddings: with tied input/output embeddings the LM head "
+                "gives every embedding row a gradient. Set model.tie_embeddings=false or capture.natural=false."
+            )
+        if self.capture.enabled and not self.capture.natural and not self.capture.topk_tensors:
+            raise ValueError("capture is enabled but records nothing: set capture.natural or capture.topk_tensors")
+
+    @property
+    def num_workers(self) -> int:
+        """Total simulated workers W = ranks x workers per rank."""
+        return self.dist.num_ranks * self.train.workers_per_rank
+
+    @property
+    def global_batch(self) -> int:
+        """Sequences per optimizer step over all ranks."""
+        return self.num_workers * self.train.batch_per_worker
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ExperimentConfig:
+        return _from_dict(cls, d)
+
+    @classmethod
+    def from_json(cls, text: str) -> ExperimentConfig:
+        return cls.from_dict(json.loads(text))
+
+
+def _from_dict(cls: type, d: dict[str, Any]) -> Any:
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(d) - known
+    if unknown:
+        raise ValueError(f"unknown {cls.__name__} fields {sorted(unknown)}; known: {sorted(known)}")
+    kwargs = {}
+    for name, value in d.items():
+        tp = hints[name]
+        if dataclasses.is_dataclass(tp):
+            kwargs[name] = _from_dict(tp, value)
+        elif typing.get_origin(tp) is tuple:
+            kwargs[name] = tuple(value)
+        else:
+            kwargs[name] = value
+    return cls(**kwargs)
+
+
+def _parse_value(text: str, tp: Any, key: str) -> Any:
+    if tp is bool:
+        low = text.strip().lower()
+        if low in ("1", "true", "yes", "on"):
+            return True
+        if low in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(f"{key}: expected a boolean (true/false), got {text!r}")
+    if typing.get_origin(tp) is tuple:
+        return tuple(s for s in (p.strip() for p in text.split(",")) if s)
+    try:
+        return tp(text)
+    except ValueError:
+        raise ValueError(f"{key}: expected {tp.__name__}, got {text!r}") from None
+
+
+def apply_overrides(cfg: ExperimentConfig, overrides: list[str] | tuple[str, ...]) -> ExperimentConfig:
+    """Return a copy of ``cfg`` with ``section.field=value`` overrides applied and validated.
+
+    Tuples take comma-separated values (``capture.topk_tensors=*q_proj.weight,lm_head.weight``).
+    """
+    d = cfg.to_dict()
+    for item in overrides:
+        if "=" not in item:
+            raise ValueError(f"override {item!r} must look like section.field=value")
+        key, text = item.split("=", 1)
+        parts = key.strip().split(".")
+        node_cls: type = ExperimentConfig
+        node = d
+        for depth, part in enumerate(parts):
+            hints = typing.get_type_hints(node_cls)
+            if part not in hints:
+                raise ValueError(f"unknown config key {key!r}: {part!r} is not one of {sorted(hints)}")
+            tp = hints[part]
+            if depth == len(parts) - 1:
+                if dataclasses.is_dataclass(tp):
+                    raise ValueError(f"{key!r} is a section; set one of its fields, e.g. {key}.<field>=...")
+                node[part] = _parse_value(text, tp, key)
+            else:
+                if not dataclasses.is_dataclass(tp):
+                    raise ValueError(f"{'.'.join(parts[: depth + 1])!r} is a field, not a section")
+                node_cls, node = tp, node[part]
+    return ExperimentConfig.from_dict(d)

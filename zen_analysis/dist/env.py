@@ -1,0 +1,65 @@
+"""Who am I: rank, world size and device from the environment, and process-group setup/teardown.
+
+The same variables drive every launcher: our fork launcher sets ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/
+``MASTER_ADDR``/``MASTER_PORT`` itself, torchrun sets them for each rank it starts. Without them the process is a
+single rank (world size 1) and no process group is created: ``train(cfg)`` runs in a notebook kernel as is.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from zen_analysis.config import DistConfig
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0 gates printing and run-level file writing."""
+        return self.rank == 0
+
+
+def resolve_backend(cfg: DistConfig) -> str:
+    if cfg.backend != "auto":
+        return cfg.backend
+    return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+def init(cfg: DistConfig) -> RankInfo:
+    """Create the default process group from the environment (if any) and pick this rank's device."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", str(rank)))
+    backend = resolve_backend(cfg)
+    if backend == "nccl":
+        if torch.cuda.device_count() == 0:
+            raise ValueError("dist.backend=nccl needs CUDA devices; none is visible. Use dist.backend=gloo on CPU.")
+        torch.cuda.set_device(local_rank % torch.cuda.device_count())
+        device = torch.device("cuda", torch.cuda.current_device())
+    else:
+        device = torch.device("cpu")
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group(
+            backend=backend,
+            rank=rank,
+            world_size=world,
+            timeout=datetime.timedelta(seconds=cfg.timeout_s),
+            device_id=device if backend == "nccl" else None,
+        )
+    return RankInfo(rank=rank, world_size=world, local_rank=local_rank, device=device)
+
+
+def teardown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,330 @@
+"""Start N ranks from a notebook cell or a script, and return when they finish.
+
+``launch(cfg)`` writes ``data/runs/<run_id>/config.json``, prepares the data in the calling process (so ranks
+only read caches), then starts ``cfg.dist.num_ranks`` ranks:
+
+* CPU (gloo): forked children. Each one first calls ``torch.set_num_threads(1)`` (a fork after the parent used
+  torch's thread pool deadlocks otherwise), asks the kernel to kill it if the parent dies (no orphans), and runs
+  :func:`zen_analysis.dist.entry.run_rank`. Fork, unlike spawn, also runs functions defined in a notebook.
+* GPU (NCCL): a ``torchrun`` subprocess running ``python -m zen_analysis.dist.entry`` (CUDA must never be
+  initialised in a process that forks). Several machines: run the same torchrun command on each (README).
+
+While ranks run, a progress bar follows rank 0's ``metrics.jsonl`` and rank 0's log lines are echoed. When a rank
+fails, the others are killed at once and :class:`RankFailedError` is raised naming the rank, with its traceback;
+a hung collective fails its peers after ``dist.timeout_s``. Results are read back from the run directory.
+"""
+
+from __future__ import annotations
+
+import copy
+import ctypes
+import json
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from zen_analysis import paths
+from zen_analysis.atomic import atomic_write_json, atomic_write_text
+from zen_analysis.config import ExperimentConfig
+from zen_analysis.dist.entry import DEFAULT_TARGET, TIMEOUT_HINT, is_timeout, run_rank
+
+_PR_SET_PDEATHSIG = 1
+_POLL_S = 0.2
+
+
+class RankFailedError(RuntimeError):
+    """A rank raised, crashed or timed out; the message names it and shows its traceback."""
+
+    def __init__(self, message: str, *, rank: int | None, run_id: str, pids: list[int]) -> None:
+        super().__init__(message)
+        self.rank = rank
+        self.run_id = run_id
+        self.pids = pids
+
+
+@dataclass
+class RunResult:
+    """What a finished launch left on disk."""
+
+    run_id: str
+    run_dir: Path
+    trace_dir: Path
+    results: dict[int, Any] = field(default_factory=dict)
+    """Each rank's return value (from ``results/rank{r}.json``)."""
+    pids: list[int] = field(default_factory=list)
+
+    @property
+    def summary(self) -> Any:
+        return self.results.get(0)
+
+    def metrics(self) -> pd.DataFrame:
+        """Rank 0's per-step metrics (loss, lr, step time, capture time)."""
+        return pd.read_json(self.run_dir / "metrics.jsonl", lines=True)
+
+    def traces(self):
+        from zen_analysis.capture.traces import TraceReader
+
+        return TraceReader(self.trace_dir)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def new_run_id(name: str) -> str:
+    return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
+
+
+def _target_spec(target: Callable[..., Any] | str | None) -> str:
+    if target is None:
+        return DEFAULT_TARGET
+    if isinstance(target, str):
+        return target
+    return f"{target.__module__}:{target.__qualname__}"
+
+
+def _resolve_launcher(cfg: ExperimentConfig) -> str:
+    if cfg.dist.launcher != "auto":
+        return cfg.dist.launcher
+    import torch
+
+    return "torchrun" if cfg.dist.backend == "nccl" or (cfg.dist.backend == "auto" and torch.cuda.is_available()) else "fork"
+
+
+def prepare_run(cfg: ExperimentConfig, *, target: Callable[..., Any] | str | None = None, progress: bool = True) -> Path:
+    """Write the run directory (config.json, launch.json), clearing an old run of the same id, and prepare data."""
+    from zen_analysis.train.data import prepare
+
+    cfg.validate()
+    if not cfg.run_id:
+        cfg.run_id = new_run_id(cfg.name)
+    run_dir = paths.run_dir(cfg.run_id)
+    for d in (run_dir, paths.trace_dir(cfg.run_id)):
+        if d.exists():
+            shutil.rmtree(d)
+    run_dir.mkdir(parents=True)
+    atomic_write_text(run_dir / "config.json", cfg.to_json())
+    atomic_write_json(run_dir / "launch.json", {"target": _target_spec(target)})
+    prepare(cfg.data, progress=progress)
+    return run_dir
+
+
+def _fork_child(rank: int, world: int, port: int, run_dir: Path, target: Callable[..., Any] | None) -> None:
+    import torch
+
+    torch.set_num_threads(1)  # first: fork after the parent used the thread pool deadlocks otherwise
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:  # not Linux: the launcher still kills children on every exit path
+        pass
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what an interrupt stops
+    cfg_dist = json.loads((run_dir / "config.json").read_text())["dist"]
+    os.environ.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_WORLD_SIZE=str(world),
+        MASTER_ADDR=cfg_dist["master_addr"],
+        MASTER_PORT=str(port),
+        OMP_NUM_THREADS="1",
+        TOKENIZERS_PARALLELISM="false",
+    )
+    os._exit(run_rank(run_dir, target))
+
+
+class _Tail:
+    """Reads the lines appended to a file since the last call."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.pos = 0
+        self.partial = ""
+
+    def lines(self) -> list[str]:
+        if not self.path.exists():
+            return []
+        with open(self.path) as f:
+            f.seek(self.pos)
+            chunk = f.read()
+            self.pos = f.tell()
+        text = self.partial + chunk
+        *complete, self.partial = text.split("\n")
+        return complete
+
+
+def _kill(procs: list[Any]) -> None:
+    for p in procs:
+        if _alive(p):
+            p.terminate()
+    deadline = time.monotonic() + 3
+    for p in procs:
+        _wait(p, max(0.0, deadline - time.monotonic()))
+        if _alive(p):
+            p.kill()
+            _wait(p, 5)
+
+
+def _alive(p: Any) -> bool:
+    return p.poll() is None if isinstance(p, subprocess.Popen) else p.is_alive()
+
+
+def _wait(p: Any, timeout: float) -> None:
+    if isinstance(p, subprocess.Popen):
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+    else:
+        p.join(timeout)
+
+
+def _exitcode(p: Any) -> int | None:
+    return p.poll() if isinstance(p, subprocess.Popen) else p.exitcode
+
+
+def _tail_text(path: Path, num_lines: int = 40) -> str:
+    if not path.exists():
+        return "(no output)"
+    return "\n".join(path.read_text(errors="replace").splitlines()[-num_lines:])
+
+
+def _failure(run_dir: Path, run_id: str, failed: list[int], codes: dict[int, int | None], killed: list[int], pids: list[int]) -> RankFailedError:
+    errors = {r: run_dir / "errors" / f"rank{r}.txt" for r in failed}
+    with_tb = [r for r in failed if errors[r].exists()]
+    # The root cause is the first rank that raised something other than a timeout, if any.
+    first = min(with_tb, key=lambda r: (is_timeout(errors[r].read_text()), errors[r].stat().st_mtime), default=None)
+    rank = first if first is not None else (failed[0] if failed else None)
+    if rank is None:
+        return RankFailedError(f"run {run_id}: launcher failed without a rank error", rank=None, run_id=run_id, pids=pids)
+    log = run_dir / "logs" / f"rank{rank}.log"
+    body = errors[rank].read_text() if errors[rank].exists() else _tail_text(log)
+    code = codes.get(rank)
+    how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+    msg = f"rank {rank} of run {run_id} failed ({how}):\n\n{body.rstrip()}\n\nfull log: {log}"
+    others = sorted(set(failed) - {rank})
+    if others:
+        msg += f"\nranks {others} failed too (see errors/ in {run_dir})"
+    if killed:
+        msg += f"\nranks {killed} were still running and were stopped"
+        if is_timeout(body):
+            msg += f": a rank that never reached the collective (probably one of {killed}) is the hung one"
+    return RankFailedError(msg, rank=rank, run_id=run_id, pids=pids)
+
+
+def launch(
+    cfg: ExperimentConfig,
+    *,
+    target: Callable[..., Any] | str | None = None,
+    progress: bool = True,
+    echo: bool = True,
+    timeout_s: float | None = None,
+    on_metrics: Callable[[list[dict]], None] | None = None,
+) -> RunResult:
+    """Run ``cfg`` on ``cfg.dist.num_ranks`` ranks and wait for them.
+
+    Args:
+        cfg: the experiment (copied; the run id is filled in when empty).
+        target: what each rank runs, ``fn(cfg, *, info, log) -> JSON-able``; default the training loop. Under
+            torchrun it must be importable (``"package.module:function"``).
+        progress: show a progress bar over training steps.
+        echo: print rank 0's log lines as they appear.
+        timeout_s: stop everything and raise if the ranks run longer than this.
+        on_metrics: called with each batch of new rows of rank 0's ``metrics.jsonl`` (live plots).
+
+    Returns:
+        A :class:`RunResult` read back from the run directory.
+
+    Raises:
+        RankFailedError: a rank raised, crashed or timed out (the others are stopped first).
+    """
+    from tqdm.auto import tqdm
+
+    cfg = copy.deepcopy(cfg)
+    run_dir = prepare_run(cfg, target=target, progress=progress)
+    world = cfg.dist.num_ranks
+    port = cfg.dist.master_port or free_port()
+    launcher = _resolve_launcher(cfg)
+    if launcher == "torchrun":
+        if target is not None and not isinstance(target, str) and "<" in _target_spec(target):
+            raise ValueError("under torchrun the target must be an importable module function, not a local one")
+        cmd = [
+            sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={world}",
+            f"--master-addr={cfg.dist.master_addr}", f"--master-port={port}",
+            "-m", "zen_analysis.dist.entry", "--run-dir", str(run_dir),
+        ]  # fmt: skip
+        (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        with open(run_dir / "logs" / "torchrun.log", "w") as out:
+            procs: list[Any] = [subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)]
+    else:
+        import zen_analysis.train.loop  # noqa: F401 - import once here; forked ranks inherit it instead of re-importing
+
+        ctx = mp.get_context("fork")
+        procs = [ctx.Process(target=_fork_child, args=(r, world, port, run_dir, target if callable(target) else None)) for r in range(world)]
+        for p in procs:
+            p.start()
+    pids = [p.pid for p in procs]
+    bar = tqdm(total=cfg.train.num_steps, desc=cfg.run_id, unit="step", disable=not progress)
+    metrics_tail, log_tail = _Tail(run_dir / "metrics.jsonl"), _Tail(run_dir / "logs" / "rank0.log")
+    t_start = time.monotonic()
+
+    def pump() -> None:
+        rows = [json.loads(line) for line in metrics_tail.lines() if line.strip()]
+        if rows:
+            bar.update(len(rows))
+            bar.set_postfix(loss=f"{rows[-1]['loss']:.3f}")
+            if on_metrics:
+                on_metrics(rows)
+        if echo:
+            for line in log_tail.lines():
+                bar.write(f"[rank 0] {line}")
+
+    try:
+        while True:
+            time.sleep(_POLL_S)
+            pump()
+            codes = {r: _exitcode(p) for r, p in enumerate(procs)}
+            failed = [r for r, c in codes.items() if c not in (None, 0)]
+            if failed:
+                time.sleep(_POLL_S)  # let near-simultaneous failures land
+                codes = {r: _exitcode(p) for r, p in enumerate(procs)}
+                failed = [r for r, c in codes.items() if c not in (None, 0)]
+                killed = [r for r, c in codes.items() if c is None]
+                _kill(procs)
+                if launcher == "torchrun":  # torchrun's exit code is not a rank: find the ranks that wrote errors
+                    failed = sorted(int(p.stem[4:]) for p in (run_dir / "errors").glob("rank*.txt")) or failed
+                    killed = []
+                raise _failure(run_dir, cfg.run_id, failed, codes, killed, pids)
+            if all(c == 0 for c in codes.values()):
+                break
+            if timeout_s is not None and time.monotonic() - t_start > timeout_s:
+                _kill(procs)
+                raise RankFailedError(
+                    f"run {cfg.run_id} exceeded timeout_s={timeout_s}; all ranks were stopped. {TIMEOUT_HINT}",
+                    rank=None, run_id=cfg.run_id, pids=pids,
+                )  # fmt: skip
+        pump()
+    except BaseException:
+        _kill(procs)
+        raise
+    finally:
+        bar.close()
+    results = {}
+    for r in range(world):
+        f = run_dir / "results" / f"rank{r}.json"
+        if f.exists():
+            results[r] = json.loads(f.read_text())
+    return RunResult(run_id=cfg.run_id, run_dir=run_dir, trace_dir=paths.trace_dir(cfg.run_id), results=results, pids=pids)

@@ -1,0 +1,122 @@
+"""Named recipes: functions that return a complete :class:`ExperimentConfig`.
+
+Derive a recipe by calling another and editing fields; a notebook does the same::
+
+    cfg = recipes.smoke()
+    cfg.train.num_steps = 20
+
+``smoke`` recipes run in seconds (tests, notebooks under ``make test``); ``default`` is what
+``make reproduce`` trains on this 2-core machine in a few minutes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from zen_analysis.config import (
+    CaptureConfig,
+    DataConfig,
+    DistConfig,
+    ExperimentConfig,
+    ModelConfig,
+    TrainConfig,
+)
+
+GPT2_TOPK = ("*h.0.attn.c_attn.weight", "*h.0.mlp.c_proj.weight", "*h.1.mlp.c_fc.weight")
+LSTM_TOPK = ("*lstm.weight_ih_l0", "*lstm.weight_hh_l0", "lm_head.weight")
+
+
+def default() -> ExperimentConfig:
+    """Small Llama (2 x 256, 8k BPE vocab) on the stdlib corpus, 4 ranks x 8 virtual workers = 32 workers."""
+    return ExperimentConfig(
+        name="default",
+        model=ModelConfig(arch="llama", hidden_size=256, num_layers=2, num_heads=4),
+        data=DataConfig(source="stdlib", vocab_size=8192),
+        train=TrainConfig(num_steps=60, seq_len=128, batch_per_worker=4, workers_per_rank=8),
+        capture=CaptureConfig(every=10),
+        dist=DistConfig(num_ranks=4),
+    )
+
+
+def smoke() -> ExperimentConfig:
+    """Tiny Llama on 2 MB of the stdlib corpus, 2 ranks x 2 workers, 6 steps: seconds, for tests."""
+    return ExperimentConfig(
+        name="smoke",
+        model=ModelConfig(arch="llama", hidden_size=64, num_layers=2, num_heads=2),
+        data=DataConfig(source="stdlib", max_bytes=2_000_000, vocab_size=1024),
+        train=TrainConfig(num_steps=6, seq_len=64, batch_per_worker=2, workers_per_rank=2, warmup_steps=2),
+        capture=CaptureConfig(every=2, steps_per_shard=2),
+        dist=DistConfig(num_ranks=2, timeout_s=60.0),
+    )
+
+
+def llama_32k() -> ExperimentConfig:
+    """The default run with a 32k vocabulary: the embedding-dominated regime the Zen paper studies."""
+    cfg = default()
+    cfg.name = "llama-32k"
+    cfg.data.vocab_size = 32768
+    return cfg
+
+
+def gpt2() -> ExperimentConfig:
+    """Small GPT-2 (untied embeddings), otherwise as ``default``."""
+    cfg = default()
+    cfg.name = "gpt2"
+    cfg.model = ModelConfig(arch="gpt2", hidden_size=256, num_layers=2, num_heads=4)
+    cfg.capture.topk_tensors = GPT2_TOPK
+    return cfg
+
+
+def gpt2_smoke() -> ExperimentConfig:
+    cfg = smoke()
+    cfg.name = "gpt2-smoke"
+    cfg.model = ModelConfig(arch="gpt2", hidden_size=64, num_layers=2, num_heads=2)
+    cfg.capture.topk_tensors = GPT2_TOPK
+    return cfg
+
+
+def lstm() -> ExperimentConfig:
+    """2-layer LSTM LM: the paper's strongest natural-sparsity workload (AWD-LSTM analogue)."""
+    cfg = default()
+    cfg.name = "lstm"
+    cfg.model = ModelConfig(arch="lstm", hidden_size=256, num_layers=2)
+    cfg.capture.topk_tensors = LSTM_TOPK
+    return cfg
+
+
+def lstm_smoke() -> ExperimentConfig:
+    cfg = smoke()
+    cfg.name = "lstm-smoke"
+    cfg.model = ModelConfig(arch="lstm", hidden_size=64, num_layers=2)
+    cfg.capture.topk_tensors = LSTM_TOPK
+    return cfg
+
+
+def workers128() -> ExperimentConfig:
+    """128 virtual workers (4 ranks x 32 micro-batches of one sequence) for n up to 128 in the figures."""
+    cfg = default()
+    cfg.name = "workers128"
+    cfg.train.workers_per_rank = 32
+    cfg.train.batch_per_worker = 1
+    cfg.train.num_steps = 20
+    return cfg
+
+
+RECIPES: dict[str, Callable[[], ExperimentConfig]] = {
+    "default": default,
+    "smoke": smoke,
+    "llama-32k": llama_32k,
+    "gpt2": gpt2,
+    "gpt2-smoke": gpt2_smoke,
+    "lstm": lstm,
+    "lstm-smoke": lstm_smoke,
+    "workers128": workers128,
+}
+
+
+def get(name: str) -> ExperimentConfig:
+    """Build the recipe called ``name``; raises ``ValueError`` listing the known names."""
+    try:
+        return RECIPES[name]()
+    except KeyError:
+        raise ValueError(f"unknown recipe {name!r}; known recipes: {', '.join(RECIPES)}") from None

@@ -1,0 +1,1 @@
+"""Training: corpus, tokenizer, token cache, models, gradient sync and the one training loop."""

@@ -1,0 +1,134 @@
+"""Text corpora as ordered lists of documents, with a content hash that keys every cache built from them.
+
+Context: the toolkit must run offline. The default corpus is the Python standard-library source of the running
+interpreter (about 31 MB of real code in ~1,800 files on Python 3.11): present on every machine, PSF-licensed,
+and identical for a given interpreter version. The hash covers paths and contents, so a different interpreter
+(or ``data.max_bytes``) yields a different tokenizer and token cache rather than a stale one.
+
+Local text files and Hugging Face hub datasets are accepted too; the hub is contacted only when a hub dataset
+is named, and a failure there says how to go offline instead of surfacing a connection stack trace.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+
+from zen_analysis.config import DataConfig
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """Documents in a fixed order plus the hash of their ids and texts."""
+
+    name: str
+    doc_ids: tuple[str, ...]
+    texts: tuple[str, ...]
+    sha256: str
+
+    @property
+    def num_bytes(self) -> int:
+        return sum(len(t.encode("utf-8")) for t in self.texts)
+
+    def split(self, val_fraction: float) -> tuple[list[str], list[str]]:
+        """(train texts, val texts): a document is held out by the hash of its id, so the split is stable
+        under ``max_bytes`` and independent of document order. At least one document lands on each side."""
+        threshold = int(val_fraction * 2**32)
+        is_val = [int.from_bytes(hashlib.sha1(d.encode()).digest()[:4], "little") < threshold for d in self.doc_ids]
+        if len(self.texts) >= 2 and not any(is_val):
+            is_val[-1] = True
+        if len(self.texts) >= 2 and all(is_val):
+            is_val[0] = False
+        train = [t for t, v in zip(self.texts, is_val) if not v]
+        val = [t for t, v in zip(self.texts, is_val) if v]
+        return train, val
+
+
+def stdlib_root() -> Path:
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+def _read_text(path: Path) -> str:
+    return path.read_bytes().decode("utf-8", errors="replace")
+
+
+def _stdlib_documents() -> list[tuple[str, Path]]:
+    root = stdlib_root()
+    out = []
+    for p in sorted(root.rglob("*.py")):
+        rel = p.relative_to(root).as_posix()
+        # The stdlib dir of a venv's base interpreter also holds site-packages: third-party code, not stdlib.
+        if rel.startswith(("site-packages/", "dist-packages/")) or not p.is_file():
+            continue
+        out.append((rel, p))
+    return out
+
+
+def _file_documents(specs: tuple[str, ...]) -> list[tuple[str, Path]]:
+    out = []
+    for spec in specs:
+        path = Path(spec).expanduser()
+        if path.is_dir():
+            out.extend((p.as_posix(), p) for p in sorted(path.rglob("*")) if p.is_file())
+        elif path.is_file():
+            out.append((path.as_posix(), path))
+        else:
+            raise ValueError(f"data.files: {spec!r} is neither a file nor a directory")
+    if not out:
+        raise ValueError(f"data.files={specs!r} contains no files")
+    return out
+
+
+def _hub_texts(cfg: DataConfig) -> list[tuple[str, str]]:
+    import datasets
+
+    try:
+        ds = datasets.load_dataset(cfg.hub_dataset, cfg.hub_config or None, split=cfg.hub_split)
+    except Exception as exc:  # noqa: BLE001 - any hub/network failure gets the same advice
+        raise ValueError(
+            f"could not load hub dataset {cfg.hub_dataset!r} ({type(exc).__name__}: {exc}). Loading from the hub "
+            "needs network access and HF_HUB_OFFLINE / HF_DATASETS_OFFLINE unset; offline, use data.source=stdlib "
+            "or data.source=files with data.files=<your text files>."
+        ) from exc
+    if cfg.text_field not in ds.column_names:
+        raise ValueError(f"hub dataset has no column {cfg.text_field!r}; set data.text_field to one of {ds.column_names}")
+    return [(f"{cfg.hub_dataset}:{i}", t) for i, t in enumerate(ds[cfg.text_field]) if t]
+
+
+def load_corpus(cfg: DataConfig) -> Corpus:
+    """Read the corpus that ``cfg`` names, truncated to whole documents within ``cfg.max_bytes``."""
+    if cfg.source == "hub":
+        pairs = _hub_texts(cfg)
+        name = f"hub:{cfg.hub_dataset}"
+    else:
+        docs = _stdlib_documents() if cfg.source == "stdlib" else _file_documents(cfg.files)
+        name = "stdlib" if cfg.source == "stdlib" else "files"
+        pairs = []
+        total = 0
+        for doc_id, path in docs:
+            text = _read_text(path)
+            if not text.strip():
+                continue
+            pairs.append((doc_id, text))
+            total += len(text.encode("utf-8"))
+            if cfg.max_bytes and total >= cfg.max_bytes:
+                break
+    if cfg.max_bytes and cfg.source == "hub":
+        kept, total = [], 0
+        for doc_id, text in pairs:
+            kept.append((doc_id, text))
+            total += len(text.encode("utf-8"))
+            if total >= cfg.max_bytes:
+                break
+        pairs = kept
+    if len(pairs) < 2:
+        raise ValueError(f"corpus {name!r} has {len(pairs)} non-empty document(s); need at least 2 (train and val)")
+    h = hashlib.sha256()
+    for doc_id, text in pairs:
+        h.update(doc_id.encode())
+        h.update(b"\0")
+        h.update(text.encode("utf-8"))
+        h.update(b"\0")
+    return Corpus(name=name, doc_ids=tuple(d for d, _ in pairs), texts=tuple(t for _, t in pairs), sha256=h.hexdigest())

@@ -1,0 +1,133 @@
+"""Token cache and seeded batches.
+
+``prepare(cfg)`` turns the corpus into ``data/tokens/<corpus hash>-v<vocab>/{train,val}.bin`` (a flat uint16 or
+uint32 token stream, documents separated by EOS) plus ``meta.json``; it is idempotent and safe to call from
+several processes. :class:`TokenData` reads the streams as memmaps.
+
+Batches are a pure function of (seed, split, step, worker): worker ``w`` draws the same sequences whether it is
+hosted by rank 0 of a 1-rank run or rank 1 of a 2-rank run. That is what makes runs reproducible and lets a
+test compare a 2-rank run with a 1-rank run on the same global batch.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from zen_analysis import paths
+from zen_analysis.atomic import atomic_path, atomic_write_json, file_lock
+from zen_analysis.config import DataConfig
+from zen_analysis.train.corpus import load_corpus
+from zen_analysis.train.tokenizer import EOS, load_or_train, tokenizer_path
+
+_ENCODE_CHUNK = 256  # documents per encode_batch call; bounds memory and drives the progress bar
+_SPLIT_IDS = {"train": 0, "val": 1}
+
+
+@dataclass(frozen=True)
+class PreparedData:
+    """Where a prepared corpus lives and what it holds."""
+
+    tokens_dir: Path
+    tokenizer_file: Path
+    corpus_name: str
+    corpus_sha256: str
+    corpus_bytes: int
+    num_documents: int
+    vocab_size: int
+    num_train_tokens: int
+    num_val_tokens: int
+
+    def to_dict(self) -> dict:
+        d = dict(self.__dict__)
+        d["tokens_dir"] = str(self.tokens_dir)
+        d["tokenizer_file"] = str(self.tokenizer_file)
+        return d
+
+
+def _encode_to(path: Path, tok, texts: list[str], dtype: np.dtype, *, desc: str, progress: bool) -> int:
+    from tqdm.auto import tqdm
+
+    eos = tok.token_to_id(EOS)
+    total = 0
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        for i in tqdm(range(0, len(texts), _ENCODE_CHUNK), desc=desc, unit="chunk", disable=not progress, leave=False):
+            for enc in tok.encode_batch(texts[i : i + _ENCODE_CHUNK]):
+                ids = np.asarray(enc.ids + [eos], dtype=dtype)
+                f.write(ids.tobytes())
+                total += ids.size
+    return total
+
+
+def prepare(cfg: DataConfig, *, progress: bool = True) -> PreparedData:
+    """Load the corpus, train (or load) its tokenizer and write the token streams, reusing every cache."""
+    corpus = load_corpus(cfg)
+    train_texts, val_texts = corpus.split(cfg.val_fraction)
+    tok = load_or_train(train_texts, corpus_sha256=corpus.sha256, vocab_size=cfg.vocab_size)
+    vocab = tok.get_vocab_size()
+    out = paths.tokens_dir() / f"{corpus.sha256[:16]}-v{cfg.vocab_size}-f{int(cfg.val_fraction * 1e4)}"
+    meta_path = out / "meta.json"
+    with file_lock(out / ".lock"):
+        if not meta_path.exists():
+            dtype = np.dtype(np.uint16 if vocab <= 2**16 else np.uint32)
+            n_train = _encode_to(out / "train.bin", tok, train_texts, dtype, desc="tokenize train", progress=progress)
+            n_val = _encode_to(out / "val.bin", tok, val_texts, dtype, desc="tokenize val", progress=progress)
+            atomic_write_json(
+                meta_path,
+                {
+                    "dtype": dtype.name,
+                    "vocab_size": vocab,
+                    "num_train_tokens": n_train,
+                    "num_val_tokens": n_val,
+                    "corpus_name": corpus.name,
+                    "corpus_sha256": corpus.sha256,
+                    "corpus_bytes": corpus.num_bytes,
+                    "num_documents": len(corpus.texts),
+                },
+            )
+    meta = json.loads(meta_path.read_text())
+    return PreparedData(
+        tokens_dir=out,
+        tokenizer_file=tokenizer_path(corpus.sha256, cfg.vocab_size),
+        corpus_name=meta["corpus_name"],
+        corpus_sha256=meta["corpus_sha256"],
+        corpus_bytes=meta["corpus_bytes"],
+        num_documents=meta["num_documents"],
+        vocab_size=meta["vocab_size"],
+        num_train_tokens=meta["num_train_tokens"],
+        num_val_tokens=meta["num_val_tokens"],
+    )
+
+
+class TokenData:
+    """Seeded batches from a prepared token cache."""
+
+    def __init__(self, prepared: PreparedData, *, seq_len: int, seed: int) -> None:
+        meta = json.loads((prepared.tokens_dir / "meta.json").read_text())
+        self.prepared = prepared
+        self.vocab_size = int(meta["vocab_size"])
+        self.seq_len = seq_len
+        self.seed = seed
+        self._streams = {
+            split: np.memmap(prepared.tokens_dir / f"{split}.bin", dtype=np.dtype(meta["dtype"]), mode="r")
+            for split in _SPLIT_IDS
+        }
+        for split, stream in self._streams.items():
+            if len(stream) <= seq_len + 1:
+                raise ValueError(
+                    f"the {split} split has {len(stream)} tokens, fewer than train.seq_len+2={seq_len + 2}: "
+                    "use a larger corpus (data.max_bytes) or a shorter train.seq_len"
+                )
+
+    def batch(self, split: str, *, step: int, worker: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(inputs, targets), each (batch_size, seq_len) int64: random windows drawn by (seed, split, step, worker)."""
+        stream = self._streams[split]
+        rng = np.random.default_rng([self.seed, _SPLIT_IDS[split], step, worker])
+        starts_B = rng.integers(0, len(stream) - self.seq_len - 1, size=batch_size)
+        windows_BT = np.stack([stream[s : s + self.seq_len + 1] for s in starts_B]).astype(np.int64)
+        xy = torch.from_numpy(windows_BT)
+        return xy[:, :-1], xy[:, 1:]

@@ -1,0 +1,210 @@
+"""The one training loop (nanoGPT-style, read top to bottom).
+
+Dense all-reduce, the communication schemes, Zen and EDiT differ by the ``sync`` object passed in, not by forks of
+this loop. Each step: every rank runs its V virtual workers' micro-batches (gradients accumulate), the capture
+records per-worker gradients on capture steps, ``sync.synchronize`` averages gradients across ranks, then the
+optimizer steps. Rank 0 writes the run's metrics, summary and trace manifest; every rank writes its own shards.
+
+Files (``data/runs/<run_id>/``): ``metrics.jsonl`` (one line per step: loss, lr, step and capture time),
+``summary.json`` (final numbers). Traces: ``data/traces/<run_id>/``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import platform
+import subprocess
+import time
+from importlib import metadata
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from zen_analysis import paths
+from zen_analysis.atomic import atomic_write_json
+from zen_analysis.capture.hooks import GradientCapture
+from zen_analysis.capture.traces import TraceWriter, write_manifest
+from zen_analysis.config import ExperimentConfig
+from zen_analysis.dist.env import RankInfo
+from zen_analysis.train.data import TokenData, prepare
+from zen_analysis.train.model import build_model, lm_loss
+from zen_analysis.train.sync import GradSync, build_sync
+
+
+def lr_at(cfg: ExperimentConfig, step: int) -> float:
+    """Linear warm-up, then cosine decay to ``min_lr_ratio * lr``."""
+    t = cfg.train
+    if step < t.warmup_steps:
+        return t.lr * (step + 1) / t.warmup_steps
+    progress = (step - t.warmup_steps) / max(1, t.num_steps - t.warmup_steps)
+    return t.lr * (t.min_lr_ratio + (1 - t.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def _mean_over_ranks(x: float, info: RankInfo) -> float:
+    if info.world_size == 1:
+        return x
+    t = torch.tensor([x], dtype=torch.float64, device=info.device)
+    dist.all_reduce(t)
+    return t.item() / info.world_size
+
+
+@torch.no_grad()
+def evaluate(model, data: TokenData, cfg: ExperimentConfig, info: RankInfo) -> float:
+    """Mean validation loss over ``eval_batches`` batches per rank (fixed batches, averaged over ranks)."""
+    model.eval()
+    losses = []
+    for b in range(cfg.train.eval_batches):
+        x, y = data.batch("val", step=b, worker=info.rank, batch_size=cfg.train.batch_per_worker)
+        losses.append(lm_loss(model, x.to(info.device), y.to(info.device)).item())
+    model.train()
+    return _mean_over_ranks(sum(losses) / len(losses), info)
+
+
+def _git_commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(paths.REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
+        )
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def package_versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for pkg in ("zen_analysis", "torch", "transformers", "tokenizers", "datasets", "pyarrow", "numpy"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = "not installed"
+    return out
+
+
+def train(cfg: ExperimentConfig, *, info: RankInfo, sync: GradSync | None = None, log=print) -> dict[str, Any]:
+    """Train ``cfg`` on this rank; returns the run summary (rank 0 also writes it to ``summary.json``)."""
+    t = cfg.train
+    run_dir = paths.run_dir(cfg.run_id)
+    V = t.workers_per_rank
+    # ---- data and model: the seed makes every rank build identical weights
+    prepared = prepare(cfg.data, progress=False)
+    data = TokenData(prepared, seq_len=t.seq_len, seed=t.seed)
+    torch.manual_seed(t.seed)
+    model = build_model(cfg.model, vocab_size=data.vocab_size, max_seq_len=t.seq_len).to(info.device)
+    model.train()
+    sync = sync or build_sync(cfg.sync)
+    sync.attach(model)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": t.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=t.lr,
+        betas=(0.9, 0.95),
+    )
+    num_params = sum(p.numel() for p in model.parameters())
+    # ---- capture: per-worker sparse gradients into this rank's trace shards
+    capture = None
+    if cfg.capture.enabled:
+        writer = TraceWriter(
+            paths.trace_dir(cfg.run_id),
+            rank=info.rank,
+            run_id=cfg.run_id,
+            world_size=info.world_size,
+            steps_per_shard=cfg.capture.steps_per_shard,
+        )
+        capture = GradientCapture(cfg.capture, model, writer, rank=info.rank, seed=t.seed)
+    manifest = {
+        "run_id": cfg.run_id,
+        "config": cfg.to_dict(),
+        "world_size": info.world_size,
+        "workers_per_rank": V,
+        "num_workers": info.world_size * V,
+        "worker_of_rank": "worker = rank * workers_per_rank + micro-batch index",
+        "versions": package_versions(),
+        "git_commit": _git_commit(),
+        "platform": platform.platform(),
+        "corpus": prepared.to_dict(),
+        "tensors": capture.tensor_info() if capture else {},
+        "finished": False,
+    }
+    if info.is_main:
+        if capture:
+            write_manifest(paths.trace_dir(cfg.run_id), manifest)
+        log(
+            f"run {cfg.run_id}: {cfg.model.arch} {num_params / 1e6:.2f}M params, vocab {data.vocab_size}, "
+            f"{info.world_size} ranks x {V} workers, global batch {cfg.global_batch} x {t.seq_len} tokens, "
+            f"{t.num_steps} steps on {info.device}"
+        )
+        if capture:
+            log(f"capturing every {cfg.capture.every} steps: {capture.tensor_info()}")
+    metrics_f = open(run_dir / "metrics.jsonl", "w", buffering=1) if info.is_main else None
+    # ---- the loop
+    t_start = time.perf_counter()
+    loss = float("nan")
+    for step in range(t.num_steps):
+        t0 = time.perf_counter()
+        lr = lr_at(cfg, step)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        capturing = capture is not None and capture.is_capture_step(step)
+        capture_s0 = capture.seconds if capture else 0.0
+        local_loss = 0.0
+        for v in range(V):
+            worker = info.rank * V + v
+            x, y = data.batch("train", step=step, worker=worker, batch_size=t.batch_per_worker)
+            x, y = x.to(info.device), y.to(info.device)
+            with capture.worker(step=step, worker=worker) if capturing else contextlib.nullcontext():
+                micro_loss = lm_loss(model, x, y) / V  # mean over the rank's batch
+                micro_loss.backward()
+            local_loss += micro_loss.item()
+        if capturing:
+            capture.end_step()
+        sync.synchronize(model)
+        if t.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        loss = _mean_over_ranks(local_loss, info)
+        step_s = time.perf_counter() - t0
+        row = {
+            "step": step,
+            "loss": loss,
+            "lr": lr,
+            "step_s": step_s,
+            "capture_s": (capture.seconds - capture_s0) if capture else 0.0,
+            "captured": capturing,
+            "tokens": (step + 1) * cfg.global_batch * t.seq_len,
+        }
+        if t.eval_every and (step + 1) % t.eval_every == 0 and step + 1 < t.num_steps:
+            row["val_loss"] = evaluate(model, data, cfg, info)
+        if metrics_f:
+            metrics_f.write(json.dumps(row) + "\n")
+    elapsed = time.perf_counter() - t_start
+    if capture:
+        capture.close()
+    val_loss = evaluate(model, data, cfg, info)
+    summary = {
+        "run_id": cfg.run_id,
+        "num_steps": t.num_steps,
+        "final_loss": loss,
+        "val_loss": val_loss,
+        "num_params": num_params,
+        "elapsed_s": elapsed,
+        "tokens_per_s": t.num_steps * cfg.global_batch * t.seq_len / elapsed,
+        "capture_s_rank0": capture.seconds if capture else 0.0,
+        "trace_bytes_rank0": capture.writer.bytes_written if capture else 0,
+    }
+    if info.is_main:
+        metrics_f.close()
+        atomic_write_json(run_dir / "summary.json", summary)
+        if capture:
+            if info.world_size > 1:  # every rank's shards are complete before the manifest says so
+                dist.barrier()
+            write_manifest(paths.trace_dir(cfg.run_id), {**manifest, "finished": True, "summary": summary})
+        log(f"done: loss {loss:.4f}, val loss {val_loss:.4f}, {summary['tokens_per_s']:.0f} tokens/s")
+    elif capture and info.world_size > 1:
+        dist.barrier()
+    return summary
+

@@ -1,0 +1,107 @@
+"""Models built from config, never downloaded: a small Llama, a small GPT-2, and an LSTM language model.
+
+The model code knows nothing about distribution; gradient sync and capture attach to it afterwards.
+
+Context: natural sparsity lives in the input-embedding gradient: only rows of tokens present in the batch get a
+gradient. Tied input/output embeddings would hand every row a gradient through the LM head, so natural-sparsity
+runs use untied embeddings (Llama's default; GPT-2 needs ``tie_word_embeddings=False``). The LSTM LM stands in
+for the Zen paper's AWD-LSTM, its most skewed natural-sparsity workload.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from zen_analysis.config import ModelConfig
+
+
+class LSTMLanguageModel(nn.Module):
+    """Embedding -> multi-layer LSTM -> untied linear head, returning logits (B, T, vocab)."""
+
+    def __init__(self, *, vocab_size: int, hidden_size: int, num_layers: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, hidden_size)
+        self.lstm = nn.LSTM(hidden_size, hidden_size, num_layers=num_layers, batch_first=True, dropout=dropout)
+        self.lm_head = nn.Linear(hidden_size, vocab_size, bias=False)
+        nn.init.normal_(self.embed.weight, std=0.02)
+        nn.init.normal_(self.lm_head.weight, std=0.02)
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embed
+
+    def forward(self, input_ids_BT: torch.Tensor) -> torch.Tensor:
+        h_BTD, _ = self.lstm(self.embed(input_ids_BT))
+        return self.lm_head(h_BTD)
+
+
+def build_model(cfg: ModelConfig, *, vocab_size: int, max_seq_len: int) -> nn.Module:
+    """A freshly initialised model; seed torch beforehand for identical weights on every rank."""
+    if cfg.arch == "lstm":
+        return LSTMLanguageModel(
+            vocab_size=vocab_size, hidden_size=cfg.hidden_size, num_layers=cfg.num_layers, dropout=cfg.dropout
+        )
+    if cfg.arch == "llama":
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        inter = cfg.intermediate_size or 64 * round(8 * cfg.hidden_size / 3 / 64)
+        hf = LlamaConfig(
+            vocab_size=vocab_size,
+            hidden_size=cfg.hidden_size,
+            intermediate_size=inter,
+            num_hidden_layers=cfg.num_layers,
+            num_attention_heads=cfg.num_heads,
+            num_key_value_heads=cfg.num_heads,
+            max_position_embeddings=max_seq_len,
+            tie_word_embeddings=cfg.tie_embeddings,
+            attention_dropout=cfg.dropout,
+            bos_token_id=0,
+            eos_token_id=0,
+            pad_token_id=None,
+        )
+        model = LlamaForCausalLM(hf)
+    elif cfg.arch == "gpt2":
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        hf = GPT2Config(
+            vocab_size=vocab_size,
+            n_positions=max_seq_len,
+            n_embd=cfg.hidden_size,
+            n_layer=cfg.num_layers,
+            n_head=cfg.num_heads,
+            n_inner=cfg.intermediate_size or None,
+            resid_pdrop=cfg.dropout,
+            embd_pdrop=cfg.dropout,
+            attn_pdrop=cfg.dropout,
+            tie_word_embeddings=cfg.tie_embeddings,
+            bos_token_id=0,
+            eos_token_id=0,
+        )
+        model = GPT2LMHeadModel(hf)
+    else:  # pragma: no cover - ModelConfig validates arch
+        raise AssertionError(cfg.arch)
+    tied = model.get_input_embeddings().weight is model.get_output_embeddings().weight
+    assert tied == cfg.tie_embeddings, f"{cfg.arch}: tie_embeddings={cfg.tie_embeddings} but model tied={tied}"
+    return model
+
+
+def logits(model: nn.Module, input_ids_BT: torch.Tensor) -> torch.Tensor:
+    """(B, T, vocab) logits for either model family."""
+    if isinstance(model, LSTMLanguageModel):
+        return model(input_ids_BT)
+    return model(input_ids=input_ids_BT, use_cache=False).logits
+
+
+def lm_loss(model: nn.Module, inputs_BT: torch.Tensor, targets_BT: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy over every position."""
+    logits_BTV = logits(model, inputs_BT)
+    return nn.functional.cross_entropy(logits_BTV.reshape(-1, logits_BTV.size(-1)).float(), targets_BT.reshape(-1))
+
+
+def input_embedding_name(model: nn.Module) -> str:
+    """Parameter name of the input-embedding weight (the natural-sparsity tensor)."""
+    weight = model.get_input_embeddings().weight
+    for name, p in model.named_parameters():
+        if p is weight:
+            return name
+    raise AssertionError("input embedding weight not among named_parameters")
