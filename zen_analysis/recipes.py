@@ -23,7 +23,7 @@ from zen_analysis.config import (
 )
 
 GPT2_TOPK = ("*h.0.attn.c_attn.weight", "*h.0.mlp.c_proj.weight", "*h.1.mlp.c_fc.weight")
-LSTM_TOPK = ("*lstm.weight_ih_l0", "*lstm.weight_hh_l0", "lm_head.weight")
+LSTM_TOPK = ("*lstm.weight_ih_l0", "*lstm.weight_hh_l0", "*lstm.weight_ih_l1")
 
 
 def default() -> ExperimentConfig:
@@ -68,6 +68,7 @@ def gpt2() -> ExperimentConfig:
 
 
 def gpt2_smoke() -> ExperimentConfig:
+    """``smoke`` with a tiny GPT-2."""
     cfg = smoke()
     cfg.name = "gpt2-smoke"
     cfg.model = ModelConfig(arch="gpt2", hidden_size=64, num_layers=2, num_heads=2)
@@ -85,6 +86,7 @@ def lstm() -> ExperimentConfig:
 
 
 def lstm_smoke() -> ExperimentConfig:
+    """``smoke`` with a tiny LSTM LM."""
     cfg = smoke()
     cfg.name = "lstm-smoke"
     cfg.model = ModelConfig(arch="lstm", hidden_size=64, num_layers=2)

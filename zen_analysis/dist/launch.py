@@ -271,6 +271,9 @@ def launch(
             procs: list[Any] = [subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)]
     else:
         import zen_analysis.train.loop  # noqa: F401 - import once here; forked ranks inherit it instead of re-importing
+        from zen_analysis.train.model import preload
+
+        preload(cfg.model.arch)
 
         ctx = mp.get_context("fork")
         procs = [ctx.Process(target=_fork_child, args=(r, world, port, run_dir, target if callable(target) else None)) for r in range(world)]

@@ -12,6 +12,7 @@ Files (``data/runs/<run_id>/``): ``metrics.jsonl`` (one line per step: loss, lr,
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import platform
@@ -81,6 +82,15 @@ def package_versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             out[pkg] = "not installed"
     return out
+
+
+def parameter_digest(model: torch.nn.Module) -> str:
+    """sha256 over every parameter's bytes: equal digests mean bit-identical replicas."""
+    h = hashlib.sha256()
+    for name, p in model.named_parameters():
+        h.update(name.encode())
+        h.update(p.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
 
 
 def train(cfg: ExperimentConfig, *, info: RankInfo, sync: GradSync | None = None, log=print) -> dict[str, Any]:
@@ -195,6 +205,7 @@ def train(cfg: ExperimentConfig, *, info: RankInfo, sync: GradSync | None = None
         "tokens_per_s": t.num_steps * cfg.global_batch * t.seq_len / elapsed,
         "capture_s_rank0": capture.seconds if capture else 0.0,
         "trace_bytes_rank0": capture.writer.bytes_written if capture else 0,
+        "param_sha256": parameter_digest(model),
     }
     if info.is_main:
         metrics_f.close()

@@ -35,6 +35,14 @@ class LSTMLanguageModel(nn.Module):
         return self.lm_head(h_BTD)
 
 
+def preload(arch: str) -> None:
+    """Import the model classes of ``arch`` now (a launcher does this before forking: ranks inherit them)."""
+    if arch == "llama":
+        from transformers import LlamaForCausalLM  # noqa: F401
+    elif arch == "gpt2":
+        from transformers import GPT2LMHeadModel  # noqa: F401
+
+
 def build_model(cfg: ModelConfig, *, vocab_size: int, max_seq_len: int) -> nn.Module:
     """A freshly initialised model; seed torch beforehand for identical weights on every rank."""
     if cfg.arch == "lstm":

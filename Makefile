@@ -1,0 +1,47 @@
+# zen-analysis: `make reproduce` (the main job) and `make test`; both set up .venv by themselves.
+#
+# GPU machines: install your CUDA build of torch into the venv first, then `make venv EXTRAS=notebooks,test`
+# (leaving out the `cpu` extra, which pins the CPU wheel). See README.md.
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV ?= .venv
+PY := $(VENV)/bin/python
+EXTRAS ?= cpu,notebooks,test
+STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
+comma := ,
+
+# Offline by default: nothing waits on hub retries unless a hub dataset is named explicitly.
+export HF_HUB_OFFLINE ?= 1
+export HF_DATASETS_OFFLINE ?= 1
+export TRANSFORMERS_OFFLINE ?= 1
+export TOKENIZERS_PARALLELISM ?= false
+export MPLBACKEND ?= Agg
+export PYTHONUNBUFFERED ?= 1
+
+.PHONY: venv test test-fast reproduce bench lab clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if v >= (3, 11) else f"need Python >= 3.11, found {v}: set PYTHON=python3.11")'
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --progress-bar off -e '.[$(EXTRAS)]'
+	touch $@
+
+test: venv
+	$(PY) -m pytest -q --timeout=900 tests --nbmake --nbmake-timeout=600 notebooks
+
+test-fast: venv
+	$(PY) -m pytest -q --timeout=300 tests -m "not slow"
+
+reproduce: venv
+	$(PY) -m zen_analysis reproduce
+
+bench: venv
+	$(PY) -m zen_analysis bench capture
+
+lab: venv
+	$(VENV)/bin/jupyter lab notebooks/
+
+clean:
+	rm -rf data/runs data/traces data/derived figures/*.png figures/*.pdf

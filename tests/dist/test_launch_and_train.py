@@ -1,0 +1,132 @@
+"""Multi-rank training on gloo, launched like a notebook cell does, and the launcher's failure handling."""
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from zen_analysis import recipes
+from zen_analysis.capture.traces import TraceReader
+from zen_analysis.dist.launch import RankFailedError, launch
+
+
+def _smoke(**fields):
+    cfg = recipes.smoke()
+    for key, value in fields.items():
+        section, name = key.split("__")
+        setattr(getattr(cfg, section), name, value)
+    cfg.validate()
+    return cfg
+
+
+def _no_orphans(pids):
+    time.sleep(0.2)
+    alive = [p for p in pids if Path(f"/proc/{p}").exists()]
+    assert not alive, f"processes {alive} survived the launch"
+
+
+@pytest.mark.parametrize("num_ranks", [2, 4])
+def test_replicas_stay_identical_and_traces_cover_every_worker(num_ranks):
+    cfg = _smoke(dist__num_ranks=num_ranks, train__num_steps=5)
+    result = launch(cfg, progress=False, echo=False)
+    digests = {r: s["param_sha256"] for r, s in result.results.items()}
+    assert len(digests) == num_ranks and len(set(digests.values())) == 1, digests
+    reader = result.traces()
+    assert reader.manifest["finished"] and reader.manifest["num_workers"] == num_ranks * 2
+    assert reader.workers() == list(range(num_ranks * 2))
+    assert reader.steps() == [0, 2, 4]
+    kinds = reader.summary().groupby("kind")["tensor"].nunique().to_dict()
+    assert kinds == {"natural": 1, "topk": 3}
+    for rec in reader.records(step=2):
+        assert rec.rank == rec.worker // 2
+    _no_orphans(result.pids)
+
+
+def test_two_ranks_train_like_one_rank_on_the_same_global_batch():
+    one = launch(_smoke(dist__num_ranks=1, train__workers_per_rank=4, capture__enabled=False), progress=False, echo=False)
+    two = launch(_smoke(dist__num_ranks=2, train__workers_per_rank=2, capture__enabled=False), progress=False, echo=False)
+    l1, l2 = one.metrics()["loss"].to_numpy(), two.metrics()["loss"].to_numpy()
+    assert len(l1) == len(l2) == 6
+    assert abs(l1[-1] - l1[0]) > 1e-3  # it actually trained
+    torch.testing.assert_close(torch.tensor(l2), torch.tensor(l1), rtol=1e-4, atol=1e-5)
+
+
+def test_same_recipe_and_seed_give_the_same_traces():
+    a = launch(_smoke(train__num_steps=3), progress=False, echo=False).traces()
+    b = launch(_smoke(train__num_steps=3), progress=False, echo=False).traces()
+    ra = sorted(a.records(), key=lambda r: (r.step, r.worker, r.tensor))
+    rb = sorted(b.records(), key=lambda r: (r.step, r.worker, r.tensor))
+    assert len(ra) == len(rb) > 0
+    for x, y in zip(ra, rb):
+        assert torch.equal(x.indices_K, y.indices_K) and torch.equal(x.values_K, y.values_K)
+
+
+def test_128_virtual_workers():
+    cfg = _smoke(dist__num_ranks=2, train__workers_per_rank=64, train__batch_per_worker=1, train__num_steps=1)
+    reader = launch(cfg, progress=False, echo=False).traces()
+    assert reader.workers() == list(range(128))
+    assert reader.manifest["num_workers"] == 128
+
+
+# ---- failure handling: targets are plain functions, as a notebook would define them
+
+
+def _raise_on_rank_1(cfg, *, info, log):
+    if info.rank == 1:
+        raise ValueError("boom from rank one")
+    dist.barrier()
+    return {}
+
+
+def _hang_on_rank_1(cfg, *, info, log):
+    if info.rank == 1:
+        time.sleep(3600)
+    t = torch.ones(4)
+    dist.all_reduce(t)  # rank 1 never joins: times out after dist.timeout_s
+    return {}
+
+
+def _ok(cfg, *, info, log):
+    t = torch.full((3,), float(info.rank))
+    dist.all_reduce(t)
+    return {"sum": t.tolist(), "pid": os.getpid()}
+
+
+def test_a_raising_rank_fails_the_launch_fast_naming_it():
+    t0 = time.monotonic()
+    with pytest.raises(RankFailedError) as err:
+        launch(_smoke(dist__num_ranks=3), target=_raise_on_rank_1, progress=False, echo=False)
+    assert time.monotonic() - t0 < 60
+    e = err.value
+    assert e.rank == 1
+    assert "rank 1 of run" in str(e) and "ValueError: boom from rank one" in str(e)
+    assert "Traceback" in str(e)
+    _no_orphans(e.pids)
+    # the calling process (a notebook kernel) is still usable for the next launch
+    ok = launch(_smoke(dist__num_ranks=2), target=_ok, progress=False, echo=False)
+    assert ok.results[0]["sum"] == [1.0, 1.0, 1.0] == ok.results[1]["sum"]
+
+
+def test_a_hung_rank_times_out_with_a_clear_message():
+    t0 = time.monotonic()
+    with pytest.raises(RankFailedError) as err:
+        launch(_smoke(dist__num_ranks=2, dist__timeout_s=3.0), target=_hang_on_rank_1, progress=False, echo=False)
+    assert time.monotonic() - t0 < 60
+    msg = str(err.value)
+    assert err.value.rank == 0
+    assert "collective timed out" in msg and "ranks [1] were still running" in msg
+    _no_orphans(err.value.pids)
+
+
+def test_a_rank_killed_by_a_signal_is_reported():
+    def _die(cfg, *, info, log):
+        if info.rank == 1:
+            os.kill(os.getpid(), 9)
+        time.sleep(30)
+        return {}
+
+    with pytest.raises(RankFailedError, match="rank 1 .*killed by signal 9"):
+        launch(_smoke(dist__num_ranks=2), target=_die, progress=False, echo=False)

@@ -1,0 +1,61 @@
+import json
+
+import pytest
+
+from zen_analysis import recipes
+from zen_analysis.config import ExperimentConfig, apply_overrides
+
+
+@pytest.mark.parametrize("name", list(recipes.RECIPES))
+def test_every_recipe_builds_and_round_trips_through_json(name):
+    cfg = recipes.get(name)
+    back = ExperimentConfig.from_json(cfg.to_json())
+    assert back == cfg
+    assert json.loads(back.to_json()) == json.loads(cfg.to_json())
+
+
+def test_overrides_parse_by_field_type():
+    cfg = apply_overrides(
+        recipes.smoke(),
+        ["train.num_steps=17", "train.lr=0.01", "capture.natural=false", "capture.topk_tensors=*q_proj.weight, lm_head.weight"],
+    )
+    assert cfg.train.num_steps == 17 and cfg.train.lr == 0.01
+    assert cfg.capture.natural is False
+    assert cfg.capture.topk_tensors == ("*q_proj.weight", "lm_head.weight")
+    assert recipes.smoke().train.num_steps == 6  # the recipe itself is untouched
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("train.nope=1", "unknown config key"),
+        ("nope.x=1", "unknown config key"),
+        ("train=1", "is a section"),
+        ("train.num_steps=abc", "expected int"),
+        ("capture.natural=maybe", "expected a boolean"),
+        ("train.num_steps", "must look like"),
+        ("train.num_steps=0", "train.num_steps must be >= 1"),
+        ("model.arch=transformer", "model.arch"),
+    ],
+)
+def test_bad_overrides_raise_value_error_naming_the_problem(override, message):
+    with pytest.raises(ValueError, match=message):
+        apply_overrides(recipes.smoke(), [override])
+
+
+def test_tied_embeddings_are_rejected_when_capturing_natural_sparsity():
+    with pytest.raises(ValueError, match="untied embeddings"):
+        apply_overrides(recipes.smoke(), ["model.tie_embeddings=true"])
+    cfg = apply_overrides(recipes.smoke(), ["model.tie_embeddings=true", "capture.natural=false"])
+    assert cfg.model.tie_embeddings
+
+
+def test_unknown_recipe_lists_the_known_ones():
+    with pytest.raises(ValueError, match="smoke"):
+        recipes.get("nonexistent")
+
+
+def test_worker_counts():
+    cfg = recipes.default()
+    assert cfg.num_workers == cfg.dist.num_ranks * cfg.train.workers_per_rank == 32
+    assert recipes.workers128().num_workers == 128

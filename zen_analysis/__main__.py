@@ -1,0 +1,3 @@
+from zen_analysis.cli import main
+
+main()

@@ -1,0 +1,133 @@
+"""``zen-analysis`` (also ``python -m zen_analysis``): the command line over recipes and runs.
+
+Configs come from a recipe name or a JSON file, edited only with ``--set section.field=value``::
+
+    zen-analysis recipes
+    zen-analysis train smoke --set train.num_steps=20 --set dist.num_ranks=4
+    zen-analysis traces <run_id>
+    zen-analysis reproduce
+    zen-analysis bench capture
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from zen_analysis import recipes
+from zen_analysis.config import ExperimentConfig, apply_overrides
+
+
+def _config(args: argparse.Namespace) -> ExperimentConfig:
+    src = args.recipe
+    if src.endswith(".json") or Path(src).is_file():
+        cfg = ExperimentConfig.from_json(Path(src).read_text())
+    else:
+        cfg = recipes.get(src)
+    cfg = apply_overrides(cfg, args.set or [])
+    if getattr(args, "run_id", None):
+        cfg.run_id = args.run_id
+    return cfg
+
+
+def _add_config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("recipe", help=f"recipe name ({', '.join(recipes.RECIPES)}) or a config.json path")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config field, e.g. train.num_steps=20")
+    p.add_argument("--run-id", help="run directory name (default: <recipe>-<timestamp>)")
+
+
+def cmd_recipes(args: argparse.Namespace) -> None:
+    for name, fn in recipes.RECIPES.items():
+        cfg = fn()
+        doc = (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else ""
+        print(f"{name:12s} {cfg.model.arch:6s} W={cfg.num_workers:<4d} steps={cfg.train.num_steps:<4d} {doc}")
+
+
+def cmd_config(args: argparse.Namespace) -> None:
+    print(_config(args).to_json())
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    from zen_analysis.dist.launch import launch
+
+    result = launch(_config(args))
+    print(json.dumps(result.summary, indent=2))
+    print(f"run directory: {result.run_dir}\ntraces: {result.trace_dir}")
+
+
+def cmd_prepare(args: argparse.Namespace) -> None:
+    from zen_analysis.dist.launch import prepare_run
+
+    cfg = _config(args)
+    run_dir = prepare_run(cfg)
+    print(run_dir)
+    print(
+        "start the ranks on every machine with:\n  torchrun --nnodes=<N> --node-rank=<i> --nproc-per-node=<GPUs> "
+        f"--rdzv-backend=c10d --rdzv-endpoint=<host0>:29500 -m zen_analysis.dist.entry --run-dir {run_dir}"
+    )
+
+
+def cmd_traces(args: argparse.Namespace) -> None:
+    from zen_analysis.capture.summary import describe_run
+
+    print(describe_run(args.run))
+
+
+def cmd_reproduce(args: argparse.Namespace) -> None:
+    from zen_analysis.reproduce import reproduce
+
+    reproduce(args.set or [])
+
+
+def cmd_bench(args: argparse.Namespace) -> None:
+    from zen_analysis.bench import BENCHMARKS
+
+    BENCHMARKS[args.what](args.set or [])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="zen-analysis", description="Sparse gradient synchronization toolkit.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("recipes", help="list the named recipes").set_defaults(func=cmd_recipes)
+    p = sub.add_parser("config", help="print a recipe's full config as JSON")
+    _add_config_args(p)
+    p.set_defaults(func=cmd_config)
+    p = sub.add_parser("train", help="train and capture on N ranks (fork on CPU, torchrun on GPUs)")
+    _add_config_args(p)
+    p.set_defaults(func=cmd_train)
+    p = sub.add_parser("prepare", help="write a run directory and data caches for a manual torchrun launch")
+    _add_config_args(p)
+    p.set_defaults(func=cmd_prepare)
+    p = sub.add_parser("traces", help="summarise the captured traces of a run")
+    p.add_argument("run", help="run id under data/traces, or a trace directory")
+    p.set_defaults(func=cmd_traces)
+    p = sub.add_parser("reproduce", help="the main job: train + capture on the default data, then summarise")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field of every run")
+    p.set_defaults(func=cmd_reproduce)
+    p = sub.add_parser("bench", help="benchmarks (ratios measured side by side, medians)")
+    p.add_argument("what", choices=["capture"], help="capture: capture overhead vs step time")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE")
+    p.set_defaults(func=cmd_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    # Nothing here needs the hub unless a hub dataset is named; never wait on network retries otherwise.
+    argv = sys.argv[1:] if argv is None else argv
+    if not any("data.source=hub" in a for a in argv):
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    args = build_parser().parse_args(argv)
+    from zen_analysis.capture.traces import TraceError
+
+    try:
+        args.func(args)
+    except (ValueError, TraceError) as exc:  # config, input and trace mistakes: a clear message, no traceback
+        sys.exit(f"zen-analysis: error: {exc}")
+    except RuntimeError as exc:
+        if type(exc).__name__ != "RankFailedError":
+            raise
+        sys.exit(f"zen-analysis: error: {exc}")
