@@ -15,7 +15,6 @@ export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
-export MPLBACKEND ?= Agg
 export PYTHONUNBUFFERED ?= 1
 
 .PHONY: venv test test-fast reproduce bench lab clean

@@ -1,8 +1,12 @@
-"""Test setup: offline hub, and all generated data in one temporary directory for the whole session."""
+"""Test setup: offline hub, and all generated data in one temporary directory for the whole session.
+
+Notebook kernels started by nbmake inherit these variables, so notebooks under test write there too.
+"""
 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 
 # Before anything imports transformers/datasets: never wait on hub retries in tests.
@@ -11,6 +15,10 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("MPLBACKEND", "Agg")
-# Runs and traces of the tests go to a throw-away directory (paths.py reads this at call time).
-os.environ["ZEN_ANALYSIS_DATA"] = tempfile.mkdtemp(prefix="zen-analysis-tests-")
-os.environ["ZEN_ANALYSIS_FIGURES"] = os.path.join(os.environ["ZEN_ANALYSIS_DATA"], "figures")
+_DATA = tempfile.mkdtemp(prefix="zen-analysis-tests-")
+os.environ["ZEN_ANALYSIS_DATA"] = _DATA
+os.environ["ZEN_ANALYSIS_FIGURES"] = os.path.join(_DATA, "figures")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    shutil.rmtree(_DATA, ignore_errors=True)

@@ -130,3 +130,21 @@ def test_a_rank_killed_by_a_signal_is_reported():
 
     with pytest.raises(RankFailedError, match="rank 1 .*killed by signal 9"):
         launch(_smoke(dist__num_ranks=2), target=_die, progress=False, echo=False)
+
+
+# ---- the torchrun path (what GPUs and several machines use), exercised on CPU with gloo
+
+
+def test_torchrun_launcher_trains_and_captures_on_cpu():
+    cfg = _smoke(dist__launcher="torchrun", dist__backend="gloo", train__num_steps=3)
+    result = launch(cfg, progress=False, echo=False)
+    assert len({s["param_sha256"] for s in result.results.values()}) == 1
+    assert result.traces().workers() == [0, 1, 2, 3]
+    _no_orphans(result.pids)
+
+
+def test_torchrun_launcher_reports_the_failing_rank():
+    cfg = _smoke(dist__launcher="torchrun", dist__backend="gloo")
+    cfg.capture.topk_tensors = ("*no_such_tensor*",)
+    with pytest.raises(RankFailedError, match="(?s)rank 0 of run.*matches no parameter"):
+        launch(cfg, progress=False, echo=False)

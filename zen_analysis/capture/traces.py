@@ -80,7 +80,7 @@ class SparseGrad:
     def from_dense(cls, grad: torch.Tensor, *, step: int, worker: int, rank: int, tensor: str, kind: str) -> SparseGrad:
         flat_N = grad.detach().reshape(-1)
         idx_K = torch.nonzero(flat_N, as_tuple=True)[0]
-        return cls(step, worker, rank, tensor, kind, tuple(grad.shape), idx_K, flat_N[idx_K].float().cpu())
+        return cls(step, worker, rank, tensor, kind, tuple(grad.shape), idx_K.cpu(), flat_N[idx_K].float().cpu())
 
 
 def shard_name(rank: int, shard: int) -> str:

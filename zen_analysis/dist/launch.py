@@ -119,18 +119,24 @@ def prepare_run(cfg: ExperimentConfig, *, target: Callable[..., Any] | str | Non
     run_dir.mkdir(parents=True)
     atomic_write_text(run_dir / "config.json", cfg.to_json())
     atomic_write_json(run_dir / "launch.json", {"target": _target_spec(target)})
-    prepare(cfg.data, progress=progress)
+    # ranks read this instead of re-reading and re-hashing the corpus each
+    atomic_write_json(run_dir / "data.json", prepare(cfg.data, progress=progress).to_dict())
     return run_dir
+
+
+def _die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """Ask Linux to send ``sig`` to this process when its parent dies (no orphans if a kernel is killed)."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, sig)
+    except OSError:  # not Linux: the launcher still stops its children on every exit path
+        pass
 
 
 def _fork_child(rank: int, world: int, port: int, run_dir: Path, target: Callable[..., Any] | None) -> None:
     import torch
 
     torch.set_num_threads(1)  # first: fork after the parent used the thread pool deadlocks otherwise
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:  # not Linux: the launcher still kills children on every exit path
-        pass
+    _die_with_parent(signal.SIGKILL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what an interrupt stops
     cfg_dist = json.loads((run_dir / "config.json").read_text())["dist"]
     os.environ.update(
@@ -268,7 +274,9 @@ def launch(
         ]  # fmt: skip
         (run_dir / "logs").mkdir(parents=True, exist_ok=True)
         with open(run_dir / "logs" / "torchrun.log", "w") as out:
-            procs: list[Any] = [subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)]
+            procs: list[Any] = [
+                subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent)
+            ]
     else:
         import zen_analysis.train.loop  # noqa: F401 - import once here; forked ranks inherit it instead of re-importing
         from zen_analysis.train.model import preload

@@ -48,6 +48,20 @@ class PreparedData:
         d["tokenizer_file"] = str(self.tokenizer_file)
         return d
 
+    @classmethod
+    def from_dict(cls, d: dict) -> PreparedData:
+        return cls(**{**d, "tokens_dir": Path(d["tokens_dir"]), "tokenizer_file": Path(d["tokenizer_file"])})
+
+
+def prepared_for_run(cfg: DataConfig, run_dir: Path) -> PreparedData:
+    """The data a launcher prepared for this run (``run_dir/data.json``), else :func:`prepare` it here."""
+    record = run_dir / "data.json"
+    if record.exists():
+        prepared = PreparedData.from_dict(json.loads(record.read_text()))
+        if (prepared.tokens_dir / "meta.json").exists():
+            return prepared
+    return prepare(cfg, progress=False)
+
 
 def _encode_to(path: Path, tok, texts: list[str], dtype: np.dtype, *, desc: str, progress: bool) -> int:
     from tqdm.auto import tqdm

@@ -30,7 +30,7 @@ from zen_analysis.capture.hooks import GradientCapture
 from zen_analysis.capture.traces import TraceWriter, write_manifest
 from zen_analysis.config import ExperimentConfig
 from zen_analysis.dist.env import RankInfo
-from zen_analysis.train.data import TokenData, prepare
+from zen_analysis.train.data import TokenData, prepared_for_run
 from zen_analysis.train.model import build_model, lm_loss
 from zen_analysis.train.sync import GradSync, build_sync
 
@@ -99,7 +99,7 @@ def train(cfg: ExperimentConfig, *, info: RankInfo, sync: GradSync | None = None
     run_dir = paths.run_dir(cfg.run_id)
     V = t.workers_per_rank
     # ---- data and model: the seed makes every rank build identical weights
-    prepared = prepare(cfg.data, progress=False)
+    prepared = prepared_for_run(cfg.data, run_dir)
     data = TokenData(prepared, seq_len=t.seq_len, seed=t.seed)
     torch.manual_seed(t.seed)
     model = build_model(cfg.model, vocab_size=data.vocab_size, max_seq_len=t.seq_len).to(info.device)
