@@ -7,8 +7,8 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 EXTRAS ?= cpu,notebooks,test
-STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 comma := ,
+STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
 # Offline by default: nothing waits on hub retries unless a hub dataset is named explicitly.
 export HF_HUB_OFFLINE ?= 1

@@ -57,3 +57,18 @@ def test_records_sum_to_the_accumulated_gradient_and_training_is_unchanged(tmp_p
 def test_patterns_must_match_a_parameter():
     with pytest.raises(ValueError, match="matches no parameter"):
         match_tensors(_model(), ("*does_not_exist*",))
+
+
+def test_train_runs_in_process_as_a_single_rank():
+    """What a notebook does without the launcher: train(cfg) in the kernel, all workers in one process."""
+    from zen_analysis import recipes
+    from zen_analysis.capture.traces import TraceReader
+    from zen_analysis.train.loop import train
+
+    cfg = recipes.smoke()
+    cfg.dist.num_ranks = 1
+    cfg.train.num_steps = 2
+    summary = train(cfg, log=lambda *a: None)
+    assert summary["num_steps"] == 2 and summary["final_loss"] > 0
+    reader = TraceReader(cfg.run_id)
+    assert reader.manifest["finished"] and reader.workers() == [0, 1]

@@ -29,6 +29,7 @@ from zen_analysis.atomic import atomic_write_json
 from zen_analysis.capture.hooks import GradientCapture
 from zen_analysis.capture.traces import TraceWriter, write_manifest
 from zen_analysis.config import ExperimentConfig
+from zen_analysis.dist import env
 from zen_analysis.dist.env import RankInfo
 from zen_analysis.train.data import TokenData, prepared_for_run
 from zen_analysis.train.model import build_model, lm_loss
@@ -93,10 +94,22 @@ def parameter_digest(model: torch.nn.Module) -> str:
     return h.hexdigest()
 
 
-def train(cfg: ExperimentConfig, *, info: RankInfo, sync: GradSync | None = None, log=print) -> dict[str, Any]:
-    """Train ``cfg`` on this rank; returns the run summary (rank 0 also writes it to ``summary.json``)."""
+def train(
+    cfg: ExperimentConfig, *, info: RankInfo | None = None, sync: GradSync | None = None, log=print
+) -> dict[str, Any]:
+    """Train ``cfg`` on this rank; returns the run summary (rank 0 also writes it to ``summary.json``).
+
+    Ranks started by :func:`zen_analysis.launch` pass ``info``; called directly (say in a notebook kernel) it
+    trains as a single rank, all ``workers_per_rank`` workers in this process.
+    """
+    if info is None:
+        info = env.init(cfg.dist)
+    if not cfg.run_id:
+        cfg.run_id = f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     t = cfg.train
     run_dir = paths.run_dir(cfg.run_id)
+    if info.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
     V = t.workers_per_rank
     # ---- data and model: the seed makes every rank build identical weights
     prepared = prepared_for_run(cfg.data, run_dir)
