@@ -219,7 +219,10 @@ def _failure(run_dir: Path, run_id: str, failed: list[int], codes: dict[int, int
     log = run_dir / "logs" / f"rank{rank}.log"
     body = errors[rank].read_text() if errors[rank].exists() else _tail_text(log)
     code = codes.get(rank)
-    how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+    if code is None:  # torchrun: per-rank exit codes stay inside torchrun, the error file says what happened
+        how = "raised"
+    else:
+        how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
     msg = f"rank {rank} of run {run_id} failed ({how}):\n\n{body.rstrip()}\n\nfull log: {log}"
     others = sorted(set(failed) - {rank})
     if others:
@@ -315,9 +318,9 @@ def launch(
                 failed = [r for r, c in codes.items() if c not in (None, 0)]
                 killed = [r for r, c in codes.items() if c is None]
                 _kill(procs)
-                if launcher == "torchrun":  # torchrun's exit code is not a rank: find the ranks that wrote errors
+                if launcher == "torchrun":  # torchrun's exit code is not a rank's: find the ranks that wrote errors
                     failed = sorted(int(p.stem[4:]) for p in (run_dir / "errors").glob("rank*.txt")) or failed
-                    killed = []
+                    codes, killed = {}, []
                 raise _failure(run_dir, cfg.run_id, failed, codes, killed, pids)
             if all(c == 0 for c in codes.values()):
                 break
