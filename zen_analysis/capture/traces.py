@@ -278,8 +278,13 @@ class TraceReader:
         worker: int | None = None,
         rank: int | None = None,
         kind: str | None = None,
+        with_values: bool = True,
     ) -> Iterator[SparseGrad]:
-        """Yield matching records, reading one row group at a time (memory does not grow with the run)."""
+        """Yield matching records, reading one row group at a time (memory does not grow with the run).
+
+        ``with_values=False`` skips reading the values column (index-set analyses need only the indices);
+        the records then carry empty ``values_K``.
+        """
         want = {"tensor": tensor, "step": step, "worker": worker, "rank": rank, "kind": kind}
         want = {k: v for k, v in want.items() if v is not None}
         for path in self.files:
@@ -291,18 +296,21 @@ class TraceReader:
                     mask &= keys.column(col).to_numpy(zero_copy_only=False) == value
                 if not mask.any():
                     continue
-                table = self._read_row_group(pf, path, i, None).filter(pa.array(mask))
+                columns = None if with_values else [c for c in pf.schema_arrow.names if c != "values"]
+                table = self._read_row_group(pf, path, i, columns).filter(pa.array(mask))
                 yield from _table_records(table)
 
 
 def _table_records(table: pa.Table) -> Iterator[SparseGrad]:
     cols = {name: table.column(name) for name in table.column_names}
     idx_col = cols["indices"].combine_chunks()
-    val_col = cols["values"].combine_chunks()
     idx_flat = idx_col.values.to_numpy()
-    val_flat = val_col.values.to_numpy()
     idx_off = idx_col.offsets.to_numpy()
-    val_off = val_col.offsets.to_numpy()
+    if "values" in cols:
+        val_col = cols["values"].combine_chunks()
+        val_flat, val_off = val_col.values.to_numpy(), val_col.offsets.to_numpy()
+    else:
+        val_flat, val_off = np.zeros(0, np.float32), np.zeros(table.num_rows + 1, np.int64)
     for j in range(table.num_rows):
         yield SparseGrad(
             step=cols["step"][j].as_py(),

@@ -1,0 +1,104 @@
+"""characterize(): tables equal the metric functions applied by hand, caching, granularity switch."""
+
+import pandas as pd
+import pytest
+import torch
+
+from zen_analysis import paths
+from zen_analysis.capture.traces import SparseGrad, TraceWriter, write_manifest
+from zen_analysis.sparsity import densification_ratio, imbalance_ratios, jaccard, overlap_ratio, skewness_ratio
+from zen_analysis.sparsity.characterize import CharacterizeOptions, characterize, load_tables, worker_counts
+from zen_analysis.zen import hash_owner
+
+R, D = 64, 4  # embedding rows x width
+W, STEPS = 4, 3
+
+
+def _rows(step, worker):
+    gen = torch.Generator().manual_seed(100 * step + worker)
+    return torch.unique(torch.randint(0, R // 2, (9,), generator=gen))  # skewed towards low rows
+
+
+def _topk(step, worker):
+    gen = torch.Generator().manual_seed(7 + 100 * step + worker)
+    return torch.unique(torch.randint(0, 50, (6,), generator=gen))
+
+
+@pytest.fixture
+def run_id():
+    rid = "synthetic-characterize"
+    tdir = paths.trace_dir(rid)
+    writers = {r: TraceWriter(tdir, rank=r, run_id=rid, world_size=2, steps_per_shard=2) for r in range(2)}
+    for step in range(STEPS):
+        for w in range(W):
+            rank = w // 2
+            emb = torch.zeros(R, D)
+            emb[_rows(step, w)] = 1.0
+            writers[rank].add(SparseGrad.from_dense(emb, step=step, worker=w, rank=rank, tensor="emb", kind="natural"))
+            idx = _topk(step, w)
+            writers[rank].add(SparseGrad(step, w, rank, "lin", "topk", (10, 5), idx, torch.ones(idx.numel())))
+        for wr in writers.values():
+            wr.end_step()
+    for wr in writers.values():
+        wr.close()
+    tensors = {"emb": {"kind": "natural", "shape": [R, D], "numel": R * D}, "lin": {"kind": "topk", "shape": [10, 5], "numel": 50}}
+    write_manifest(tdir, {"run_id": rid, "tensors": tensors})
+    return rid
+
+
+def test_worker_counts():
+    assert worker_counts(1) == [] and worker_counts(8) == [2, 4, 8] and worker_counts(12) == [2, 4, 8, 12]
+
+
+def test_tables_match_the_metrics_by_hand(run_id):
+    t = load_tables(run_id)
+    assert set(t) == {"density", "overlap", "densification", "skew", "drift", "imbalance"}
+    emb = {w: _rows(1, w) for w in range(W)}
+    lin = {w: _topk(1, w) for w in range(W)}
+
+    d = t["density"].query("step == 1 and tensor == 'emb'").set_index("worker")
+    assert (d["granularity"] == "row").all() and (d["numel"] == R).all()
+    assert d.loc[2, "nnz"] == emb[2].numel()
+
+    o = t["overlap"].query("step == 1 and tensor == 'lin' and worker_a == 0 and worker_b == 3")
+    assert o["overlap"].item() == pytest.approx(overlap_ratio(lin[0], lin[3]))
+    assert len(t["overlap"].query("step == 1 and tensor == 'lin'")) == W * (W - 1) // 2
+
+    g = t["densification"].query("step == 1 and tensor == 'emb'").set_index("n")["gamma"]
+    assert list(g.index) == [2, 4]
+    assert g[4] == pytest.approx(densification_ratio(list(emb.values())))
+    assert g[2] == pytest.approx(densification_ratio([emb[0], emb[1]]))
+
+    s = t["skew"].query("step == 1 and tensor == 'lin' and num_partitions == 8").set_index("worker")
+    assert s.loc[1, "skewness"] == pytest.approx(skewness_ratio(lin[1], 50, 8))
+    assert sum(s.loc[1, "shares"]) == pytest.approx(1.0)
+    union = torch.unique(torch.cat(list(lin.values())))
+    assert s.loc[-1, "skewness"] == pytest.approx(skewness_ratio(union, 50, 8))
+
+    i = t["imbalance"].query("step == 1 and tensor == 'emb' and n == 4").set_index("owner")
+    assert tuple(i.loc["hash", ["push", "pull"]]) == pytest.approx(imbalance_ratios(list(emb.values()), R, hash_owner(4), 4))
+
+    dr = t["drift"].query("tensor == 'emb' and step == 1 and next_step == 2").set_index("worker")
+    assert dr.loc[0, "jaccard"] == pytest.approx(jaccard(emb[0], _rows(2, 0)))
+    assert sorted(t["drift"]["step"].unique()) == [0, 1]
+
+
+def test_element_granularity_for_natural_tensors(run_id):
+    out = characterize(run_id, options=CharacterizeOptions(natural_granularity="element"), progress=False)
+    d = pd.read_parquet(out / "density.parquet").query("tensor == 'emb' and step == 0")
+    assert (d["granularity"] == "element").all() and (d["numel"] == R * D).all()
+    o = pd.read_parquet(out / "overlap.parquet").query("tensor == 'emb' and step == 0")
+    assert not o.empty and o["overlap"].between(0, 1).all()
+    # a touched row is fully non-zero: element-level overlap equals row-level overlap
+    assert o.query("worker_a == 0 and worker_b == 1")["overlap"].item() == pytest.approx(overlap_ratio(_rows(0, 0), _rows(0, 1)))
+
+
+def test_results_are_reused_until_the_traces_change(run_id):
+    out = characterize(run_id, progress=False)
+    mtime = (out / "overlap.parquet").stat().st_mtime_ns
+    assert characterize(run_id, progress=False) == out
+    assert (out / "overlap.parquet").stat().st_mtime_ns == mtime
+    shard = sorted(paths.trace_dir(run_id).glob("*.parquet"))[0]
+    shard.touch()
+    characterize(run_id, progress=False)
+    assert (out / "overlap.parquet").stat().st_mtime_ns != mtime

@@ -1,0 +1,210 @@
+"""From a run's traces to tidy characterization tables (``zen-analysis characterize <run>``).
+
+For every captured tensor and step, the workers' index sets are read once (indices only, one step at a time,
+so peak memory does not grow with the number of steps) and turned into the paper's metrics. Tables, written to
+``data/derived/<run_id>/`` as Parquet (one row group per step):
+
+=================  ==========================================================================================
+``density``        tensor, granularity, step, worker, numel, nnz, density
+``overlap``        tensor, granularity, step, worker_a, worker_b, overlap  (every pair of workers)
+``densification``  tensor, granularity, step, n, union_nnz, mean_nnz, gamma  (the first n workers)
+``skew``           tensor, granularity, step, worker, num_partitions, skewness, shares  (worker -1: the union)
+``drift``          tensor, granularity, step, next_step, worker, jaccard  (worker -1: the union)
+``imbalance``      tensor, granularity, step, n, owner, push, pull  (first n workers, n partitions)
+=================  ==========================================================================================
+
+Documented choices:
+
+* **Worker order.** "The first n workers" are the n smallest worker ids (rank-major: worker = rank * V + v).
+  Every worker draws independent batches, so any fixed order is a fair sample; the ascending one is simply
+  reproducible.
+* **n.** Powers of two 2, 4, ..., up to the number of workers W (and W itself); partitions 2, 4, ..., 128.
+* **Granularity.** Top-k tensors are analysed per element. Natural (embedding) tensors are analysed per row by
+  default (``natural_granularity="row"``, numel = number of rows): a touched row has all its elements non-zero,
+  so overlap and densification are identical at both granularities and row sets are ``hidden_size`` times
+  smaller. ``natural_granularity="element"`` analyses flat element indices instead.
+* **Owners for imbalance.** ``contiguous`` (even ranges, as Sparse PS / OmniReduce) and ``hash`` (Zen's h0 with
+  ``hash_seed``).
+
+Re-running reuses the tables unless the traces, the options or this module's ``VERSION`` changed
+(``stamp.json``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+from zen_analysis import paths
+from zen_analysis.atomic import atomic_path, atomic_write_json
+from zen_analysis.capture.traces import TraceReader
+from zen_analysis.sparsity.metrics import (
+    contiguous_owner,
+    imbalance_ratios,
+    jaccard,
+    pairwise_overlap_ratios,
+    partition_shares,
+    rows_of,
+)
+from zen_analysis.zen.hashing import hash_owner
+
+VERSION = 1
+PARTITION_COUNTS = (2, 4, 8, 16, 32, 64, 128)
+TABLES = ("density", "overlap", "densification", "skew", "drift", "imbalance")
+UNION = -1
+"""Worker id used for the union (aggregate) of all workers' sets."""
+
+
+@dataclass(kw_only=True)
+class CharacterizeOptions:
+    natural_granularity: str = "row"
+    """``row`` or ``element`` for natural (embedding) tensors; top-k tensors are always per element."""
+    hash_seed: int = 0
+    """Seed of Zen's h0 for the hash owner."""
+
+    def __post_init__(self) -> None:
+        if self.natural_granularity not in ("row", "element"):
+            raise ValueError("natural_granularity must be 'row' or 'element'")
+
+
+def worker_counts(num_workers: int) -> list[int]:
+    """2, 4, 8, ... up to ``num_workers``, plus ``num_workers`` itself."""
+    out = [n for n in (2**k for k in range(1, 31)) if n <= num_workers]
+    if num_workers >= 2 and (not out or out[-1] != num_workers):
+        out.append(num_workers)
+    return out
+
+
+def derived_dir(run_id: str) -> Path:
+    return paths.derived_dir() / run_id
+
+
+def _stamp(reader: TraceReader, options: CharacterizeOptions) -> dict:
+    return {
+        "version": VERSION,
+        "options": asdict(options),
+        "files": [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in reader.files],
+    }
+
+
+class _TableWriters:
+    """One Parquet writer per table, each step appended as a row group; files appear atomically at close."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self._ctx = {}
+        self._writers: dict[str, pq.ParquetWriter] = {}
+
+    def append(self, name: str, rows: list[dict]) -> None:
+        if not rows:
+            return
+        table = pa.Table.from_pylist(rows)
+        if name not in self._writers:
+            ctx = atomic_path(self.out / f"{name}.parquet")
+            tmp = ctx.__enter__()
+            self._ctx[name] = ctx
+            self._writers[name] = pq.ParquetWriter(tmp, table.schema, compression="zstd")
+        self._writers[name].write_table(table.cast(self._writers[name].schema))
+
+    def close(self, ok: bool) -> None:
+        for name, w in self._writers.items():
+            w.close()
+            if ok:
+                self._ctx[name].__exit__(None, None, None)
+            else:
+                self._ctx[name].__exit__(RuntimeError, RuntimeError("aborted"), None)
+
+
+def _step_rows(tensor: str, gran: str, step: int, numel: int, sets: dict[int, torch.Tensor], opts) -> dict:
+    workers = sorted(sets)
+    ordered = [sets[w] for w in workers]
+    rows: dict[str, list[dict]] = {t: [] for t in TABLES}
+    base = {"tensor": tensor, "granularity": gran, "step": step}
+    for w, s in zip(workers, ordered):
+        rows["density"].append({**base, "worker": w, "numel": numel, "nnz": s.numel(), "density": s.numel() / numel})
+    pairs = pairwise_overlap_ratios(ordered)
+    iu, ju = np.triu_indices(len(workers), k=1)
+    for a, b, r in zip(iu, ju, pairs):
+        rows["overlap"].append({**base, "worker_a": workers[a], "worker_b": workers[b], "overlap": float(r)})
+    union = torch.unique(torch.cat(ordered)) if ordered else torch.zeros(0, dtype=torch.long)
+    for n in worker_counts(len(workers)):
+        sub = ordered[:n]
+        mean = sum(s.numel() for s in sub) / n
+        u = torch.unique(torch.cat(sub)).numel()
+        rows["densification"].append(
+            {**base, "n": n, "union_nnz": u, "mean_nnz": mean, "gamma": u / mean if mean else float("nan")}
+        )
+        for owner_name, own in (("contiguous", contiguous_owner(numel, n)), ("hash", hash_owner(n, opts.hash_seed))):
+            push, pull = imbalance_ratios(sub, numel, own, n)
+            rows["imbalance"].append({**base, "n": n, "owner": owner_name, "push": push, "pull": pull})
+    for w, s in list(zip(workers, ordered)) + [(UNION, union)]:
+        for p in PARTITION_COUNTS:
+            shares = partition_shares(s, numel, p)
+            skew = float("nan") if np.isnan(shares).any() else float(p * shares.max())
+            rows["skew"].append({**base, "worker": w, "num_partitions": p, "skewness": skew, "shares": shares.tolist()})
+    return rows, union
+
+
+def characterize(
+    run: str | Path, *, options: CharacterizeOptions | None = None, force: bool = False, progress: bool = True
+) -> Path:
+    """Compute (or reuse) the characterization tables of ``run``; returns ``data/derived/<run_id>/``."""
+    from tqdm.auto import tqdm
+
+    opts = options or CharacterizeOptions()
+    reader = TraceReader(run)
+    out = derived_dir(reader.run_id)
+    stamp = _stamp(reader, opts)
+    stamp_path = out / "stamp.json"
+    if not force and stamp_path.exists() and json.loads(stamp_path.read_text()) == stamp:
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    stamp_path.unlink(missing_ok=True)
+    tensors = reader.manifest["tensors"]
+    writers = _TableWriters(out)
+    prev: dict[str, tuple[int, dict[int, torch.Tensor], torch.Tensor]] = {}
+    ok = False
+    try:
+        for step in tqdm(reader.steps(), desc=f"characterize {reader.run_id}", unit="step", disable=not progress):
+            sets: dict[str, dict[int, torch.Tensor]] = {}
+            for rec in reader.records(step=step, with_values=False):
+                info = tensors[rec.tensor]
+                if info["kind"] == "natural" and opts.natural_granularity == "row":
+                    s = rows_of(rec.indices_K, int(info["shape"][-1]))
+                else:
+                    s = rec.indices_K.long()  # stored sorted and unique
+                sets.setdefault(rec.tensor, {})[rec.worker] = s
+            for tensor, by_worker in sets.items():
+                info = tensors[tensor]
+                row_level = info["kind"] == "natural" and opts.natural_granularity == "row"
+                gran = "row" if row_level else "element"
+                numel = int(info["shape"][0]) if row_level else int(info["numel"])
+                rows, union = _step_rows(tensor, gran, step, numel, by_worker, opts)
+                if tensor in prev:
+                    p_step, p_sets, p_union = prev[tensor]
+                    base = {"tensor": tensor, "granularity": gran, "step": p_step, "next_step": step}
+                    for w in sorted(set(p_sets) & set(by_worker)):
+                        rows["drift"].append({**base, "worker": w, "jaccard": jaccard(p_sets[w], by_worker[w])})
+                    rows["drift"].append({**base, "worker": UNION, "jaccard": jaccard(p_union, union)})
+                prev[tensor] = (step, by_worker, union)
+                for name, r in rows.items():
+                    writers.append(name, r)
+        ok = True
+    finally:
+        writers.close(ok)
+    atomic_write_json(stamp_path, stamp)
+    return out
+
+
+def load_tables(run: str | Path, *, characterize_if_missing: bool = True) -> dict[str, pd.DataFrame]:
+    """The characterization tables of ``run`` as DataFrames (computing them first if needed)."""
+    reader = TraceReader(run)
+    out = characterize(run, progress=False) if characterize_if_missing else derived_dir(reader.run_id)
+    return {name: pd.read_parquet(out / f"{name}.parquet") for name in TABLES if (out / f"{name}.parquet").exists()}

@@ -1,0 +1,48 @@
+"""The first-level hash h0 of Zen: which partition (server) owns each gradient index.
+
+Context (Zen, OSDI'25, sections 3.2 and 4): every rank maps index ``idx`` to partition ``h0(idx) mod n`` with the
+same seeded universal hash, so the same index always meets the same server, with no coordination and no
+dependence on the data. Theorem 2 bounds the resulting push and pull imbalance by 1 + O(sqrt(n log n / |I|)),
+which is why hashing balances the skewed gradients that contiguous ranges do not (C3).
+
+h0 here is MurmurHash3's 32-bit finaliser (fmix32) applied to the index's low and high 32-bit halves, mixed
+with the seed: well-mixed, cheap, vectorised in int64 torch arithmetic (products wrap modulo 2**64 and are
+masked back to 32 bits), and identical on CPU and CUDA. The seed is chosen at start-up and broadcast, so all
+ranks agree.
+"""
+
+from __future__ import annotations
+
+import torch
+
+_M32 = 0xFFFFFFFF
+
+
+def _fmix32(h: torch.Tensor) -> torch.Tensor:
+    h = h & _M32
+    h = h ^ (h >> 16)
+    h = (h * 0x85EBCA6B) & _M32
+    h = h ^ (h >> 13)
+    h = (h * 0xC2B2AE35) & _M32
+    return h ^ (h >> 16)
+
+
+def h0(indices: torch.Tensor, seed: int = 0) -> torch.Tensor:
+    """32-bit hash (as int64 in [0, 2**32)) of each index, for a given seed."""
+    idx = torch.as_tensor(indices).long()
+    s = seed & _M32
+    lo = _fmix32((idx & _M32) ^ s)
+    hi = _fmix32(((idx >> 32) & _M32) ^ ((s * 0x9E3779B1 + 0x7F4A7C15) & _M32))
+    return _fmix32(lo ^ ((hi * 0x27D4EB2F) & _M32))
+
+
+def owner(indices: torch.Tensor, num_partitions: int, seed: int = 0) -> torch.Tensor:
+    """Partition (server) id in [0, num_partitions) of each index: h0(idx) mod n."""
+    if num_partitions < 1:
+        raise ValueError("num_partitions must be >= 1")
+    return h0(indices, seed) % num_partitions
+
+
+def hash_owner(num_partitions: int, seed: int = 0):
+    """``owner`` bound to (n, seed): plugs into ``sparsity.imbalance_ratios`` as the hash owner."""
+    return lambda indices: owner(indices, num_partitions, seed)
