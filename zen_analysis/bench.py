@@ -1,5 +1,11 @@
 """Benchmarks (``zen-analysis bench ...`` / ``make bench``): ratios measured side by side in one run, medians.
 
+``characterize``: time and peak memory of ``zen-analysis characterize`` on a synthetic capture of the size the
+characterization issue sets: a 16.8M-element embedding gradient (65,536 rows x 256), 128 workers, 20 steps,
+each worker touching the rows of 4,096 Zipf(1.1)-distributed token ids (about 1.7% density, skewed towards low ids
+like a frequency-ordered vocabulary). The traces are generated first (untimed); the characterization then runs
+in a fresh process, whose wall time and peak RSS are reported.
+
 ``capture``: the cost of gradient capture relative to training. One run of the default model on 2 ranks
 (one per core, so nothing is oversubscribed) with 32 workers, capturing every ``capture.every`` steps. Each
 step's wall time and the time spent inside capture code (isolating per-worker gradients, top-k, buffering,
@@ -46,4 +52,65 @@ def bench_capture(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     return out
 
 
-BENCHMARKS = {"capture": bench_capture}
+def _synthetic_embedding_run(run_id: str, *, num_rows: int, width: int, num_workers: int, num_steps: int) -> None:
+    import numpy as np
+    import torch
+
+    from zen_analysis import paths
+    from zen_analysis.capture.traces import SparseGrad, TraceWriter, write_manifest
+
+    tdir = paths.trace_dir(run_id)
+    if (tdir / "manifest.json").exists():
+        return
+    num_ranks = 4
+    per_rank = num_workers // num_ranks
+    rng = np.random.default_rng(0)
+    cols_W = torch.arange(width)
+    for rank in range(num_ranks):
+        writer = TraceWriter(tdir, rank=rank, run_id=run_id, world_size=num_ranks, steps_per_shard=5)
+        for step in range(num_steps):
+            for v in range(per_rank):
+                tokens = np.minimum(rng.zipf(1.1, size=4096) - 1, num_rows - 1)
+                rows_K = torch.from_numpy(np.unique(tokens))
+                idx = (rows_K[:, None] * width + cols_W).reshape(-1)
+                writer.add(SparseGrad(step, rank * per_rank + v, rank, "embed.weight", "natural", (num_rows, width), idx, torch.ones(idx.numel())))
+            writer.end_step()
+        writer.close()
+    tensors = {"embed.weight": {"kind": "natural", "shape": [num_rows, width], "numel": num_rows * width}}
+    config = {"model": {"arch": "synthetic"}, "capture": {"topk_ratio": 0.05}}
+    write_manifest(tdir, {"run_id": run_id, "tensors": tensors, "config": config, "num_workers": num_workers})
+
+
+def bench_characterize(overrides: list[str] | tuple[str, ...] = ()) -> dict:
+    import resource
+    import subprocess
+    import sys
+    import time
+
+    if overrides:
+        raise ValueError("bench characterize takes no --set overrides")
+    run_id = "bench-characterize-16M-128w-20s"
+    t0 = time.perf_counter()
+    _synthetic_embedding_run(run_id, num_rows=65536, width=256, num_workers=128, num_steps=20)
+    gen_s = time.perf_counter() - t0
+    code = (
+        "from zen_analysis.sparsity.characterize import characterize\n"
+        f"characterize({run_id!r}, force=True, progress=False)\n"
+    )
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], check=True)
+    wall = time.perf_counter() - t0
+    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    from zen_analysis.capture.traces import TraceReader
+
+    df = TraceReader(run_id).summary()
+    out = {"characterize_s": wall, "peak_rss_mb": peak_mb, "generate_s": gen_s, "mean_density": float(df["density"].mean())}
+    print(
+        f"characterize: 16.8M-element embedding, 128 workers, 20 steps (mean density {100 * out['mean_density']:.2f}%, "
+        f"traces generated in {gen_s:.0f} s)\n  wall time {wall:.1f} s (fresh process, imports included), "
+        f"peak RSS {peak_mb:.0f} MB"
+    )
+    return out
+
+
+BENCHMARKS = {"capture": bench_capture, "characterize": bench_characterize}

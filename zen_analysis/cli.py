@@ -5,6 +5,7 @@ Configs come from a recipe name or a JSON file, edited only with ``--set section
     zen-analysis recipes
     zen-analysis train smoke --set train.num_steps=20 --set dist.num_ranks=4
     zen-analysis traces <run_id>
+    zen-analysis characterize <run_id>
     zen-analysis reproduce
     zen-analysis bench capture
 """
@@ -76,6 +77,14 @@ def cmd_traces(args: argparse.Namespace) -> None:
     print(describe_run(args.run))
 
 
+def cmd_characterize(args: argparse.Namespace) -> None:
+    from zen_analysis.sparsity.characterize import CharacterizeOptions, characterize
+
+    opts = CharacterizeOptions(natural_granularity=args.natural_granularity, hash_seed=args.hash_seed)
+    out = characterize(args.run, options=opts, force=args.force)
+    print(f"tables in {out}")
+
+
 def cmd_reproduce(args: argparse.Namespace) -> None:
     from zen_analysis.reproduce import reproduce
 
@@ -104,11 +113,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("traces", help="summarise the captured traces of a run")
     p.add_argument("run", help="run id under data/traces, or a trace directory")
     p.set_defaults(func=cmd_traces)
+    p = sub.add_parser("characterize", help="overlap, densification, skew, drift and imbalance tables of a run")
+    p.add_argument("run", help="run id under data/traces, or a trace directory")
+    p.add_argument("--natural-granularity", choices=["row", "element"], default="row")
+    p.add_argument("--hash-seed", type=int, default=0, help="seed of Zen's h0 for the hash owner")
+    p.add_argument("--force", action="store_true", help="recompute even if the tables are up to date")
+    p.set_defaults(func=cmd_characterize)
     p = sub.add_parser("reproduce", help="the main job: train + capture on the default data, then summarise")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field of every run")
     p.set_defaults(func=cmd_reproduce)
     p = sub.add_parser("bench", help="benchmarks (ratios measured side by side, medians)")
-    p.add_argument("what", choices=["capture"], help="capture: capture overhead vs step time")
+    p.add_argument(
+        "what", choices=["capture", "characterize"],
+        help="capture: capture overhead vs step time; characterize: time and memory at 16M x 128 workers x 20 steps",
+    )  # fmt: skip
     p.add_argument("--set", action="append", metavar="KEY=VALUE")
     p.set_defaults(func=cmd_bench)
     return parser

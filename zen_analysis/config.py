@@ -35,8 +35,14 @@ class ModelConfig:
     """Tied input/output embeddings give every embedding row a gradient: natural sparsity disappears."""
     dropout: float = 0.0
     """0 keeps ranks bit-identical and runs reproducible."""
+    adaptive_cutoffs: tuple[int, ...] = ()
+    """LSTM only: adaptive-softmax cluster boundaries (e.g. 2048,8192); empty means a full softmax."""
 
     def __post_init__(self) -> None:
+        if self.adaptive_cutoffs and self.arch != "lstm":
+            raise ValueError("model.adaptive_cutoffs applies to model.arch=lstm only")
+        if list(self.adaptive_cutoffs) != sorted(set(self.adaptive_cutoffs)) or any(c <= 0 for c in self.adaptive_cutoffs):
+            raise ValueError("model.adaptive_cutoffs must be increasing positive ids")
         if self.arch not in ARCHS:
             raise ValueError(f"model.arch={self.arch!r} is unknown; choose one of {ARCHS}")
         if self.hidden_size <= 0 or self.num_layers <= 0:

@@ -77,10 +77,11 @@ def gpt2_smoke() -> ExperimentConfig:
 
 
 def lstm() -> ExperimentConfig:
-    """2-layer LSTM LM: the paper's strongest natural-sparsity workload (AWD-LSTM analogue)."""
+    """2-layer LSTM LM, 32k vocab, adaptive softmax: the paper's most skewed natural-sparsity workload."""
     cfg = default()
     cfg.name = "lstm"
-    cfg.model = ModelConfig(arch="lstm", hidden_size=256, num_layers=2)
+    cfg.data.vocab_size = 32768
+    cfg.model = ModelConfig(arch="lstm", hidden_size=256, num_layers=2, adaptive_cutoffs=(2048, 8192))
     cfg.capture.topk_tensors = LSTM_TOPK
     return cfg
 

@@ -1,8 +1,9 @@
 """``make reproduce``: the main job on the embedded default data, stage by stage.
 
-Today: train and capture the reproduction workloads (the small Llama, natural + top-k sparsity; the LSTM LM,
-natural sparsity) on several ranks, then write a capture summary to ``data/derived/reproduce/``. Later stages
-(characterization, scheme evaluation, Zen, EDiT figures) extend this same function.
+Stages: (1) train and capture the reproduction workloads on several ranks (the small Llama: natural + top-k
+sparsity; the 32k-vocabulary LSTM LM: natural sparsity) and write a capture summary to
+``data/derived/reproduce/``; (2) characterize their sparsity and draw the paper's Fig. 2-3 analogues plus drift
+and imbalance into ``figures/``. Later stages (scheme evaluation, Zen, EDiT figures) extend this function.
 """
 
 from __future__ import annotations
@@ -34,3 +35,19 @@ def reproduce(overrides: list[str] | tuple[str, ...] = ()) -> None:
     out = paths.derived_dir() / "reproduce" / "capture_summary.txt"
     atomic_write_text(out, "\n\n".join(reports) + "\n")
     print(f"summary written to {out}")
+
+    from zen_analysis.plots.sparsity import write_all
+    from zen_analysis.sparsity.characterize import characterize
+    from zen_analysis.sparsity.report import claims_table, to_markdown
+    from zen_analysis.sparsity.workloads import combined_tables
+
+    run_ids = [reproduce_run_id(name) for name in REPRODUCE_RUNS]
+    for run_id in run_ids:
+        characterize(run_id)
+    tables = combined_tables(run_ids)
+    names = write_all(tables)
+    print(f"figures written to {paths.figures_dir()}: {', '.join(names)}")
+    claims = claims_table(tables)
+    claims_path = paths.derived_dir() / "reproduce" / "claims.md"
+    atomic_write_text(claims_path, to_markdown(claims) + "\n")
+    print(claims.to_string(index=False))

@@ -342,3 +342,20 @@ def launch(
         if f.exists():
             results[r] = json.loads(f.read_text())
     return RunResult(run_id=cfg.run_id, run_dir=run_dir, trace_dir=paths.trace_dir(cfg.run_id), results=results, pids=pids)
+
+
+def ensure_run(cfg: ExperimentConfig, **launch_kwargs: Any) -> str:
+    """The run id of a finished capture of ``cfg`` (its ``run_id``, default ``<name>``), launching it if needed.
+
+    A run is reused when its manifest says it finished with exactly this config; notebooks use this to share a
+    run instead of retraining on every execution.
+    """
+    cfg = copy.deepcopy(cfg)
+    cfg.run_id = cfg.run_id or cfg.name
+    manifest = paths.trace_dir(cfg.run_id) / "manifest.json"
+    if manifest.exists():
+        m = json.loads(manifest.read_text())
+        if m.get("finished") and m.get("config") == json.loads(cfg.to_json()):
+            return cfg.run_id
+    launch(cfg, **launch_kwargs)
+    return cfg.run_id

@@ -42,12 +42,18 @@ def index_set(indices: torch.Tensor | np.ndarray | Sequence[int]) -> torch.Tenso
     t = torch.as_tensor(indices)
     if t.dtype.is_floating_point or t.dtype == torch.bool or (t.dim() != 1 and t.numel() > 0):
         raise ValueError(f"an index set is a 1-D integer tensor, got dtype {t.dtype} and shape {tuple(t.shape)}")
-    return torch.unique(t.reshape(-1).long())
+    t = t.reshape(-1).long()
+    if t.numel() < 2 or bool((t[1:] > t[:-1]).all()):  # already a set (traces store sorted indices): O(n)
+        return t
+    return torch.unique(t)
 
 
 def rows_of(indices: torch.Tensor, row_size: int) -> torch.Tensor:
     """Row ids touched by element ``indices`` of a row-major 2-D tensor with ``row_size`` columns."""
-    return index_set(torch.as_tensor(indices).long() // row_size)
+    rows = torch.as_tensor(indices).long() // row_size
+    if rows.numel() >= 2 and bool((rows[1:] >= rows[:-1]).all()):
+        return torch.unique_consecutive(rows)  # sorted input: linear time
+    return index_set(rows)
 
 
 def density(indices: torch.Tensor, numel: int) -> float:
@@ -70,8 +76,8 @@ def pairwise_overlap_ratios(index_sets: Sequence[torch.Tensor]) -> np.ndarray:
     """Overlap ratio of every pair i < j, in row-major pair order: (0,1), (0,2), ..., (n-2, n-1).
 
     Vectorised: the sets are mapped onto the ids of their union, and all pairwise intersection sizes come from
-    one product of the (workers x union) incidence matrix with its transpose (float32 sums of 0/1 are exact
-    below 2**24, so the union is processed in chunks of that size).
+    one product of the (workers x union) incidence matrix with its transpose, taken over chunks of the union
+    (float32 sums of 0/1 are exact below 2**24; a chunk's matrix is kept under 256 MB).
     """
     sets = [index_set(s) for s in index_sets]
     n = len(sets)
@@ -81,7 +87,7 @@ def pairwise_overlap_ratios(index_sets: Sequence[torch.Tensor]) -> np.ndarray:
     inter = torch.zeros(n, n, dtype=torch.float64)
     union, inverse = torch.unique(torch.cat(sets), return_inverse=True)
     owner_of_entry = torch.repeat_interleave(torch.arange(n), torch.tensor([s.numel() for s in sets]))
-    chunk = 2**24
+    chunk = max(1, min(2**24, 2**26 // n))
     for start in range(0, union.numel(), chunk):
         sel = (inverse >= start) & (inverse < start + chunk)
         width = min(chunk, union.numel() - start)

@@ -17,22 +17,42 @@ from zen_analysis.config import ModelConfig
 
 
 class LSTMLanguageModel(nn.Module):
-    """Embedding -> multi-layer LSTM -> untied linear head, returning logits (B, T, vocab)."""
+    """Embedding -> multi-layer LSTM -> untied output layer.
 
-    def __init__(self, *, vocab_size: int, hidden_size: int, num_layers: int, dropout: float = 0.0) -> None:
+    With ``adaptive_cutoffs`` the output layer is an adaptive softmax (Grave et al., 2017), what large-vocabulary
+    LSTM LMs such as the One Billion Word models use: frequent ids get the full width, rare ids cheaper clusters.
+    It keeps a 32k-vocabulary LSTM affordable on a CPU; the input embedding (the natural-sparsity tensor) is
+    unchanged.
+    """
+
+    def __init__(
+        self, *, vocab_size: int, hidden_size: int, num_layers: int, dropout: float = 0.0, adaptive_cutoffs=()
+    ) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab_size, hidden_size)
         self.lstm = nn.LSTM(hidden_size, hidden_size, num_layers=num_layers, batch_first=True, dropout=dropout)
-        self.lm_head = nn.Linear(hidden_size, vocab_size, bias=False)
         nn.init.normal_(self.embed.weight, std=0.02)
-        nn.init.normal_(self.lm_head.weight, std=0.02)
+        if adaptive_cutoffs:
+            self.adaptive_head = nn.AdaptiveLogSoftmaxWithLoss(hidden_size, vocab_size, list(adaptive_cutoffs), div_value=4.0)
+            self.lm_head = None
+        else:
+            self.adaptive_head = None
+            self.lm_head = nn.Linear(hidden_size, vocab_size, bias=False)
+            nn.init.normal_(self.lm_head.weight, std=0.02)
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.embed
 
     def forward(self, input_ids_BT: torch.Tensor) -> torch.Tensor:
+        """Hidden states (B, T, D)."""
         h_BTD, _ = self.lstm(self.embed(input_ids_BT))
-        return self.lm_head(h_BTD)
+        return h_BTD
+
+    def loss(self, inputs_BT: torch.Tensor, targets_BT: torch.Tensor) -> torch.Tensor:
+        h_ND = self(inputs_BT).reshape(-1, self.embed.embedding_dim)
+        if self.adaptive_head is not None:
+            return self.adaptive_head(h_ND, targets_BT.reshape(-1)).loss
+        return nn.functional.cross_entropy(self.lm_head(h_ND), targets_BT.reshape(-1))
 
 
 def preload(arch: str) -> None:
@@ -47,7 +67,11 @@ def build_model(cfg: ModelConfig, *, vocab_size: int, max_seq_len: int) -> nn.Mo
     """A freshly initialised model; seed torch beforehand for identical weights on every rank."""
     if cfg.arch == "lstm":
         return LSTMLanguageModel(
-            vocab_size=vocab_size, hidden_size=cfg.hidden_size, num_layers=cfg.num_layers, dropout=cfg.dropout
+            vocab_size=vocab_size,
+            hidden_size=cfg.hidden_size,
+            num_layers=cfg.num_layers,
+            dropout=cfg.dropout,
+            adaptive_cutoffs=cfg.adaptive_cutoffs,
         )
     if cfg.arch == "llama":
         from transformers import LlamaConfig, LlamaForCausalLM
@@ -93,16 +117,11 @@ def build_model(cfg: ModelConfig, *, vocab_size: int, max_seq_len: int) -> nn.Mo
     return model
 
 
-def logits(model: nn.Module, input_ids_BT: torch.Tensor) -> torch.Tensor:
-    """(B, T, vocab) logits for either model family."""
-    if isinstance(model, LSTMLanguageModel):
-        return model(input_ids_BT)
-    return model(input_ids=input_ids_BT, use_cache=False).logits
-
-
 def lm_loss(model: nn.Module, inputs_BT: torch.Tensor, targets_BT: torch.Tensor) -> torch.Tensor:
     """Mean next-token cross-entropy over every position."""
-    logits_BTV = logits(model, inputs_BT)
+    if isinstance(model, LSTMLanguageModel):
+        return model.loss(inputs_BT, targets_BT)
+    logits_BTV = model(input_ids=inputs_BT, use_cache=False).logits
     return nn.functional.cross_entropy(logits_BTV.reshape(-1, logits_BTV.size(-1)).float(), targets_BT.reshape(-1))
 
 

@@ -1,4 +1,4 @@
-"""Test setup: offline hub, and all generated data in one temporary directory for the whole session.
+"""Test setup (tests and notebooks under pytest): offline hub, all generated data in one temporary directory.
 
 Notebook kernels started by nbmake inherit these variables, so notebooks under test write there too.
 """
