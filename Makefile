@@ -38,6 +38,7 @@ reproduce: venv
 
 bench: venv
 	$(PY) -m zen_analysis bench capture
+	$(PY) -m zen_analysis bench characterize
 
 lab: venv
 	$(VENV)/bin/jupyter lab notebooks/

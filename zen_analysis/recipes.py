@@ -96,12 +96,13 @@ def lstm_smoke() -> ExperimentConfig:
 
 
 def workers128() -> ExperimentConfig:
-    """128 virtual workers (4 ranks x 32 micro-batches of one sequence) for n up to 128 in the figures."""
+    """128 virtual workers (4 ranks x 32 micro-batches of one sequence), short: n up to 128 in the figures."""
     cfg = default()
     cfg.name = "workers128"
     cfg.train.workers_per_rank = 32
     cfg.train.batch_per_worker = 1
-    cfg.train.num_steps = 20
+    cfg.train.num_steps = 12
+    cfg.capture.every = 3
     return cfg
 
 

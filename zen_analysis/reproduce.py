@@ -1,7 +1,8 @@
 """``make reproduce``: the main job on the embedded default data, stage by stage.
 
 Stages: (1) train and capture the reproduction workloads on several ranks (the small Llama: natural + top-k
-sparsity; the 32k-vocabulary LSTM LM: natural sparsity) and write a capture summary to
+sparsity; the 32k-vocabulary LSTM LM: natural sparsity; a short Llama run with 128 workers of one sequence
+each, so the figures reach n = 128) and write a capture summary to
 ``data/derived/reproduce/``; (2) characterize their sparsity and draw the paper's Fig. 2-3 analogues plus drift
 and imbalance into ``figures/``. Later stages (scheme evaluation, Zen, EDiT figures) extend this function.
 """
@@ -12,7 +13,7 @@ from zen_analysis import paths, recipes
 from zen_analysis.atomic import atomic_write_text
 from zen_analysis.config import apply_overrides
 
-REPRODUCE_RUNS = ("default", "lstm")
+REPRODUCE_RUNS = ("default", "lstm", "workers128")
 """Recipes trained by ``make reproduce``; their run ids are ``reproduce-<recipe>``."""
 
 

@@ -149,3 +149,19 @@ def test_torchrun_launcher_reports_the_failing_rank():
     # every rank raises the same error here; the report names one of them and shows its traceback
     with pytest.raises(RankFailedError, match=r"(?s)rank [01] of run \S+ failed \(raised\).*matches no parameter"):
         launch(cfg, progress=False, echo=False)
+
+
+def test_ensure_run_reuses_a_finished_run_with_the_same_config():
+    from zen_analysis import paths
+    from zen_analysis.dist.launch import ensure_run
+
+    cfg = _smoke(train__num_steps=2)
+    cfg.run_id = "ensure-run-test"
+    assert ensure_run(cfg, progress=False, echo=False) == "ensure-run-test"
+    manifest = paths.trace_dir("ensure-run-test") / "manifest.json"
+    stamp = manifest.stat().st_mtime_ns
+    assert ensure_run(cfg, progress=False, echo=False) == "ensure-run-test"
+    assert manifest.stat().st_mtime_ns == stamp  # reused, not retrained
+    cfg.train.num_steps = 3
+    ensure_run(cfg, progress=False, echo=False)
+    assert manifest.stat().st_mtime_ns != stamp  # a different config trains again

@@ -102,3 +102,19 @@ def test_results_are_reused_until_the_traces_change(run_id):
     shard.touch()
     characterize(run_id, progress=False)
     assert (out / "overlap.parquet").stat().st_mtime_ns != mtime
+
+
+def test_claims_table_judges_each_claim(run_id):
+    from zen_analysis.sparsity.report import claims_table, to_markdown
+    from zen_analysis.sparsity.workloads import combined_tables
+
+    claims = claims_table(combined_tables([run_id]))
+    assert set(claims["claim"].str[:2]) == {"C1", "C2", "C3"}
+    assert set(claims["workload"]) == {"synthetic-characterize: synthetic-characterize embedding",
+                                       "synthetic-characterize: synthetic-characterize top-5%"}
+    c2 = claims[claims["claim"].str.startswith("C2")]
+    assert c2["holds"].map(lambda h: h in (True, False)).all()
+    skew = claims[claims["claim"] == "C3 skewness at 128 partitions"]
+    assert (skew["holds"] == "n/a").all()  # no LSTM among these workloads
+    md = to_markdown(claims)
+    assert md.count("\n") == len(claims) + 1 and md.startswith("| claim |")

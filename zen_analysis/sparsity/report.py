@@ -7,7 +7,8 @@ The criteria are ours (the paper states its observations qualitatively except fo
   [-1, 1] (roughly symmetric) and an interquantile range p95 - p5 of at least 0.1.
 * C2 "gamma grows with n but stays below n": mean gamma strictly increases with n and stays < n.
 * C3 "> 60% of non-zeros in the first of 8 partitions": mean share of partition 0 (per worker) > 0.6.
-* C3 "skewness > 70 at 128 partitions (LSTM)": mean per-worker skewness ratio at 128 partitions.
+* C3 "skewness > 70 at 128 partitions (LSTM)": mean per-worker skewness ratio at 128 partitions; judged for
+  LSTM workloads only (for the others the paper gives no number: ``holds`` is "n/a").
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ def claims_table(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
         s = float(g["skewness"].mean())
         rows.append({
             "claim": "C3 skewness at 128 partitions", "workload": wl,
-            "paper says": "> 70 for the LSTM (large for all models)", "we measure": f"{s:.1f}", "holds": s > 70,
+            "paper says": "> 70 for the LSTM (large for all models)", "we measure": f"{s:.1f}",
+            "holds": s > 70 if "lstm" in wl else "n/a",
         })  # fmt: skip
     return pd.DataFrame(rows)
 

@@ -1,7 +1,8 @@
 """Workloads: the characterization tables of several runs, labelled the way the paper's figures are.
 
-A workload is what a figure line stands for: a run's natural (embedding) tensor, e.g. "llama embedding", or
-its top-k tensors pooled, e.g. "llama top-5%" (the paper applies DGC per bucket and reports per model).
+A workload is what a figure line stands for: a run's natural (embedding) tensor, e.g. "default: llama embedding",
+or its top-k tensors pooled, e.g. "default: llama top-5%" (the paper applies DGC per bucket and reports per
+model). The prefix is the recipe name, so two runs of one architecture stay apart.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ def workload_labels(reader: TraceReader) -> dict[str, str]:
     """tensor name -> workload label for one run."""
     cfg = reader.manifest.get("config", {})
     arch = cfg.get("model", {}).get("arch", reader.run_id)
+    name = cfg.get("name", reader.run_id)
     ratio = cfg.get("capture", {}).get("topk_ratio", 0.05)
     out = {}
     for tensor, info in reader.manifest["tensors"].items():
-        out[tensor] = f"{arch} embedding" if info["kind"] == "natural" else f"{arch} top-{100 * ratio:g}%"
+        what = f"{arch} embedding" if info["kind"] == "natural" else f"{arch} top-{100 * ratio:g}%"
+        out[tensor] = f"{name}: {what}"
     return out
 
 
