@@ -359,3 +359,66 @@ def ensure_run(cfg: ExperimentConfig, **launch_kwargs: Any) -> str:
             return cfg.run_id
     launch(cfg, **launch_kwargs)
     return cfg.run_id
+
+
+def _fork_fn_child(rank: int, world: int, port: int, out_dir: Path, fn: Callable[..., Any], args: tuple, timeout_s: float) -> None:
+    import datetime
+    import pickle
+    import traceback
+
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    _die_with_parent(signal.SIGKILL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    code = 0
+    try:
+        dist.init_process_group(
+            "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+            timeout=datetime.timedelta(seconds=timeout_s),
+        )  # fmt: skip
+        result = fn(rank, world, *args)
+        dist.barrier()
+        dist.destroy_process_group()
+        with open(out_dir / f"rank{rank}.pkl", "wb") as f:
+            pickle.dump(result, f)
+    except BaseException:  # noqa: BLE001 - reported by the parent
+        (out_dir / f"rank{rank}.err").write_text(traceback.format_exc())
+        code = 1
+    os._exit(code)
+
+
+def fork_launch(fn: Callable[..., Any], num_ranks: int, *args: Any, timeout_s: float = 120.0) -> list[Any]:
+    """Run ``fn(rank, world, *args)`` on ``num_ranks`` forked gloo ranks; returns each rank's result.
+
+    The light-weight sibling of :func:`launch` for tests, benchmarks and notebooks that exchange tensors without
+    training: no config, no data preparation. A failing rank raises :class:`RankFailedError` with its traceback.
+    """
+    import pickle
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="zen-fork-") as tmp:
+        out_dir = Path(tmp)
+        port = free_port()
+        ctx = mp.get_context("fork")
+        procs = [ctx.Process(target=_fork_fn_child, args=(r, num_ranks, port, out_dir, fn, args, timeout_s)) for r in range(num_ranks)]
+        for p in procs:
+            p.start()
+        deadline = time.monotonic() + timeout_s + 30
+        try:
+            while any(p.is_alive() for p in procs):
+                if any(p.exitcode not in (None, 0) for p in procs) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.02)
+        finally:
+            time.sleep(0.05)
+            _kill(procs)
+        errors = sorted(out_dir.glob("rank*.err"))
+        if errors:
+            rank = int(errors[0].stem[4:])
+            raise RankFailedError(f"rank {rank} failed:\n{errors[0].read_text()}", rank=rank, run_id="fork_launch", pids=[p.pid for p in procs])
+        missing = [r for r in range(num_ranks) if not (out_dir / f"rank{r}.pkl").exists()]
+        if missing:
+            raise RankFailedError(f"ranks {missing} produced no result (killed or timed out)", rank=missing[0], run_id="fork_launch", pids=[p.pid for p in procs])
+        return [pickle.loads((out_dir / f"rank{r}.pkl").read_bytes()) for r in range(num_ranks)]

@@ -1,0 +1,148 @@
+"""The collectives schemes are built from, with exact byte accounting per (phase, kind).
+
+Context: gloo rejects uneven list-form ``all_gather``/``all_to_all``, so every variable-size exchange is
+"exchange counts, then ``all_to_all_single`` with split sizes" (counts are ``control`` bytes, the data ``payload``).
+What a rank *sends* in a collective is counted as the bytes its data must deliver to other ranks (its own share
+stays local and is not counted):
+
+* ``all_to_all_v``: the splits addressed to other ranks; received: the splits other ranks addressed to it.
+* ``all_gather_v``: its block times (W - 1); received: every other rank's block.
+* dense ring ``all_reduce`` (reduce-scatter + all-gather over ``tensor_split`` chunks): N - |own chunk| elements
+  sent and received in each half, the standard ring volume 2 (W - 1) / W x N.
+
+``traffic`` models in the schemes apply the same rules to index sets, so model and measurement are comparable
+byte for byte. Shape legend: N numel, K entries on this rank, W world size.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+COUNT_BYTES = 8  # counts travel as int64
+
+
+def index_dtype(numel: int) -> torch.dtype:
+    """Wire width of indices: int32 below 2**31 elements (as in the paper), else int64."""
+    return torch.int32 if numel < 2**31 else torch.int64
+
+
+def index_bytes(numel: int) -> int:
+    return 4 if numel < 2**31 else 8
+
+
+@dataclass
+class PhaseRecord:
+    phase: str
+    kind: str  # "payload" or "control"
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    seconds: float = 0.0
+
+
+class Exchange:
+    """One rank's view of a process group, logging bytes per (phase, kind) and wall time per phase."""
+
+    def __init__(self, group: dist.ProcessGroup | None = None) -> None:
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.world = dist.get_world_size(group)
+        self.records: dict[tuple[str, str], PhaseRecord] = {}
+        self._phase = "unnamed"
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        prev, self._phase = self._phase, name
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            elapsed = time.perf_counter() - t0
+            self._record("payload").seconds += elapsed
+            self._phase = prev
+
+    def _record(self, kind: str) -> PhaseRecord:
+        key = (self._phase, kind)
+        if key not in self.records:
+            self.records[key] = PhaseRecord(self._phase, kind)
+        return self.records[key]
+
+    def _count(self, kind: str, sent: int, received: int) -> None:
+        rec = self._record(kind)
+        rec.bytes_sent += sent
+        rec.bytes_received += received
+
+    def exchange_counts(self, counts_W: torch.Tensor) -> torch.Tensor:
+        """Send counts_W[j] to rank j; returns what each rank sent to this one (control traffic)."""
+        send = counts_W.to(torch.int64).contiguous()
+        recv = torch.empty_like(send)
+        dist.all_to_all_single(recv, send, group=self.group)
+        self._count("control", COUNT_BYTES * (self.world - 1), COUNT_BYTES * (self.world - 1))
+        return recv
+
+    def all_to_all_v(self, data_K: torch.Tensor, send_counts_W: torch.Tensor, recv_counts_W: torch.Tensor) -> torch.Tensor:
+        """Rank j gets the next send_counts_W[j] entries of ``data_K`` (payload); counts known on both sides."""
+        send_splits = send_counts_W.tolist()
+        recv_splits = recv_counts_W.tolist()
+        out = torch.empty(sum(recv_splits), dtype=data_K.dtype, device=data_K.device)
+        dist.all_to_all_single(out, data_K.contiguous(), recv_splits, send_splits, group=self.group)
+        width = data_K.element_size()
+        me = self.rank
+        self._count("payload", width * (sum(send_splits) - send_splits[me]), width * (sum(recv_splits) - recv_splits[me]))
+        return out
+
+    def all_gather_counts(self, count: int) -> torch.Tensor:
+        """Every rank's count (control traffic)."""
+        return self.exchange_counts(torch.full((self.world,), count, dtype=torch.int64))
+
+    def all_gather_v(self, data_K: torch.Tensor, counts_W: torch.Tensor) -> torch.Tensor:
+        """Concatenation of every rank's ``data_K`` in rank order; ``counts_W`` are all ranks' sizes (payload)."""
+        k = int(counts_W[self.rank])
+        send = data_K.repeat(self.world) if k else data_K[:0]
+        return self.all_to_all_v(send, torch.full((self.world,), k, dtype=torch.int64), counts_W)
+
+    def sendrecv_count(self, count: int, peer: int) -> int:
+        """Swap one count with ``peer`` (control traffic)."""
+        recv = torch.zeros(1, dtype=torch.int64)
+        _p2p(self, torch.tensor([count], dtype=torch.int64), recv, peer)
+        self._count("control", COUNT_BYTES, COUNT_BYTES)
+        return int(recv)
+
+    def sendrecv(self, data: torch.Tensor, peer: int, recv_numel: int) -> torch.Tensor:
+        """Swap a buffer with ``peer`` whose size both sides know (payload)."""
+        recv = torch.empty(recv_numel, dtype=data.dtype)
+        _p2p(self, data, recv, peer)
+        self._count("payload", data.numel() * data.element_size(), recv_numel * data.element_size())
+        return recv
+
+    def all_reduce_dense(self, tensor_N: torch.Tensor) -> torch.Tensor:
+        """In-place sum over ranks (the backend's all-reduce), counted as a ring over tensor_split chunks."""
+        dist.all_reduce(tensor_N, group=self.group)
+        own = ring_chunk_sizes(tensor_N.numel(), self.world)[self.rank]
+        moved = 2 * (tensor_N.numel() - own) * tensor_N.element_size()
+        self._count("payload", moved, moved)
+        return tensor_N
+
+
+def _p2p(ex: "Exchange", send: torch.Tensor, recv: torch.Tensor, peer: int) -> None:
+    """Post a send and a receive with ``peer`` (global rank conversion for subgroups) and wait for both."""
+    gpeer = peer if ex.group is None else dist.get_global_rank(ex.group, peer)
+    ops = []
+    if send.numel():
+        ops.append(dist.P2POp(dist.isend, send.contiguous(), gpeer, ex.group))
+    if recv.numel():
+        ops.append(dist.P2POp(dist.irecv, recv, gpeer, ex.group))
+    if ops:
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+
+
+def ring_chunk_sizes(numel: int, world: int) -> list[int]:
+    """Chunk sizes of ``torch.tensor_split(range(numel), world)``: the first numel % world are one larger."""
+    base, extra = divmod(numel, world)
+    return [base + (1 if r < extra else 0) for r in range(world)]

@@ -1,0 +1,20 @@
+"""``allreduce``: dense ring all-reduce, the baseline that ignores sparsity (what NCCL/gloo DDP does)."""
+
+from __future__ import annotations
+
+import torch
+
+from zen_analysis.comm.exchange import Exchange
+from zen_analysis.comm.schemes.base import CommScheme
+from zen_analysis.comm.traffic import Traffic
+
+
+class AllReduce(CommScheme):
+    name = "allreduce"
+
+    def _run(self, x_N: torch.Tensor, ex: Exchange) -> torch.Tensor:
+        with ex.phase("allreduce"):
+            return ex.all_reduce_dense(x_N.clone())
+
+    def _traffic(self, sets: list[torch.Tensor], numel: int, t: Traffic) -> None:
+        t.ring_all_reduce("allreduce", numel, 4)

@@ -1,0 +1,65 @@
+"""The interface every synchronization scheme implements.
+
+``run(tensor, *, group)`` sums the ranks' dense tensors with real collectives and logs the bytes it passed to
+them per (phase, kind) in ``last_measured()``; ``traffic(index_sets, numel)`` predicts those bytes for every rank
+from the ranks' non-zero index sets. Values travel as float32, indices as int32 below 2**31 elements.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import ClassVar
+
+import pandas as pd
+import torch
+import torch.distributed as dist
+
+from zen_analysis.comm.exchange import Exchange
+from zen_analysis.comm.traffic import COLUMNS, Traffic
+
+
+class CommScheme(ABC):
+    name: ClassVar[str]
+
+    def __init__(self) -> None:
+        self._records: list = []
+        self._rank = 0
+
+    def check(self, world: int, numel: int) -> None:
+        """Raise ``ValueError`` if this scheme cannot run on ``world`` ranks (default: any)."""
+
+    def run(self, tensor: torch.Tensor, *, group: dist.ProcessGroup | None = None) -> torch.Tensor:
+        """The sum over ranks of ``tensor`` (any shape), identical on every rank."""
+        ex = Exchange(group)
+        self.check(ex.world, tensor.numel())
+        flat_N = tensor.detach().reshape(-1).to(torch.float32)
+        out_N = self._run(flat_N, ex)
+        self._records = list(ex.records.values())
+        self._rank = ex.rank
+        return out_N.view(tensor.shape).to(tensor.dtype)
+
+    def last_measured(self) -> pd.DataFrame:
+        """Bytes (and phase seconds) this rank's last ``run`` passed to collectives."""
+        rows = [(self._rank, r.phase, r.kind, r.bytes_sent, r.bytes_received, r.seconds) for r in self._records]
+        return pd.DataFrame(rows, columns=COLUMNS + ["seconds"])
+
+    def traffic(self, index_sets: Sequence[torch.Tensor], numel: int) -> pd.DataFrame:
+        """Bytes sent and received per (rank, phase, kind), from each rank's non-zero index set alone."""
+        sets = [torch.unique(torch.as_tensor(s).long()) for s in index_sets]
+        self.check(len(sets), numel)
+        t = Traffic(len(sets))
+        self._traffic(sets, numel, t)
+        return t.frame()
+
+    @abstractmethod
+    def _run(self, x_N: torch.Tensor, ex: Exchange) -> torch.Tensor: ...
+
+    @abstractmethod
+    def _traffic(self, sets: list[torch.Tensor], numel: int, t: Traffic) -> None: ...
+
+
+def coo_of(x_N: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(indices int64 sorted, values) of the non-zeros of ``x_N``."""
+    idx_K = torch.nonzero(x_N, as_tuple=True)[0]
+    return idx_K, x_N[idx_K]

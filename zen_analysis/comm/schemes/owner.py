@@ -1,0 +1,51 @@
+"""Shared by the Parallelism schemes: push each non-zero to the rank that owns its index, owners sum.
+
+Push = count exchange + ``all_to_all_single`` of COO indices and values, bucketed by owner. The owner keeps the
+set of indices it received (a value may sum to zero; the index still counts), so the pull volume depends on the
+index sets alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from zen_analysis.comm.exchange import Exchange, index_bytes, index_dtype
+from zen_analysis.comm.schemes.base import coo_of
+from zen_analysis.comm.traffic import Traffic
+
+Owner = Callable[[torch.Tensor], torch.Tensor]
+
+
+def push(x_N: torch.Tensor, ex: Exchange, owner: Owner) -> tuple[torch.Tensor, torch.Tensor]:
+    """(indices, summed values) this rank owns after the push phase; indices sorted ascending."""
+    idx_K, val_K = coo_of(x_N)
+    own_K = owner(idx_K)
+    order = torch.argsort(own_K, stable=True)
+    idx_K, val_K = idx_K[order], val_K[order]
+    send_W = torch.bincount(own_K, minlength=ex.world)
+    with ex.phase("push"):
+        recv_W = ex.exchange_counts(send_W)
+        r_idx = ex.all_to_all_v(idx_K.to(index_dtype(x_N.numel())), send_W, recv_W)
+        r_val = ex.all_to_all_v(val_K, send_W, recv_W)
+    u_idx, inverse = torch.unique(r_idx.long(), return_inverse=True)
+    u_val = torch.zeros(u_idx.numel(), dtype=x_N.dtype).index_add_(0, inverse, r_val)
+    return u_idx, u_val
+
+
+def push_traffic(sets: list[torch.Tensor], numel: int, t: Traffic, owner: Owner) -> list[torch.Tensor]:
+    """Push bytes for every rank; returns each owner's received index set (the union within its partition)."""
+    W = t.world
+    width = index_bytes(numel) + 4
+    matrix = []
+    owned: list[list[torch.Tensor]] = [[] for _ in range(W)]
+    for s in sets:
+        own = owner(s)
+        counts = torch.bincount(own, minlength=W).tolist()
+        matrix.append([c * width for c in counts])
+        for j in range(W):
+            owned[j].append(s[own == j])
+    t.counts("push")
+    t.all_to_all("push", matrix)
+    return [torch.unique(torch.cat(parts)) for parts in owned]

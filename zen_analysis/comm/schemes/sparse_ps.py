@@ -1,0 +1,57 @@
+"""``sparse_ps`` and ``bp_coo``: owners aggregate, then each owner broadcasts its aggregate in COO.
+
+* ``sparse_ps`` (Parameter-Server style, as in Parallax): owners hold even contiguous ranges. Skewed gradients
+  (the paper's C3) make the owner of the hot range the bottleneck: imbalanced Parallelism.
+* ``bp_coo`` (Balanced Parallelism with COO both ways): owners are chosen by Zen's first-level hash h0, which
+  balances push and pull (paper Theorem 2).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from zen_analysis.comm.exchange import Exchange, index_bytes, index_dtype
+from zen_analysis.comm.schemes.base import CommScheme
+from zen_analysis.comm.schemes.owner import Owner, push, push_traffic
+from zen_analysis.comm.traffic import Traffic
+from zen_analysis.sparsity.metrics import contiguous_owner
+from zen_analysis.zen.hashing import hash_owner
+
+
+class _PushPullCOO(CommScheme):
+    def owner(self, numel: int, world: int) -> Owner:
+        raise NotImplementedError
+
+    def _run(self, x_N: torch.Tensor, ex: Exchange) -> torch.Tensor:
+        u_idx, u_val = push(x_N, ex, self.owner(x_N.numel(), ex.world))
+        with ex.phase("pull"):
+            counts_W = ex.all_gather_counts(u_idx.numel())
+            all_idx = ex.all_gather_v(u_idx.to(index_dtype(x_N.numel())), counts_W)
+            all_val = ex.all_gather_v(u_val, counts_W)
+        out_N = torch.zeros_like(x_N)
+        out_N[all_idx.long()] = all_val  # owners' index sets are disjoint
+        return out_N
+
+    def _traffic(self, sets: list[torch.Tensor], numel: int, t: Traffic) -> None:
+        owned = push_traffic(sets, numel, t, self.owner(numel, t.world))
+        t.counts("pull")
+        t.all_gather("pull", [u.numel() * (index_bytes(numel) + 4) for u in owned])
+
+
+class SparsePS(_PushPullCOO):
+    name = "sparse_ps"
+
+    def owner(self, numel: int, world: int) -> Owner:
+        return contiguous_owner(numel, world)
+
+
+class BPCOO(_PushPullCOO):
+    name = "bp_coo"
+
+    def __init__(self, *, seed: int = 0) -> None:
+        super().__init__()
+        self.seed = seed
+        """Seed of h0; every rank must use the same (Zen broadcasts it at start-up)."""
+
+    def owner(self, numel: int, world: int) -> Owner:
+        return hash_owner(world, self.seed)

@@ -1,0 +1,55 @@
+"""Traffic models: the bytes a scheme's ``run`` moves, computed from index sets alone (no processes).
+
+:class:`Traffic` mirrors :class:`zen_analysis.comm.exchange.Exchange` rule for rule, for all ranks at once.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pandas as pd
+
+from zen_analysis.comm.exchange import COUNT_BYTES, ring_chunk_sizes
+
+COLUMNS = ["rank", "phase", "kind", "bytes_sent", "bytes_received"]
+
+
+class Traffic:
+    """Accumulates (rank, phase, kind) -> [sent, received] for a world of ``world`` ranks."""
+
+    def __init__(self, world: int) -> None:
+        self.world = world
+        self._bytes: dict[tuple[int, str, str], list[int]] = defaultdict(lambda: [0, 0])
+
+    def add(self, rank: int, phase: str, kind: str, sent: int, received: int) -> None:
+        cell = self._bytes[(rank, phase, kind)]
+        cell[0] += int(sent)
+        cell[1] += int(received)
+
+    def counts(self, phase: str) -> None:
+        """One count exchange: every rank sends and receives a count from every other rank."""
+        for r in range(self.world):
+            self.add(r, phase, "control", COUNT_BYTES * (self.world - 1), COUNT_BYTES * (self.world - 1))
+
+    def all_to_all(self, phase: str, matrix: list[list[int]], *, kind: str = "payload") -> None:
+        """matrix[i][j] = bytes rank i addresses to rank j (the diagonal stays local)."""
+        W = self.world
+        for i in range(W):
+            sent = sum(matrix[i][j] for j in range(W) if j != i)
+            received = sum(matrix[j][i] for j in range(W) if j != i)
+            self.add(i, phase, kind, sent, received)
+
+    def all_gather(self, phase: str, sizes: list[int], *, kind: str = "payload") -> None:
+        """Every rank i delivers ``sizes[i]`` bytes to each other rank."""
+        total = sum(sizes)
+        for i in range(self.world):
+            self.add(i, phase, kind, sizes[i] * (self.world - 1), total - sizes[i])
+
+    def ring_all_reduce(self, phase: str, numel: int, element_bytes: int) -> None:
+        for r, own in enumerate(ring_chunk_sizes(numel, self.world)):
+            moved = 2 * (numel - own) * element_bytes
+            self.add(r, phase, "payload", moved, moved)
+
+    def frame(self) -> pd.DataFrame:
+        rows = [(r, p, k, s, rv) for (r, p, k), (s, rv) in sorted(self._bytes.items())]
+        return pd.DataFrame(rows, columns=COLUMNS)
