@@ -97,3 +97,11 @@ def test_sparcml_refuses_non_power_of_two_worlds_and_unknown_schemes_are_errors(
         build_scheme("nope")
     with pytest.raises(ValueError, match="zen"):
         build_scheme("zen", bogus=1)
+
+
+def test_local_calibration_fits_alpha_and_bandwidth_from_a_gloo_ping_pong():
+    from zen_analysis.comm.topology import calibrate, calibration_path, preset
+
+    topo = calibrate(repeats=3)
+    assert topo.intra_bandwidth > 1e7 and topo.intra_alpha_s >= 0  # loopback moves well over 10 MB/s
+    assert calibration_path().exists() and preset("local") == topo

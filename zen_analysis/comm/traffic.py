@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+import numpy as np
 import pandas as pd
 
 from zen_analysis.comm.exchange import COUNT_BYTES, ring_chunk_sizes
@@ -20,6 +21,15 @@ class Traffic:
     def __init__(self, world: int) -> None:
         self.world = world
         self._bytes: dict[tuple[int, str, str], list[int]] = defaultdict(lambda: [0, 0])
+        self.pairs: dict[str, np.ndarray] = {}
+        """phase -> (W, W) bytes rank i sends to rank j (payload and control), for the time model."""
+        self.ring_phases: dict[str, tuple[int, int]] = {}
+        """phase -> (numel, element bytes) of dense ring all-reduces (timed by the ring formula)."""
+
+    def _pair(self, phase: str, i: int, j: int, nbytes: int) -> None:
+        if phase not in self.pairs:
+            self.pairs[phase] = np.zeros((self.world, self.world), dtype=np.int64)
+        self.pairs[phase][i, j] += nbytes
 
     def add(self, rank: int, phase: str, kind: str, sent: int, received: int) -> None:
         cell = self._bytes[(rank, phase, kind)]
@@ -30,6 +40,15 @@ class Traffic:
         """One count exchange: every rank sends and receives a count from every other rank."""
         for r in range(self.world):
             self.add(r, phase, "control", COUNT_BYTES * (self.world - 1), COUNT_BYTES * (self.world - 1))
+            for j in range(self.world):
+                if j != r:
+                    self._pair(phase, r, j, COUNT_BYTES)
+
+    def p2p(self, phase: str, i: int, j: int, nbytes: int, *, kind: str = "payload") -> None:
+        """Rank i sends ``nbytes`` to rank j (and j's side is recorded as received)."""
+        self.add(i, phase, kind, nbytes, 0)
+        self.add(j, phase, kind, 0, nbytes)
+        self._pair(phase, i, j, nbytes)
 
     def all_to_all(self, phase: str, matrix: list[list[int]], *, kind: str = "payload") -> None:
         """matrix[i][j] = bytes rank i addresses to rank j (the diagonal stays local)."""
@@ -38,14 +57,21 @@ class Traffic:
             sent = sum(matrix[i][j] for j in range(W) if j != i)
             received = sum(matrix[j][i] for j in range(W) if j != i)
             self.add(i, phase, kind, sent, received)
+            for j in range(W):
+                if j != i and matrix[i][j]:
+                    self._pair(phase, i, j, matrix[i][j])
 
     def all_gather(self, phase: str, sizes: list[int], *, kind: str = "payload") -> None:
         """Every rank i delivers ``sizes[i]`` bytes to each other rank."""
         total = sum(sizes)
         for i in range(self.world):
             self.add(i, phase, kind, sizes[i] * (self.world - 1), total - sizes[i])
+            for j in range(self.world):
+                if j != i and sizes[i]:
+                    self._pair(phase, i, j, sizes[i])
 
     def ring_all_reduce(self, phase: str, numel: int, element_bytes: int) -> None:
+        self.ring_phases[phase] = (numel, element_bytes)
         for r, own in enumerate(ring_chunk_sizes(numel, self.world)):
             moved = 2 * (numel - own) * element_bytes
             self.add(r, phase, "payload", moved, moved)

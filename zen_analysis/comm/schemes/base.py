@@ -15,7 +15,9 @@ import pandas as pd
 import torch
 import torch.distributed as dist
 
+from zen_analysis.comm.cost import phase_times
 from zen_analysis.comm.exchange import Exchange
+from zen_analysis.comm.topology import Topology
 from zen_analysis.comm.traffic import COLUMNS, Traffic
 
 
@@ -46,11 +48,18 @@ class CommScheme(ABC):
 
     def traffic(self, index_sets: Sequence[torch.Tensor], numel: int) -> pd.DataFrame:
         """Bytes sent and received per (rank, phase, kind), from each rank's non-zero index set alone."""
+        return self._model(index_sets, numel).frame()
+
+    def time(self, index_sets: Sequence[torch.Tensor], numel: int, topology: Topology) -> pd.DataFrame:
+        """Modelled seconds per phase (alpha-beta on ``topology``) with the bottleneck rank of each phase."""
+        return phase_times(self._model(index_sets, numel), topology)
+
+    def _model(self, index_sets: Sequence[torch.Tensor], numel: int) -> Traffic:
         sets = [torch.unique(torch.as_tensor(s).long()) for s in index_sets]
         self.check(len(sets), numel)
         t = Traffic(len(sets))
         self._traffic(sets, numel, t)
-        return t.frame()
+        return t
 
     @abstractmethod
     def _run(self, x_N: torch.Tensor, ex: Exchange) -> torch.Tensor: ...

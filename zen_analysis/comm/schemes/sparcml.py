@@ -75,8 +75,8 @@ class SparCML(CommScheme):
             nxt, nxt_dense = [], []
             for r in range(W):
                 peer = r ^ (1 << stage)
-                t.add(r, f"stage{stage}", "control", 8, 8)
-                t.add(r, f"stage{stage}", "payload", size[r], size[peer])
+                t.p2p(f"stage{stage}", r, peer, 8, kind="control")
+                t.p2p(f"stage{stage}", r, peer, size[r])
                 nxt_dense.append(dense[r] or dense[peer])
                 nxt.append(torch.arange(numel) if nxt_dense[-1] else torch.unique(torch.cat([cur[r], cur[peer]])))
             cur, dense = nxt, nxt_dense

@@ -1,0 +1,89 @@
+"""Time models: the alpha-beta model equals the paper's closed forms on inputs built to their assumptions
+(equal density, balanced partitions, one GPU per node, no latency), and the wire formats round-trip."""
+
+import math
+
+import pytest
+import torch
+
+from zen_analysis.comm import build_scheme
+from zen_analysis.comm.cost import t_agsparse, t_allreduce, t_bp, t_hc
+from zen_analysis.comm.formats import hash_partitions, pack_bits, unpack_bits
+from zen_analysis.comm.topology import PRESETS, Topology, preset
+from zen_analysis.zen import owner
+
+N_RANKS, M, K = 8, 80_000, 8_000  # K non-zeros per rank: density 0.1, spread evenly over the 8 ranges
+B = 1e9
+FLAT = Topology(name="flat", gpus_per_node=1, intra_alpha_s=0, intra_bandwidth=B, inter_alpha_s=0, inter_bandwidth=B)
+
+
+def _balanced_sets(identical: bool) -> list[torch.Tensor]:
+    k = K // N_RANKS
+    sets = []
+    for r in range(N_RANKS):
+        base = 0 if identical else r * k
+        sets.append(torch.cat([p * (M // N_RANKS) + base + torch.arange(k) for p in range(N_RANKS)]))
+    return sets
+
+
+def _total(name, sets):
+    return build_scheme(name).time(sets, M, FLAT)["seconds"].sum()
+
+
+@pytest.mark.parametrize("identical", [False, True])
+def test_alpha_beta_model_matches_the_closed_forms(identical):
+    sets = _balanced_sets(identical)
+    d = K / M
+    gamma = (lambda k: 1.0) if identical else (lambda k: float(k))  # identical sets vs disjoint sets
+    n = N_RANKS
+    count_exchange = 8 * (n - 1) / B  # the closed forms leave out the int64 count messages; add them exactly
+    assert _total("allreduce", sets) == pytest.approx(t_allreduce(n, M, B), rel=1e-12)
+    assert _total("agsparse", sets) == pytest.approx(t_agsparse(n, d, M, B) + count_exchange, rel=1e-12)
+    assert _total("sparse_ps", sets) == pytest.approx(t_bp(n, d, gamma, M, B) + 2 * count_exchange, rel=1e-12)
+    assert _total("sparcml", sets) == pytest.approx(t_hc(n, d, gamma, M, B) + 3 * 8 / B, rel=1e-12)
+
+
+def test_paper_claims_follow_from_the_closed_forms():
+    # full overlap: BP beats HC by about log(n)/2 at n = 16 (digest section 3.4)
+    one = lambda k: 1.0  # noqa: E731
+    assert t_hc(16, 0.01, one, M, B) / t_bp(16, 0.01, one, M, B) == pytest.approx(4 / (2 * 15 / 16))
+    # random supports with d = 0.05 at n = 16: BP still wins (LHS 13.39 vs RHS 11.44)
+    g = lambda k: (1 - (1 - 0.05) ** k) / 0.05  # noqa: E731
+    assert t_bp(16, 0.05, g, M, B) < t_hc(16, 0.05, g, M, B)
+
+
+def test_hash_owner_balances_where_contiguous_ranges_bottleneck():
+    skewed = [torch.randint(0, M // 20, (K,), generator=torch.Generator().manual_seed(r)) for r in range(N_RANKS)]
+    ps = build_scheme("sparse_ps").time(skewed, M, FLAT)
+    bp = build_scheme("bp_coo").time(skewed, M, FLAT)
+    assert ps["seconds"].sum() > 3 * bp["seconds"].sum()
+    assert (ps["bottleneck_rank"] == 0).all()  # the owner of the hot range
+
+
+def test_zen_hash_bitmap_pull_is_cheaper_than_coo_pull_on_dense_aggregates():
+    dense_ish = [torch.randperm(M, generator=torch.Generator().manual_seed(r))[: M // 4] for r in range(N_RANKS)]
+    zen = build_scheme("zen").time(dense_ish, M, FLAT).set_index("phase")["seconds"]
+    bp = build_scheme("bp_coo").time(dense_ish, M, FLAT).set_index("phase")["seconds"]
+    assert zen["push"] == pytest.approx(bp["push"])
+    assert zen["pull"] < 0.7 * bp["pull"]
+
+
+def test_presets_place_ranks_on_nodes():
+    t = preset("paper-tcp25").for_ranks(16)
+    assert t.num_nodes == 2
+    assert t.link(0, 7) == (PRESETS["paper-tcp25"].intra_alpha_s, PRESETS["paper-tcp25"].intra_bandwidth)
+    alpha, bw = t.link(0, 8)
+    assert bw == pytest.approx(25e9 / 8 / 8) and t.link(7, 8, shared=False)[1] == pytest.approx(25e9 / 8)
+    with pytest.raises(ValueError, match="unknown topology"):
+        preset("nope")
+
+
+def test_bitmaps_and_hash_partitions_round_trip():
+    mask = torch.rand(1001) > 0.7
+    assert torch.equal(unpack_bits(pack_bits(mask), 1001), mask)
+    assert pack_bits(mask).numel() == math.ceil(1001 / 8)
+    parts = hash_partitions(5000, 6, 3)
+    allidx = torch.cat(parts)
+    assert torch.equal(allidx.sort().values, torch.arange(5000))
+    for p, s in enumerate(parts):
+        assert bool((owner(s, 6, 3) == p).all()) and bool((s[1:] > s[:-1]).all())
