@@ -124,8 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_reproduce)
     p = sub.add_parser("bench", help="benchmarks (ratios measured side by side, medians)")
     p.add_argument(
-        "what", choices=["capture", "characterize"],
-        help="capture: capture overhead vs step time; characterize: time and memory at 16M x 128 workers x 20 steps",
+        "what", choices=["capture", "characterize", "comm"],
+        help="capture: capture overhead; characterize: 16M x 128 workers x 20 steps; comm: schemes measured vs modelled",
     )  # fmt: skip
     p.add_argument("--set", action="append", metavar="KEY=VALUE")
     p.set_defaults(func=cmd_bench)

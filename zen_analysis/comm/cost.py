@@ -1,8 +1,8 @@
 """Time models: alpha-beta per phase from a scheme's traffic, and the Zen paper's closed forms.
 
-``phase_times(traffic, topology)``: for each phase and rank, the time to push its outgoing bytes and to take in
-its incoming bytes over the links of the topology (each peer message pays alpha once), the larger of the two;
-the phase takes as long as its slowest (bottleneck) rank. Dense ring all-reduce phases use the ring formula,
+``phase_times(traffic, topology)``: for each phase and rank, alpha per collective call plus the time to push its
+outgoing bytes or take in its incoming bytes over the links of the topology, whichever is larger; the phase
+takes as long as its slowest (bottleneck) rank. Dense ring all-reduce phases use the ring formula,
 2 (n - 1) steps of alpha + chunk / bandwidth on the slowest link of the ring.
 
 Closed forms (section 3.4 of the digest; bandwidth-only, M elements, 4-byte words, COO = 2 words per non-zero,
@@ -27,7 +27,12 @@ from zen_analysis.comm.traffic import Traffic
 
 
 def phase_times(traffic: Traffic, topology: Topology) -> pd.DataFrame:
-    """One row per phase: modelled seconds and the bottleneck rank."""
+    """One row per phase: modelled seconds and the bottleneck rank.
+
+    A rank's phase time is (collective calls in the phase) x alpha + the larger of its outgoing and incoming
+    bytes over its links' bandwidths; the phase lasts as long as its slowest rank. A calibrated topology prices
+    each primitive (all_to_all, p2p, all_reduce) with its own measured alpha and bandwidth.
+    """
     topo = topology.for_ranks(traffic.world)
     W = traffic.world
     alpha = np.zeros((W, W))
@@ -37,18 +42,23 @@ def phase_times(traffic: Traffic, topology: Topology) -> pd.DataFrame:
             if i != j:
                 alpha[i, j], bw[i, j] = topo.link(i, j)
     rows = []
-    ring_links = [topo.link(i, (i + 1) % W, shared=False) for i in range(W)] if W > 1 else [(0.0, 1.0)]
     for phase, (numel, width) in traffic.ring_phases.items():
-        ring_alpha = max(a for a, _ in ring_links)
-        ring_bw = min(b for _, b in ring_links)
+        ring_links = [topo.link(i, (i + 1) % W, shared=False) for i in range(W)] if W > 1 else [(0.0, 1.0)]
+        ring_alpha, ring_bw = max(a for a, _ in ring_links), min(b for _, b in ring_links)
+        calibrated = topo.primitive_link("all_reduce")
+        if calibrated:
+            ring_alpha, ring_bw = calibrated
         chunk = math.ceil(numel / W) * width
         seconds = 2 * (W - 1) * (ring_alpha + chunk / ring_bw) if W > 1 else 0.0
         rows.append({"phase": phase, "seconds": seconds, "bottleneck_rank": 0})
     for phase, M in traffic.pairs.items():
-        with np.errstate(divide="ignore", invalid="ignore"):
-            out_t = (M / bw).sum(1) + (alpha * (M > 0)).sum(1)
-            in_t = (M / bw).sum(0) + (alpha * (M > 0)).sum(0)
-        per_rank = np.maximum(out_t, in_t)
+        a, b = alpha, bw
+        calibrated = topo.primitive_link(traffic.primitive.get(phase))
+        if calibrated:
+            a, b = np.full((W, W), calibrated[0]), np.full((W, W), calibrated[1])
+        transfer = np.maximum((M / b).sum(1), (M / b).sum(0))
+        latency = traffic.calls.get(phase, 0) * a.max(initial=0.0)
+        per_rank = transfer + latency
         r = int(per_rank.argmax())
         rows.append({"phase": phase, "seconds": float(per_rank[r]), "bottleneck_rank": r})
     return pd.DataFrame(rows, columns=["phase", "seconds", "bottleneck_rank"])

@@ -43,17 +43,27 @@ class PhaseRecord:
     bytes_sent: int = 0
     bytes_received: int = 0
     seconds: float = 0.0
+    """Wall time of the whole phase, local encode/decode work included (on the payload record)."""
+    wire_seconds: float = 0.0
+    """Time inside the collective calls of this kind alone."""
 
 
 class Exchange:
     """One rank's view of a process group, logging bytes per (phase, kind) and wall time per phase."""
 
-    def __init__(self, group: dist.ProcessGroup | None = None) -> None:
+    def __init__(self, group: dist.ProcessGroup | None = None, *, sync: bool = False) -> None:
         self.group = group
         self.rank = dist.get_rank(group)
         self.world = dist.get_world_size(group)
         self.records: dict[tuple[str, str], PhaseRecord] = {}
         self._phase = "unnamed"
+        self.sync = sync
+        """Barrier before each collective (not timed), so ``wire_seconds`` excludes waiting for slower peers."""
+
+    def _start(self) -> float:
+        if self.sync:
+            dist.barrier(group=self.group)
+        return time.perf_counter()
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -72,17 +82,20 @@ class Exchange:
             self.records[key] = PhaseRecord(self._phase, kind)
         return self.records[key]
 
-    def _count(self, kind: str, sent: int, received: int) -> None:
+    def _count(self, kind: str, sent: int, received: int, seconds: float = 0.0) -> None:
         rec = self._record(kind)
         rec.bytes_sent += sent
         rec.bytes_received += received
+        rec.wire_seconds += seconds
 
     def exchange_counts(self, counts_W: torch.Tensor) -> torch.Tensor:
         """Send counts_W[j] to rank j; returns what each rank sent to this one (control traffic)."""
         send = counts_W.to(torch.int64).contiguous()
         recv = torch.empty_like(send)
+        t0 = self._start()
         dist.all_to_all_single(recv, send, group=self.group)
-        self._count("control", COUNT_BYTES * (self.world - 1), COUNT_BYTES * (self.world - 1))
+        wire = time.perf_counter() - t0
+        self._count("control", COUNT_BYTES * (self.world - 1), COUNT_BYTES * (self.world - 1), wire)
         return recv
 
     def all_to_all_v(self, data_K: torch.Tensor, send_counts_W: torch.Tensor, recv_counts_W: torch.Tensor) -> torch.Tensor:
@@ -90,10 +103,13 @@ class Exchange:
         send_splits = send_counts_W.tolist()
         recv_splits = recv_counts_W.tolist()
         out = torch.empty(sum(recv_splits), dtype=data_K.dtype, device=data_K.device)
+        t0 = self._start()
         dist.all_to_all_single(out, data_K.contiguous(), recv_splits, send_splits, group=self.group)
+        wire = time.perf_counter() - t0
         width = data_K.element_size()
         me = self.rank
-        self._count("payload", width * (sum(send_splits) - send_splits[me]), width * (sum(recv_splits) - recv_splits[me]))
+        sent, received = width * (sum(send_splits) - send_splits[me]), width * (sum(recv_splits) - recv_splits[me])
+        self._count("payload", sent, received, wire)
         return out
 
     def all_gather_counts(self, count: int) -> torch.Tensor:
@@ -109,23 +125,28 @@ class Exchange:
     def sendrecv_count(self, count: int, peer: int) -> int:
         """Swap one count with ``peer`` (control traffic)."""
         recv = torch.zeros(1, dtype=torch.int64)
+        t0 = self._start()
         _p2p(self, torch.tensor([count], dtype=torch.int64), recv, peer)
-        self._count("control", COUNT_BYTES, COUNT_BYTES)
+        self._count("control", COUNT_BYTES, COUNT_BYTES, time.perf_counter() - t0)
         return int(recv)
 
     def sendrecv(self, data: torch.Tensor, peer: int, recv_numel: int) -> torch.Tensor:
         """Swap a buffer with ``peer`` whose size both sides know (payload)."""
         recv = torch.empty(recv_numel, dtype=data.dtype)
+        t0 = self._start()
         _p2p(self, data, recv, peer)
-        self._count("payload", data.numel() * data.element_size(), recv_numel * data.element_size())
+        wire = time.perf_counter() - t0
+        self._count("payload", data.numel() * data.element_size(), recv_numel * data.element_size(), wire)
         return recv
 
     def all_reduce_dense(self, tensor_N: torch.Tensor) -> torch.Tensor:
         """In-place sum over ranks (the backend's all-reduce), counted as a ring over tensor_split chunks."""
+        t0 = self._start()
         dist.all_reduce(tensor_N, group=self.group)
+        wire = time.perf_counter() - t0
         own = ring_chunk_sizes(tensor_N.numel(), self.world)[self.rank]
         moved = 2 * (tensor_N.numel() - own) * tensor_N.element_size()
-        self._count("payload", moved, moved)
+        self._count("payload", moved, moved, wire)
         return tensor_N
 
 

@@ -6,8 +6,8 @@ Presets (each a template: ``preset(name).for_ranks(n)`` places n ranks, filling 
   25 Gbps TCP between nodes (up to 16 nodes).
 * ``paper-efa100``: the same nodes with 100 Gbps EFA between them.
 * ``h200-node``: one node of 8 H200 on NVLink 4 (450 GB/s per direction per GPU).
-* ``local``: this machine, alpha and bandwidth fitted from a gloo ping-pong between two forked ranks
-  (:func:`calibrate`, stored in ``data/calibration/local.json``).
+* ``local``: this machine, alpha and bandwidth fitted per primitive (p2p swap, all_to_all_single, all_reduce)
+  between two forked gloo ranks (:func:`calibrate`, stored in ``data/calibration/local.json``).
 
 Latencies are order-of-magnitude values for NCCL-class stacks, not measurements of the paper's cluster: the
 alpha term matters for small tensors only; the paper's own model is bandwidth-only (alpha = 0).
@@ -36,6 +36,9 @@ class Topology:
     """Bytes per second per direction of a node's network link, shared by its GPUs."""
     num_ranks: int = 0
     """0 for a template; set by :meth:`for_ranks`."""
+    calibrated: tuple[tuple[str, float, float], ...] = ()
+    """(primitive, alpha seconds, bytes per second) measured for ``all_to_all``, ``p2p``, ``all_reduce``;
+    when present they price phases of that primitive instead of the link values."""
 
     def for_ranks(self, num_ranks: int) -> Topology:
         return replace(self, num_ranks=num_ranks)
@@ -46,6 +49,12 @@ class Topology:
 
     def node(self, rank: int) -> int:
         return rank // self.gpus_per_node
+
+    def primitive_link(self, primitive: str | None) -> tuple[float, float] | None:
+        for name, alpha, bw in self.calibrated:
+            if name == primitive:
+                return alpha, bw
+        return None
 
     def link(self, a: int, b: int, *, shared: bool = True) -> tuple[float, float]:
         """(alpha seconds, bytes per second) of the path from rank a to rank b.
@@ -79,45 +88,67 @@ def calibration_path():
     return paths.data_dir() / "calibration" / "local.json"
 
 
-def _pingpong(rank: int, world: int, sizes: list[int], repeats: int) -> dict:
+def _sweep(rank: int, world: int, sizes: list[int], repeats: int) -> dict:
+    """Median seconds of barrier-synchronised p2p swaps, all_to_all_single and all_reduce per size in bytes."""
     import time
 
     import torch
     import torch.distributed as dist
 
-    out = {}
-    for size in sizes:
-        buf = torch.zeros(size, dtype=torch.uint8)
+    def timed(fn) -> float:
         times = []
         for _ in range(repeats):
             dist.barrier()
             t0 = time.perf_counter()
-            if rank == 0:
-                dist.send(buf, 1)
-                dist.recv(buf, 1)
-            else:
-                dist.recv(buf, 0)
-                dist.send(buf, 0)
-            times.append((time.perf_counter() - t0) / 2)
-        out[size] = sorted(times)[len(times) // 2]
+            fn()
+            times.append(time.perf_counter() - t0)
+        return sorted(times)[len(times) // 2]
+
+    peer = 1 - rank
+    out = {"p2p": {}, "all_to_all": {}, "all_reduce": {}}
+    for size in sizes:
+        n = max(1, size // 4)
+        buf, got = torch.zeros(n), torch.zeros(n)
+        a2a_in, a2a_out = torch.zeros(n * world), torch.zeros(n * world)
+
+        def swap() -> None:
+            ops = [dist.P2POp(dist.isend, buf, peer), dist.P2POp(dist.irecv, got, peer)]
+            for w in dist.batch_isend_irecv(ops):
+                w.wait()
+
+        out["p2p"][size] = timed(swap)
+        out["all_to_all"][size] = timed(lambda: dist.all_to_all_single(a2a_out, a2a_in))
+        out["all_reduce"][size] = timed(lambda: dist.all_reduce(buf))
     return out
 
 
-def calibrate(*, repeats: int = 15) -> Topology:
-    """Fit alpha and bandwidth of this machine's gloo loopback from a two-rank ping-pong; saves and returns it."""
+def calibrate(*, repeats: int = 9) -> Topology:
+    """Fit alpha and bandwidth of this machine's gloo loopback between two forked ranks; saves and returns it.
+
+    Each primitive the schemes use is swept separately (barrier-synchronised, medians): a p2p swap
+    (``sendrecv``), ``all_to_all_single`` (bytes per peer) and ``all_reduce`` (bytes per rank, priced as a
+    ring of 2 (n - 1) steps of half the buffer at n = 2). A plain ping-pong underestimates gloo's collectives
+    several-fold: their per-call overhead is larger and ``all_reduce`` also reduces.
+    """
     import numpy as np
 
     from zen_analysis.dist.launch import fork_launch
 
-    sizes = [2**k for k in range(4, 25, 2)]
-    one_way = fork_launch(_pingpong, 2, sizes, repeats)[0]
-    x = np.array(sizes, dtype=float)
-    y = np.array([one_way[s] for s in sizes])
-    slope, intercept = np.polyfit(x, y, 1)
-    topo = Topology(name="local", gpus_per_node=1 << 20, intra_alpha_s=max(float(intercept), 0.0),
-                    intra_bandwidth=1.0 / float(slope), inter_alpha_s=max(float(intercept), 0.0),
-                    inter_bandwidth=1.0 / float(slope))  # fmt: skip
-    atomic_write_json(calibration_path(), {**topo.to_dict(), "samples_one_way_s": {str(k): v for k, v in one_way.items()}})
+    sizes = [2**k for k in range(6, 25, 2)]
+    sweep = fork_launch(_sweep, 2, sizes, repeats)[0]
+    fits = []
+    for prim, table in sweep.items():
+        x = np.array(sizes, dtype=float)
+        if prim == "all_reduce":
+            x = x / 2  # ring at n = 2: 2 steps of half the buffer -> fit per step
+        y = np.array([table[s] for s in sizes]) / (2 if prim == "all_reduce" else 1)
+        slope, intercept = np.polyfit(x, y, 1)
+        fits.append((prim, max(float(intercept), 0.0), 1.0 / float(slope)))
+    a2a = dict((p, (a, b)) for p, a, b in fits)["all_to_all"]
+    topo = Topology(name="local", gpus_per_node=1 << 20, intra_alpha_s=a2a[0], intra_bandwidth=a2a[1],
+                    inter_alpha_s=a2a[0], inter_bandwidth=a2a[1], calibrated=tuple(fits))  # fmt: skip
+    samples = {p: {str(k): v for k, v in t.items()} for p, t in sweep.items()}
+    atomic_write_json(calibration_path(), {**topo.to_dict(), "samples_s": samples})
     return topo
 
 
@@ -127,8 +158,10 @@ def preset(name: str) -> Topology:
         path = calibration_path()
         if path.exists():
             d = json.loads(path.read_text())
-            d.pop("samples_one_way_s", None)
-            return Topology(**d)
+            d.pop("samples_s", None)
+            if "calibrated" in d:
+                d["calibrated"] = tuple(tuple(c) for c in d["calibrated"])
+                return Topology(**d)
         return calibrate()
     if name not in PRESETS:
         raise ValueError(f"unknown topology {name!r}; available: {sorted(PRESETS) + ['local']}")

@@ -25,6 +25,14 @@ class Traffic:
         """phase -> (W, W) bytes rank i sends to rank j (payload and control), for the time model."""
         self.ring_phases: dict[str, tuple[int, int]] = {}
         """phase -> (numel, element bytes) of dense ring all-reduces (timed by the ring formula)."""
+        self.calls: dict[str, int] = defaultdict(int)
+        """phase -> collective calls each rank makes (each pays the latency alpha once)."""
+        self.primitive: dict[str, str] = {}
+        """phase -> "all_to_all" or "p2p": which calibrated link parameters price it."""
+
+    def _call(self, phase: str, primitive: str) -> None:
+        self.calls[phase] += 1
+        self.primitive[phase] = primitive
 
     def _pair(self, phase: str, i: int, j: int, nbytes: int) -> None:
         if phase not in self.pairs:
@@ -38,6 +46,7 @@ class Traffic:
 
     def counts(self, phase: str) -> None:
         """One count exchange: every rank sends and receives a count from every other rank."""
+        self._call(phase, "all_to_all")
         for r in range(self.world):
             self.add(r, phase, "control", COUNT_BYTES * (self.world - 1), COUNT_BYTES * (self.world - 1))
             for j in range(self.world):
@@ -45,7 +54,10 @@ class Traffic:
                     self._pair(phase, r, j, COUNT_BYTES)
 
     def p2p(self, phase: str, i: int, j: int, nbytes: int, *, kind: str = "payload") -> None:
-        """Rank i sends ``nbytes`` to rank j (and j's side is recorded as received)."""
+        """Rank i sends ``nbytes`` to rank j (and j's side is recorded as received); pairs swap at once, so a
+        swap counts as one call per rank (call it for both directions)."""
+        if i == 0:  # every rank makes the same calls; count rank 0's
+            self._call(phase, "p2p")
         self.add(i, phase, kind, nbytes, 0)
         self.add(j, phase, kind, 0, nbytes)
         self._pair(phase, i, j, nbytes)
@@ -53,6 +65,7 @@ class Traffic:
     def all_to_all(self, phase: str, matrix: list[list[int]], *, kind: str = "payload") -> None:
         """matrix[i][j] = bytes rank i addresses to rank j (the diagonal stays local)."""
         W = self.world
+        self._call(phase, "all_to_all")
         for i in range(W):
             sent = sum(matrix[i][j] for j in range(W) if j != i)
             received = sum(matrix[j][i] for j in range(W) if j != i)
@@ -62,7 +75,8 @@ class Traffic:
                     self._pair(phase, i, j, matrix[i][j])
 
     def all_gather(self, phase: str, sizes: list[int], *, kind: str = "payload") -> None:
-        """Every rank i delivers ``sizes[i]`` bytes to each other rank."""
+        """Every rank i delivers ``sizes[i]`` bytes to each other rank (an all_to_all_single underneath)."""
+        self._call(phase, "all_to_all")
         total = sum(sizes)
         for i in range(self.world):
             self.add(i, phase, kind, sizes[i] * (self.world - 1), total - sizes[i])

@@ -23,6 +23,8 @@ from zen_analysis.comm.traffic import COLUMNS, Traffic
 
 class CommScheme(ABC):
     name: ClassVar[str]
+    sync_collectives: bool = False
+    """Benchmarks set this: a barrier before each collective, so measured wire time excludes peer skew."""
 
     def __init__(self) -> None:
         self._records: list = []
@@ -33,7 +35,7 @@ class CommScheme(ABC):
 
     def run(self, tensor: torch.Tensor, *, group: dist.ProcessGroup | None = None) -> torch.Tensor:
         """The sum over ranks of ``tensor`` (any shape), identical on every rank."""
-        ex = Exchange(group)
+        ex = Exchange(group, sync=self.sync_collectives)
         self.check(ex.world, tensor.numel())
         flat_N = tensor.detach().reshape(-1).to(torch.float32)
         out_N = self._run(flat_N, ex)
@@ -43,8 +45,11 @@ class CommScheme(ABC):
 
     def last_measured(self) -> pd.DataFrame:
         """Bytes (and phase seconds) this rank's last ``run`` passed to collectives."""
-        rows = [(self._rank, r.phase, r.kind, r.bytes_sent, r.bytes_received, r.seconds) for r in self._records]
-        return pd.DataFrame(rows, columns=COLUMNS + ["seconds"])
+        rows = [
+            (self._rank, r.phase, r.kind, r.bytes_sent, r.bytes_received, r.seconds, r.wire_seconds)
+            for r in self._records
+        ]
+        return pd.DataFrame(rows, columns=COLUMNS + ["seconds", "wire_seconds"])
 
     def traffic(self, index_sets: Sequence[torch.Tensor], numel: int) -> pd.DataFrame:
         """Bytes sent and received per (rank, phase, kind), from each rank's non-zero index set alone."""
