@@ -39,6 +39,7 @@ reproduce: venv
 bench: venv
 	$(PY) -m zen_analysis bench capture
 	$(PY) -m zen_analysis bench characterize
+	$(PY) -m zen_analysis bench comm --set repeats=15
 
 lab: venv
 	$(VENV)/bin/jupyter lab notebooks/
