@@ -167,6 +167,8 @@ def characterize(
         return out
     out.mkdir(parents=True, exist_ok=True)
     stamp_path.unlink(missing_ok=True)
+    for name in TABLES:  # a table this run no longer produces (one captured step: no drift) must not linger
+        (out / f"{name}.parquet").unlink(missing_ok=True)
     tensors = reader.manifest["tensors"]
     writers = _TableWriters(out)
     prev: dict[str, tuple[int, dict[int, torch.Tensor], torch.Tensor]] = {}
