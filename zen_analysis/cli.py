@@ -6,6 +6,7 @@ Configs come from a recipe name or a JSON file, edited only with ``--set section
     zen-analysis train smoke --set train.num_steps=20 --set dist.num_ranks=4
     zen-analysis traces <run_id>
     zen-analysis characterize <run_id>
+    zen-analysis evaluate <run_id>
     zen-analysis reproduce
     zen-analysis bench capture
 """
@@ -85,6 +86,14 @@ def cmd_characterize(args: argparse.Namespace) -> None:
     print(f"tables in {out}")
 
 
+def cmd_evaluate(args: argparse.Namespace) -> None:
+    from zen_analysis.comm.evaluate import evaluate
+    from zen_analysis.sparsity.characterize import derived_dir
+
+    df = evaluate(args.run, topologies=args.topology or ("paper-tcp25", "paper-efa100", "h200-node"), force=args.force)
+    print(f"{len(df)} rows in {derived_dir(df.attrs.get('run_id', args.run))}/schemes.parquet")
+
+
 def cmd_reproduce(args: argparse.Namespace) -> None:
     from zen_analysis.reproduce import reproduce
 
@@ -119,6 +128,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hash-seed", type=int, default=0, help="seed of Zen's h0 for the hash owner")
     p.add_argument("--force", action="store_true", help="recompute even if the tables are up to date")
     p.set_defaults(func=cmd_characterize)
+    p = sub.add_parser("evaluate", help="modelled bytes and time of every scheme on a run's traces")
+    p.add_argument("run", help="run id under data/traces, or a trace directory")
+    p.add_argument("--topology", action="append", help="topology preset (repeatable; default: the paper's and h200-node)")
+    p.add_argument("--force", action="store_true", help="recompute even if the table is up to date")
+    p.set_defaults(func=cmd_evaluate)
     p = sub.add_parser("reproduce", help="the main job: train + capture on the default data, then summarise")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field of every run")
     p.set_defaults(func=cmd_reproduce)

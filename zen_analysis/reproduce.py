@@ -4,7 +4,8 @@ Stages: (1) train and capture the reproduction workloads on several ranks (the s
 sparsity; the 32k-vocabulary LSTM LM: natural sparsity; a short Llama run with 128 workers of one sequence
 each, so the figures reach n = 128) and write a capture summary to
 ``data/derived/reproduce/``; (2) characterize their sparsity and draw the paper's Fig. 2-3 analogues plus drift
-and imbalance into ``figures/``. Later stages (scheme evaluation, Zen, EDiT figures) extend this function.
+and imbalance into ``figures/``; (3) model every communication scheme on the captured traces and draw the Fig. 8
+analogue. Later stages (measured scheme replay, Zen, EDiT figures) extend this function.
 """
 
 from __future__ import annotations
@@ -52,3 +53,21 @@ def reproduce(overrides: list[str] | tuple[str, ...] = ()) -> None:
     claims_path = paths.derived_dir() / "reproduce" / "claims.md"
     atomic_write_text(claims_path, to_markdown(claims) + "\n")
     print(claims.to_string(index=False))
+
+    import pandas as pd
+    from matplotlib import pyplot as plt
+
+    from zen_analysis.comm.evaluate import evaluate
+    from zen_analysis.plots import comm as comm_figs, style
+    from zen_analysis.sparsity.workloads import workload_labels
+
+    from zen_analysis.capture.traces import TraceReader
+
+    frames = []
+    for run_id in run_ids:
+        df = evaluate(run_id)
+        frames.append(df.assign(workload=df["tensor"].map(workload_labels(TraceReader(run_id)))))
+    fig = comm_figs.normalized_time(pd.concat(frames, ignore_index=True), topology="paper-tcp25")
+    style.savefig(fig, "fig8_normalized_time")
+    plt.close(fig)
+    print(f"scheme evaluation written to data/derived/<run>/schemes.parquet; figure fig8_normalized_time")

@@ -34,7 +34,7 @@ def unpack_bits(bytes_: torch.Tensor, num_bits: int) -> torch.Tensor:
     return bits.reshape(-1)[:num_bits]
 
 
-@lru_cache(maxsize=8)
+@lru_cache(maxsize=64)
 def hash_partitions(numel: int, num_partitions: int, seed: int) -> tuple[torch.Tensor, ...]:
     """S_p for every partition p: the sorted indices of [0, numel) that h0 assigns to p (cached)."""
     owners_N = hash_owner_of(torch.arange(numel), num_partitions, seed)

@@ -32,7 +32,11 @@ def h0(indices: torch.Tensor, seed: int = 0) -> torch.Tensor:
     idx = torch.as_tensor(indices).long()
     s = seed & _M32
     lo = _fmix32((idx & _M32) ^ s)
-    hi = _fmix32(((idx >> 32) & _M32) ^ ((s * 0x9E3779B1 + 0x7F4A7C15) & _M32))
+    hi_seed = (s * 0x9E3779B1 + 0x7F4A7C15) & _M32
+    if idx.numel() == 0 or int(idx.max()) < 2**32:  # high halves all zero: one scalar instead of a tensor pass
+        hi = int(_fmix32(torch.tensor([hi_seed]))[0])
+        return _fmix32(lo ^ ((hi * 0x27D4EB2F) & _M32))
+    hi = _fmix32(((idx >> 32) & _M32) ^ hi_seed)
     return _fmix32(lo ^ ((hi * 0x27D4EB2F) & _M32))
 
 

@@ -53,13 +53,14 @@ class CommScheme(ABC):
 
     def traffic(self, index_sets: Sequence[torch.Tensor], numel: int) -> pd.DataFrame:
         """Bytes sent and received per (rank, phase, kind), from each rank's non-zero index set alone."""
-        return self._model(index_sets, numel).frame()
+        return self.model(index_sets, numel).frame()
 
     def time(self, index_sets: Sequence[torch.Tensor], numel: int, topology: Topology) -> pd.DataFrame:
         """Modelled seconds per phase (alpha-beta on ``topology``) with the bottleneck rank of each phase."""
-        return phase_times(self._model(index_sets, numel), topology)
+        return phase_times(self.model(index_sets, numel), topology)
 
-    def _model(self, index_sets: Sequence[torch.Tensor], numel: int) -> Traffic:
+    def model(self, index_sets: Sequence[torch.Tensor], numel: int) -> Traffic:
+        """The full traffic model (per-rank bytes, per-pair bytes, calls) that ``traffic`` and ``time`` read."""
         sets = [torch.unique(torch.as_tensor(s).long()) for s in index_sets]
         self.check(len(sets), numel)
         t = Traffic(len(sets))

@@ -64,19 +64,17 @@ class SparCML(CommScheme):
         return torch.zeros_like(x_N).index_put_((idx,), val)
 
     def _traffic(self, sets: list[torch.Tensor], numel: int, t: Traffic) -> None:
+        # After i stages every rank of an aligned block of 2^i ranks holds the same set (the block's union) and
+        # the same dense flag, so one union per block and stage suffices.
         W = t.world
-        cur = list(sets)
+        blocks = list(sets)  # stage 0: blocks of one rank
         dense = [False] * W
         for stage in range(W.bit_length() - 1):
-            for r in range(W):
-                if not dense[r] and _goes_dense(cur[r].numel(), numel):
-                    dense[r] = True
-            size = [numel * 4 if dense[r] else cur[r].numel() * (index_bytes(numel) + 4) for r in range(W)]
-            nxt, nxt_dense = [], []
+            dense = [d or _goes_dense(b.numel(), numel) for d, b in zip(dense, blocks)]
+            size = [numel * 4 if d else b.numel() * (index_bytes(numel) + 4) for d, b in zip(dense, blocks)]
             for r in range(W):
                 peer = r ^ (1 << stage)
                 t.p2p(f"stage{stage}", r, peer, 8, kind="control")
-                t.p2p(f"stage{stage}", r, peer, size[r])
-                nxt_dense.append(dense[r] or dense[peer])
-                nxt.append(torch.arange(numel) if nxt_dense[-1] else torch.unique(torch.cat([cur[r], cur[peer]])))
-            cur, dense = nxt, nxt_dense
+                t.p2p(f"stage{stage}", r, peer, size[r >> stage])
+            blocks = [torch.unique(torch.cat([blocks[2 * b], blocks[2 * b + 1]])) for b in range(len(blocks) // 2)]
+            dense = [dense[2 * b] or dense[2 * b + 1] for b in range(len(dense) // 2)]
