@@ -116,43 +116,17 @@ def bench_characterize(overrides: list[str] | tuple[str, ...] = ()) -> dict:
 BENCHMARKS = {"capture": bench_capture, "characterize": bench_characterize}
 
 
-def _replay_schemes(rank: int, world: int, sets: list, numel: int, repeats: int) -> list:
-    import torch
-
-    from zen_analysis.comm import SCHEMES, build_scheme
-
-    gen = torch.Generator().manual_seed(rank)
-    x = torch.zeros(numel)
-    idx = torch.as_tensor(sets[rank])
-    x[idx] = torch.randint(1, 5, (idx.numel(),), generator=gen).float()
-    rows = []
-    for name in SCHEMES:
-        if name == "sparcml" and world & (world - 1):
-            continue
-        scheme = build_scheme(name)
-        scheme.sync_collectives = True  # wire time without waiting for a slower peer
-        for rep in range(repeats + 2):  # 2 warm-up runs
-            scheme.run(x)
-            if rep >= 2:
-                m = scheme.last_measured().groupby("phase").agg(seconds=("seconds", "sum"), wire=("wire_seconds", "sum"))
-                rows += [(name, rep, phase, r.seconds, r.wire) for phase, r in m.iterrows()]
-    return rows
-
-
 def bench_comm(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     """Each scheme on real gloo ranks vs its alpha-beta model on the calibrated local topology.
 
     Synthetic sparse tensors: ``numel`` elements, each rank holding ``density`` of them with skew (half the
-    non-zeros in the first 10% of the tensor). Per phase: ``phase_s`` is the whole phase (local encode/decode
-    included), ``wire_s`` the time inside its collective calls; each the slowest rank's, median over repeats.
-    The alpha-beta model (``scheme.time(index_sets, numel, preset("local"))``) prices the wire only.
+    non-zeros in the first 10% of the tensor). See ``zen_analysis.comm.measure.compare`` for what is measured.
     """
     import pandas as pd
     import torch
 
-    from zen_analysis.comm import build_scheme
+    from zen_analysis.comm.measure import compare
     from zen_analysis.comm.topology import calibrate
-    from zen_analysis.dist.launch import fork_launch
 
     opts = {"ranks": 2, "numel": 2_000_000, "density": 0.025, "repeats": 5}
     for item in overrides:
@@ -168,22 +142,13 @@ def bench_comm(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     for _ in range(W):
         hot = torch.randint(0, N // 10, (k // 2,), generator=gen)
         cold = torch.randint(0, N, (k - k // 2,), generator=gen)
-        sets.append(torch.unique(torch.cat([hot, cold])).tolist())
-    rows = [r for rank_rows in fork_launch(_replay_schemes, W, sets, N, opts["repeats"]) for r in rank_rows]
-    raw = pd.DataFrame(rows, columns=["scheme", "rep", "phase", "seconds", "wire"])
-    slowest = raw.groupby(["scheme", "rep", "phase"])[["seconds", "wire"]].max()
-    measured = slowest.groupby(["scheme", "phase"]).median()
-    out = []
-    for (scheme, phase), m in measured.iterrows():
-        model = build_scheme(scheme).time([torch.tensor(s) for s in sets], N, topo).set_index("phase")["seconds"]
-        out.append({"scheme": scheme, "phase": phase, "phase_s": m["seconds"], "wire_s": m["wire"], "model_s": model[phase]})
-    df = pd.DataFrame(out)
-    df["model/wire"] = df["model_s"] / df["wire_s"]
-    total = df.groupby("scheme")[["phase_s", "wire_s", "model_s"]].sum()
-    total["model/wire"] = total["model_s"] / total["wire_s"]
+        sets.append(torch.unique(torch.cat([hot, cold])))
+    df = compare(sets, N, repeats=opts["repeats"], topology=topo)
+    total = df.groupby("scheme")[["phase_measured_s", "wire_measured_s", "wire_model_s"]].sum()
+    total["model/measured"] = total["wire_model_s"] / total["wire_measured_s"]
     fits = ", ".join(f"{p}: {1e6 * a:.0f} us + bytes / {b / 1e9:.2f} GB/s" for p, a, b in topo.calibrated)
     print(f"{W} gloo ranks, numel {N:,}, density {d:.3f}; calibrated {fits}")
-    with pd.option_context("display.float_format", "{:.5f}".format, "display.width", 160):
+    with pd.option_context("display.float_format", "{:.5f}".format, "display.width", 200):
         print(df.to_string(index=False))
         print(total.to_string())
     return {"phases": df, "totals": total}

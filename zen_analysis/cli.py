@@ -90,8 +90,13 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     from zen_analysis.comm.evaluate import evaluate
     from zen_analysis.sparsity.characterize import derived_dir
 
-    df = evaluate(args.run, topologies=args.topology or ("paper-tcp25", "paper-efa100", "h200-node"), force=args.force)
+    from zen_analysis.comm.evaluate import normalized
+
+    topologies = args.topology or ["paper-tcp25", "paper-efa100", "h200-node"]
+    df = evaluate(args.run, topologies=topologies, force=args.force)
     print(f"{len(df)} rows in {derived_dir(df.attrs.get('run_id', args.run))}/schemes.parquet")
+    print(f"modelled time / dense all-reduce on {topologies[0]} (mean over captured steps and tensors):")
+    print(normalized(df, topology=topologies[0]).round(2).to_string())
 
 
 def cmd_reproduce(args: argparse.Namespace) -> None:

@@ -54,20 +54,16 @@ def reproduce(overrides: list[str] | tuple[str, ...] = ()) -> None:
     atomic_write_text(claims_path, to_markdown(claims) + "\n")
     print(claims.to_string(index=False))
 
-    import pandas as pd
     from matplotlib import pyplot as plt
 
-    from zen_analysis.comm.evaluate import evaluate
+    from zen_analysis.comm.evaluate import evaluate_runs, normalized
     from zen_analysis.plots import comm as comm_figs, style
-    from zen_analysis.sparsity.workloads import workload_labels
 
-    from zen_analysis.capture.traces import TraceReader
-
-    frames = []
-    for run_id in run_ids:
-        df = evaluate(run_id)
-        frames.append(df.assign(workload=df["tensor"].map(workload_labels(TraceReader(run_id)))))
-    fig = comm_figs.normalized_time(pd.concat(frames, ignore_index=True), topology="paper-tcp25")
+    schemes = evaluate_runs(run_ids)
+    fig = comm_figs.normalized_time(schemes, topology="paper-tcp25")
     style.savefig(fig, "fig8_normalized_time")
     plt.close(fig)
-    print(f"scheme evaluation written to data/derived/<run>/schemes.parquet; figure fig8_normalized_time")
+    summary = normalized(schemes, topology="paper-tcp25").round(2)
+    atomic_write_text(paths.derived_dir() / "reproduce" / "schemes_normalized.txt", summary.to_string() + "\n")
+    print("modelled time / dense all-reduce on paper-tcp25 (mean over runs, steps and tensors):")
+    print(summary.to_string())

@@ -51,3 +51,13 @@ def test_best_scheme_prefers_balanced_parallelism_on_skewed_sparse_sets():
     assert best_scheme(sets, N, flat, schemes=["allreduce", "sparse_ps", "bp_coo"]) == "bp_coo"
     dense = [torch.arange(N)] * W
     assert best_scheme(dense, N, flat, schemes=["allreduce", "agsparse", "bp_coo"]) == "allreduce"
+
+
+def test_normalized_table_and_index_sets_for_replay(run_id):
+    from zen_analysis.comm.evaluate import evaluate_runs, normalized, step_index_sets
+
+    df = evaluate_runs([run_id], topologies=("paper-tcp25",), progress=False)
+    table = normalized(df, topology="paper-tcp25")
+    assert (table["allreduce"] == 1.0).all() and set(table.index.get_level_values("n")) == {2, 4}
+    sets, numel = step_index_sets(run_id, num_workers=3)
+    assert numel == N and len(sets) == 3 and torch.equal(sets[1], _set(0, 1))

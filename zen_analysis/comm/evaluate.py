@@ -104,3 +104,35 @@ def evaluate(
     atomic_write_json(stamp_path, stamp)
     df.attrs["run_id"] = reader.run_id
     return df
+
+
+def normalized(df: pd.DataFrame, *, topology: str = "paper-tcp25") -> pd.DataFrame:
+    """Mean modelled time / dense all-reduce per (kind, n) x scheme on one topology (the Fig. 8 numbers)."""
+    d = df[df["topology"] == topology]
+    base = d[d["scheme"] == "allreduce"].set_index(["tensor", "step", "n"])["seconds"].rename("allreduce_s")
+    d = d.join(base, on=["tensor", "step", "n"])
+    d = d.assign(normalized=d["seconds"] / d["allreduce_s"])
+    return d.groupby(["kind", "n", "scheme"])["normalized"].mean().unstack("scheme")
+
+
+def evaluate_runs(runs: Sequence[str | Path], **kwargs) -> pd.DataFrame:
+    """``evaluate`` of several runs, concatenated, with ``run`` and ``workload`` columns (figure labels)."""
+    from zen_analysis.sparsity.workloads import workload_labels
+
+    frames = []
+    for run in runs:
+        reader = TraceReader(run)
+        df = evaluate(run, **kwargs)
+        frames.append(df.assign(run=reader.run_id, workload=df["tensor"].map(workload_labels(reader))))
+    return pd.concat(frames, ignore_index=True)
+
+
+def step_index_sets(run: str | Path, *, tensor: str | None = None, step: int | None = None, num_workers: int = 4):
+    """(index sets of the first ``num_workers`` workers, numel) of one captured tensor and step (default: the
+    run's natural tensor at its first captured step) — what a measured replay feeds to ``compare``."""
+    reader = TraceReader(run)
+    tensors = reader.manifest["tensors"]
+    tensor = tensor or next((t for t, i in tensors.items() if i["kind"] == "natural"), next(iter(tensors)))
+    step = reader.steps()[0] if step is None else step
+    recs = sorted(reader.records(tensor=tensor, step=step, with_values=False), key=lambda r: r.worker)[:num_workers]
+    return [r.indices_K.long() for r in recs], int(tensors[tensor]["numel"])
