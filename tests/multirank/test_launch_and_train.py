@@ -9,7 +9,6 @@ import torch
 import torch.distributed as dist
 
 from zen_analysis import recipes
-from zen_analysis.capture.traces import TraceReader
 from zen_analysis.dist.launch import RankFailedError, launch
 
 

@@ -1,6 +1,5 @@
 import json
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
