@@ -232,6 +232,10 @@ class TraceReader:
     def run_id(self) -> str:
         return self.manifest["run_id"]
 
+    def fingerprint(self) -> list[list]:
+        """(name, size, mtime) of every shard: derived tables are reused while this is unchanged."""
+        return [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in self.files]
+
     def _open(self, path: Path) -> pq.ParquetFile:
         try:
             pf = pq.ParquetFile(path)

@@ -78,7 +78,7 @@ def evaluate(
     names = list(schemes or SCHEMES)
     stamp = {
         "version": VERSION, "topologies": list(topologies), "schemes": names, "max_workers": max_workers,
-        "files": [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in reader.files],
+        "files": reader.fingerprint(),
     }  # fmt: skip
     stamp_path = out.with_suffix(".stamp.json")
     if not force and out.exists() and stamp_path.exists() and json.loads(stamp_path.read_text()) == stamp:
@@ -106,12 +106,22 @@ def evaluate(
     return df
 
 
+def relative_to_allreduce(df: pd.DataFrame, *, topology: str = "paper-tcp25") -> pd.DataFrame:
+    """Rows of one topology with ``normalized`` = seconds / dense all-reduce seconds of the same configuration.
+
+    A configuration is (run, tensor, step, n) when several runs are concatenated (``evaluate_runs``), so two
+    runs with the same tensor names never match each other's baseline.
+    """
+    d = df[df["topology"] == topology]
+    keys = [k for k in ("run", "tensor", "step", "n") if k in d.columns]
+    base = d[d["scheme"] == "allreduce"].set_index(keys)["seconds"].rename("allreduce_s")
+    d = d.join(base, on=keys)
+    return d.assign(normalized=d["seconds"] / d["allreduce_s"])
+
+
 def normalized(df: pd.DataFrame, *, topology: str = "paper-tcp25") -> pd.DataFrame:
     """Mean modelled time / dense all-reduce per (kind, n) x scheme on one topology (the Fig. 8 numbers)."""
-    d = df[df["topology"] == topology]
-    base = d[d["scheme"] == "allreduce"].set_index(["tensor", "step", "n"])["seconds"].rename("allreduce_s")
-    d = d.join(base, on=["tensor", "step", "n"])
-    d = d.assign(normalized=d["seconds"] / d["allreduce_s"])
+    d = relative_to_allreduce(df, topology=topology)
     return d.groupby(["kind", "n", "scheme"])["normalized"].mean().unstack("scheme")
 
 

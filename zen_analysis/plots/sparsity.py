@@ -20,6 +20,15 @@ def _log2_axis(ax: plt.Axes, ticks) -> None:
     ax.set_xticklabels([str(t) for t in ticks])
 
 
+def ratio_axes(grid: sns.FacetGrid, ns, *, xlabel: str, ylabel: str) -> None:
+    """Log2 axes with a reference line at 1 on every panel (figures of ratios against a baseline)."""
+    for ax in grid.axes.flat:
+        _log2_axis(ax, ns)
+        ax.set_yscale("log", base=2)
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.set(xlabel=xlabel, ylabel=ylabel)
+
+
 def overlap_pdf(overlap: pd.DataFrame) -> plt.Figure:
     """Fig 2a: probability density of the pairwise overlap ratio, one curve per workload."""
     style.apply()
@@ -103,12 +112,7 @@ def imbalance(imb: pd.DataFrame) -> plt.Figure:
         data=g, x="n", y="ratio", hue="workload", style="owner", col="direction", kind="line", marker="o",
         height=3.6, aspect=1.1, facet_kws={"sharey": True},
     )  # fmt: skip
-    ns = sorted(g["n"].unique())
-    for ax in grid.axes.flat:
-        _log2_axis(ax, ns)
-        ax.set_yscale("log", base=2)
-        ax.axhline(1.0, color="k", lw=0.8)
-        ax.set(xlabel="workers = partitions n", ylabel="imbalance ratio")
+    ratio_axes(grid, sorted(g["n"].unique()), xlabel="workers = partitions n", ylabel="imbalance ratio")
     grid.figure.suptitle("Contiguous ranges vs Zen's hash (1 = perfect balance)", y=1.03)
     return grid.figure
 

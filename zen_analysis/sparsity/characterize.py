@@ -90,7 +90,7 @@ def _stamp(reader: TraceReader, options: CharacterizeOptions) -> dict:
     return {
         "version": VERSION,
         "options": asdict(options),
-        "files": [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in reader.files],
+        "files": reader.fingerprint(),
     }
 
 
