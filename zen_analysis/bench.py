@@ -117,41 +117,60 @@ BENCHMARKS = {"capture": bench_capture, "characterize": bench_characterize}
 
 
 def bench_comm(overrides: list[str] | tuple[str, ...] = ()) -> dict:
-    """Each scheme on real gloo ranks vs its alpha-beta model on the calibrated local topology.
+    """Every scheme on 4 real gloo ranks replaying the default run's captured embedding gradients, against
+    its alpha-beta model on this machine calibrated at 4 ranks (``zen-analysis bench-comm`` with the
+    reproduce run; trains it first if ``make reproduce`` has not)."""
+    from zen_analysis.comm import measure
+    from zen_analysis.dist.launch import ensure_run
+    from zen_analysis.reproduce import reproduce_run_id
 
-    Synthetic sparse tensors: ``numel`` elements, each rank holding ``density`` of them with skew (half the
-    non-zeros in the first 10% of the tensor). See ``zen_analysis.comm.measure.compare`` for what is measured.
-    """
-    import pandas as pd
-    import torch
-
-    from zen_analysis.comm.measure import compare
-    from zen_analysis.comm.topology import calibrate
-
-    opts = {"ranks": 2, "numel": 2_000_000, "density": 0.025, "repeats": 5}
+    opts = {"ranks": 4, "steps": 3, "repeats": 25}
     for item in overrides:
         key, _, value = item.partition("=")
         if key not in opts:
             raise ValueError(f"bench comm takes --set {', '.join(opts)}=...; got {item!r}")
-        opts[key] = type(opts[key])(value)
-    W, N, d = opts["ranks"], opts["numel"], opts["density"]
-    topo = calibrate()
-    gen = torch.Generator().manual_seed(0)
-    k = int(N * d)
-    sets = []
-    for _ in range(W):
-        hot = torch.randint(0, N // 10, (k // 2,), generator=gen)
-        cold = torch.randint(0, N, (k - k // 2,), generator=gen)
-        sets.append(torch.unique(torch.cat([hot, cold])))
-    df = compare(sets, N, repeats=opts["repeats"], topology=topo)
-    total = df.groupby("scheme")[["phase_measured_s", "wire_measured_s", "wire_model_s"]].sum()
-    total["model/measured"] = total["wire_model_s"] / total["wire_measured_s"]
-    fits = ", ".join(f"{p}: {1e6 * a:.0f} us + bytes / {b / 1e9:.2f} GB/s" for p, a, b in topo.calibrated)
-    print(f"{W} gloo ranks, numel {N:,}, density {d:.3f}; calibrated {fits}")
-    with pd.option_context("display.float_format", "{:.5f}".format, "display.width", 200):
-        print(df.to_string(index=False))
-        print(total.to_string())
-    return {"phases": df, "totals": total}
+        opts[key] = int(value)
+    cfg = recipes.default()
+    cfg.run_id = reproduce_run_id("default")
+    run = ensure_run(cfg)
+    df = measure.replay_run(run, ranks=opts["ranks"], steps=opts["steps"], repeats=opts["repeats"], recalibrate=True)
+    summary = measure.summarize(df)
+    print(f"{run} embedding ({df['numel'].iloc[0]:,} elements), {opts['ranks']} gloo ranks, {opts['steps']} steps, "
+          f"{opts['repeats']} repeats")  # fmt: skip
+    print(measure.report(summary))
+    return {"phases": df, "summary": summary}
+
+
+def bench_evaluate(overrides: list[str] | tuple[str, ...] = ()) -> dict:
+    """Modelling speed: ``evaluate`` (every scheme, n = 2..128, three topologies) on the 16.8M-element,
+    128-worker synthetic capture of ``bench characterize``, 2 steps, in this process; wall time per step
+    and for the n = 128 configurations alone."""
+    import time
+
+    from zen_analysis.capture.traces import TraceReader
+    from zen_analysis.comm.evaluate import DEFAULT_TOPOLOGIES, _rows, evaluate
+    from zen_analysis.comm.schemes import SCHEMES
+    from zen_analysis.comm.topology import preset
+
+    if overrides:
+        raise ValueError("bench evaluate takes no --set overrides")
+    run_id = "bench-characterize-16M-128w-20s"
+    _synthetic_embedding_run(run_id, num_rows=65536, width=256, num_workers=128, num_steps=20)
+    t0 = time.perf_counter()
+    evaluate(run_id, steps=2, force=True, progress=False)
+    per_step = (time.perf_counter() - t0) / 2
+    reader = TraceReader(run_id)
+    step = reader.steps()[2]
+    sets = [r.indices_K.long() for r in sorted(reader.records(step=step, with_values=False), key=lambda r: r.worker)]
+    topos = {n: preset(n) for n in DEFAULT_TOPOLOGIES}
+    t0 = time.perf_counter()
+    _rows("embed.weight", "natural", step, 65536 * 256, sets, topos, list(SCHEMES))
+    at128 = time.perf_counter() - t0
+    print(f"evaluate: 16.8M-element embedding, 128 workers, 7 schemes x 3 topologies\n"
+          f"  {per_step:.1f} s per captured step (n = 2, 4, ..., 128; tables included)\n"
+          f"  {at128:.1f} s for n = 128 alone (one step; hash tables warm)")  # fmt: skip
+    return {"per_step_s": per_step, "n128_s": at128}
 
 
 BENCHMARKS["comm"] = bench_comm
+BENCHMARKS["evaluate"] = bench_evaluate

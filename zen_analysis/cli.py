@@ -6,7 +6,9 @@ Configs come from a recipe name or a JSON file, edited only with ``--set section
     zen-analysis train smoke --set train.num_steps=20 --set dist.num_ranks=4
     zen-analysis traces <run_id>
     zen-analysis characterize <run_id>
-    zen-analysis evaluate <run_id>
+    zen-analysis evaluate <run_id> [--max-workers 1024]
+    zen-analysis bench-comm <run_id> --ranks 4
+    zen-analysis bench-comm --synthetic --density 0.01 --skew 2 --overlap 0.5
     zen-analysis reproduce
     zen-analysis bench capture
 """
@@ -93,7 +95,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     from zen_analysis.comm.evaluate import normalized
 
     topologies = args.topology or ["paper-tcp25", "paper-efa100", "h200-node"]
-    df = evaluate(args.run, topologies=topologies, force=args.force)
+    df = evaluate(args.run, topologies=topologies, max_workers=args.max_workers, force=args.force)
     print(f"{len(df)} rows in {derived_dir(df.attrs.get('run_id', args.run))}/schemes.parquet")
     print(f"modelled time / dense all-reduce on {topologies[0]} (mean over captured steps and tensors):")
     print(normalized(df, topology=topologies[0]).round(2).to_string())
@@ -103,6 +105,31 @@ def cmd_reproduce(args: argparse.Namespace) -> None:
     from zen_analysis.reproduce import reproduce
 
     reproduce(args.set or [])
+
+
+def cmd_bench_comm(args: argparse.Namespace) -> None:
+    from zen_analysis.comm import measure
+
+    schemes = args.schemes.split(",") if args.schemes else None
+    if args.synthetic:
+        if args.run:
+            raise ValueError("give a run id or --synthetic, not both")
+        df, stats = measure.replay_synthetic(numel=args.numel, density=args.density, skew=args.skew,
+                                             overlap=args.overlap, ranks=args.ranks, repeats=args.repeats,
+                                             schemes=schemes, recalibrate=args.recalibrate)  # fmt: skip
+        print(f"synthetic: {args.ranks} ranks, numel {args.numel:,}; measured " + ", ".join(f"{k} {v:.3f}" for k, v in stats.items()))
+    else:
+        if not args.run:
+            raise ValueError("bench-comm needs a run id (see `zen-analysis traces`) or --synthetic")
+        df = measure.replay_run(args.run, ranks=args.ranks, steps=args.steps, tensor=args.tensor,
+                                repeats=args.repeats, schemes=schemes, recalibrate=args.recalibrate)  # fmt: skip
+        print(f"{df['run'].iloc[0]} / {df['tensor'].iloc[0]} ({df['numel'].iloc[0]:,} elements): {args.ranks} gloo ranks, "
+              f"steps {sorted(df['step'].unique())}, {args.repeats} repeats; medians over steps")  # fmt: skip
+    from zen_analysis.comm.topology import local
+
+    fits = ", ".join(f"{p} {1e6 * a:.0f} us + bytes / {b / 1e9:.2f} GB/s" for p, a, b in local(args.ranks).calibrated)
+    print(f"calibrated at {args.ranks} ranks: {fits}")
+    print(measure.report(measure.summarize(df)))
 
 
 def cmd_bench(args: argparse.Namespace) -> None:
@@ -136,15 +163,31 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("evaluate", help="modelled bytes and time of every scheme on a run's traces")
     p.add_argument("run", help="run id under data/traces, or a trace directory")
     p.add_argument("--topology", action="append", help="topology preset (repeatable; default: the paper's and h200-node)")
+    p.add_argument("--max-workers", type=int, default=128, help="largest n modelled (up to the run's virtual workers)")
     p.add_argument("--force", action="store_true", help="recompute even if the table is up to date")
     p.set_defaults(func=cmd_evaluate)
     p = sub.add_parser("reproduce", help="the main job: train + capture on the default data, then summarise")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field of every run")
     p.set_defaults(func=cmd_reproduce)
+    p = sub.add_parser("bench-comm", help="every scheme on real gloo ranks, replaying a run's captured tensors")
+    p.add_argument("run", nargs="?", help="run id under data/traces (or use --synthetic)")
+    p.add_argument("--ranks", type=int, default=4, help="gloo ranks; rank r replays worker r")
+    p.add_argument("--steps", type=int, default=3, help="captured steps to replay (the first ones)")
+    p.add_argument("--tensor", help="captured tensor (default: the run's natural, embedding, tensor)")
+    p.add_argument("--repeats", type=int, default=25, help="timed repeats per scheme after 2 warm-up runs")
+    p.add_argument("--schemes", help="comma-separated scheme names (default: all)")
+    p.add_argument("--recalibrate", action="store_true", help="re-fit this machine's alpha and bandwidth first")
+    p.add_argument("--synthetic", action="store_true", help="generated index sets instead of a run")
+    p.add_argument("--numel", type=int, default=2_000_000)
+    p.add_argument("--density", type=float, default=0.025)
+    p.add_argument("--skew", type=float, default=1.0, help="0 uniform; larger crowds non-zeros towards index 0")
+    p.add_argument("--overlap", type=float, default=0.3, help="fraction of each set shared by all ranks")
+    p.set_defaults(func=cmd_bench_comm)
     p = sub.add_parser("bench", help="benchmarks (ratios measured side by side, medians)")
     p.add_argument(
-        "what", choices=["capture", "characterize", "comm"],
-        help="capture: capture overhead; characterize: 16M x 128 workers x 20 steps; comm: schemes measured vs modelled",
+        "what", choices=["capture", "characterize", "comm", "evaluate"],
+        help="capture: capture overhead; characterize: 16M x 128 workers x 20 steps; comm: schemes measured vs "
+        "modelled on the default run's embedding at 4 ranks; evaluate: modelling speed at 16M x 128 workers",
     )  # fmt: skip
     p.add_argument("--set", action="append", metavar="KEY=VALUE")
     p.set_defaults(func=cmd_bench)

@@ -106,6 +106,17 @@ def workers128() -> ExperimentConfig:
     return cfg
 
 
+def workers1024() -> ExperimentConfig:
+    """1024 virtual workers (4 ranks x 256 micro-batches of one sequence), 3 captured steps: the scale mode of
+    the scheme evaluation (``zen-analysis evaluate <run> --max-workers 1024``), past any paper's 128 GPUs."""
+    cfg = workers128()
+    cfg.name = "workers1024"
+    cfg.train.workers_per_rank = 256
+    cfg.train.num_steps = 3
+    cfg.capture.every = 1
+    return cfg
+
+
 RECIPES: dict[str, Callable[[], ExperimentConfig]] = {
     "default": default,
     "smoke": smoke,
@@ -115,6 +126,7 @@ RECIPES: dict[str, Callable[[], ExperimentConfig]] = {
     "lstm": lstm,
     "lstm-smoke": lstm_smoke,
     "workers128": workers128,
+    "workers1024": workers1024,
 }
 
 

@@ -1,6 +1,6 @@
 """Time models: alpha-beta per phase from a scheme's traffic, and the Zen paper's closed forms.
 
-``phase_times(traffic, topology)``: for each phase and rank, alpha per collective call plus the time to push its
+``phase_times(traffic, topology)``: for each phase and rank, its latency (alpha per call) plus the time to push its
 outgoing bytes or take in its incoming bytes over the links of the topology, whichever is larger; the phase
 takes as long as its slowest (bottleneck) rank. Dense ring all-reduce phases use the ring formula,
 2 (n - 1) steps of alpha + chunk / bandwidth on the slowest link of the ring.
@@ -29,18 +29,16 @@ from zen_analysis.comm.traffic import Traffic
 def phase_times(traffic: Traffic, topology: Topology) -> pd.DataFrame:
     """One row per phase: modelled seconds and the bottleneck rank.
 
-    A rank's phase time is (collective calls in the phase) x alpha + the larger of its outgoing and incoming
-    bytes over its links' bandwidths; the phase lasts as long as its slowest rank. A calibrated topology prices
-    each primitive (all_to_all, p2p, all_reduce) with its own measured alpha and bandwidth.
+    A rank's phase time is its message latencies + the larger of its outgoing and incoming bytes over its
+    links' bandwidths; the phase lasts as long as its slowest rank. Latency: a p2p call pays its peer link's
+    alpha; an all_to_all call pays the largest alpha of its links once (its W - 1 messages are in flight
+    together: per-message injection overhead is not modelled, which flatters all-to-all schemes at hundreds
+    of ranks); a ring all-reduce pays 2 (W - 1) sequential steps. A calibrated topology (fitted at one rank count) prices each
+    primitive (all_to_all, p2p, all_reduce) with its own measured alpha per call and bandwidth.
     """
     topo = topology.for_ranks(traffic.world)
     W = traffic.world
-    alpha = np.zeros((W, W))
-    bw = np.ones((W, W))
-    for i in range(W):
-        for j in range(W):
-            if i != j:
-                alpha[i, j], bw[i, j] = topo.link(i, j)
+    alpha, bw = topo.link_matrices()
     rows = []
     for phase, (numel, width) in traffic.ring_phases.items():
         ring_links = [topo.link(i, (i + 1) % W, shared=False) for i in range(W)] if W > 1 else [(0.0, 1.0)]
@@ -52,16 +50,39 @@ def phase_times(traffic: Traffic, topology: Topology) -> pd.DataFrame:
         seconds = 2 * (W - 1) * (ring_alpha + chunk / ring_bw) if W > 1 else 0.0
         rows.append({"phase": phase, "seconds": seconds, "bottleneck_rank": 0})
     for phase, M in traffic.pairs.items():
-        a, b = alpha, bw
+        calls = traffic.calls.get(phase, 0)
         calibrated = topo.primitive_link(traffic.primitive.get(phase))
-        if calibrated:
-            a, b = np.full((W, W), calibrated[0]), np.full((W, W), calibrated[1])
-        transfer = np.maximum((M / b).sum(1), (M / b).sum(0))
-        latency = traffic.calls.get(phase, 0) * a.max(initial=0.0)
+        if calibrated:  # fitted per call at this rank count
+            transfer = np.maximum(M.sum(1), M.sum(0)) / calibrated[1]
+            latency = calls * calibrated[0]
+        else:
+            seconds = M / bw
+            transfer = np.maximum(seconds.sum(1), seconds.sum(0))
+            if traffic.primitive.get(phase) == "p2p":  # one message per call, to the phase's peer
+                talks = (M > 0) | (M.T > 0)
+                latency = calls * np.where(talks, alpha, 0.0).max(1, initial=0.0)
+            else:  # all_to_all: the messages to all peers are in flight together; the slowest link's alpha
+                latency = calls * alpha.max(1, initial=0.0)
         per_rank = transfer + latency
         r = int(per_rank.argmax())
         rows.append({"phase": phase, "seconds": float(per_rank[r]), "bottleneck_rank": r})
     return pd.DataFrame(rows, columns=["phase", "seconds", "bottleneck_rank"])
+
+
+def phase_features(traffic: Traffic) -> pd.DataFrame:
+    """What a uniform (calibrated) topology prices per phase: its primitive, the collective calls its slowest
+    rank makes and the bytes that rank moves (the larger of sent and received), so that
+    ``seconds = calls x alpha + bytes / bandwidth`` equals :func:`phase_times`. A ring all-reduce is
+    2 (W - 1) calls of one chunk each."""
+    W = traffic.world
+    rows = []
+    for phase, (numel, width) in traffic.ring_phases.items():
+        steps = 2 * (W - 1)
+        rows.append({"phase": phase, "primitive": "all_reduce", "calls": steps, "bytes": steps * math.ceil(numel / W) * width})
+    for phase, M in traffic.pairs.items():
+        rows.append({"phase": phase, "primitive": traffic.primitive.get(phase, "all_to_all"),
+                     "calls": traffic.calls.get(phase, 0), "bytes": int(np.maximum(M.sum(1), M.sum(0)).max(initial=0))})  # fmt: skip
+    return pd.DataFrame(rows, columns=["phase", "primitive", "calls", "bytes"])
 
 
 def t_allreduce(n: int, M: int, b: float) -> float:

@@ -3,7 +3,7 @@
 For every captured tensor and step, every scheme and n = 2, 4, ..., W workers (the first n workers, as in the
 characterization), the traffic model and the alpha-beta time on each topology preset are computed from the
 workers' index sets and written to ``data/derived/<run_id>/schemes.parquet``, one row per
-(tensor, step, n, scheme, topology). Schemes a configuration does not support (SparCML at a non-power-of-two n)
+(tensor, step, n, scheme, topology). Schemes a configuration does not support (``check`` raises ValueError)
 are skipped. ``best_scheme`` picks the cheapest scheme by modelled time.
 """
 
@@ -22,8 +22,9 @@ from zen_analysis.comm.cost import phase_times
 from zen_analysis.comm.schemes import SCHEMES, build_scheme
 from zen_analysis.comm.topology import Topology, preset
 from zen_analysis.sparsity.characterize import derived_dir, worker_counts
+from zen_analysis.sparsity.metrics import union_of
 
-VERSION = 1
+VERSION = 3  # 2: sparcml on any n (fold), matrix traffic; 3: alpha per message of an all_to_all
 DEFAULT_TOPOLOGIES = ("paper-tcp25", "paper-efa100", "h200-node")
 
 
@@ -40,7 +41,7 @@ def best_scheme(index_sets: Sequence[torch.Tensor], numel: int, topology: Topolo
 
 def _rows(tensor: str, kind: str, step: int, numel: int, sets: list[torch.Tensor], topologies, schemes) -> list[dict]:
     rows = []
-    union = torch.unique(torch.cat(sets))
+    union = union_of(sets, numel)
     mean_nnz = sum(s.numel() for s in sets) / len(sets)
     for name in schemes:
         try:
@@ -67,17 +68,21 @@ def evaluate(
     topologies: Sequence[str] = DEFAULT_TOPOLOGIES,
     schemes: Sequence[str] | None = None,
     max_workers: int = 128,
+    steps: int | None = None,
     force: bool = False,
     progress: bool = True,
 ) -> pd.DataFrame:
-    """Modelled bytes and time of every scheme on every captured (tensor, step) for n = 2..W; cached."""
+    """Modelled bytes and time of every scheme on every captured (tensor, step) for n = 2..W; cached.
+
+    ``max_workers`` caps n (raise it to 1024 for a capture with that many virtual workers: the scale mode);
+    ``steps`` keeps the first captured steps only."""
     from tqdm.auto import tqdm
 
     reader = TraceReader(run)
     out = derived_dir(reader.run_id) / "schemes.parquet"
     names = list(schemes or SCHEMES)
     stamp = {
-        "version": VERSION, "topologies": list(topologies), "schemes": names, "max_workers": max_workers,
+        "version": VERSION, "topologies": list(topologies), "schemes": names, "max_workers": max_workers, "steps": steps,
         "files": reader.fingerprint(),
     }  # fmt: skip
     stamp_path = out.with_suffix(".stamp.json")
@@ -88,7 +93,7 @@ def evaluate(
     topos = {name: preset(name) for name in topologies}
     tensors = reader.manifest["tensors"]
     rows: list[dict] = []
-    for step in tqdm(reader.steps(), desc=f"evaluate {reader.run_id}", unit="step", disable=not progress):
+    for step in tqdm(reader.steps()[:steps], desc=f"evaluate {reader.run_id}", unit="step", disable=not progress):
         sets: dict[str, dict[int, torch.Tensor]] = {}
         for rec in reader.records(step=step, with_values=False):
             sets.setdefault(rec.tensor, {})[rec.worker] = rec.indices_K.long()
@@ -125,6 +130,17 @@ def normalized(df: pd.DataFrame, *, topology: str = "paper-tcp25") -> pd.DataFra
     return d.groupby(["kind", "n", "scheme"])["normalized"].mean().unstack("scheme")
 
 
+def speedups(df: pd.DataFrame, *, topology: str = "paper-tcp25", n: int = 128) -> pd.DataFrame:
+    """Fig. 15 numbers: modelled all-reduce time / scheme time per (workload, scheme), at n workers (or each
+    workload's largest n below it), median over captured steps and tensors of the workload."""
+    d = relative_to_allreduce(df, topology=topology)
+    label = "workload" if "workload" in d.columns else "tensor"
+    d = d[d["n"] <= n]
+    d = d[d["n"] == d.groupby(label)["n"].transform("max")]
+    out = d.assign(speedup=d["allreduce_s"] / d["seconds"]).groupby([label, "n", "scheme"], as_index=False)["speedup"].median()
+    return out.rename(columns={label: "workload"})
+
+
 def evaluate_runs(runs: Sequence[str | Path], **kwargs) -> pd.DataFrame:
     """``evaluate`` of several runs, concatenated, with ``run`` and ``workload`` columns (figure labels)."""
     from zen_analysis.sparsity.workloads import workload_labels
@@ -146,3 +162,42 @@ def step_index_sets(run: str | Path, *, tensor: str | None = None, step: int | N
     step = reader.steps()[0] if step is None else step
     recs = sorted(reader.records(tensor=tensor, step=step, with_values=False), key=lambda r: r.worker)[:num_workers]
     return [r.indices_K.long() for r in recs], int(tensors[tensor]["numel"])
+
+
+def wire_size_table(
+    *,
+    numel: int = 1 << 20,
+    num_partitions: int = 16,
+    densities: Sequence[float] = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 0.5, 0.7, 0.95),
+    skews: dict[str, float] | None = None,
+    runs: Sequence[str | Path] = (),
+) -> pd.DataFrame:
+    """Fig. 17a numbers: :func:`~zen_analysis.comm.formats.wire_sizes` / dense for aggregated index sets of
+    each density (generated, one curve per skew), plus one point per captured tensor of ``runs`` (the union
+    of its first ``num_partitions`` workers at the first captured step, ``source`` "captured: <workload>")."""
+    from zen_analysis.comm.formats import wire_sizes
+    from zen_analysis.sparsity.synthetic import synthetic_index_sets
+    from zen_analysis.sparsity.workloads import workload_labels
+
+    rows = []
+
+    def add(idx: torch.Tensor, n_el: int, source: str) -> None:
+        for fmt, nbytes in wire_sizes(idx, n_el, num_partitions=num_partitions).items():
+            rows.append({"density": idx.numel() / n_el, "format": fmt, "relative": nbytes / (4 * n_el),
+                         "source": source, "num_partitions": num_partitions})  # fmt: skip
+
+    for label, skew in (skews or {"uniform": 0.0, "skewed (skew 2)": 2.0}).items():
+        for d in densities:
+            add(synthetic_index_sets(numel, 1, d, skew=skew, seed=17)[0], numel, label)
+    for run in runs:
+        reader = TraceReader(run)
+        labels = workload_labels(reader)
+        step = reader.steps()[0]
+        by_tensor: dict[str, list[torch.Tensor]] = {}
+        for rec in reader.records(step=step, with_values=False):
+            if rec.worker < num_partitions:
+                by_tensor.setdefault(rec.tensor, []).append(rec.indices_K.long())
+        for tensor, sets in by_tensor.items():
+            n_el = int(reader.manifest["tensors"][tensor]["numel"])
+            add(union_of(sets, n_el), n_el, f"captured: {labels.get(tensor, tensor)}")
+    return pd.DataFrame(rows)

@@ -125,15 +125,51 @@ class Exchange:
     def sendrecv_count(self, count: int, peer: int) -> int:
         """Swap one count with ``peer`` (control traffic)."""
         recv = torch.zeros(1, dtype=torch.int64)
-        t0 = self._start()
+        t0 = self._start_pair(peer)
         _p2p(self, torch.tensor([count], dtype=torch.int64), recv, peer)
         self._count("control", COUNT_BYTES, COUNT_BYTES, time.perf_counter() - t0)
         return int(recv)
 
+    def send_count(self, count: int, peer: int) -> None:
+        """One-way: send one count to ``peer`` (control traffic)."""
+        t0 = self._start_pair(peer)
+        _p2p(self, torch.tensor([count], dtype=torch.int64), torch.zeros(0, dtype=torch.int64), peer)
+        self._count("control", COUNT_BYTES, 0, time.perf_counter() - t0)
+
+    def recv_count(self, peer: int) -> int:
+        """One-way: receive one count from ``peer`` (control traffic)."""
+        recv = torch.zeros(1, dtype=torch.int64)
+        t0 = self._start_pair(peer)
+        _p2p(self, recv[:0], recv, peer)
+        self._count("control", 0, COUNT_BYTES, time.perf_counter() - t0)
+        return int(recv)
+
+    def send(self, data: torch.Tensor, peer: int) -> None:
+        """One-way: send a buffer whose size ``peer`` knows (payload)."""
+        t0 = self._start_pair(peer)
+        _p2p(self, data, data[:0], peer)
+        self._count("payload", data.numel() * data.element_size(), 0, time.perf_counter() - t0)
+
+    def recv(self, numel: int, dtype: torch.dtype, peer: int) -> torch.Tensor:
+        """One-way: receive a buffer of ``numel`` elements from ``peer`` (payload)."""
+        out = torch.empty(numel, dtype=dtype)
+        t0 = self._start_pair(peer)
+        _p2p(self, out[:0], out, peer)
+        self._count("payload", 0, numel * out.element_size(), time.perf_counter() - t0)
+        return out
+
+    def _start_pair(self, peer: int) -> float:
+        """Like ``_start``, but the barrier (when ``sync``) is a zero-byte handshake with ``peer`` alone: a
+        one-way message between two ranks cannot use a group barrier others do not enter."""
+        if self.sync:
+            token = torch.zeros(1)
+            _p2p(self, token, torch.zeros(1), peer)
+        return time.perf_counter()
+
     def sendrecv(self, data: torch.Tensor, peer: int, recv_numel: int) -> torch.Tensor:
         """Swap a buffer with ``peer`` whose size both sides know (payload)."""
         recv = torch.empty(recv_numel, dtype=data.dtype)
-        t0 = self._start()
+        t0 = self._start_pair(peer)
         _p2p(self, data, recv, peer)
         wire = time.perf_counter() - t0
         self._count("payload", data.numel() * data.element_size(), recv_numel * data.element_size(), wire)

@@ -11,6 +11,7 @@ from functools import lru_cache
 
 import torch
 
+from zen_analysis.zen.hashing import TABLE_LIMIT, h0_table
 from zen_analysis.zen.hashing import owner as hash_owner_of
 
 _BIT_WEIGHTS = torch.tensor([1, 2, 4, 8, 16, 32, 64, 128], dtype=torch.uint8)
@@ -41,3 +42,47 @@ def hash_partitions(numel: int, num_partitions: int, seed: int) -> tuple[torch.T
     order = torch.argsort(owners_N, stable=True)  # stable: indices stay ascending inside each partition
     sizes = torch.bincount(owners_N, minlength=num_partitions).tolist()
     return tuple(torch.split(order, sizes))
+
+
+@lru_cache(maxsize=256)
+def hash_partition_sizes(numel: int, num_partitions: int, seed: int) -> tuple[int, ...]:
+    """|S_p| for every partition p (what the hash bitmaps' sizes follow from), without materialising S_p:
+    hashed in 16M-element chunks, so a 2^31-element tensor costs seconds and no index array."""
+    if numel <= TABLE_LIMIT:
+        owners = (h0_table(numel, seed).long() & 0xFFFFFFFF) % num_partitions
+        return tuple(torch.bincount(owners, minlength=num_partitions).tolist())
+    counts = torch.zeros(num_partitions, dtype=torch.int64)
+    chunk = 1 << 24
+    for lo in range(0, numel, chunk):
+        owners = hash_owner_of(torch.arange(lo, min(numel, lo + chunk)), num_partitions, seed)
+        counts += torch.bincount(owners, minlength=num_partitions)
+    return tuple(counts.tolist())
+
+
+FORMATS = ("coo", "bitmap", "tensor_block", "hash_bitmap")
+
+
+def wire_sizes(indices: torch.Tensor, numel: int, *, num_partitions: int = 16, block: int = 256, seed: int = 0) -> dict[str, int]:
+    """Bytes a worker receives to learn the aggregated tensor whose non-zeros are ``indices`` (sorted), in each
+    format of the paper's Fig. 17a, with ``num_partitions`` servers and float32 values:
+
+    * ``coo``: an index (int32 below 2^31 elements) and a value per non-zero;
+    * ``bitmap``: hash-partitioned servers each sending a plain bitmap over the whole tensor (their non-zeros
+      are scattered everywhere) plus the values — n x numel / 8 bytes of bitmaps;
+    * ``tensor_block``: OmniReduce's contiguous blocks: a bitmap over the blocks plus every value of each block
+      holding a non-zero (the last block may be short);
+    * ``hash_bitmap``: Zen's pull, each server's bitmap over its static hash set S_p plus the values — numel / 8
+      bytes of bitmaps whatever n (these are the sizes ``zen`` puts on the wire).
+    """
+    from zen_analysis.comm.exchange import index_bytes
+
+    idx = torch.as_tensor(indices).long()
+    nnz = idx.numel()
+    blocks = torch.unique_consecutive(idx // block)
+    block_values = int(torch.clamp(numel - blocks * block, max=block).sum()) if nnz else 0
+    return {
+        "coo": nnz * (index_bytes(numel) + 4),
+        "bitmap": num_partitions * bitmap_bytes(numel) + 4 * nnz,
+        "tensor_block": bitmap_bytes(-(-numel // block)) + 4 * block_values,
+        "hash_bitmap": sum(bitmap_bytes(s) for s in hash_partition_sizes(numel, num_partitions, seed)) + 4 * nnz,
+    }

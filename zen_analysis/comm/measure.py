@@ -2,22 +2,33 @@
 measurement beside the model.
 
 ``compare(index_sets, numel)`` forks one rank per set, fills each rank's tensor with integer values on its
-set, runs every scheme (warm-up, repeats), checks the result against ``all_reduce``, and returns one row per
-(scheme, phase): bytes modelled / bytes sent (summed over ranks, payload and control) and whether they are
-equal, wire seconds modelled (alpha-beta on a topology, ``local`` by default) / measured (slowest rank,
-median over repeats, barrier before each collective) and their ratio, plus the whole phase's wall time
-(local encode/decode included).
+set (or replays given values), runs every scheme (2 warm-up runs, then repeats), checks the result against
+``all_reduce``, and returns one row per (scheme, phase): bytes modelled / bytes sent (summed over ranks,
+payload and control) and whether they are equal, wire seconds modelled (alpha-beta on this machine calibrated
+at the same rank count) / measured (slowest rank of each repeat, sync before each collective; mean over
+repeats, the median beside it) and their ratio, plus the whole phase's wall time (local encode/decode
+included, median).
+
+Why the mean: on a shared CPU a gloo call takes either ~0.3 ms or a 4 ms scheduler tick longer; the mean is
+what adds up over a scheme's calls the way the model's calls x alpha does (the calibration uses it too).
+
+``replay_run`` feeds it a run's captured per-worker tensors (``zen-analysis bench-comm <run> --ranks 4``);
+``replay_synthetic`` generated sets with a chosen density, skew and overlap (``--synthetic``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import torch
 
+if TYPE_CHECKING:
+    from zen_analysis.comm.topology import Topology
 
-def _replay(rank: int, world: int, sets: list, numel: int, repeats: int, names: list[str]) -> list:
+
+def _replay(rank: int, world: int, sets: list, values: list | None, numel: int, repeats: int, names: list[str]) -> list:
     import torch.distributed as dist
 
     from zen_analysis.comm import build_scheme
@@ -25,9 +36,13 @@ def _replay(rank: int, world: int, sets: list, numel: int, repeats: int, names: 
     gen = torch.Generator().manual_seed(rank)
     x = torch.zeros(numel)
     idx = torch.as_tensor(sets[rank], dtype=torch.long)
-    x[idx] = torch.randint(1, 5, (idx.numel(),), generator=gen).float()
+    if values is None:  # integer-valued: every scheme must match all_reduce bit for bit
+        x[idx] = torch.randint(1, 5, (idx.numel(),), generator=gen).float()
+    else:
+        x[idx] = torch.as_tensor(values[rank], dtype=torch.float32)
     ref = x.clone()
     dist.all_reduce(ref)
+    tol = 1e-5 * float(ref.abs().max()) if ref.numel() else 0.0  # summation order differs between schemes
     rows = []
     for name in names:
         scheme = build_scheme(name)
@@ -41,30 +56,59 @@ def _replay(rank: int, world: int, sets: list, numel: int, repeats: int, names: 
                 rows.append({
                     "scheme": name, "rep": rep, "phase": phase, "rank": rank,
                     "bytes_sent": int(g["bytes_sent"].sum()), "phase_s": float(g["seconds"].sum()),
-                    "wire_s": float(g["wire_seconds"].sum()), "lossless": bool(torch.equal(out, ref)),
+                    "wire_s": float(g["wire_seconds"].sum()),
+                    "lossless": bool(torch.equal(out, ref)) if values is None else bool(((out - ref).abs() <= tol).all()),
                 })  # fmt: skip
     return rows
 
 
-def compare(
-    index_sets: Sequence[torch.Tensor], numel: int, *, repeats: int = 5, topology=None, schemes: Sequence[str] | None = None
+def measure(
+    index_sets: Sequence[torch.Tensor],
+    numel: int,
+    *,
+    values: Sequence[torch.Tensor] | None = None,
+    repeats: int = 5,
+    schemes: Sequence[str] | None = None,
 ) -> pd.DataFrame:
-    """Measured vs modelled bytes and time per (scheme, phase) for one rank per index set."""
-    from zen_analysis.comm import SCHEMES, build_scheme
-    from zen_analysis.comm.topology import preset
+    """Measured side only: one row per (scheme, phase) with bytes sent, wire seconds (mean and median over
+    repeats of the slowest rank), whole-phase seconds and the lossless check, one rank per index set."""
+    from zen_analysis.comm import SCHEMES
     from zen_analysis.dist.launch import fork_launch
 
     world = len(index_sets)
-    topo = topology or preset("local")
-    names = [n for n in (schemes or SCHEMES) if not (n == "sparcml" and world & (world - 1))]
-    sets = [torch.as_tensor(s, dtype=torch.long).tolist() for s in index_sets]
-    raw = pd.DataFrame([r for rows in fork_launch(_replay, world, sets, numel, repeats, names) for r in rows])
+    names = list(schemes or SCHEMES)
+    sets = [torch.as_tensor(s, dtype=torch.long) for s in index_sets]
+    vals = None if values is None else [torch.as_tensor(v, dtype=torch.float32) for v in values]
+    raw = pd.DataFrame([r for rows in fork_launch(_replay, world, sets, vals, numel, repeats, names) for r in rows])
     per_rep = raw.groupby(["scheme", "phase", "rep"]).agg(
         bytes_sent=("bytes_sent", "sum"), wire_s=("wire_s", "max"), phase_s=("phase_s", "max"), lossless=("lossless", "all")
     )
-    measured = per_rep.groupby(["scheme", "phase"]).agg(
-        bytes_sent=("bytes_sent", "first"), wire_s=("wire_s", "median"), phase_s=("phase_s", "median"), lossless=("lossless", "all")
-    )
+    return per_rep.groupby(["scheme", "phase"]).agg(
+        bytes_sent=("bytes_sent", "first"), wire_s=("wire_s", "mean"), wire_median_s=("wire_s", "median"),
+        phase_s=("phase_s", "median"), lossless=("lossless", "all"),
+    )  # fmt: skip
+
+
+def compare(
+    index_sets: Sequence[torch.Tensor],
+    numel: int,
+    *,
+    values: Sequence[torch.Tensor] | None = None,
+    repeats: int = 5,
+    topology=None,
+    schemes: Sequence[str] | None = None,
+) -> pd.DataFrame:
+    """Measured vs modelled bytes and time per (scheme, phase) for one rank per index set.
+
+    ``values`` (one tensor per set, aligned with its sorted indices) replays real gradient values, checked
+    against ``all_reduce`` up to summation order; without them each rank holds integers, checked bit for bit.
+    The model runs on ``topology``, by default this machine calibrated at the same number of ranks.
+    """
+    from zen_analysis.comm import build_scheme
+    from zen_analysis.comm.topology import local
+
+    topo = topology or local(len(index_sets))
+    measured = measure(index_sets, numel, values=values, repeats=repeats, schemes=schemes)
     out = []
     for (name, phase), m in measured.iterrows():
         scheme = build_scheme(name)
@@ -74,6 +118,146 @@ def compare(
             "scheme": name, "phase": phase, "bytes_model": model_bytes, "bytes_sent": int(m["bytes_sent"]),
             "bytes_equal": model_bytes == int(m["bytes_sent"]), "lossless": bool(m["lossless"]),
             "wire_model_s": model_s, "wire_measured_s": float(m["wire_s"]), "ratio": model_s / float(m["wire_s"]),
-            "phase_measured_s": float(m["phase_s"]),
+            "wire_measured_median_s": float(m["wire_median_s"]), "phase_measured_s": float(m["phase_s"]),
         })  # fmt: skip
     return pd.DataFrame(out)
+
+
+def calibrate_from_schemes(
+    num_ranks: int = 4,
+    *,
+    numel: int = 2_000_000,
+    densities: Sequence[float] = (0.004, 0.015, 0.06),
+    repeats: int = 15,
+    seed: int = 1000,
+) -> Topology:
+    """Fit each primitive's alpha and bandwidth from the schemes themselves, run on synthetic index sets
+    (skew 1, overlap 0.3, three densities) — so per-call costs that only show inside a scheme's call sequence
+    (waking ranks that idled through local work, scheduler ticks on a shared CPU) are in alpha. For every
+    measured (scheme, phase) the model's slowest-rank calls and bytes (:func:`~zen_analysis.comm.cost.phase_features`)
+    are regressed on its mean wire time, per primitive, on relative error. The fit never sees the workload
+    it is later checked on (captured traces). Saved as ``local-<n>.json`` with ``method: schemes``."""
+    from zen_analysis.atomic import atomic_write_json
+    from zen_analysis.comm import SCHEMES, build_scheme
+    from zen_analysis.comm.cost import phase_features
+    from zen_analysis.comm.topology import calibration_path, fit_links
+    from zen_analysis.sparsity.synthetic import synthetic_index_sets
+
+    rows = []
+    for i, d in enumerate(densities):
+        sets = synthetic_index_sets(numel, num_ranks, d, skew=1.0, overlap=0.3, seed=seed + i)
+        measured = measure(sets, numel, repeats=repeats)
+        for name in SCHEMES:
+            feats = phase_features(build_scheme(name).model(sets, numel)).set_index("phase")
+            for phase, f in feats.iterrows():
+                rows.append({"density": d, "scheme": name, "phase": phase, **f.to_dict(),
+                             "seconds": float(measured.loc[(name, phase), "wire_s"])})  # fmt: skip
+    df = pd.DataFrame(rows)
+    fits = fit_links(df)
+    from zen_analysis.comm.topology import Topology
+
+    a2a = {p: (a, b) for p, a, b in fits}.get("all_to_all", (0.0, 1e9))
+    topo = Topology(name=f"local-{num_ranks}", gpus_per_node=1 << 20, intra_alpha_s=a2a[0], intra_bandwidth=a2a[1],
+                    inter_alpha_s=a2a[0], inter_bandwidth=a2a[1], num_ranks=num_ranks, calibrated=tuple(fits))  # fmt: skip
+    atomic_write_json(calibration_path(num_ranks), {**topo.to_dict(), "method": "schemes",
+                                                     "samples": df.to_dict(orient="records")})  # fmt: skip
+    return topo
+
+
+def summarize(df: pd.DataFrame) -> pd.DataFrame:
+    """Per scheme (phases summed, then the median over steps): bytes modelled / sent / equal, lossless, wire
+    seconds modelled / measured (mean and median over repeats) and modelled / measured."""
+    keys = ["scheme"] + (["step"] if "step" in df.columns else [])
+    per_step = df.groupby(keys).agg(
+        bytes_model=("bytes_model", "sum"), bytes_sent=("bytes_sent", "sum"), bytes_equal=("bytes_equal", "all"),
+        lossless=("lossless", "all"), wire_model_s=("wire_model_s", "sum"), wire_measured_s=("wire_measured_s", "sum"),
+        wire_measured_median_s=("wire_measured_median_s", "sum"), phase_measured_s=("phase_measured_s", "sum"),
+    )  # fmt: skip
+    per_step["ratio"] = per_step["wire_model_s"] / per_step["wire_measured_s"]
+    out = per_step.groupby("scheme").agg(
+        bytes_model=("bytes_model", "median"), bytes_sent=("bytes_sent", "median"), bytes_equal=("bytes_equal", "all"),
+        lossless=("lossless", "all"), wire_model_s=("wire_model_s", "median"), wire_measured_s=("wire_measured_s", "median"),
+        wire_measured_median_s=("wire_measured_median_s", "median"), phase_measured_s=("phase_measured_s", "median"),
+        ratio=("ratio", "median"),
+    )  # fmt: skip
+    return out.sort_values("wire_measured_s")
+
+
+def replay_run(
+    run,
+    *,
+    ranks: int = 4,
+    steps: int = 3,
+    tensor: str | None = None,
+    repeats: int = 25,
+    schemes: Sequence[str] | None = None,
+    recalibrate: bool = False,
+    progress: bool = True,
+) -> pd.DataFrame:
+    """``compare`` on a run's captured tensors: rank r holds worker r's captured gradient (indices and real
+    values) of ``tensor`` (default: the natural one) at each of the first ``steps`` captured steps. Writes
+    ``data/derived/<run>/bench_comm.parquet`` and returns it (one row per step, scheme and phase)."""
+    from tqdm.auto import tqdm
+
+    from zen_analysis.atomic import atomic_path
+    from zen_analysis.capture.traces import TraceReader
+    from zen_analysis.comm.topology import local
+    from zen_analysis.sparsity.characterize import derived_dir
+
+    reader = TraceReader(run)
+    tensors = reader.manifest["tensors"]
+    tensor = tensor or next((t for t, i in tensors.items() if i["kind"] == "natural"), next(iter(tensors)))
+    if tensor not in tensors:
+        raise ValueError(f"run {reader.run_id} has no captured tensor {tensor!r}; it has {sorted(tensors)}")
+    numel = int(tensors[tensor]["numel"])
+    if reader.manifest.get("num_workers", ranks) < ranks:
+        raise ValueError(f"run {reader.run_id} has {reader.manifest['num_workers']} workers; cannot replay on {ranks} ranks")
+    topo = local(ranks, recalibrate=recalibrate)
+    frames = []
+    for step in tqdm(reader.steps()[:steps], desc=f"bench-comm {reader.run_id}", unit="step", disable=not progress):
+        recs = sorted(reader.records(tensor=tensor, step=step), key=lambda r: r.worker)[:ranks]
+        df = compare([r.indices_K.long() for r in recs], numel, values=[r.values_K for r in recs],
+                     repeats=repeats, topology=topo, schemes=schemes)  # fmt: skip
+        frames.append(df.assign(run=reader.run_id, tensor=tensor, step=step, numel=numel, ranks=ranks))
+    out = pd.concat(frames, ignore_index=True)
+    path = derived_dir(reader.run_id) / "bench_comm.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        out.to_parquet(tmp)
+    return out
+
+
+def replay_synthetic(
+    *,
+    numel: int = 2_000_000,
+    density: float = 0.025,
+    skew: float = 1.0,
+    overlap: float = 0.3,
+    ranks: int = 4,
+    repeats: int = 25,
+    seed: int = 0,
+    schemes: Sequence[str] | None = None,
+    recalibrate: bool = False,
+) -> tuple[pd.DataFrame, dict]:
+    """``compare`` on synthetic index sets (:func:`zen_analysis.sparsity.synthetic.synthetic_index_sets`) with
+    integer values (bit-for-bit check); returns the table and the sets' measured characteristics."""
+    from zen_analysis.comm.topology import local
+    from zen_analysis.sparsity.synthetic import describe, synthetic_index_sets
+
+    sets = synthetic_index_sets(numel, ranks, density, skew=skew, overlap=overlap, seed=seed)
+    stats = describe(sets, numel)
+    df = compare(sets, numel, repeats=repeats, topology=local(ranks, recalibrate=recalibrate), schemes=schemes)
+    return df.assign(numel=numel, ranks=ranks, skew=skew, overlap=overlap), stats
+
+
+def report(summary: pd.DataFrame) -> str:
+    """The two lines per scheme the notebook and the CLI print."""
+    lines = []
+    for name, r in summary.iterrows():
+        lines.append(
+            f"{name:>10}: bytes modelled {int(r['bytes_model']):>10,} / sent {int(r['bytes_sent']):>10,} / "
+            f"equal {bool(r['bytes_equal'])!s:>5}; lossless {bool(r['lossless'])}\n"
+            f"{'':>10}  time modelled {1e3 * r['wire_model_s']:7.2f} ms / measured {1e3 * r['wire_measured_s']:7.2f} ms "
+            f"(median {1e3 * r['wire_measured_median_s']:.2f}) / ratio {r['ratio']:.2f}; whole phases {1e3 * r['phase_measured_s']:.2f} ms"
+        )
+    return "\n".join(lines)

@@ -6,8 +6,9 @@ Presets (each a template: ``preset(name).for_ranks(n)`` places n ranks, filling 
   25 Gbps TCP between nodes (up to 16 nodes).
 * ``paper-efa100``: the same nodes with 100 Gbps EFA between them.
 * ``h200-node``: one node of 8 H200 on NVLink 4 (450 GB/s per direction per GPU).
-* ``local``: this machine, alpha and bandwidth fitted per primitive (p2p swap, all_to_all_single, all_reduce)
-  between two forked gloo ranks (:func:`calibrate`, stored in ``data/calibration/local.json``).
+* ``local`` / ``local-<n>``: this machine, alpha and bandwidth fitted per primitive (p2p swap,
+  all_to_all_single, all_reduce) between n forked gloo ranks (default 2; :func:`calibrate`, stored in
+  ``data/calibration/local-<n>.json``).
 
 Latencies are order-of-magnitude values for NCCL-class stacks, not measurements of the paper's cluster: the
 alpha term matters for small tensors only; the paper's own model is bandwidth-only (alpha = 0).
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, replace
+
+import numpy as np
 
 from zen_analysis import paths
 from zen_analysis.atomic import atomic_write_json
@@ -68,6 +71,16 @@ class Topology:
         sharing = min(self.gpus_per_node, self.num_ranks) if shared else 1
         return self.inter_alpha_s, self.inter_bandwidth / sharing
 
+    def link_matrices(self) -> tuple[np.ndarray, np.ndarray]:
+        """(alpha, bandwidth) as (W, W) arrays of :meth:`link` with ``shared`` links (diagonal: no cost)."""
+        node = np.arange(self.num_ranks) // self.gpus_per_node
+        same = node[:, None] == node[None, :]
+        sharing = min(self.gpus_per_node, self.num_ranks)
+        alpha = np.where(same, self.intra_alpha_s, self.inter_alpha_s)
+        bw = np.where(same, self.intra_bandwidth, self.inter_bandwidth / sharing)
+        np.fill_diagonal(alpha, 0.0)
+        return alpha, bw
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -84,85 +97,146 @@ PRESETS: dict[str, Topology] = {
 }  # fmt: skip
 
 
-def calibration_path():
-    return paths.data_dir() / "calibration" / "local.json"
+def calibration_path(num_ranks: int = 2):
+    return paths.data_dir() / "calibration" / f"local-{num_ranks}.json"
 
 
 def _sweep(rank: int, world: int, sizes: list[int], repeats: int) -> dict:
-    """Median seconds of barrier-synchronised p2p swaps, all_to_all_single and all_reduce per size in bytes."""
-    import time
-
+    """Wire seconds of each repeat, per primitive and size in bytes, measured by the schemes' own instrument
+    (:class:`~zen_analysis.comm.exchange.Exchange` with a sync before each call) in the schemes' own call
+    patterns: a count swap + a buffer swap between pairs r, r ^ 1 (``p2p``); a count exchange + an
+    ``all_to_all_single`` with split sizes, ``size`` bytes to each peer (``all_to_all``); a dense
+    ``all_reduce`` of ``size`` bytes per rank."""
     import torch
-    import torch.distributed as dist
 
-    def timed(fn) -> float:
-        times = []
-        for _ in range(repeats):
-            dist.barrier()
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-        return sorted(times)[len(times) // 2]
+    from zen_analysis.comm.exchange import Exchange
 
-    peer = 1 - rank
-    out = {"p2p": {}, "all_to_all": {}, "all_reduce": {}}
+    ex = Exchange(sync=True)
+    peer = rank ^ 1
+    out: dict[str, dict[int, list[float]]] = {"p2p": {}, "all_to_all": {}, "all_reduce": {}}
     for size in sizes:
         n = max(1, size // 4)
-        buf, got = torch.zeros(n), torch.zeros(n)
-        a2a_in, a2a_out = torch.zeros(n * world), torch.zeros(n * world)
-
-        def swap() -> None:
-            ops = [dist.P2POp(dist.isend, buf, peer), dist.P2POp(dist.irecv, got, peer)]
-            for w in dist.batch_isend_irecv(ops):
-                w.wait()
-
-        out["p2p"][size] = timed(swap)
-        out["all_to_all"][size] = timed(lambda: dist.all_to_all_single(a2a_out, a2a_in))
-        out["all_reduce"][size] = timed(lambda: dist.all_reduce(buf))
+        buf = torch.zeros(n)
+        counts = torch.full((world,), n, dtype=torch.int64)
+        a2a = torch.zeros(n * world)
+        for prim in out:
+            times = []
+            for rep in range(repeats):
+                ex.records.clear()
+                with ex.phase("calibrate"):
+                    if prim == "p2p" and peer < world:  # odd world: the last rank sits out
+                        ex.sendrecv_count(n, peer)
+                        ex.sendrecv(buf, peer, n)
+                    elif prim == "all_to_all":
+                        recv = ex.exchange_counts(counts)
+                        ex.all_to_all_v(a2a, counts, recv)
+                    elif prim == "all_reduce":
+                        ex.all_reduce_dense(buf)
+                times.append(sum(r.wire_seconds for r in ex.records.values()))
+            out[prim][size] = times
     return out
 
 
-def calibrate(*, repeats: int = 9) -> Topology:
-    """Fit alpha and bandwidth of this machine's gloo loopback between two forked ranks; saves and returns it.
+def calibrate(num_ranks: int = 2, *, method: str = "schemes", repeats: int | None = None) -> Topology:
+    """Fit alpha and bandwidth per primitive of this machine's gloo at ``num_ranks`` forked ranks; saves
+    ``data/calibration/local-<n>.json`` and returns it.
 
-    Each primitive the schemes use is swept separately (barrier-synchronised, medians): a p2p swap
-    (``sendrecv``), ``all_to_all_single`` (bytes per peer) and ``all_reduce`` (bytes per rank, priced as a
-    ring of 2 (n - 1) steps of half the buffer at n = 2). A plain ping-pong underestimates gloo's collectives
-    several-fold: their per-call overhead is larger and ``all_reduce`` also reduces.
+    ``method="schemes"`` (default): regress the schemes' own measured phases on synthetic index sets
+    (:func:`zen_analysis.comm.measure.calibrate_from_schemes`). ``"primitives"``: time each primitive alone
+    (:func:`calibrate_primitives`, seconds instead of half a minute). On this project's 2-core machine the
+    primitives alone price a call at 4 ranks 2-3x cheaper than it costs inside a scheme, so the model-vs-
+    measured benchmark uses the schemes fit.
+    """
+    if method == "schemes":
+        from zen_analysis.comm.measure import calibrate_from_schemes
+
+        return calibrate_from_schemes(num_ranks, **({"repeats": repeats} if repeats else {}))
+    if method == "primitives":
+        return calibrate_primitives(num_ranks, repeats=repeats or 100)
+    raise ValueError(f"unknown calibration method {method!r}; use 'schemes' or 'primitives'")
+
+
+def calibrate_primitives(num_ranks: int = 2, *, repeats: int = 100) -> Topology:
+    """Fit alpha and bandwidth of this machine's gloo between ``num_ranks`` forked ranks from each primitive
+    timed alone; saves and returns it.
+
+    Each primitive the schemes use is swept separately with the schemes' own instrument and call patterns
+    (:func:`_sweep`) and summarised as the benchmark summarises schemes: slowest rank of each repeat, *mean*
+    over repeats. Mean, not median: on a shared CPU each gloo call takes either ~0.3 ms or a whole 4 ms
+    scheduler tick longer (bimodal), and only the mean adds up over a scheme's calls the way the model's
+    calls x alpha does; calls x alpha + bytes / bw is then fitted on relative error (so small messages pin alpha
+    and large ones the bandwidth) in the unit the time model prices it in: a p2p swap (alpha per call +
+    bytes / bw); ``all_to_all_single`` (alpha per call + the bytes one rank sends, (W - 1) x per-peer, / bw);
+    ``all_reduce`` (2 (W - 1) ring steps of alpha + buffer / W / bw). Calibrate at the rank count you measure: with more
+    ranks than cores they share cores, and a plain 2-rank ping-pong underestimates gloo's collectives several
+    fold (their per-call overhead is larger and all_reduce also reduces).
     """
     import numpy as np
 
     from zen_analysis.dist.launch import fork_launch
 
-    sizes = [2**k for k in range(6, 25, 2)]
-    sweep = fork_launch(_sweep, 2, sizes, repeats)[0]
+    if num_ranks < 2:
+        raise ValueError("calibration needs at least 2 ranks")
+    W = num_ranks
+    sizes = [2**6, 2**10, 2**14, 2**18, 2**20, 2**22]
+    sweeps = fork_launch(_sweep, W, sizes, repeats)
+    slowest = {p: {s: float(np.mean(np.max([sw[p][s] for sw in sweeps], axis=0))) for s in sizes} for p in sweeps[0]}
     fits = []
-    for prim, table in sweep.items():
+    for prim, table in slowest.items():
         x = np.array(sizes, dtype=float)
-        if prim == "all_reduce":
-            x = x / 2  # ring at n = 2: 2 steps of half the buffer -> fit per step
-        y = np.array([table[s] for s in sizes]) / (2 if prim == "all_reduce" else 1)
-        slope, intercept = np.polyfit(x, y, 1)
-        fits.append((prim, max(float(intercept), 0.0), 1.0 / float(slope)))
+        y = np.array([table[s] for s in sizes])
+        calls = 2  # count + buffer
+        if prim == "all_to_all":
+            x = x * (W - 1)
+        elif prim == "all_reduce":
+            x, y, calls = x / W, y / (2 * (W - 1)), 1
+        slope, intercept = np.polyfit(x, y, 1, w=1.0 / y)
+        fits.append((prim, max(float(intercept), 0.0) / calls, 1.0 / max(float(slope), 1e-15)))
     a2a = dict((p, (a, b)) for p, a, b in fits)["all_to_all"]
-    topo = Topology(name="local", gpus_per_node=1 << 20, intra_alpha_s=a2a[0], intra_bandwidth=a2a[1],
-                    inter_alpha_s=a2a[0], inter_bandwidth=a2a[1], calibrated=tuple(fits))  # fmt: skip
-    samples = {p: {str(k): v for k, v in t.items()} for p, t in sweep.items()}
-    atomic_write_json(calibration_path(), {**topo.to_dict(), "samples_s": samples})
+    topo = Topology(name=f"local-{W}", gpus_per_node=1 << 20, intra_alpha_s=a2a[0], intra_bandwidth=a2a[1],
+                    inter_alpha_s=a2a[0], inter_bandwidth=a2a[1], num_ranks=W, calibrated=tuple(fits))  # fmt: skip
+    samples = {p: {str(k): v for k, v in t.items()} for p, t in slowest.items()}
+    atomic_write_json(calibration_path(W), {**topo.to_dict(), "method": "primitives", "samples_s": samples})
     return topo
 
 
+def fit_links(samples) -> tuple[tuple[str, float, float], ...]:
+    """(primitive, alpha seconds, bytes per second) fitted per primitive to rows of ``samples`` (a DataFrame
+    with ``primitive, calls, bytes, seconds``): seconds = calls x alpha + bytes / bandwidth, least squares
+    on relative error. A coefficient that comes out negative (below the measurement's resolution) is dropped
+    and the other refitted alone; a bandwidth too high to resolve is reported as 1e12 bytes/s."""
+    fits = []
+    for prim, g in samples.groupby("primitive"):
+        X = g[["calls", "bytes"]].to_numpy(dtype=float)
+        y = g["seconds"].to_numpy(dtype=float)
+        w = 1.0 / y
+        coef = np.linalg.lstsq(X * w[:, None], y * w, rcond=None)[0]
+        if coef[1] <= 0:  # transfer below resolution: latency only
+            coef = np.array([float(np.sum(w * w * X[:, 0] * y) / np.sum((w * X[:, 0]) ** 2)), 1e-12])
+        if coef[0] < 0:  # latency below resolution: bandwidth only
+            coef = np.array([0.0, float(np.sum(w * w * X[:, 1] * y) / np.sum((w * X[:, 1]) ** 2))])
+        fits.append((str(prim), float(coef[0]), 1.0 / float(coef[1])))
+    return tuple(fits)
+
+
+def local(num_ranks: int = 2, *, recalibrate: bool = False) -> Topology:
+    """This machine calibrated at ``num_ranks`` gloo ranks (stored; calibrated on first use)."""
+    path = calibration_path(num_ranks)
+    if path.exists() and not recalibrate:
+        d = json.loads(path.read_text())
+        for extra in ("samples_s", "samples", "method"):
+            d.pop(extra, None)
+        if "calibrated" in d:
+            d["calibrated"] = tuple(tuple(c) for c in d["calibrated"])
+            return Topology(**d)
+    return calibrate(num_ranks)
+
+
 def preset(name: str) -> Topology:
-    """A topology template by name; ``local`` is calibrated on first use."""
-    if name == "local":
-        path = calibration_path()
-        if path.exists():
-            d = json.loads(path.read_text())
-            d.pop("samples_s", None)
-            if "calibrated" in d:
-                d["calibrated"] = tuple(tuple(c) for c in d["calibrated"])
-                return Topology(**d)
-        return calibrate()
+    """A topology template by name; ``local`` (2 ranks) or ``local-<n>`` is this machine, calibrated on first
+    use (:func:`local`)."""
+    if name == "local" or (name.startswith("local-") and name[6:].isdigit()):
+        return local(int(name[6:]) if name != "local" else 2)
     if name not in PRESETS:
         raise ValueError(f"unknown topology {name!r}; available: {sorted(PRESETS) + ['local']}")
     return PRESETS[name]

@@ -1,6 +1,9 @@
 """Traffic models: the bytes a scheme's ``run`` moves, computed from index sets alone (no processes).
 
 :class:`Traffic` mirrors :class:`zen_analysis.comm.exchange.Exchange` rule for rule, for all ranks at once.
+It keeps one (W, W) matrix per (phase, kind) of the bytes rank i addresses to rank j, so a 1024-rank model
+is a handful of numpy operations rather than W^2 Python calls; per-rank bytes sent and received are its row
+and column sums.
 """
 
 from __future__ import annotations
@@ -16,15 +19,17 @@ COLUMNS = ["rank", "phase", "kind", "bytes_sent", "bytes_received"]
 
 
 class Traffic:
-    """Accumulates (rank, phase, kind) -> [sent, received] for a world of ``world`` ranks."""
+    """Accumulates the bytes every rank sends to every other rank, per (phase, kind), for ``world`` ranks."""
 
     def __init__(self, world: int) -> None:
         self.world = world
-        self._bytes: dict[tuple[int, str, str], list[int]] = defaultdict(lambda: [0, 0])
-        self.pairs: dict[str, np.ndarray] = {}
-        """phase -> (W, W) bytes rank i sends to rank j (payload and control), for the time model."""
+        self.matrices: dict[tuple[str, str], np.ndarray] = {}
+        """(phase, kind) -> (W, W) int64, bytes rank i sends to rank j (zero diagonal)."""
+        self.active: dict[tuple[str, str], np.ndarray] = {}
+        """(phase, kind) -> (W,) bool: ranks that take part (a rank outside a p2p stage has no record)."""
         self.ring_phases: dict[str, tuple[int, int]] = {}
         """phase -> (numel, element bytes) of dense ring all-reduces (timed by the ring formula)."""
+        self._ring_bytes: dict[str, np.ndarray] = {}
         self.calls: dict[str, int] = defaultdict(int)
         """phase -> collective calls each rank makes (each pays the latency alpha once)."""
         self.primitive: dict[str, str] = {}
@@ -34,62 +39,80 @@ class Traffic:
         self.calls[phase] += 1
         self.primitive[phase] = primitive
 
-    def _pair(self, phase: str, i: int, j: int, nbytes: int) -> None:
-        if phase not in self.pairs:
-            self.pairs[phase] = np.zeros((self.world, self.world), dtype=np.int64)
-        self.pairs[phase][i, j] += nbytes
+    def _matrix(self, phase: str, kind: str, *, everyone: bool = True) -> np.ndarray:
+        key = (phase, kind)
+        if key not in self.matrices:
+            self.matrices[key] = np.zeros((self.world, self.world), dtype=np.int64)
+            self.active[key] = np.zeros(self.world, dtype=bool)
+        if everyone:
+            self.active[key][:] = True
+        return self.matrices[key]
 
-    def add(self, rank: int, phase: str, kind: str, sent: int, received: int) -> None:
-        cell = self._bytes[(rank, phase, kind)]
-        cell[0] += int(sent)
-        cell[1] += int(received)
+    @property
+    def pairs(self) -> dict[str, np.ndarray]:
+        """phase -> (W, W) bytes rank i sends to rank j, payload and control together (for the time model)."""
+        out: dict[str, np.ndarray] = {}
+        for (phase, _), m in self.matrices.items():
+            out[phase] = out[phase] + m if phase in out else m.copy()
+        return out
 
     def counts(self, phase: str) -> None:
         """One count exchange: every rank sends and receives a count from every other rank."""
         self._call(phase, "all_to_all")
-        for r in range(self.world):
-            self.add(r, phase, "control", COUNT_BYTES * (self.world - 1), COUNT_BYTES * (self.world - 1))
-            for j in range(self.world):
-                if j != r:
-                    self._pair(phase, r, j, COUNT_BYTES)
+        m = self._matrix(phase, "control")
+        m += COUNT_BYTES
+        np.fill_diagonal(m, m.diagonal() - COUNT_BYTES)
 
-    def p2p(self, phase: str, i: int, j: int, nbytes: int, *, kind: str = "payload") -> None:
-        """Rank i sends ``nbytes`` to rank j (and j's side is recorded as received); pairs swap at once, so a
-        swap counts as one call per rank (call it for both directions)."""
-        if i == 0:  # every rank makes the same calls; count rank 0's
-            self._call(phase, "p2p")
-        self.add(i, phase, kind, nbytes, 0)
-        self.add(j, phase, kind, 0, nbytes)
-        self._pair(phase, i, j, nbytes)
+    def p2p(self, phase: str, src, dst, nbytes, *, kind: str = "payload") -> None:
+        """One round of point-to-point messages: ``src[k]`` sends ``nbytes[k]`` to ``dst[k]`` (arrays or
+        scalars). Every rank in the round makes one call (a swap is one round with both directions)."""
+        src, dst = np.atleast_1d(np.asarray(src, dtype=np.int64)), np.atleast_1d(np.asarray(dst, dtype=np.int64))
+        nbytes = np.broadcast_to(np.asarray(nbytes, dtype=np.int64), src.shape)
+        self._call(phase, "p2p")
+        m = self._matrix(phase, kind, everyone=False)
+        np.add.at(m, (src, dst), nbytes)
+        self.active[(phase, kind)][src] = True
+        self.active[(phase, kind)][dst] = True
 
-    def all_to_all(self, phase: str, matrix: list[list[int]], *, kind: str = "payload") -> None:
+    def all_to_all(self, phase: str, matrix, *, kind: str = "payload") -> None:
         """matrix[i][j] = bytes rank i addresses to rank j (the diagonal stays local)."""
-        W = self.world
         self._call(phase, "all_to_all")
-        for i in range(W):
-            sent = sum(matrix[i][j] for j in range(W) if j != i)
-            received = sum(matrix[j][i] for j in range(W) if j != i)
-            self.add(i, phase, kind, sent, received)
-            for j in range(W):
-                if j != i and matrix[i][j]:
-                    self._pair(phase, i, j, matrix[i][j])
+        add = np.array(matrix, dtype=np.int64, copy=True).reshape(self.world, self.world)
+        np.fill_diagonal(add, 0)
+        self._matrix(phase, kind)[...] += add
 
-    def all_gather(self, phase: str, sizes: list[int], *, kind: str = "payload") -> None:
+    def all_gather(self, phase: str, sizes, *, kind: str = "payload") -> None:
         """Every rank i delivers ``sizes[i]`` bytes to each other rank (an all_to_all_single underneath)."""
         self._call(phase, "all_to_all")
-        total = sum(sizes)
-        for i in range(self.world):
-            self.add(i, phase, kind, sizes[i] * (self.world - 1), total - sizes[i])
-            for j in range(self.world):
-                if j != i and sizes[i]:
-                    self._pair(phase, i, j, sizes[i])
+        sizes = np.asarray(sizes, dtype=np.int64)
+        add = np.repeat(sizes[:, None], self.world, axis=1)
+        np.fill_diagonal(add, 0)
+        self._matrix(phase, kind)[...] += add
 
     def ring_all_reduce(self, phase: str, numel: int, element_bytes: int) -> None:
         self.ring_phases[phase] = (numel, element_bytes)
-        for r, own in enumerate(ring_chunk_sizes(numel, self.world)):
-            moved = 2 * (numel - own) * element_bytes
-            self.add(r, phase, "payload", moved, moved)
+        own = np.array(ring_chunk_sizes(numel, self.world), dtype=np.int64)
+        self._ring_bytes[phase] = self._ring_bytes.get(phase, 0) + 2 * (numel - own) * element_bytes
+
+    def sent(self) -> np.ndarray:
+        """(W,) total bytes each rank sends, all phases and kinds."""
+        total = sum((m.sum(1) for m in self.matrices.values()), np.zeros(self.world, dtype=np.int64))
+        return total + sum(self._ring_bytes.values(), np.zeros(self.world, dtype=np.int64))
+
+    def received(self) -> np.ndarray:
+        total = sum((m.sum(0) for m in self.matrices.values()), np.zeros(self.world, dtype=np.int64))
+        return total + sum(self._ring_bytes.values(), np.zeros(self.world, dtype=np.int64))
 
     def frame(self) -> pd.DataFrame:
-        rows = [(r, p, k, s, rv) for (r, p, k), (s, rv) in sorted(self._bytes.items())]
-        return pd.DataFrame(rows, columns=COLUMNS)
+        parts = []
+        ranks = np.arange(self.world)
+        for phase, moved in self._ring_bytes.items():
+            parts.append(pd.DataFrame({"rank": ranks, "phase": phase, "kind": "payload", "bytes_sent": moved,
+                                       "bytes_received": moved}))  # fmt: skip
+        for (phase, kind), m in self.matrices.items():
+            act = self.active[(phase, kind)]
+            parts.append(pd.DataFrame({"rank": ranks[act], "phase": phase, "kind": kind,
+                                       "bytes_sent": m.sum(1)[act], "bytes_received": m.sum(0)[act]}))  # fmt: skip
+        if not parts:
+            return pd.DataFrame(columns=COLUMNS)
+        return pd.concat(parts, ignore_index=True).sort_values(["rank", "phase", "kind"], ignore_index=True)[COLUMNS]

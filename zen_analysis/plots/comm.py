@@ -1,4 +1,4 @@
-"""Figures of the scheme evaluation (Zen paper Fig. 8 analogue)."""
+"""Figures of the scheme evaluation: Zen paper Fig. 8, 15 and 17a analogues and model vs measured."""
 
 from __future__ import annotations
 
@@ -22,3 +22,96 @@ def normalized_time(schemes_df: pd.DataFrame, *, topology: str = "paper-tcp25") 
     ratio_axes(grid, sorted(g["n"].unique()), xlabel="workers n", ylabel="time / dense all-reduce")
     grid.figure.suptitle(f"Modelled synchronization time relative to all-reduce ({topology}; paper Fig. 8)", y=1.03)
     return grid.figure
+
+
+def speedup(model: pd.DataFrame, measured: pd.DataFrame | None = None, *, topology: str = "paper-tcp25") -> plt.Figure:
+    """Fig. 15: communication speedup over dense all-reduce per scheme and workload.
+
+    ``model``: :func:`zen_analysis.comm.evaluate.speedups` (modelled on ``topology`` at the largest n <= 128).
+    ``measured``: a ``bench_comm`` table (:func:`zen_analysis.comm.measure.replay_run`): wire time measured on
+    gloo ranks, beside the time modelled for the same ranks on this machine's calibration.
+    """
+    style.apply()
+    panels = 2 if measured is not None else 1
+    fig, axes = plt.subplots(1, panels, figsize=(6.5 * panels, 4.2), squeeze=False)
+    order = model.groupby("scheme")["speedup"].median().sort_values(ascending=False).index.tolist()
+    m = model.assign(workload=model["workload"] + " (n=" + model["n"].astype(str) + ")")
+    ax = axes[0, 0]
+    sns.barplot(data=m, x="scheme", y="speedup", hue="workload", order=order, ax=ax)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_yscale("log", base=2)
+    ax.set(xlabel="", ylabel="all-reduce time / scheme time", title=f"modelled, {topology}")
+    ax.tick_params(axis="x", rotation=30)
+    sns.move_legend(ax, "upper center", bbox_to_anchor=(0.5, -0.25), ncol=2, fontsize=8, title=None)
+    if measured is not None:
+        from zen_analysis.comm.measure import summarize
+
+        s = summarize(measured)
+        base = s.loc["allreduce"]
+        rows = [{"scheme": name, "source": src, "speedup": base[col] / r[col]}
+                for name, r in s.iterrows() for src, col in (("measured", "wire_measured_s"), ("modelled", "wire_model_s"))]  # fmt: skip
+        ax = axes[0, 1]
+        sns.barplot(data=pd.DataFrame(rows), x="scheme", y="speedup", hue="source", order=order, ax=ax)
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.set_yscale("log", base=2)
+        ranks = int(measured["ranks"].iloc[0])
+        ax.set(xlabel="", ylabel="all-reduce time / scheme time",
+               title=f"gloo, {ranks} ranks: {measured['run'].iloc[0]} replayed")  # fmt: skip
+        ax.tick_params(axis="x", rotation=30)
+    fig.suptitle("Synchronization speedup over dense all-reduce (paper Fig. 15, communication time)", y=1.02)
+    return fig
+
+
+def wire_size(sizes: pd.DataFrame) -> plt.Figure:
+    """Fig. 17a: wire size relative to dense vs density after aggregation, per format.
+
+    ``sizes``: rows of (density, format, relative, source) — a sweep of generated index sets
+    (``source`` names the distribution) and optionally points from captured runs.
+    """
+    style.apply()
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    sweep = sizes[~sizes["source"].str.startswith("captured")]
+    sns.lineplot(data=sweep, x="density", y="relative", hue="format", style="source", marker="o", ax=ax)
+    captured = sizes[sizes["source"].str.startswith("captured")]
+    if len(captured):
+        sns.scatterplot(data=captured, x="density", y="relative", hue="format", marker="X", s=90, legend=False, ax=ax)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    n = int(sizes["num_partitions"].iloc[0])
+    ax.set(xlabel="density after aggregation", ylabel="wire size / dense",
+           title=f"Pull wire size by format, {n} servers (paper Fig. 17a; X = captured tensors)")  # fmt: skip
+    sns.move_legend(ax, "upper left", bbox_to_anchor=(1.02, 1), fontsize=8)
+    return fig
+
+
+def model_vs_measured(measured: pd.DataFrame) -> plt.Figure:
+    """Modelled vs measured wire time per scheme and phase (a ``bench_comm`` table), with the +-30% band,
+    and the modelled / measured ratio per scheme (phases summed, median over steps)."""
+    from zen_analysis.comm.measure import summarize
+
+    style.apply()
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.2))
+    d = measured.assign(model_ms=1e3 * measured["wire_model_s"], measured_ms=1e3 * measured["wire_measured_s"])
+    sns.scatterplot(data=d, x="measured_ms", y="model_ms", hue="scheme", style="phase", s=60, ax=ax)
+    lo, hi = 0.7 * min(d["model_ms"].min(), d["measured_ms"].min()), 1.4 * max(d["model_ms"].max(), d["measured_ms"].max())
+    xs = [lo, hi]
+    ax.plot(xs, xs, color="k", lw=0.8)
+    ax.fill_between(xs, [0.7 * x for x in xs], [1.3 * x for x in xs], color="0.85", zorder=0, label="±30%")
+    ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="measured wire time (ms, mean)",
+           ylabel="modelled (ms)", title="per scheme and phase, every replayed step")  # fmt: skip
+    ax.legend(fontsize=7, ncol=2, loc="upper left")
+    from matplotlib.ticker import FormatStrFormatter
+
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(FormatStrFormatter("%g"))
+        axis.set_minor_formatter(FormatStrFormatter(""))
+    s = summarize(measured).reset_index()
+    sns.barplot(data=s, x="scheme", y="ratio", ax=bx, color="C0")
+    bx.axhline(1.0, color="k", lw=0.8)
+    bx.axhspan(0.7, 1.3, color="0.85", zorder=0)
+    bx.set(xlabel="", ylabel="modelled / measured", title="whole scheme (phases summed, median over steps)")
+    bx.tick_params(axis="x", rotation=30)
+    ranks = int(measured["ranks"].iloc[0])
+    fig.suptitle(f"Alpha-beta model vs gloo on this machine, {ranks} ranks, calibrated at {ranks}", y=1.02)
+    return fig

@@ -48,6 +48,40 @@ def index_set(indices: torch.Tensor | np.ndarray | Sequence[int]) -> torch.Tenso
     return torch.unique(t)
 
 
+def union_of(index_sets: Sequence[torch.Tensor], numel: int) -> torch.Tensor:
+    """Sorted union of index sets over [0, numel): a bitmap pass (linear) when the sets are dense enough for a
+    numel-byte mask to pay off, a sort otherwise."""
+    sets = [torch.as_tensor(s).reshape(-1).long() for s in index_sets]
+    total = sum(s.numel() for s in sets)
+    if total == 0:
+        return torch.zeros(0, dtype=torch.long)
+    if numel <= 64 * total:
+        mask = torch.zeros(numel, dtype=torch.bool)
+        for s in sets:
+            mask[s] = True
+        return torch.nonzero(mask, as_tuple=True)[0]
+    return torch.unique(torch.cat(sets))
+
+
+def union_sizes(index_sets: Sequence[torch.Tensor], groups: Sequence[Sequence[int]], numel: int) -> list[int]:
+    """|union of index_sets[i] for i in g| for every group g, without building the unions: one int32 "last
+    group that saw this index" array over [0, numel), so the cost is linear in the groups' total set sizes
+    (sorting unions instead dominates the SparCML model at 128 workers). Falls back to :func:`union_of` per
+    group above 2^28 elements."""
+    if numel > 1 << 28:
+        return [int(union_of([index_sets[i] for i in g], numel).numel()) for g in groups]
+    last = torch.full((numel,), -1, dtype=torch.int32)
+    sizes = []
+    for gid, g in enumerate(groups):
+        n = 0
+        for i in g:
+            s = torch.as_tensor(index_sets[i]).long()
+            n += int((last[s] != gid).sum())
+            last[s] = gid
+        sizes.append(n)
+    return sizes
+
+
 def rows_of(indices: torch.Tensor, row_size: int) -> torch.Tensor:
     """Row ids touched by element ``indices`` of a row-major 2-D tensor with ``row_size`` columns."""
     rows = torch.as_tensor(indices).long() // row_size
@@ -108,7 +142,7 @@ def densification_ratio(index_sets: Sequence[torch.Tensor]) -> float:
     mean = sum(s.numel() for s in sets) / len(sets)
     if mean == 0:
         return _NAN
-    return torch.unique(torch.cat(sets)).numel() / mean
+    return union_of(sets, int(max(int(s.max()) for s in sets if s.numel())) + 1).numel() / mean
 
 
 def partition_of(indices: torch.Tensor, numel: int, num_partitions: int) -> torch.Tensor:

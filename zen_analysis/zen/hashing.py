@@ -13,6 +13,8 @@ ranks agree.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import torch
 
 _M32 = 0xFFFFFFFF
@@ -47,6 +49,31 @@ def owner(indices: torch.Tensor, num_partitions: int, seed: int = 0) -> torch.Te
     return h0(indices, seed) % num_partitions
 
 
-def hash_owner(num_partitions: int, seed: int = 0):
-    """``owner`` bound to (n, seed): plugs into ``sparsity.imbalance_ratios`` as the hash owner."""
+TABLE_LIMIT = 1 << 26
+"""Largest numel for which :func:`hash_owner` keeps a table of h0 over [0, numel) (4 bytes per element)."""
+
+
+@lru_cache(maxsize=2)
+def h0_table(numel: int, seed: int = 0) -> torch.Tensor:
+    """h0 of every index in [0, numel) as int32 (bit pattern of the uint32 hash), built in 16M chunks."""
+    out = torch.empty(numel, dtype=torch.int32)
+    chunk = 1 << 24
+    for lo in range(0, numel, chunk):
+        hi = min(numel, lo + chunk)
+        h = h0(torch.arange(lo, hi), seed)
+        out[lo:hi] = torch.where(h >= 2**31, h - 2**32, h).to(torch.int32)
+    return out
+
+
+def hash_owner(num_partitions: int, seed: int = 0, *, numel: int | None = None):
+    """``owner`` bound to (n, seed): plugs into ``sparsity.imbalance_ratios`` as the hash owner.
+
+    With ``numel`` (at most :data:`TABLE_LIMIT`) it looks h0 up in a cached table instead of hashing: the
+    traffic models call it for hundreds of index sets over the same tensor, at every n.
+    """
+    if num_partitions < 1:
+        raise ValueError("num_partitions must be >= 1")
+    if numel is not None and numel <= TABLE_LIMIT:
+        table = h0_table(numel, seed)
+        return lambda indices: (table[torch.as_tensor(indices).long()].long() & _M32) % num_partitions
     return lambda indices: owner(indices, num_partitions, seed)

@@ -19,6 +19,7 @@ from zen_analysis.comm.cost import phase_times
 from zen_analysis.comm.exchange import Exchange
 from zen_analysis.comm.topology import Topology
 from zen_analysis.comm.traffic import COLUMNS, Traffic
+from zen_analysis.sparsity.metrics import index_set
 
 
 class CommScheme(ABC):
@@ -61,7 +62,7 @@ class CommScheme(ABC):
 
     def model(self, index_sets: Sequence[torch.Tensor], numel: int) -> Traffic:
         """The full traffic model (per-rank bytes, per-pair bytes, calls) that ``traffic`` and ``time`` read."""
-        sets = [torch.unique(torch.as_tensor(s).long()) for s in index_sets]
+        sets = [index_set(s) for s in index_sets]
         self.check(len(sets), numel)
         t = Traffic(len(sets))
         self._traffic(sets, numel, t)

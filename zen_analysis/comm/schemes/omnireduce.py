@@ -8,13 +8,14 @@ block moves for a single non-zero, and skew sends most blocks to one aggregator 
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from zen_analysis.comm.exchange import Exchange
 from zen_analysis.comm.formats import bitmap_bytes, pack_bits, unpack_bits
 from zen_analysis.comm.schemes.base import CommScheme
 from zen_analysis.comm.traffic import Traffic
-from zen_analysis.sparsity.metrics import partition_of
+from zen_analysis.sparsity.metrics import partition_of, union_of
 
 
 def _layout(numel: int, world: int, block: int) -> tuple[int, list[int]]:
@@ -102,18 +103,17 @@ class OmniReduce(CommScheme):
         W, B = t.world, self.block_size
         nb, bounds = _layout(numel, W, B)
         bm = [bitmap_bytes(bounds[j + 1] - bounds[j]) for j in range(W)]
-        blocks = [torch.unique(s // B) for s in sets]
-        t.all_to_all("push", [[bm[j] for j in range(W)] for _ in range(W)])
-        matrix, owned = [], [[] for _ in range(W)]
-        for b in blocks:
-            own = partition_of(b, nb, W) if b.numel() else b
-            row = []
-            for j in range(W):
-                mine = b[own == j]
-                owned[j].append(mine)
-                row.append(int(_block_sizes(mine, numel, B).sum()) * 4)
-            matrix.append(row)
+        blocks = [torch.unique_consecutive(s // B) for s in sets]  # sets are sorted
+        t.all_to_all("push", [bm] * W)
+        # bytes of the non-zero blocks each rank addresses to each aggregator (the last block may be short)
+        matrix = np.stack([
+            np.bincount(partition_of(b, nb, W).numpy(), weights=_block_sizes(b, numel, B).numpy(), minlength=W)
+            if b.numel() else np.zeros(W)
+            for b in blocks
+        ]).astype(np.int64) * 4  # fmt: skip
         t.all_to_all("push", matrix)
-        union = [torch.unique(torch.cat(parts)) for parts in owned]
+        union = union_of(blocks, nb)
         t.all_gather("pull", bm)
-        t.all_gather("pull", [int(_block_sizes(u, numel, B).sum()) * 4 for u in union])
+        owned = np.bincount(partition_of(union, nb, W).numpy(), weights=_block_sizes(union, numel, B).numpy(),
+                            minlength=W) if union.numel() else np.zeros(W)  # fmt: skip
+        t.all_gather("pull", owned.astype(np.int64) * 4)

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 import torch
 
 from zen_analysis.comm.exchange import Exchange, index_bytes, index_dtype
 from zen_analysis.comm.schemes.base import coo_of
 from zen_analysis.comm.traffic import Traffic
+from zen_analysis.sparsity.metrics import union_of
 
 Owner = Callable[[torch.Tensor], torch.Tensor]
 
@@ -34,18 +36,12 @@ def push(x_N: torch.Tensor, ex: Exchange, owner: Owner) -> tuple[torch.Tensor, t
     return u_idx, u_val
 
 
-def push_traffic(sets: list[torch.Tensor], numel: int, t: Traffic, owner: Owner) -> list[torch.Tensor]:
-    """Push bytes for every rank; returns each owner's received index set (the union within its partition)."""
+def push_traffic(sets: list[torch.Tensor], numel: int, t: Traffic, owner: Owner) -> np.ndarray:
+    """Push bytes for every rank; returns how many distinct indices each owner holds after the push (the size
+    of the union of all sets within its partition), shape (W,)."""
     W = t.world
     width = index_bytes(numel) + 4
-    matrix = []
-    owned: list[list[torch.Tensor]] = [[] for _ in range(W)]
-    for s in sets:
-        own = owner(s)
-        counts = torch.bincount(own, minlength=W).tolist()
-        matrix.append([c * width for c in counts])
-        for j in range(W):
-            owned[j].append(s[own == j])
+    matrix = np.stack([np.bincount(owner(s).numpy(), minlength=W) for s in sets]) * width
     t.counts("push")
     t.all_to_all("push", matrix)
-    return [torch.unique(torch.cat(parts)) for parts in owned]
+    return np.bincount(owner(union_of(sets, numel)).numpy(), minlength=W)

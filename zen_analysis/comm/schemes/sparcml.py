@@ -1,18 +1,23 @@
 """``sparcml``: SparCML's SSAR recursive doubling (Renggli et al., SC'19): Hierarchical Centralization.
 
-log2(W) stages; at stage i rank r swaps its current aggregate with rank r XOR 2^i and merges (incremental
-aggregation: overlapping indices are summed at once). A stream switches to dense for good once its COO would be
-larger than the dense tensor (count x (index + value) bytes > numel x 4), as SparCML does. Each stage swaps
-one count (control; -1 announces a dense buffer) and one buffer (payload). Needs a power-of-two world size.
+log2(P) stages over the largest power of two P <= W; at stage i rank r swaps its current aggregate with rank
+r XOR 2^i and merges (incremental aggregation: overlapping indices are summed at once). A stream switches to
+dense for good once its COO would be larger than the dense tensor (count x (index + value) bytes > numel x 4),
+as SparCML does. Each message is one count (control; -1 announces a dense buffer) and one buffer (payload).
+
+Worlds that are not a power of two fold first, as MPI's recursive doubling does: rank P + j sends its tensor to
+rank j (phase ``fold``), the P ranks run the stages, and rank j sends the result back to P + j (``unfold``).
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from zen_analysis.comm.exchange import Exchange, index_bytes, index_dtype
 from zen_analysis.comm.schemes.base import CommScheme, coo_of
 from zen_analysis.comm.traffic import Traffic
+from zen_analysis.sparsity.metrics import union_sizes
 
 DENSE = -1
 
@@ -21,60 +26,126 @@ def _goes_dense(count: int, numel: int) -> bool:
     return count * (index_bytes(numel) + 4) > numel * 4
 
 
+def _power_of_two_below(world: int) -> int:
+    return 1 << (world.bit_length() - 1)
+
+
+class _Stream:
+    """A rank's running aggregate: COO (sorted unique indices, values) until it goes dense."""
+
+    def __init__(self, x_N: torch.Tensor) -> None:
+        self.N = x_N.numel()
+        self.idx, self.val = coo_of(x_N)
+        self.dense: torch.Tensor | None = None
+        self.like = x_N
+
+    def to_dense(self) -> torch.Tensor:
+        if self.dense is not None:
+            return self.dense
+        return torch.zeros_like(self.like).index_put_((self.idx,), self.val)
+
+    def wire(self) -> tuple[int, torch.Tensor]:
+        """(count to announce, buffer as bytes); switches to dense when COO is larger."""
+        if self.dense is None and _goes_dense(self.idx.numel(), self.N):
+            self.dense = self.to_dense()
+        if self.dense is not None:
+            return DENSE, self.dense.view(torch.uint8)
+        return self.idx.numel(), torch.cat([self.idx.to(index_dtype(self.N)).view(torch.uint8), self.val.view(torch.uint8)])
+
+    def recv_bytes(self, count: int) -> int:
+        return self.N * 4 if count == DENSE else count * (index_bytes(self.N) + 4)
+
+    def merge(self, count: int, got: torch.Tensor) -> None:
+        if count == DENSE or self.dense is not None:
+            other = got.view(torch.float32) if count == DENSE else self._coo_dense(count, got)
+            self.dense = self.to_dense() + other
+            return
+        o_idx, o_val = self._coo(count, got)
+        self.idx, inverse = torch.unique(torch.cat([self.idx, o_idx]), return_inverse=True)
+        self.val = torch.zeros(self.idx.numel(), dtype=self.like.dtype).index_add_(0, inverse, torch.cat([self.val, o_val]))
+
+    def replace(self, count: int, got: torch.Tensor) -> None:
+        if count == DENSE:
+            self.dense = got.view(torch.float32).clone()
+        else:
+            self.idx, self.val = self._coo(count, got)
+
+    def _coo(self, count: int, got: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        ib = index_bytes(self.N)
+        return got[: count * ib].clone().view(index_dtype(self.N)).long(), got[count * ib :].clone().view(torch.float32)
+
+    def _coo_dense(self, count: int, got: torch.Tensor) -> torch.Tensor:
+        idx, val = self._coo(count, got)
+        return torch.zeros_like(self.like).index_put_((idx,), val)
+
+
 class SparCML(CommScheme):
     name = "sparcml"
 
-    def check(self, world: int, numel: int) -> None:
-        if world & (world - 1):
-            raise ValueError(f"sparcml (recursive doubling) needs a power-of-two number of ranks, got {world}")
-
     def _run(self, x_N: torch.Tensor, ex: Exchange) -> torch.Tensor:
-        N = x_N.numel()
-        idt, ib = index_dtype(N), index_bytes(N)
-        idx, val = coo_of(x_N)
-        dense: torch.Tensor | None = None
-        for stage in range(ex.world.bit_length() - 1):
-            peer = ex.rank ^ (1 << stage)
+        W, r = ex.world, ex.rank
+        P = _power_of_two_below(W)
+        s = _Stream(x_N)
+        if r >= P:  # fold in: hand my tensor to rank r - P, get the result back at the end
+            with ex.phase("fold"):
+                count, buf = s.wire()
+                ex.send_count(count, r - P)
+                ex.send(buf, r - P)
+            with ex.phase("unfold"):
+                count = ex.recv_count(r - P)
+                got = ex.recv(s.recv_bytes(count), torch.uint8, r - P)
+            s.replace(count, got)
+            return s.to_dense()
+        if r < W - P:
+            with ex.phase("fold"):
+                count = ex.recv_count(r + P)
+                got = ex.recv(s.recv_bytes(count), torch.uint8, r + P)
+            s.merge(count, got)
+        for stage in range(P.bit_length() - 1):
+            peer = r ^ (1 << stage)
             with ex.phase(f"stage{stage}"):
-                if dense is None and _goes_dense(idx.numel(), N):
-                    dense = torch.zeros_like(x_N).index_put_((idx,), val)
-                mine = DENSE if dense is not None else idx.numel()
+                mine, buf = s.wire()
                 theirs = ex.sendrecv_count(mine, peer)
-                if dense is not None:
-                    buf = dense.view(torch.uint8)
-                else:
-                    buf = torch.cat([idx.to(idt).view(torch.uint8), val.view(torch.uint8)])
-                recv_bytes = N * 4 if theirs == DENSE else theirs * (ib + 4)
-                got = ex.sendrecv(buf, peer, recv_bytes)
-            if theirs == DENSE:
-                other = got.view(torch.float32)
-            else:
-                o_idx = got[: theirs * ib].clone().view(idt).long()
-                o_val = got[theirs * ib :].clone().view(torch.float32)
-                other = None
-            if dense is not None or other is not None:
-                base = dense if dense is not None else torch.zeros_like(x_N).index_put_((idx,), val)
-                add = other if other is not None else torch.zeros_like(x_N).index_put_((o_idx,), o_val)
-                dense = base + add
-            else:
-                idx, inverse = torch.unique(torch.cat([idx, o_idx]), return_inverse=True)
-                val = torch.zeros(idx.numel(), dtype=x_N.dtype).index_add_(0, inverse, torch.cat([val, o_val]))
-        if dense is not None:
-            return dense
-        return torch.zeros_like(x_N).index_put_((idx,), val)
+                got = ex.sendrecv(buf, peer, s.recv_bytes(theirs))
+            s.merge(theirs, got)
+        if r < W - P:
+            with ex.phase("unfold"):
+                count, buf = s.wire()
+                ex.send_count(count, r + P)
+                ex.send(buf, r + P)
+        return s.to_dense()
 
     def _traffic(self, sets: list[torch.Tensor], numel: int, t: Traffic) -> None:
-        # After i stages every rank of an aligned block of 2^i ranks holds the same set (the block's union) and
-        # the same dense flag, so one union per block and stage suffices.
+        # After i stages every rank of an aligned block of 2^i ranks (with the ranks folded into them) holds
+        # the block's union and the same dense flag, so the model needs one union size per block and stage.
         W = t.world
-        blocks = list(sets)  # stage 0: blocks of one rank
-        dense = [False] * W
-        for stage in range(W.bit_length() - 1):
-            dense = [d or _goes_dense(b.numel(), numel) for d, b in zip(dense, blocks)]
-            size = [numel * 4 if d else b.numel() * (index_bytes(numel) + 4) for d, b in zip(dense, blocks)]
-            for r in range(W):
-                peer = r ^ (1 << stage)
-                t.p2p(f"stage{stage}", r, peer, 8, kind="control")
-                t.p2p(f"stage{stage}", r, peer, size[r >> stage])
-            blocks = [torch.unique(torch.cat([blocks[2 * b], blocks[2 * b + 1]])) for b in range(len(blocks) // 2)]
+        P = _power_of_two_below(W)
+        stages = P.bit_length() - 1
+
+        def size(n: int, dense: bool) -> int:
+            return numel * 4 if dense else n * (index_bytes(numel) + 4)
+
+        members = [[r] + ([P + r] if P + r < W else []) for r in range(P)]  # rank r's aggregate after the fold
+        groups = [sum(members[b << i : (b + 1) << i], []) for i in range(stages + 1) for b in range(P >> i)]
+        flat = iter(union_sizes(sets, groups, numel))
+        unions = [[next(flat) for _ in range(P >> i)] for i in range(stages + 1)]  # unions[i][block]
+        own = [s.numel() for s in sets]
+        dense = [_goes_dense(own[r], numel) for r in range(P)]
+        if W > P:
+            src = np.arange(P, W)
+            t.p2p("fold", src, src - P, 8, kind="control")
+            t.p2p("fold", src, src - P, [size(own[i], _goes_dense(own[i], numel)) for i in src])
+            for j in range(W - P):  # a received dense buffer makes the merge dense
+                dense[j] = dense[j] or _goes_dense(own[P + j], numel)
+        ranks = np.arange(P)
+        for stage in range(stages):
+            dense = [d or _goes_dense(u, numel) for d, u in zip(dense, unions[stage])]
+            peers = ranks ^ (1 << stage)
+            t.p2p(f"stage{stage}", ranks, peers, 8, kind="control")
+            t.p2p(f"stage{stage}", ranks, peers, [size(unions[stage][r >> stage], dense[r >> stage]) for r in ranks])
             dense = [dense[2 * b] or dense[2 * b + 1] for b in range(len(dense) // 2)]
+        if W > P:
+            final = size(unions[stages][0], dense[0] or _goes_dense(unions[stages][0], numel))
+            src = np.arange(W - P)
+            t.p2p("unfold", src, src + P, 8, kind="control")
+            t.p2p("unfold", src, src + P, final)

@@ -19,7 +19,8 @@ from zen_analysis.zen.hashing import hash_owner
 
 
 class _PushPullCOO(CommScheme):
-    def owner(self, numel: int, world: int) -> Owner:
+    def owner(self, numel: int, world: int, *, model: bool = False) -> Owner:
+        """The owner mapping on ``world`` ranks; ``model``: the traffic model's (possibly table-based) form."""
         raise NotImplementedError
 
     def _run(self, x_N: torch.Tensor, ex: Exchange) -> torch.Tensor:
@@ -33,15 +34,15 @@ class _PushPullCOO(CommScheme):
         return out_N
 
     def _traffic(self, sets: list[torch.Tensor], numel: int, t: Traffic) -> None:
-        owned = push_traffic(sets, numel, t, self.owner(numel, t.world))
+        owned = push_traffic(sets, numel, t, self.owner(numel, t.world, model=True))
         t.counts("pull")
-        t.all_gather("pull", [u.numel() * (index_bytes(numel) + 4) for u in owned])
+        t.all_gather("pull", owned * (index_bytes(numel) + 4))
 
 
 class SparsePS(_PushPullCOO):
     name = "sparse_ps"
 
-    def owner(self, numel: int, world: int) -> Owner:
+    def owner(self, numel: int, world: int, *, model: bool = False) -> Owner:
         return contiguous_owner(numel, world)
 
 
@@ -53,5 +54,5 @@ class BPCOO(_PushPullCOO):
         self.seed = seed
         """Seed of h0; every rank must use the same (Zen broadcasts it at start-up)."""
 
-    def owner(self, numel: int, world: int) -> Owner:
-        return hash_owner(world, self.seed)
+    def owner(self, numel: int, world: int, *, model: bool = False) -> Owner:
+        return hash_owner(world, self.seed, numel=numel if model else None)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from zen_analysis.comm.exchange import Exchange
-from zen_analysis.comm.formats import bitmap_bytes, hash_partitions, pack_bits, unpack_bits
+from zen_analysis.comm.formats import bitmap_bytes, hash_partition_sizes, hash_partitions, pack_bits, unpack_bits
 from zen_analysis.comm.schemes.base import CommScheme
 from zen_analysis.comm.schemes.owner import push, push_traffic
 from zen_analysis.comm.traffic import Traffic
@@ -47,7 +47,7 @@ class Zen(CommScheme):
         return out_N
 
     def _traffic(self, sets: list[torch.Tensor], numel: int, t: Traffic) -> None:
-        owned = push_traffic(sets, numel, t, hash_owner(t.world, self.seed))
-        parts = hash_partitions(numel, t.world, self.seed)
-        t.all_gather("pull", [bitmap_bytes(p.numel()) for p in parts])
-        t.all_gather("pull", [u.numel() * 4 for u in owned])
+        owned = push_traffic(sets, numel, t, hash_owner(t.world, self.seed, numel=numel))
+        sizes = hash_partition_sizes(numel, t.world, self.seed)
+        t.all_gather("pull", [bitmap_bytes(s) for s in sizes])
+        t.all_gather("pull", owned * 4)
