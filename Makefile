@@ -39,7 +39,8 @@ reproduce: venv
 bench: venv
 	$(PY) -m zen_analysis bench capture
 	$(PY) -m zen_analysis bench characterize
-	$(PY) -m zen_analysis bench comm --set repeats=15
+	$(PY) -m zen_analysis bench evaluate
+	$(PY) -m zen_analysis bench comm
 
 lab: venv
 	$(VENV)/bin/jupyter lab notebooks/

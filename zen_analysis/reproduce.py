@@ -4,8 +4,10 @@ Stages: (1) train and capture the reproduction workloads on several ranks (the s
 sparsity; the 32k-vocabulary LSTM LM: natural sparsity; a short Llama run with 128 workers of one sequence
 each, so the figures reach n = 128) and write a capture summary to
 ``data/derived/reproduce/``; (2) characterize their sparsity and draw the paper's Fig. 2-3 analogues plus drift
-and imbalance into ``figures/``; (3) model every communication scheme on the captured traces and draw the Fig. 8
-analogue. Later stages (measured scheme replay, Zen, EDiT figures) extend this function.
+and imbalance into ``figures/``; (3) model every communication scheme on the captured traces (Fig. 8, the
+modelled half of Fig. 15, Fig. 17a), model a 1024-worker capture (the scale mode), and replay the default run's
+embedding through every scheme on 4 gloo ranks (calibrated first) for the measured half of Fig. 15 and the
+model-vs-measured figure. Later stages (Zen, EDiT figures) extend this function.
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ from zen_analysis.atomic import atomic_write_text
 from zen_analysis.config import apply_overrides
 
 REPRODUCE_RUNS = ("default", "lstm", "workers128")
-"""Recipes trained by ``make reproduce``; their run ids are ``reproduce-<recipe>``."""
+"""Recipes trained and characterized by ``make reproduce``; their run ids are ``reproduce-<recipe>``."""
+SCALE_RUN = "workers1024"
+"""Also trained, for the scheme evaluation's scale mode only (n up to 1024)."""
+REPLAY_RANKS = 4
 
 
 def reproduce_run_id(recipe: str) -> str:
@@ -27,7 +32,7 @@ def reproduce(overrides: list[str] | tuple[str, ...] = ()) -> None:
     from zen_analysis.dist.launch import launch
 
     reports = []
-    for name in REPRODUCE_RUNS:
+    for name in (*REPRODUCE_RUNS, SCALE_RUN):
         cfg = apply_overrides(recipes.get(name), overrides)
         cfg.run_id = reproduce_run_id(name)
         print(f"== training {name}: {cfg.num_workers} workers on {cfg.dist.num_ranks} ranks, {cfg.train.num_steps} steps")
@@ -67,3 +72,29 @@ def reproduce(overrides: list[str] | tuple[str, ...] = ()) -> None:
     atomic_write_text(paths.derived_dir() / "reproduce" / "schemes_normalized.txt", summary.to_string() + "\n")
     print("modelled time / dense all-reduce on paper-tcp25 (mean over runs, steps and tensors):")
     print(summary.to_string())
+
+    from zen_analysis.comm.evaluate import evaluate, speedups, wire_size_table
+    from zen_analysis.comm.measure import replay_run, report, summarize
+
+    scale = evaluate(reproduce_run_id(SCALE_RUN), max_workers=1024)
+    scale["workload"] = "workers1024: " + scale["kind"].map({"natural": "llama embedding", "topk": "llama top-5%"})
+    fig = comm_figs.normalized_time(scale, topology="paper-tcp25")
+    style.savefig(fig, "fig8_scale_1024")
+    plt.close(fig)
+    scale_table = normalized(scale, topology="paper-tcp25").round(2)
+    atomic_write_text(paths.derived_dir() / "reproduce" / "schemes_scale_1024.txt", scale_table.to_string() + "\n")
+
+    print(f"== replaying {run_ids[0]} through every scheme on {REPLAY_RANKS} gloo ranks (calibrating first if needed)")
+    measured = replay_run(run_ids[0], ranks=REPLAY_RANKS, steps=3)
+    lines = report(summarize(measured))
+    atomic_write_text(paths.derived_dir() / "reproduce" / "schemes_measured.txt", lines + "\n")
+    print(lines)
+    for fig, name in (
+        (comm_figs.speedup(speedups(schemes), measured), "fig15_speedup"),
+        (comm_figs.model_vs_measured(measured), "model_vs_measured"),
+        (comm_figs.wire_size(wire_size_table(runs=run_ids)), "fig17a_wire_size"),
+    ):
+        style.savefig(fig, name)
+        plt.close(fig)
+    print(f"scheme figures written to {paths.figures_dir()}: fig8_normalized_time, fig8_scale_1024, fig15_speedup, "
+          "fig17a_wire_size, model_vs_measured")  # fmt: skip

@@ -20,6 +20,7 @@ def normalized_time(schemes_df: pd.DataFrame, *, topology: str = "paper-tcp25") 
     grid = sns.relplot(data=g, x="n", y="normalized", hue="scheme", col="workload", kind="line", marker="o",
                        col_wrap=min(3, g["workload"].nunique()), height=3.4, aspect=1.1)  # fmt: skip
     ratio_axes(grid, sorted(g["n"].unique()), xlabel="workers n", ylabel="time / dense all-reduce")
+    grid.set_titles("{col_name}")
     grid.figure.suptitle(f"Modelled synchronization time relative to all-reduce ({topology}; paper Fig. 8)", y=1.03)
     return grid.figure
 

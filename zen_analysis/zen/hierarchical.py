@@ -1,0 +1,124 @@
+"""Hierarchical hashing (Zen, OSDI'25, Algorithm 1): bucket a worker's non-zero indices by destination server.
+
+Context: Balanced Parallelism pushes each non-zero to the server h0(idx) mod n. Sorting the indices by owner
+would do (``bucket_reference``, kept for tests and benchmarks); Algorithm 1 replaces the sort with a hash
+memory that GPU threads write into concurrently:
+
+* the memory has one partition per server (first-level hash h0, identical on every rank, so the same index
+  meets the same server everywhere), each with a *parallel region* of ``r1 / n`` slots and a *serial region*
+  of ``r2 / n`` slots;
+* an index probes up to ``k`` slots of its partition's parallel region with second-level hashes h1..hk (these
+  may differ between ranks: they only place the index, never route it) and keeps the first empty one;
+* indices whose k probes all collide are appended to the serial region with a per-partition counter;
+* the occupied slots of partition p are the indices for server p.
+
+Here the threads are bulk-synchronous torch rounds (CPU or CUDA tensors alike): round i scatters every
+still-unplaced index into its i-th slot if that slot was empty at the start of the round, then reads the slots
+back; the index whose write survived owns the slot, the others go on to round i + 1. Because all writes of a
+round land before the read-back, there is no read-after-write race (the paper's lock-free check has one; a CUDA
+kernel would use atomicCAS). The serial region is filled with a cumulative count per partition; if it would
+overflow, it grows to fit (``serial_overflows`` counts those events) — an index is never dropped.
+
+``r1`` is the *total* parallel capacity over all partitions (default 2 x the number of indices, load factor
+0.5, as the paper's "r1 = 2|G|d" reads once one accepts it as a total), ``r2 = r1 / 10`` (the paper's choice).
+Shape legend: K indices, n partitions, S slots per partition.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from zen_analysis.zen.hashing import h0, owner
+
+EMPTY = -1
+
+
+@dataclass
+class Buckets:
+    """Indices grouped by partition: ``positions_K`` indexes the input (so values gather as ``values[positions_K]``),
+    partition p's entries are ``positions_K[offsets[p]:offsets[p + 1]]``; order inside a partition is free."""
+
+    positions_K: torch.Tensor
+    counts_n: torch.Tensor
+    serial_count: int = 0
+    """Indices that went to serial regions (all k probes collided)."""
+    serial_overflows: int = 0
+    """Partitions whose serial region had to grow."""
+
+    @property
+    def offsets(self) -> list[int]:
+        return [0, *torch.cumsum(self.counts_n, 0).tolist()]
+
+    def split(self, indices_K: torch.Tensor) -> list[torch.Tensor]:
+        """One index tensor per partition."""
+        return list(torch.split(indices_K[self.positions_K], self.counts_n.tolist()))
+
+
+def _level2_seed(seed: int, i: int) -> int:
+    return (seed * 0x9E3779B1 + 0x632BE5AB * (i + 1)) & 0xFFFFFFFF
+
+
+def hierarchical_hash(
+    indices_K: torch.Tensor,
+    num_partitions: int,
+    *,
+    seed: int,
+    k: int = 3,
+    r1: int | None = None,
+    r2: int | None = None,
+    level2_seed: int | None = None,
+) -> Buckets:
+    """Algorithm 1 on distinct non-negative ``indices_K`` (any order, any device).
+
+    ``seed`` is h0's (shared by all ranks); ``level2_seed`` seeds h1..hk (default: ``seed``; may differ per
+    rank). Duplicate indices would share a slot and come out once: pass a set.
+    """
+    if num_partitions < 1 or k < 0:
+        raise ValueError("num_partitions must be >= 1 and k >= 0")
+    idx_K = torch.as_tensor(indices_K).reshape(-1).long()
+    dev, K, n = idx_K.device, idx_K.numel(), num_partitions
+    r1 = 2 * K if r1 is None else r1
+    r2 = r1 // 10 if r2 is None else r2
+    par = max(1, -(-r1 // n))  # slots per partition, parallel region
+    ser = max(1, -(-r2 // n))
+    part_K = owner(idx_K, n, seed)
+    pos_K = torch.arange(K, device=dev)
+    # the hash memory holds input positions (EMPTY = -1): slot -> which index sits there
+    memory = torch.full((n, par + ser), EMPTY, dtype=torch.long, device=dev)
+    flat = memory.view(-1)
+    pending = pos_K
+    s2 = seed if level2_seed is None else level2_seed
+    for i in range(k):
+        if pending.numel() == 0:
+            break
+        slot = part_K[pending] * (par + ser) + h0(idx_K[pending], _level2_seed(s2, i)) % par
+        free = flat[slot] == EMPTY
+        cand, cslot = pending[free], slot[free]
+        flat[cslot] = cand  # concurrent writes to one slot: one survives
+        won = flat[cslot] == cand  # read back after every write of the round has landed
+        pending = torch.cat([pending[~free], cand[~won]])
+    serial_count, overflows = pending.numel(), 0
+    if serial_count:
+        p = part_K[pending]
+        order = torch.argsort(p, stable=True)
+        pending, p = pending[order], p[order]
+        counts = torch.bincount(p, minlength=n)
+        if int(counts.max()) > ser:  # grow the serial region rather than drop an index
+            overflows = int((counts > ser).sum())
+            grown = torch.full((n, par + int(counts.max())), EMPTY, dtype=torch.long, device=dev)
+            grown[:, : par + ser] = memory
+            memory, ser = grown, int(counts.max())
+        start = torch.cumsum(counts, 0) - counts
+        rank_in_part = torch.arange(pending.numel(), device=dev) - start[p]
+        memory[p, par + rank_in_part] = pending
+    occupied = memory >= 0
+    return Buckets(memory[occupied], occupied.sum(1), serial_count, overflows)
+
+
+def bucket_reference(indices_K: torch.Tensor, num_partitions: int, *, seed: int) -> Buckets:
+    """The same grouping by a stable argsort on h0's partition ids (the plain reference)."""
+    idx_K = torch.as_tensor(indices_K).reshape(-1).long()
+    part_K = owner(idx_K, num_partitions, seed)
+    return Buckets(torch.argsort(part_K, stable=True), torch.bincount(part_K, minlength=num_partitions))
