@@ -97,6 +97,8 @@ class TrainConfig:
     warmup_steps: int = 5
     weight_decay: float = 0.1
     grad_clip: float = 1.0
+    save_params: bool = False
+    """Rank 0 writes the final parameters to ``<run_dir>/params.pt`` (for parity checks between schemes)."""
     """Global-norm clipping of the synchronised gradient; 0 turns it off."""
     seed: int = 1234
     eval_every: int = 0
@@ -173,9 +175,13 @@ class DistConfig:
 @dataclass(kw_only=True)
 class SyncConfig:
     scheme: str = "allreduce"
-    """Gradient synchronization plugged into the training loop (see ``zen_analysis.train.sync``)."""
+    """Gradient synchronization plugged into the training loop: ``allreduce`` (dense) or a sparse scheme for
+    the input embedding's gradient (``zen``, ``bp_coo``, ``agsparse``, ``sparcml``, ``omnireduce``,
+    ``sparse_ps``; see ``zen_analysis.train.sync``)."""
     bucket_mb: float = 25.0
     """Dense gradients are flattened into buckets of about this size per collective."""
+    hash_seed: int = 0
+    """Seed of Zen's h0 for ``zen`` / ``bp_coo`` (rank 0's value is broadcast at start-up)."""
 
     def __post_init__(self) -> None:
         if self.bucket_mb <= 0:

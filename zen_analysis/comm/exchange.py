@@ -55,6 +55,9 @@ class Exchange:
         self.group = group
         self.rank = dist.get_rank(group)
         self.world = dist.get_world_size(group)
+        nccl = dist.get_backend(group) == "nccl"
+        self.device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
+        """Where collective buffers must live: NCCL takes CUDA tensors only (counts included)."""
         self.records: dict[tuple[str, str], PhaseRecord] = {}
         self._phase = "unnamed"
         self.sync = sync
@@ -90,19 +93,20 @@ class Exchange:
 
     def exchange_counts(self, counts_W: torch.Tensor) -> torch.Tensor:
         """Send counts_W[j] to rank j; returns what each rank sent to this one (control traffic)."""
-        send = counts_W.to(torch.int64).contiguous()
+        send = counts_W.to(device=self.device, dtype=torch.int64).contiguous()
         recv = torch.empty_like(send)
         t0 = self._start()
         dist.all_to_all_single(recv, send, group=self.group)
         wire = time.perf_counter() - t0
         self._count("control", COUNT_BYTES * (self.world - 1), COUNT_BYTES * (self.world - 1), wire)
-        return recv
+        return recv.cpu()
 
     def all_to_all_v(self, data_K: torch.Tensor, send_counts_W: torch.Tensor, recv_counts_W: torch.Tensor) -> torch.Tensor:
         """Rank j gets the next send_counts_W[j] entries of ``data_K`` (payload); counts known on both sides."""
         send_splits = send_counts_W.tolist()
         recv_splits = recv_counts_W.tolist()
-        out = torch.empty(sum(recv_splits), dtype=data_K.dtype, device=data_K.device)
+        data_K = data_K.to(self.device)
+        out = torch.empty(sum(recv_splits), dtype=data_K.dtype, device=self.device)
         t0 = self._start()
         dist.all_to_all_single(out, data_K.contiguous(), recv_splits, send_splits, group=self.group)
         wire = time.perf_counter() - t0
@@ -178,7 +182,7 @@ class Exchange:
     def all_reduce_dense(self, tensor_N: torch.Tensor) -> torch.Tensor:
         """In-place sum over ranks (the backend's all-reduce), counted as a ring over tensor_split chunks."""
         t0 = self._start()
-        dist.all_reduce(tensor_N, group=self.group)
+        dist.all_reduce(tensor_N, group=self.group)  # on NCCL the caller's tensor is on the GPU already
         wire = time.perf_counter() - t0
         own = ring_chunk_sizes(tensor_N.numel(), self.world)[self.rank]
         moved = 2 * (tensor_N.numel() - own) * tensor_N.element_size()
@@ -187,16 +191,20 @@ class Exchange:
 
 
 def _p2p(ex: "Exchange", send: torch.Tensor, recv: torch.Tensor, peer: int) -> None:
-    """Post a send and a receive with ``peer`` (global rank conversion for subgroups) and wait for both."""
+    """Post a send and a receive with ``peer`` (global rank conversion for subgroups) and wait for both; on
+    NCCL the buffers travel through the exchange's CUDA device and ``recv`` is filled in place."""
     gpeer = peer if ex.group is None else dist.get_global_rank(ex.group, peer)
+    landing = recv if recv.device == ex.device else torch.empty_like(recv, device=ex.device)
     ops = []
     if send.numel():
-        ops.append(dist.P2POp(dist.isend, send.contiguous(), gpeer, ex.group))
+        ops.append(dist.P2POp(dist.isend, send.to(ex.device).contiguous(), gpeer, ex.group))
     if recv.numel():
-        ops.append(dist.P2POp(dist.irecv, recv, gpeer, ex.group))
+        ops.append(dist.P2POp(dist.irecv, landing, gpeer, ex.group))
     if ops:
         for work in dist.batch_isend_irecv(ops):
             work.wait()
+    if landing is not recv:
+        recv.copy_(landing)
 
 
 def ring_chunk_sizes(numel: int, world: int) -> list[int]:

@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 
 from zen_analysis import paths
-from zen_analysis.atomic import atomic_write_json
+from zen_analysis.atomic import atomic_path, atomic_write_json
 from zen_analysis.capture.hooks import GradientCapture
 from zen_analysis.capture.traces import TraceWriter, write_manifest
 from zen_analysis.config import ExperimentConfig
@@ -173,6 +173,7 @@ def train(
             group["lr"] = lr
         capturing = capture is not None and capture.is_capture_step(step)
         capture_s0 = capture.seconds if capture else 0.0
+        sync_bytes0 = getattr(sync, "sparse_bytes_sent", 0)
         local_loss = 0.0
         for v in range(V):
             worker = info.rank * V + v
@@ -200,6 +201,8 @@ def train(
             "captured": capturing,
             "tokens": (step + 1) * cfg.global_batch * t.seq_len,
         }
+        if hasattr(sync, "sparse_bytes_sent"):  # a sparse scheme syncs the embedding: its bytes this step
+            row["sparse_bytes_sent_rank0"] = sync.sparse_bytes_sent - sync_bytes0
         if t.eval_every and (step + 1) % t.eval_every == 0 and step + 1 < t.num_steps:
             row["val_loss"] = evaluate(model, data, cfg, info)
         if metrics_f:
@@ -223,6 +226,9 @@ def train(
     if info.is_main:
         metrics_f.close()
         atomic_write_json(run_dir / "summary.json", summary)
+        if t.save_params:
+            with atomic_path(run_dir / "params.pt") as tmp:
+                torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, tmp)
         if capture:
             if info.world_size > 1:  # every rank's shards are complete before the manifest says so
                 dist.barrier()

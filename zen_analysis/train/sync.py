@@ -2,8 +2,9 @@
 
 The loop calls ``sync.attach(model)`` once and ``sync.synchronize(model)`` after the last micro-batch's backward
 of every step; after it every rank holds the same averaged gradient. The default, :class:`DenseAllReduce`, is
-what DDP does: broadcast rank 0's parameters once, then all-reduce flattened gradient buckets. The schemes,
-Zen and EDiT plug in through the same two calls (``build_sync``), not by forking the loop.
+what DDP does: broadcast rank 0's parameters once, then all-reduce flattened gradient buckets.
+:class:`SparseSync` sends the embedding gradient through a sparse scheme (Zen by default). EDiT plugs in
+through the same two calls (``build_sync``), not by forking the loop.
 """
 
 from __future__ import annotations
@@ -38,8 +39,10 @@ class DenseAllReduce:
     def _world(self) -> int:
         return dist.get_world_size(self.group) if dist.is_initialized() else 1
 
-    def attach(self, model: nn.Module) -> None:
-        params = [p for p in model.parameters() if p.requires_grad]
+    def attach(self, model: nn.Module, params: list[nn.Parameter] | None = None) -> None:
+        """Broadcast rank 0's parameters and bucket ``params`` (default: every trainable parameter)."""
+        if params is None:
+            params = [p for p in model.parameters() if p.requires_grad]
         if self._world() > 1:
             for p in params:  # identical start on every rank, whatever each rank's RNG did
                 dist.broadcast(p.data, src=0, group=self.group)
@@ -71,11 +74,66 @@ class DenseAllReduce:
                 offset += n
 
 
+class SparseSync:
+    """Natural sparsity: the input embedding's gradient (rows of the tokens seen, the rest exactly zero) is
+    summed by a sparse scheme of :mod:`zen_analysis.comm` — ``zen`` by default — and averaged; every other
+    parameter goes through the dense bucketed all-reduce, as the Zen paper does (sparse path for the embedding
+    only). Bytes and seconds of the sparse path accumulate in ``sparse_bytes_sent`` / ``sparse_seconds``.
+
+    The scheme's hash seed (``seed`` option, h0) is broadcast from rank 0 at ``attach`` so every rank agrees.
+    """
+
+    def __init__(self, scheme: str = "zen", *, bucket_mb: float = 25.0, group: dist.ProcessGroup | None = None, **options) -> None:
+        from zen_analysis.comm import build_scheme
+
+        self.name = scheme
+        self.scheme = build_scheme(scheme, **options)
+        self.group = group
+        self.dense = DenseAllReduce(bucket_mb=bucket_mb, group=group)
+        self.sparse_params: list[nn.Parameter] = []
+        self.sparse_bytes_sent = 0
+        self.sparse_seconds = 0.0
+
+    def attach(self, model: nn.Module) -> None:
+        from zen_analysis.train.model import input_embedding_name
+
+        name = input_embedding_name(model)
+        named = dict(model.named_parameters())
+        self.sparse_params = [named[name]]
+        others = [p for n, p in named.items() if p.requires_grad and n != name]
+        self.dense.attach(model, others)
+        world = self.dense._world()
+        if world > 1:
+            dist.broadcast(self.sparse_params[0].data, src=0, group=self.group)
+            if hasattr(self.scheme, "seed"):
+                seed = torch.tensor([int(self.scheme.seed)], dtype=torch.int64, device=self.sparse_params[0].device)
+                dist.broadcast(seed, src=0, group=self.group)
+                self.scheme.seed = int(seed)
+
+    def synchronize(self, model: nn.Module) -> None:
+        world = self.dense._world()
+        if world == 1:
+            return
+        self.dense.synchronize(model)
+        for p in self.sparse_params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            summed = self.scheme.run(p.grad, group=self.group)
+            p.grad.copy_(summed / world)
+            measured = self.scheme.last_measured()
+            self.sparse_bytes_sent += int(measured["bytes_sent"].sum())
+            self.sparse_seconds += float(measured["seconds"].sum())
+
+
 SYNCS = {"allreduce": DenseAllReduce}
+SPARSE_SCHEMES = ("zen", "bp_coo", "agsparse", "sparcml", "omnireduce", "sparse_ps")
 
 
 def build_sync(cfg: SyncConfig) -> GradSync:
-    """The synchronization named by ``cfg.scheme``."""
-    if cfg.scheme not in SYNCS:
-        raise ValueError(f"sync.scheme={cfg.scheme!r} is unknown; available: {sorted(SYNCS)}")
-    return SYNCS[cfg.scheme](bucket_mb=cfg.bucket_mb)
+    """The synchronization named by ``cfg.scheme``: ``allreduce`` (dense) or a sparse scheme for the embedding."""
+    if cfg.scheme in SYNCS:
+        return SYNCS[cfg.scheme](bucket_mb=cfg.bucket_mb)
+    if cfg.scheme in SPARSE_SCHEMES:
+        options = {"seed": cfg.hash_seed} if cfg.scheme in ("zen", "bp_coo") else {}
+        return SparseSync(cfg.scheme, bucket_mb=cfg.bucket_mb, **options)
+    raise ValueError(f"sync.scheme={cfg.scheme!r} is unknown; available: {sorted([*SYNCS, *SPARSE_SCHEMES])}")

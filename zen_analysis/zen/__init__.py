@@ -1,8 +1,16 @@
 """Zen (Wang et al., OSDI'25): hash-based Balanced Parallelism for sparse gradient synchronization.
 
-So far: the first-level hash ``owner`` (h0), which the characterization uses to measure push/pull imbalance.
+* :mod:`~zen_analysis.zen.hashing` — the first-level hash h0 (``owner``): which server owns each index;
+* :mod:`~zen_analysis.zen.hierarchical` — Algorithm 1, hierarchical hashing of the push buckets (and the argsort
+  reference);
+* :mod:`~zen_analysis.zen.bitmap` — the hash bitmap: static hash sets S_p, lossless pull encoding;
+* :mod:`~zen_analysis.zen.sync` — ``zen_sum``, push + aggregate + pull on any process group (the ``zen`` scheme
+  of :mod:`zen_analysis.comm` and ``sync.scheme=zen`` in training run it);
+* :mod:`~zen_analysis.zen.profile` — the hashing cost sweep of the paper's Fig. 16.
 """
 
+from zen_analysis.zen.bitmap import HashBitmap
 from zen_analysis.zen.hashing import h0, hash_owner, owner
+from zen_analysis.zen.hierarchical import Buckets, bucket_reference, hierarchical_hash
 
-__all__ = ["h0", "hash_owner", "owner"]
+__all__ = ["Buckets", "HashBitmap", "bucket_reference", "h0", "hash_owner", "hierarchical_hash", "owner"]

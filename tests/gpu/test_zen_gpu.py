@@ -1,0 +1,55 @@
+"""Zen on CUDA: Algorithm 1 and the hash bitmap give the CPU's answers; Zen trains through NCCL. Skipped
+without CUDA devices (``scripts/gpu_check.sh`` runs these plus the Fig. 16 timing on a GPU machine)."""
+
+import copy
+
+import pytest
+import torch
+
+from zen_analysis import recipes
+from zen_analysis.dist.launch import launch
+from zen_analysis.zen.bitmap import HashBitmap
+from zen_analysis.zen.hierarchical import hierarchical_hash
+
+pytestmark = pytest.mark.gpu
+needs_cuda = pytest.mark.skipif(torch.cuda.device_count() < 1, reason="needs a CUDA device")
+
+
+@needs_cuda
+def test_hierarchical_hash_and_bitmap_on_cuda_match_cpu():
+    idx = torch.randperm(1 << 22, generator=torch.Generator().manual_seed(0))[:200_000]
+    cpu = hierarchical_hash(idx, 16, seed=3)
+    gpu = hierarchical_hash(idx.cuda(), 16, seed=3)
+    assert torch.equal(gpu.counts_n.cpu(), cpu.counts_n)
+    for a, b in zip(cpu.split(idx), gpu.split(idx.cuda())):
+        assert torch.equal(torch.sort(a).values, torch.sort(b.cpu()).values)
+    hb = HashBitmap(1 << 22, 16, 3)
+    part = hb.partition(5).long()[::3]
+    bits, vals = hb.encode(5, part.cuda(), torch.arange(part.numel(), dtype=torch.float32).cuda())
+    got, v = hb.decode(5, bits, vals)
+    assert torch.equal(got.cpu(), part) and torch.equal(v.cpu(), torch.arange(part.numel(), dtype=torch.float32))
+
+
+def _cfg(num_ranks: int, scheme: str):
+    cfg = recipes.smoke()
+    cfg.dist.num_ranks = num_ranks
+    cfg.dist.backend = "nccl"
+    cfg.dist.launcher = "torchrun"
+    cfg.sync.scheme = scheme
+    cfg.capture.enabled = False
+    return copy.deepcopy(cfg)
+
+
+@needs_cuda
+def test_one_gpu_rank_trains_with_zen():
+    result = launch(_cfg(1, "zen"), progress=False, echo=False)
+    assert result.metrics()["loss"].notna().all()
+
+
+@pytest.mark.multigpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_zen_on_two_gpus_matches_dense_all_reduce():
+    dense = launch(_cfg(2, "allreduce"), progress=False, echo=False).metrics()["loss"]
+    zen = launch(_cfg(2, "zen"), progress=False, echo=False).metrics()
+    torch.testing.assert_close(torch.tensor(zen["loss"].values), torch.tensor(dense.values), rtol=1e-4, atol=1e-5)
+    assert (zen["sparse_bytes_sent_rank0"] > 0).all()
