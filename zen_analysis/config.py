@@ -127,6 +127,10 @@ class CaptureConfig:
     )
     """fnmatch patterns of dense parameters recorded after DGC top-k compression."""
     topk_ratio: float = 0.05
+    planner_topology: str = "paper-tcp25"
+    """``scheme=auto``: the topology preset (or ``local-<n>``) Zen's planner prices the candidates on."""
+    planner_steps: int = 3
+    """``scheme=auto``: steps profiled (embedding synchronised densely meanwhile) before the planner decides."""
     """Fraction of elements kept by top-k (the paper uses 5%)."""
     topk_exact_below: int = 65536
     """Tensors with fewer elements use exact ``torch.topk``; larger ones DGC's sampled threshold."""
@@ -177,15 +181,28 @@ class SyncConfig:
     scheme: str = "allreduce"
     """Gradient synchronization plugged into the training loop: ``allreduce`` (dense) or a sparse scheme for
     the input embedding's gradient (``zen``, ``bp_coo``, ``agsparse``, ``sparcml``, ``omnireduce``,
-    ``sparse_ps``; see ``zen_analysis.train.sync``)."""
+    ``sparse_ps``; see ``zen_analysis.train.sync``), or ``auto``: Zen's planner picks zen, sparcml or dense
+    all-reduce after profiling (``zen_analysis.zen.planner``)."""
     bucket_mb: float = 25.0
     """Dense gradients are flattened into buckets of about this size per collective."""
     hash_seed: int = 0
     """Seed of Zen's h0 for ``zen`` / ``bp_coo`` (rank 0's value is broadcast at start-up)."""
+    compress: str = "none"
+    """``none`` (natural sparsity: only the embedding is sparse) or ``topk``: DGC top-k with error feedback on
+    every gradient bucket, then the scheme (compression sparsity, ``zen_analysis.zen.ddp``)."""
+    topk_ratio: float = 0.05
+    planner_topology: str = "paper-tcp25"
+    """``scheme=auto``: the topology preset (or ``local-<n>``) Zen's planner prices the candidates on."""
+    planner_steps: int = 3
+    """``scheme=auto``: steps profiled (embedding synchronised densely meanwhile) before the planner decides."""
 
     def __post_init__(self) -> None:
         if self.bucket_mb <= 0:
             raise ValueError("sync.bucket_mb must be positive")
+        if self.compress not in ("none", "topk"):
+            raise ValueError(f"sync.compress must be 'none' or 'topk', got {self.compress!r}")
+        if not 0 < self.topk_ratio <= 1:
+            raise ValueError("sync.topk_ratio must be in (0, 1]")
 
 
 @dataclass(kw_only=True)

@@ -223,6 +223,8 @@ def train(
         "trace_bytes_rank0": capture.writer.bytes_written if capture else 0,
         "param_sha256": parameter_digest(model),
     }
+    if getattr(sync, "decisions", None):  # Zen's planner: what it chose per tensor, and why
+        summary["planner"] = sync.decisions
     if info.is_main:
         metrics_f.close()
         atomic_write_json(run_dir / "summary.json", summary)

@@ -83,11 +83,23 @@ class SparseSync:
     The scheme's hash seed (``seed`` option, h0) is broadcast from rank 0 at ``attach`` so every rank agrees.
     """
 
-    def __init__(self, scheme: str = "zen", *, bucket_mb: float = 25.0, group: dist.ProcessGroup | None = None, **options) -> None:
+    def __init__(
+        self,
+        scheme: str = "zen",
+        *,
+        bucket_mb: float = 25.0,
+        group: dist.ProcessGroup | None = None,
+        planner=None,
+        **options,
+    ) -> None:
         from zen_analysis.comm import build_scheme
 
         self.name = scheme
-        self.scheme = build_scheme(scheme, **options)
+        self.options = options
+        self.planner = planner
+        """With ``scheme="auto"``: a :class:`zen_analysis.zen.planner.Planner`; the embedding goes through dense
+        all-reduce while it profiles, then through the scheme it picks (``decisions``)."""
+        self.scheme = build_scheme("allreduce" if scheme == "auto" else scheme, **({} if scheme == "auto" else options))
         self.group = group
         self.dense = DenseAllReduce(bucket_mb=bucket_mb, group=group)
         self.sparse_params: list[nn.Parameter] = []
@@ -118,11 +130,31 @@ class SparseSync:
         for p in self.sparse_params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
+            if self.planner is not None and self.name == "auto":
+                self._profile(p.grad)
             summed = self.scheme.run(p.grad, group=self.group)
             p.grad.copy_(summed / world)
             measured = self.scheme.last_measured()
             self.sparse_bytes_sent += int(measured["bytes_sent"].sum())
             self.sparse_seconds += float(measured["seconds"].sum())
+
+    def _profile(self, grad: torch.Tensor) -> None:
+        """Gather every rank's non-zero indices of the embedding gradient for the planner (profiling only)."""
+        from zen_analysis.comm import build_scheme
+        from zen_analysis.comm.exchange import Exchange
+
+        ex = Exchange(self.group)
+        idx_K = torch.nonzero(grad.reshape(-1), as_tuple=True)[0]
+        counts_W = ex.all_gather_counts(idx_K.numel())
+        everyone = torch.split(ex.all_gather_v(idx_K, counts_W).cpu(), counts_W.tolist())
+        choice = self.planner.observe("embedding", list(everyone), grad.numel())
+        if choice is not None:
+            self.name = choice
+            self.scheme = build_scheme(choice, **(self.options if choice in ("zen", "bp_coo") else {}))
+
+    @property
+    def decisions(self) -> dict:
+        return self.planner.decisions if self.planner is not None else {}
 
 
 SYNCS = {"allreduce": DenseAllReduce}
@@ -130,10 +162,22 @@ SPARSE_SCHEMES = ("zen", "bp_coo", "agsparse", "sparcml", "omnireduce", "sparse_
 
 
 def build_sync(cfg: SyncConfig) -> GradSync:
-    """The synchronization named by ``cfg.scheme``: ``allreduce`` (dense) or a sparse scheme for the embedding."""
+    """The synchronization named by ``cfg.scheme``: ``allreduce`` (dense) or a sparse scheme for the embedding;
+    with ``cfg.compress == "topk"``, every gradient bucket top-k sparsified and summed by the scheme."""
+    if cfg.compress == "topk":
+        from zen_analysis.zen.ddp import CompressedSync
+
+        if cfg.scheme not in (*SYNCS, *SPARSE_SCHEMES):
+            raise ValueError(f"sync.scheme={cfg.scheme!r} is unknown; available: {sorted([*SYNCS, *SPARSE_SCHEMES])}")
+        return CompressedSync(cfg.scheme, ratio=cfg.topk_ratio, bucket_mb=cfg.bucket_mb, seed=cfg.hash_seed)
     if cfg.scheme in SYNCS:
         return SYNCS[cfg.scheme](bucket_mb=cfg.bucket_mb)
+    if cfg.scheme == "auto":
+        from zen_analysis.zen.planner import Planner
+
+        planner = Planner(topology=cfg.planner_topology, profile_steps=cfg.planner_steps)
+        return SparseSync("auto", bucket_mb=cfg.bucket_mb, planner=planner, seed=cfg.hash_seed)
     if cfg.scheme in SPARSE_SCHEMES:
         options = {"seed": cfg.hash_seed} if cfg.scheme in ("zen", "bp_coo") else {}
         return SparseSync(cfg.scheme, bucket_mb=cfg.bucket_mb, **options)
-    raise ValueError(f"sync.scheme={cfg.scheme!r} is unknown; available: {sorted([*SYNCS, *SPARSE_SCHEMES])}")
+    raise ValueError(f"sync.scheme={cfg.scheme!r} is unknown; available: {sorted([*SYNCS, *SPARSE_SCHEMES, 'auto'])}")
