@@ -129,6 +129,9 @@ class CaptureConfig:
     topk_ratio: float = 0.05
     planner_topology: str = "paper-tcp25"
     """``scheme=auto``: the topology preset (or ``local-<n>``) Zen's planner prices the candidates on."""
+    gpus_per_node: int = 0
+    """``scheme=zen``: > 1 turns on Zen's hierarchical mode (dense reduce-scatter inside each node of this many
+    ranks, Zen across nodes, all-gather inside); 0 is flat Zen over all ranks."""
     planner_steps: int = 3
     """``scheme=auto``: steps profiled (embedding synchronised densely meanwhile) before the planner decides."""
     """Fraction of elements kept by top-k (the paper uses 5%)."""
@@ -193,6 +196,9 @@ class SyncConfig:
     topk_ratio: float = 0.05
     planner_topology: str = "paper-tcp25"
     """``scheme=auto``: the topology preset (or ``local-<n>``) Zen's planner prices the candidates on."""
+    gpus_per_node: int = 0
+    """``scheme=zen``: > 1 turns on Zen's hierarchical mode (dense reduce-scatter inside each node of this many
+    ranks, Zen across nodes, all-gather inside); 0 is flat Zen over all ranks."""
     planner_steps: int = 3
     """``scheme=auto``: steps profiled (embedding synchronised densely meanwhile) before the planner decides."""
 

@@ -90,6 +90,7 @@ class SparseSync:
         bucket_mb: float = 25.0,
         group: dist.ProcessGroup | None = None,
         planner=None,
+        gpus_per_node: int = 0,
         **options,
     ) -> None:
         from zen_analysis.comm import build_scheme
@@ -100,6 +101,9 @@ class SparseSync:
         """With ``scheme="auto"``: a :class:`zen_analysis.zen.planner.Planner`; the embedding goes through dense
         all-reduce while it profiles, then through the scheme it picks (``decisions``)."""
         self.scheme = build_scheme("allreduce" if scheme == "auto" else scheme, **({} if scheme == "auto" else options))
+        self.gpus_per_node = gpus_per_node
+        """Zen's hierarchical mode when > 1: reduce-scatter inside nodes, Zen across, all-gather inside."""
+        self._groups = None
         self.group = group
         self.dense = DenseAllReduce(bucket_mb=bucket_mb, group=group)
         self.sparse_params: list[nn.Parameter] = []
@@ -121,6 +125,12 @@ class SparseSync:
                 seed = torch.tensor([int(self.scheme.seed)], dtype=torch.int64, device=self.sparse_params[0].device)
                 dist.broadcast(seed, src=0, group=self.group)
                 self.scheme.seed = int(seed)
+        if self.gpus_per_node > 1 and world > 1:
+            if self.name != "zen" or self.group is not None:
+                raise ValueError("the hierarchical mode (sync.gpus_per_node > 1) is Zen's, on the default group")
+            from zen_analysis.zen.sync import NodeGroups
+
+            self._groups = NodeGroups(self.gpus_per_node)
 
     def synchronize(self, model: nn.Module) -> None:
         world = self.dense._world()
@@ -132,6 +142,13 @@ class SparseSync:
                 p.grad = torch.zeros_like(p)
             if self.planner is not None and self.name == "auto":
                 self._profile(p.grad)
+            if self._groups is not None:
+                from zen_analysis.zen.sync import zen_sum_hierarchical
+
+                flat = p.grad.detach().reshape(-1).float()
+                summed = zen_sum_hierarchical(flat, self._groups, seed=self.scheme.seed).view_as(p.grad)
+                p.grad.copy_(summed / world)
+                continue
             summed = self.scheme.run(p.grad, group=self.group)
             p.grad.copy_(summed / world)
             measured = self.scheme.last_measured()
@@ -179,5 +196,5 @@ def build_sync(cfg: SyncConfig) -> GradSync:
         return SparseSync("auto", bucket_mb=cfg.bucket_mb, planner=planner, seed=cfg.hash_seed)
     if cfg.scheme in SPARSE_SCHEMES:
         options = {"seed": cfg.hash_seed} if cfg.scheme in ("zen", "bp_coo") else {}
-        return SparseSync(cfg.scheme, bucket_mb=cfg.bucket_mb, **options)
+        return SparseSync(cfg.scheme, bucket_mb=cfg.bucket_mb, gpus_per_node=cfg.gpus_per_node, **options)
     raise ValueError(f"sync.scheme={cfg.scheme!r} is unknown; available: {sorted([*SYNCS, *SPARSE_SCHEMES, 'auto'])}")

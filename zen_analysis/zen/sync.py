@@ -65,3 +65,47 @@ def zen_sum(x_N: torch.Tensor, ex: Exchange, *, seed: int = 0, hashing: str = "h
     hb = HashBitmap(x_N.numel(), ex.world, seed)
     u_idx, u_val = push(x_N, ex, seed=seed, hashing=hashing)
     return pull(u_idx, u_val, x_N.numel(), ex, hb)
+
+
+class NodeGroups:
+    """The two families of process groups of the hierarchical mode, for ``gpus_per_node`` ranks per node:
+    ``intra`` (this rank's node) and ``inter`` (the ranks with this rank's local rank, one per node).
+    Every rank must construct it at the same point (``new_group`` is collective)."""
+
+    def __init__(self, gpus_per_node: int) -> None:
+        import torch.distributed as dist
+
+        world, rank = dist.get_world_size(), dist.get_rank()
+        if gpus_per_node < 1 or world % gpus_per_node:
+            raise ValueError(f"world size {world} is not a multiple of gpus_per_node={gpus_per_node}")
+        self.gpus_per_node = G = gpus_per_node
+        self.num_nodes = world // G
+        self.intra = self.inter = None
+        for node in range(self.num_nodes):
+            g = dist.new_group(list(range(node * G, (node + 1) * G)))
+            if rank // G == node:
+                self.intra = g
+        for local in range(G):
+            g = dist.new_group(list(range(local, world, G)))
+            if rank % G == local:
+                self.inter = g
+
+
+def zen_sum_hierarchical(x_N: torch.Tensor, groups: NodeGroups, *, seed: int = 0, hashing: str = "hierarchical") -> torch.Tensor:
+    """Sum over all ranks for several GPUs per node (digest section 4.7): a dense reduce-scatter inside the node
+    (an ``all_to_all_single`` of chunks, then a local sum: works on gloo and NCCL), Zen across nodes among the
+    ranks holding the same chunk, and an all-gather of the chunks inside the node."""
+    from zen_analysis.comm.exchange import ring_chunk_sizes
+
+    N, G = x_N.numel(), groups.gpus_per_node
+    sizes = ring_chunk_sizes(N, G)
+    intra = Exchange(groups.intra)
+    with intra.phase("reduce_scatter"):
+        split = torch.tensor(sizes, dtype=torch.int64)
+        mine = sizes[intra.rank]
+        got = intra.all_to_all_v(x_N, split, torch.full((G,), mine, dtype=torch.int64))
+    chunk = got.view(G, mine).sum(0) if mine else got[:0]
+    if groups.num_nodes > 1:
+        chunk = zen_sum(chunk, Exchange(groups.inter), seed=seed, hashing=hashing)
+    with intra.phase("all_gather"):
+        return intra.all_gather_v(chunk, torch.tensor(sizes, dtype=torch.int64)).to(x_N.device)

@@ -1,0 +1,33 @@
+"""Zen's collective on real gloo ranks: flat on any group size, and the hierarchical mode (2 nodes x 2 ranks)."""
+
+import torch
+
+from zen_analysis.dist.launch import fork_launch
+
+
+def _body(rank, world, numel):
+    import torch.distributed as dist
+
+    from zen_analysis.comm.exchange import Exchange
+    from zen_analysis.zen.sync import NodeGroups, zen_sum, zen_sum_hierarchical
+
+    groups = NodeGroups(2)
+    out = []
+    for case in range(4):
+        gen = torch.Generator().manual_seed(case * 10 + rank)
+        x = torch.zeros(numel)
+        k = min(numel, [0, 5, numel // 3, numel][case])
+        idx = torch.randperm(numel, generator=gen)[:k]
+        x[idx] = torch.randint(-3, 4, (k,), generator=gen).float()
+        ref = x.clone()
+        dist.all_reduce(ref)
+        flat = zen_sum(x, Exchange(), seed=7, hashing="argsort" if case % 2 else "hierarchical")
+        hier = zen_sum_hierarchical(x, groups, seed=7)
+        out.append((torch.equal(flat, ref), torch.equal(hier, ref)))
+    return out
+
+
+def test_zen_sum_flat_and_hierarchical_equal_all_reduce():
+    for numel in (1, 1001):
+        for rank_results in fork_launch(_body, 4, numel):
+            assert all(flat and hier for flat, hier in rank_results), rank_results
