@@ -7,7 +7,9 @@ each, so the figures reach n = 128) and write a capture summary to
 and imbalance into ``figures/``; (3) model every communication scheme on the captured traces (Fig. 8, the
 modelled half of Fig. 15, Fig. 17a), model a 1024-worker capture (the scale mode), and replay the default run's
 embedding through every scheme on 4 gloo ranks (calibrated first) for the measured half of Fig. 15 and the
-model-vs-measured figure. Later stages (Zen, EDiT figures) extend this function.
+model-vs-measured figure; (4) Zen: hashing cost (Fig. 16), the Theorem 2 imbalance check, COO vs hash-bitmap
+pull (Fig. 17b), and dense / Zen / top-k AGsparse / top-k Zen trainings of the default model on 4 ranks for
+loss parity (Fig. 18). Later stages (EDiT) extend this function.
 """
 
 from __future__ import annotations
@@ -98,3 +100,26 @@ def reproduce(overrides: list[str] | tuple[str, ...] = ()) -> None:
         plt.close(fig)
     print(f"scheme figures written to {paths.figures_dir()}: fig8_normalized_time, fig8_scale_1024, fig15_speedup, "
           "fig17a_wire_size, model_vs_measured")  # fmt: skip
+
+    print("== Zen: hashing cost (Fig. 16), Theorem 2 check, COO vs hash-bitmap pull (Fig. 17b), training parity (Fig. 18)")
+    from zen_analysis.plots import zen as zen_figs
+    from zen_analysis.zen.experiments import parity_config, parity_runs, parity_summary, theorem2_table
+    from zen_analysis.zen.profile import hashing_cost
+
+    cost = hashing_cost(numel=1 << 24)
+    balance = theorem2_table(run_ids)
+    parity = parity_runs(parity_config("default"), progress=True)
+    out_dir = paths.derived_dir() / "reproduce"
+    for name, table in (("hashing_cost", cost), ("theorem2_imbalance", balance), ("parity_summary", parity_summary(parity))):
+        atomic_write_text(out_dir / f"{name}.txt", table.to_string(index=False) + "\n")
+    for fig, name in (
+        (zen_figs.hashing_cost(cost), "fig16_hashing_cost"),
+        (zen_figs.theorem2(balance), "theorem2_imbalance"),
+        (zen_figs.pull_format_speedup(speedups(schemes), measured), "fig17b_pull_format"),
+        (zen_figs.loss_parity(parity), "fig18_loss_parity"),
+    ):
+        style.savefig(fig, name)
+        plt.close(fig)
+    print(parity_summary(parity).to_string(index=False))
+    print(f"Zen figures written to {paths.figures_dir()}: fig16_hashing_cost, theorem2_imbalance, fig17b_pull_format, "
+          f"fig18_loss_parity; tables in {out_dir}")  # fmt: skip
