@@ -21,12 +21,15 @@ _M32 = 0xFFFFFFFF
 
 
 def _fmix32(h: torch.Tensor) -> torch.Tensor:
+    """MurmurHash3's finaliser on the low 32 bits of int64 ``h`` (a new tensor; in-place steps after the first
+    avoid allocating a 10M-element temporary per operation)."""
     h = h & _M32
-    h = h ^ (h >> 16)
-    h = (h * 0x85EBCA6B) & _M32
-    h = h ^ (h >> 13)
-    h = (h * 0xC2B2AE35) & _M32
-    return h ^ (h >> 16)
+    h ^= h >> 16
+    h.mul_(0x85EBCA6B).bitwise_and_(_M32)
+    h ^= h >> 13
+    h.mul_(0xC2B2AE35).bitwise_and_(_M32)
+    h ^= h >> 16
+    return h
 
 
 def h0(indices: torch.Tensor, seed: int = 0) -> torch.Tensor:
@@ -37,16 +40,21 @@ def h0(indices: torch.Tensor, seed: int = 0) -> torch.Tensor:
     hi_seed = (s * 0x9E3779B1 + 0x7F4A7C15) & _M32
     if idx.numel() == 0 or int(idx.max()) < 2**32:  # high halves all zero: one scalar instead of a tensor pass
         hi = int(_fmix32(torch.tensor([hi_seed]))[0])
-        return _fmix32(lo ^ ((hi * 0x27D4EB2F) & _M32))
+        lo ^= (hi * 0x27D4EB2F) & _M32
+        return _fmix32(lo)
     hi = _fmix32(((idx >> 32) & _M32) ^ hi_seed)
-    return _fmix32(lo ^ ((hi * 0x27D4EB2F) & _M32))
+    lo ^= (hi * 0x27D4EB2F) & _M32
+    return _fmix32(lo)
 
 
 def owner(indices: torch.Tensor, num_partitions: int, seed: int = 0) -> torch.Tensor:
     """Partition (server) id in [0, num_partitions) of each index: h0(idx) mod n."""
     if num_partitions < 1:
         raise ValueError("num_partitions must be >= 1")
-    return h0(indices, seed) % num_partitions
+    h = h0(indices, seed)
+    if num_partitions & (num_partitions - 1) == 0:  # power of two: the same as % n, without a division
+        return h.bitwise_and_(num_partitions - 1)
+    return h.remainder_(num_partitions)
 
 
 TABLE_LIMIT = 1 << 26

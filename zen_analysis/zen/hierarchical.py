@@ -8,7 +8,9 @@ memory that GPU threads write into concurrently:
   meets the same server everywhere), each with a *parallel region* of ``r1 / n`` slots and a *serial region*
   of ``r2 / n`` slots;
 * an index probes up to ``k`` slots of its partition's parallel region with second-level hashes h1..hk (these
-  may differ between ranks: they only place the index, never route it) and keeps the first empty one;
+  may differ between ranks: they only place the index, never route it) and keeps the first empty one; here
+  h_i = (g + i * step) mod (r1 / n), double hashing from the bits of h0 the partition id leaves unused (or
+  a fresh hash with ``level2_seed``), so the k probes cost no extra hashing;
 * indices whose k probes all collide are appended to the serial region with a per-partition counter;
 * the occupied slots of partition p are the indices for server p.
 
@@ -83,22 +85,35 @@ def hierarchical_hash(
     r2 = r1 // 10 if r2 is None else r2
     par = max(1, -(-r1 // n))  # slots per partition, parallel region
     ser = max(1, -(-r2 // n))
-    part_K = owner(idx_K, n, seed)
-    pos_K = torch.arange(K, device=dev)
+    h_K = h0(idx_K, seed)
+    if n & (n - 1) == 0:  # power of two: partition = low bits, the rest of the hash is free for the slots
+        part_K, rest_K = h_K & (n - 1), h_K >> (n.bit_length() - 1)
+    else:
+        part_K, rest_K = h_K % n, h_K // n
+    pos_dtype = torch.int32 if K < 2**31 else torch.long
     # the hash memory holds input positions (EMPTY = -1): slot -> which index sits there
-    memory = torch.full((n, par + ser), EMPTY, dtype=torch.long, device=dev)
+    memory = torch.full((n, par + ser), EMPTY, dtype=pos_dtype, device=dev)
     flat = memory.view(-1)
-    pending = pos_K
-    s2 = seed if level2_seed is None else level2_seed
+    # h1..hk by double hashing from one second-level hash g: probe i is (g + i * step) mod r1/n. By default g is
+    # the part of h0 the partition id did not use (well mixed, and free); a level2_seed hashes afresh.
+    g_K = rest_K if level2_seed is None else h0(idx_K, _level2_seed(level2_seed, 0))
+    base_K = part_K * (par + ser)
+    pending = None  # None: every index (round 0 needs no gathers)
     for i in range(k):
-        if pending.numel() == 0:
+        g = g_K if pending is None else g_K[pending]
+        if g.numel() == 0:
             break
-        slot = part_K[pending] * (par + ser) + h0(idx_K[pending], _level2_seed(s2, i)) % par
+        slot = (base_K if pending is None else base_K[pending]) + (g + i * ((g >> 11) | 1)) % par
         free = flat[slot] == EMPTY
-        cand, cslot = pending[free], slot[free]
+        cand = torch.nonzero(free, as_tuple=True)[0].to(pos_dtype) if pending is None else pending[free]
+        cslot = slot[free]
         flat[cslot] = cand  # concurrent writes to one slot: one survives
         won = flat[cslot] == cand  # read back after every write of the round has landed
-        pending = torch.cat([pending[~free], cand[~won]])
+        blocked = torch.nonzero(~free, as_tuple=True)[0].to(pos_dtype) if pending is None else pending[~free]
+        pending = torch.cat([blocked, cand[~won]])
+    if pending is None:
+        pending = torch.arange(K, device=dev, dtype=pos_dtype)
+    pending = pending.long()
     serial_count, overflows = pending.numel(), 0
     if serial_count:
         p = part_K[pending]
@@ -107,14 +122,14 @@ def hierarchical_hash(
         counts = torch.bincount(p, minlength=n)
         if int(counts.max()) > ser:  # grow the serial region rather than drop an index
             overflows = int((counts > ser).sum())
-            grown = torch.full((n, par + int(counts.max())), EMPTY, dtype=torch.long, device=dev)
+            grown = torch.full((n, par + int(counts.max())), EMPTY, dtype=memory.dtype, device=dev)
             grown[:, : par + ser] = memory
             memory, ser = grown, int(counts.max())
         start = torch.cumsum(counts, 0) - counts
         rank_in_part = torch.arange(pending.numel(), device=dev) - start[p]
-        memory[p, par + rank_in_part] = pending
+        memory[p, par + rank_in_part] = pending.to(memory.dtype)
     occupied = memory >= 0
-    return Buckets(memory[occupied], occupied.sum(1), serial_count, overflows)
+    return Buckets(memory[occupied].long(), occupied.sum(1), serial_count, overflows)
 
 
 def bucket_reference(indices_K: torch.Tensor, num_partitions: int, *, seed: int) -> Buckets:
