@@ -91,6 +91,8 @@ def reproduce(overrides: list[str] | tuple[str, ...] = ()) -> None:
     lines = report(summarize(measured))
     atomic_write_text(paths.derived_dir() / "reproduce" / "schemes_measured.txt", lines + "\n")
     print(lines)
+    atomic_write_text(paths.derived_dir() / "reproduce" / "speedups.txt",
+                      speedups(schemes).pivot(index=["workload", "n"], columns="scheme", values="speedup").round(2).to_string() + "\n")  # fmt: skip
     for fig, name in (
         (comm_figs.speedup(speedups(schemes), measured), "fig15_speedup"),
         (comm_figs.model_vs_measured(measured), "model_vs_measured"),
