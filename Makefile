@@ -41,6 +41,7 @@ bench: venv
 	$(PY) -m zen_analysis bench characterize
 	$(PY) -m zen_analysis bench evaluate
 	$(PY) -m zen_analysis bench comm
+	$(PY) -m zen_analysis bench hashing
 
 lab: venv
 	$(VENV)/bin/jupyter lab notebooks/
