@@ -212,6 +212,56 @@ class SyncConfig:
 
 
 @dataclass(kw_only=True)
+class LocalSGDSection:
+    """Overrides of the local SGD method's defaults (``sync.scheme`` = post_local_sgd | diloco | edit; see
+    ``zen_analysis.local_sgd``). Negative numbers and empty strings mean "the method's default"."""
+
+    warmup_steps: int = -1
+    """Synchronous steps before local training (edit, post_local_sgd: 10; diloco: 0)."""
+    interval: int = 0
+    """Steps between syncs, tau / H (default 8)."""
+    outer_lr: float = -1.0
+    outer_momentum: float = -1.0
+    clip: float = -1.0
+    """EDiT's pseudo-gradient clip (default 10; 0 = off)."""
+    penalty: str = "default"
+    """EDiT's penalty parts: ``default`` (the method's), ``none``, or a comma list of anomaly, weighting, clip."""
+    granularity: str = ""
+    """module | tensor | global (edit default: module)."""
+    layerwise: bool = True
+    """Sync each unit just before its forward (EDiT); false: all units before the model's forward."""
+    ewma_warmup: int = -1
+    """Syncs before the anomaly detector tests (default 10)."""
+
+    def __post_init__(self) -> None:
+        if self.granularity not in ("", "module", "tensor", "global"):
+            raise ValueError(f"local_sgd.granularity must be module, tensor or global, got {self.granularity!r}")
+        parts = {p.strip() for p in self.penalty.split(",") if p.strip()}
+        if self.penalty not in ("default", "none") and not parts <= {"anomaly", "weighting", "clip"}:
+            raise ValueError(f"local_sgd.penalty must be default, none or a list of anomaly, weighting, clip; got {self.penalty!r}")
+
+    def overrides(self) -> dict[str, Any]:
+        """The fields to pass to ``method_config``."""
+        out: dict[str, Any] = {"layerwise": self.layerwise}
+        for name in ("warmup_steps", "ewma_warmup"):
+            if getattr(self, name) >= 0:
+                out[name] = getattr(self, name)
+        if self.interval > 0:
+            out["interval"] = self.interval
+        for name in ("outer_lr", "outer_momentum", "clip"):
+            if getattr(self, name) >= 0:
+                out[name] = getattr(self, name)
+        if self.granularity:
+            out["granularity"] = self.granularity
+        if self.penalty != "default":
+            parts = set() if self.penalty == "none" else {p.strip() for p in self.penalty.split(",")}
+            out["anomaly"], out["weighting"] = "anomaly" in parts, "weighting" in parts
+            if "clip" not in parts:
+                out["clip"] = 0.0
+        return out
+
+
+@dataclass(kw_only=True)
 class ExperimentConfig:
     name: str = "custom"
     """Recipe name; the run id starts with it."""
@@ -223,13 +273,14 @@ class ExperimentConfig:
     capture: CaptureConfig = field(default_factory=CaptureConfig)
     dist: DistConfig = field(default_factory=DistConfig)
     sync: SyncConfig = field(default_factory=SyncConfig)
+    local_sgd: LocalSGDSection = field(default_factory=LocalSGDSection)
 
     def __post_init__(self) -> None:
         self.validate()
 
     def validate(self) -> None:
         """Cross-section checks; re-run after editing fields of a built config."""
-        for sub in (self.model, self.data, self.train, self.capture, self.dist, self.sync):
+        for sub in (self.model, self.data, self.train, self.capture, self.dist, self.sync, self.local_sgd):
             sub.__post_init__()
         if self.capture.enabled and self.capture.natural and self.model.tie_embeddings:
             raise ValueError(

@@ -117,7 +117,7 @@ def train(
     torch.manual_seed(t.seed)
     model = build_model(cfg.model, vocab_size=data.vocab_size, max_seq_len=t.seq_len).to(info.device)
     model.train()
-    sync = sync or build_sync(cfg.sync)
+    sync = sync or build_sync(cfg.sync, cfg.local_sgd)
     sync.attach(model)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
@@ -209,6 +209,8 @@ def train(
             metrics_f.write(json.dumps(row) + "\n")
     if capture:
         capture.close()  # writes the last shard: part of the capture cost, so inside the timed span
+    if hasattr(sync, "finalize"):  # local SGD: one last sync, so the final model is the global one
+        sync.finalize(model)
     elapsed = time.perf_counter() - t_start
     val_loss = evaluate(model, data, cfg, info)
     summary = {
@@ -225,6 +227,11 @@ def train(
     }
     if getattr(sync, "decisions", None):  # Zen's planner: what it chose per tensor, and why
         summary["planner"] = sync.decisions
+    if hasattr(sync, "describe"):
+        summary["sync"] = sync.describe()
+    if getattr(sync, "log", None):  # local SGD: per sync and group, each worker's norm, weight, clip, skip
+        with atomic_path(run_dir / "local_sgd" / f"rank{info.rank}.jsonl") as tmp:
+            tmp.write_text("".join(json.dumps(row) + "\n" for row in sync.log))
     if info.is_main:
         metrics_f.close()
         atomic_write_json(run_dir / "summary.json", summary)

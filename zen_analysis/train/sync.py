@@ -178,9 +178,17 @@ SYNCS = {"allreduce": DenseAllReduce}
 SPARSE_SCHEMES = ("zen", "bp_coo", "agsparse", "sparcml", "omnireduce", "sparse_ps")
 
 
-def build_sync(cfg: SyncConfig) -> GradSync:
+def build_sync(cfg: SyncConfig, local_sgd=None) -> GradSync:
     """The synchronization named by ``cfg.scheme``: ``allreduce`` (dense) or a sparse scheme for the embedding;
     with ``cfg.compress == "topk"``, every gradient bucket top-k sparsified and summed by the scheme."""
+    from zen_analysis.local_sgd import METHODS
+
+    if cfg.scheme in METHODS:
+        from zen_analysis.config import LocalSGDSection
+        from zen_analysis.local_sgd import LocalSGD, method_config
+
+        section = local_sgd or LocalSGDSection()
+        return LocalSGD(method_config(cfg.scheme, **section.overrides()), name=cfg.scheme)
     if cfg.compress == "topk":
         from zen_analysis.zen.ddp import CompressedSync
 
@@ -197,4 +205,4 @@ def build_sync(cfg: SyncConfig) -> GradSync:
     if cfg.scheme in SPARSE_SCHEMES:
         options = {"seed": cfg.hash_seed} if cfg.scheme in ("zen", "bp_coo") else {}
         return SparseSync(cfg.scheme, bucket_mb=cfg.bucket_mb, gpus_per_node=cfg.gpus_per_node, **options)
-    raise ValueError(f"sync.scheme={cfg.scheme!r} is unknown; available: {sorted([*SYNCS, *SPARSE_SCHEMES, 'auto'])}")
+    raise ValueError(f"sync.scheme={cfg.scheme!r} is unknown; available: {sorted([*SYNCS, *SPARSE_SCHEMES, 'auto', *METHODS])}")

@@ -1,0 +1,178 @@
+"""Local SGD engine with a fake collective (worker threads, no processes): cadence, the pseudo-gradient's sign,
+DiLoCo = averaging at outer lr 1, the EDiT penalty (anomaly elimination, weights, clipping, all-anomalous skip),
+EDiT without penalty = DiLoCo, layer-wise = all-at-once."""
+
+import threading
+
+import pytest
+import torch
+from torch import nn
+
+from zen_analysis.local_sgd import LocalSGD, LocalSGDConfig, method_config
+from zen_analysis.local_sgd.collective import ThreadGroup
+from zen_analysis.local_sgd.penalty import EWMADetector, clip_coefficient, softmax_weights
+
+
+class Tiny(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(10, 4)
+        self.blocks = nn.ModuleList([nn.Linear(4, 4), nn.Linear(4, 4)])
+        self.head = nn.Linear(4, 2)
+        gen = torch.Generator().manual_seed(0)  # threads share the global RNG: a private one per model
+        with torch.no_grad():
+            for p in self.parameters():
+                p.copy_(0.5 * torch.randn(p.shape, generator=gen))
+
+    def forward(self, x):
+        h = self.embed(x)
+        for b in self.blocks:
+            h = b(h)
+        return self.head(h)
+
+
+X = torch.tensor([1, 2, 3])
+
+
+def run_workers(world, fn):
+    group, out, errors = ThreadGroup(world), [None] * world, []
+
+    def body(r):
+        try:
+            out[r] = fn(r, group.member(r))
+        except Exception as exc:  # surface thread failures in the test
+            errors.append(exc)
+            group._barrier.abort()
+
+    threads = [threading.Thread(target=body, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return out
+
+
+def flat(model):
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def shift(model, amount):
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(amount)
+
+
+def sync_rounds(cfg, offsets_per_round, world=3):
+    """Each worker: attach, first sync (anchor), then per round shift its parameters by offsets[round][rank]
+    and run a sync step's forward. Returns each worker's final parameters and log."""
+
+    def fn(rank, coll):
+        model = Tiny()
+        eng = LocalSGD(cfg, collective=coll)
+        eng.attach(model)
+        eng.step = cfg.warmup_steps
+        model(X)  # first sync: sets the anchor
+        for offsets in offsets_per_round:
+            shift(model, offsets[rank])
+            eng.step += cfg.interval
+            model(X)
+        return flat(model), eng.log
+
+    return run_workers(world, fn)
+
+
+def test_cadence_and_first_sync_only_sets_the_anchor():
+    eng = LocalSGD(LocalSGDConfig(warmup_steps=2, interval=3))
+    assert [t for t in range(12) if eng.due(t)] == [2, 5, 8, 11]
+    (p0, log0), *_ = sync_rounds(method_config("diloco"), [])
+    assert torch.equal(p0, flat(Tiny())) and all(r.get("init") for r in log0)
+
+
+def test_outer_lr_1_momentum_0_is_parameter_averaging_and_the_anchor_moves_toward_the_workers():
+    base = flat(Tiny())
+    avg_cfg = method_config("diloco", outer_lr=1.0, outer_momentum=0.0, nesterov=False)
+    results = sync_rounds(avg_cfg, [[0.3, -0.1, 0.4]])
+    for p, _ in results:
+        torch.testing.assert_close(p, base + (0.3 - 0.1 + 0.4) / 3)
+    # outer lr 0.5: halfway from the anchor towards the workers' average (anchor - local is the pseudo-gradient)
+    half = sync_rounds(method_config("diloco", outer_lr=0.5, outer_momentum=0.0, nesterov=False), [[0.3, 0.3, 0.3]])
+    torch.testing.assert_close(half[0][0], base + 0.15)
+
+
+def test_nesterov_momentum_matches_torch_sgd():
+    cfg = method_config("diloco", outer_lr=0.7, outer_momentum=0.9)
+    results = sync_rounds(cfg, [[0.2, 0.2, 0.2], [0.1, 0.1, 0.1]])
+    anchor = nn.Parameter(flat(Tiny()).clone())
+    opt = torch.optim.SGD([anchor], lr=0.7, momentum=0.9, nesterov=True)
+    local = anchor.detach().clone()
+    for shift_by in (0.2, 0.1):
+        local = anchor.detach() + shift_by
+        anchor.grad = anchor.detach() - local
+        opt.step()
+    torch.testing.assert_close(results[0][0], anchor.detach())
+
+
+def test_edit_without_penalty_equals_diloco_and_layerwise_equals_all_at_once():
+    offsets = [[0.1, -0.2, 0.05], [0.3, 0.0, -0.1], [0.02, 0.02, 0.5]]
+    diloco = sync_rounds(method_config("diloco", warmup_steps=0), offsets)
+    no_penalty = method_config("edit", warmup_steps=0, anomaly=False, weighting=False, clip=0.0)
+    torch.testing.assert_close(sync_rounds(no_penalty, offsets)[1][0], diloco[1][0])
+    full = method_config("edit", warmup_steps=0, ewma_warmup=1, clip=0.5)
+    layerwise = sync_rounds(full, offsets)
+    at_once = sync_rounds(method_config("edit", warmup_steps=0, ewma_warmup=1, clip=0.5, layerwise=False), offsets)
+    for (a, _), (b, _) in zip(layerwise, at_once):
+        torch.testing.assert_close(a, b)
+
+
+def test_every_worker_holds_the_same_parameters_after_a_sync():
+    results = sync_rounds(method_config("edit", warmup_steps=0), [[0.1, -0.4, 0.2]])
+    assert all(torch.equal(results[0][0], p) for p, _ in results)
+
+
+def test_anomalous_worker_is_zeroed_and_kept_out_of_the_ema():
+    det = EWMADetector(alpha=0.1, warmup=5, threshold=3.0)
+    for g in [1.0, 1.1, 0.9, 1.05, 0.95, 1.0]:
+        assert not det.is_outlier(g)
+        det.update(g)
+    before = det.state()
+    assert det.is_outlier(50.0) and det.z_score(50.0) > 3
+    assert det.state() == before  # the engine calls update only for normal norms
+    # in the engine: after 5 normal syncs, worker 0's huge pseudo-gradient is dropped
+    cfg = method_config("edit", warmup_steps=0, ewma_warmup=5, weighting=True, clip=0.0, outer_lr=1.0, outer_momentum=0.0, nesterov=False)
+    normal = [[0.01 * (r + 1) * (1 + 0.1 * k) for r in range(3)] for k in range(6)]
+    results = sync_rounds(cfg, normal + [[5.0, 0.01, 0.01]])
+    last = [r for r in results[0][1] if r["step"] == results[0][1][-1]["step"]]
+    assert all(r["anomalous"] for r in last) and all(r["weight"] < 1e-6 for r in last)
+    before = {r["group"]: r["ema_mean"] for r in results[0][1] if r["step"] == last[0]["step"] - cfg.interval}
+    assert all(r["ema_mean"] == before[r["group"]] for r in last)  # the outlier did not enter the EMA
+    others = [r for r in results[1][1] if r["step"] == last[0]["step"]]
+    assert not any(r["anomalous"] for r in others)
+    # the average excludes worker 0: everyone moved by ~0.01 (workers 1 and 2), not by ~1.7
+    moved = results[0][0] - sync_rounds(cfg, normal)[0][0]
+    assert float(moved.abs().max()) < 0.05
+
+
+def test_all_anomalous_sync_is_skipped_and_leaves_the_anchor():
+    cfg = method_config("edit", warmup_steps=0, ewma_warmup=3, clip=0.0)
+    normal = [[0.01, 0.011, 0.012]] * 4
+    results = sync_rounds(cfg, normal + [[9.0, 9.0, 9.0]])
+    last = results[0][1][-1]
+    assert last["skipped"] and last["anomalous"]
+    # skipped: every worker is reset to the unchanged anchor, i.e. the state after the normal rounds
+    torch.testing.assert_close(results[0][0], sync_rounds(cfg, normal)[0][0])
+
+
+def test_softmax_weights_and_clip_coefficient():
+    w = softmax_weights(torch.tensor([1.0, 2.0, 1e6 + 1.0]))
+    assert float(w.sum()) == pytest.approx(1.0) and w[0] > w[1] and float(w[2]) == 0.0
+    assert float(w[0] / w[1]) == pytest.approx(torch.e)
+    assert clip_coefficient(20.0, 10.0) == pytest.approx(0.5, rel=1e-6) and clip_coefficient(5.0, 10.0) == 1.0
+    assert clip_coefficient(1e9, 0.0) == 1.0
+    # in the engine: an averaged pseudo-gradient of norm > clip is scaled down to the clip
+    cfg = method_config("edit", warmup_steps=0, anomaly=False, weighting=False, clip=0.01, granularity="global",
+                        outer_lr=1.0, outer_momentum=0.0, nesterov=False)
+    results = sync_rounds(cfg, [[1.0, 1.0, 1.0]])
+    assert float((results[0][0] - flat(Tiny())).norm()) == pytest.approx(0.01, rel=1e-3)
+    assert results[0][1][-1]["clip_coef"] < 1

@@ -1,0 +1,86 @@
+"""The two collectives local SGD needs, behind one small interface: a sum all-reduce of a tensor and an
+all-gather of one scalar per worker.
+
+:class:`TorchCollective` is torch.distributed (gloo or NCCL). :class:`ThreadGroup` runs M workers as threads
+of one process with a barrier-based all-reduce, so the sync logic is unit-tested with no processes.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Protocol
+
+import torch
+
+
+class Collective(Protocol):
+    rank: int
+    world: int
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> None: ...
+
+    def all_gather_scalars(self, value: float) -> torch.Tensor: ...
+
+
+class TorchCollective:
+    def __init__(self, group=None) -> None:
+        import torch.distributed as dist
+
+        self.group = group
+        initialised = dist.is_available() and dist.is_initialized()
+        self.rank = dist.get_rank(group) if initialised else 0
+        self.world = dist.get_world_size(group) if initialised else 1
+        self.device = torch.device("cpu")
+        if initialised and dist.get_backend(group) == "nccl":
+            self.device = torch.device("cuda", torch.cuda.current_device())
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> None:
+        if self.world > 1:
+            import torch.distributed as dist
+
+            dist.all_reduce(tensor, group=self.group)
+
+    def all_gather_scalars(self, value: float) -> torch.Tensor:
+        t = torch.tensor([value], dtype=torch.float64, device=self.device)
+        if self.world == 1:
+            return t.cpu()
+        import torch.distributed as dist
+
+        out = [torch.empty_like(t) for _ in range(self.world)]
+        dist.all_gather(out, t, group=self.group)
+        return torch.cat(out).cpu()
+
+
+class ThreadGroup:
+    """Shared state of M thread-workers; ``member(r)`` is worker r's :class:`Collective`."""
+
+    def __init__(self, world: int) -> None:
+        self.world = world
+        self._barrier = threading.Barrier(world)
+        self._slots: list = [None] * world
+
+    def member(self, rank: int) -> _ThreadMember:
+        return _ThreadMember(self, rank)
+
+
+class _ThreadMember:
+    def __init__(self, group: ThreadGroup, rank: int) -> None:
+        self.group, self.rank, self.world = group, rank, group.world
+
+    def _exchange(self, value):
+        g = self.group
+        g._slots[self.rank] = value
+        g._barrier.wait()
+        everyone = list(g._slots)
+        g._barrier.wait()  # nobody overwrites a slot before all have read
+        return everyone
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> None:
+        parts = self._exchange(tensor.clone())
+        total = parts[0].clone()
+        for p in parts[1:]:
+            total += p
+        tensor.copy_(total)
+
+    def all_gather_scalars(self, value: float) -> torch.Tensor:
+        return torch.tensor(self._exchange(float(value)), dtype=torch.float64)

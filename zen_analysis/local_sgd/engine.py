@@ -1,0 +1,223 @@
+"""Local SGD on the one training loop: Post-Local SGD, DiLoCo and EDiT as settings of :class:`LocalSGD`.
+
+Context (EDiT, Cheng et al., ICLR'25; DiLoCo, Douillard et al. 2023): workers train independently between
+syncs; at a sync each worker's pseudo-gradient Delta_m = anchor - local is averaged (EDiT: with its penalty,
+:mod:`zen_analysis.local_sgd.penalty`), an outer optimizer (SGD, Nesterov) steps the anchor, and every worker
+restarts from it. Attached as the loop's ``sync`` object:
+
+* ``synchronize(model)`` (after each step's backward): during ``warmup_steps`` a dense gradient all-reduce
+  (synchronous training); afterwards nothing — the step stays local — and the step counter advances;
+* forward pre-hooks: at a sync step (t >= warmup and (t - warmup) mod interval == 0) the first training forward
+  syncs each *unit* just before that unit's forward (layer-wise, EDiT's placement; ``layerwise=False`` syncs all
+  units before the model's forward — numerically identical, tested). Units are the blocks of the model's
+  largest ``ModuleList`` plus a root unit holding every other parameter (embeddings, final norm, head);
+  ``granularity`` decides what the penalty's norms, detectors, weights and clip see: ``module`` (a unit),
+  ``tensor`` (each parameter) or ``global`` (the whole model, synced at the root);
+* the first sync only sets the anchor; ``finalize`` forces a last sync so the final model is the global one.
+
+Every sync appends, per group and worker, the norm, z-score, weight, clip coefficient and whether the outer
+step was skipped to ``log`` (written to ``<run_dir>/local_sgd/rank<r>.jsonl`` by the loop).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import nn
+
+from zen_analysis.local_sgd.collective import Collective, TorchCollective
+from zen_analysis.local_sgd.penalty import ANOMALY_PENALTY, EWMADetector, clip_coefficient, softmax_weights
+
+
+@dataclass(kw_only=True)
+class LocalSGDConfig:
+    warmup_steps: int = 0
+    interval: int = 8
+    outer_lr: float = 0.7
+    outer_momentum: float = 0.9
+    nesterov: bool = True
+    anomaly: bool = False
+    weighting: bool = False
+    clip: float = 0.0
+    """Max norm of the averaged pseudo-gradient per group; 0 = off."""
+    temperature: float = 1.0
+    ewma_alpha: float = 0.02
+    ewma_warmup: int = 10
+    ewma_threshold: float = 3.0
+    granularity: str = "module"
+    layerwise: bool = True
+
+    def __post_init__(self) -> None:
+        if self.interval < 1 or self.warmup_steps < 0:
+            raise ValueError("local SGD needs interval >= 1 and warmup_steps >= 0")
+        if self.granularity not in ("module", "tensor", "global"):
+            raise ValueError(f"granularity must be module, tensor or global, got {self.granularity!r}")
+
+
+def method_config(method: str, **overrides) -> LocalSGDConfig:
+    """The documented defaults of each method (override any field)."""
+    presets = {
+        "post_local_sgd": dict(warmup_steps=10, interval=8, outer_lr=1.0, outer_momentum=0.0, nesterov=False, granularity="global", layerwise=False),
+        "diloco": dict(warmup_steps=0, interval=8, outer_lr=0.7, outer_momentum=0.9, granularity="global", layerwise=False),
+        "edit": dict(warmup_steps=10, interval=8, outer_lr=0.7, outer_momentum=0.9, anomaly=True, weighting=True, clip=10.0),
+    }  # fmt: skip
+    if method not in presets:
+        raise ValueError(f"unknown local SGD method {method!r}; available: {sorted(presets)}")
+    return LocalSGDConfig(**{**presets[method], **overrides})
+
+
+class LocalSGD:
+    """The loop's ``sync`` object for local SGD methods (see the module docstring)."""
+
+    def __init__(self, config: LocalSGDConfig, *, name: str = "local_sgd", collective: Collective | None = None) -> None:
+        self.config = config
+        self.name = name
+        self.collective = collective
+        self.step = 0
+        self.log: list[dict] = []
+        self._units: list[tuple[str, nn.Module, list[tuple[str, nn.Parameter]]]] = []
+        self._anchor: dict[str, list[torch.Tensor]] = {}
+        self._momentum: dict[str, list[torch.Tensor] | None] = {}
+        self._detectors: dict[str, EWMADetector] = {}
+        self._done: set[str] = set()
+        self._done_step = -1
+        self._dense = None
+
+    # ---- attachment
+    def attach(self, model: nn.Module) -> None:
+        from zen_analysis.train.sync import DenseAllReduce
+
+        self.collective = self.collective or TorchCollective()
+        self._dense = DenseAllReduce()
+        if self.collective.world > 1 and isinstance(self.collective, TorchCollective):
+            self._dense.attach(model)  # identical start: rank 0's parameters
+        else:
+            self._dense = None
+        self._units = _units(model)
+        for key, module, _ in self._units:
+            if self.config.layerwise and self.config.granularity != "global" and module is not model:
+                module.register_forward_pre_hook(self._hook(key))
+        model.register_forward_pre_hook(self._root_hook(model))
+
+    def _hook(self, key: str):
+        def pre_forward(module: nn.Module, args) -> None:
+            if module.training and self.due(self.step):
+                self._sync_unit(key)
+
+        return pre_forward
+
+    def _root_hook(self, model: nn.Module):
+        def pre_forward(module: nn.Module, args) -> None:
+            if not (module.training and self.due(self.step)):
+                return
+            if self.config.granularity == "global" or not self.config.layerwise:
+                for key, _, _ in self._units:
+                    self._sync_unit(key)
+            else:
+                self._sync_unit("root")
+
+        return pre_forward
+
+    # ---- cadence
+    def due(self, step: int) -> bool:
+        c = self.config
+        return step >= c.warmup_steps and (step - c.warmup_steps) % c.interval == 0
+
+    def synchronize(self, model: nn.Module) -> None:
+        """After a step's backward: dense gradient all-reduce during warm-up, nothing afterwards."""
+        if self.step < self.config.warmup_steps and self._dense is not None:
+            self._dense.synchronize(model)
+        self.step += 1
+
+    def finalize(self, model: nn.Module) -> None:
+        """Force a sync of every unit (the model every worker then holds is the global one)."""
+        if self.step >= self.config.warmup_steps:
+            self._done_step = -1
+            for key, _, _ in self._units:
+                self._sync_unit(key, force=True)
+
+    # ---- the sync
+    def _groups(self, key: str) -> list[tuple[str, list[nn.Parameter]]]:
+        params = next(p for k, _, p in self._units if k == key)
+        if self.config.granularity == "tensor":
+            return [(f"{key}/{n}", [p]) for n, p in params]
+        if self.config.granularity == "global":
+            return [("global", [p for _, _, ps in self._units for _, p in ps])] if key == self._units[0][0] else []
+        return [(key, [p for _, p in params])]
+
+    def _sync_unit(self, key: str, *, force: bool = False) -> None:
+        if self._done_step != self.step:
+            self._done_step, self._done = self.step, set()
+        if key in self._done and not force:
+            return
+        self._done.add(key)
+        for group, params in self._groups(key):
+            self._sync_group(group, params)
+
+    @torch.no_grad()
+    def _sync_group(self, key: str, params: list[nn.Parameter]) -> None:
+        c, coll = self.config, self.collective
+        if key not in self._anchor:  # first sync: the anchor only
+            self._anchor[key] = [p.detach().clone().float() for p in params]
+            self._momentum[key] = None
+            self.log.append({"step": self.step, "group": key, "init": True})
+            return
+        anchor = self._anchor[key]
+        delta = [a - p.float() for a, p in zip(anchor, params)]
+        g = float(torch.sqrt(sum((d.double().square().sum() for d in delta), torch.zeros((), dtype=torch.float64))))
+        z, anomalous, g_eff = 0.0, False, g
+        if c.anomaly:
+            det = self._detectors.setdefault(key, EWMADetector(alpha=c.ewma_alpha, warmup=c.ewma_warmup, threshold=c.ewma_threshold))
+            z = det.z_score(g)
+            if det.is_outlier(g):
+                anomalous, g_eff = True, g + ANOMALY_PENALTY
+                delta = [torch.zeros_like(d) for d in delta]
+            else:
+                det.update(g)
+        if c.weighting:
+            norms = coll.all_gather_scalars(g_eff)
+            w = float(softmax_weights(norms, c.temperature)[coll.rank])
+        else:
+            w = 1.0 / coll.world
+        flat = torch.cat([d.reshape(-1) for d in delta]) * w
+        coll.all_reduce_sum(flat)
+        norm = float(flat.double().norm())
+        coef = clip_coefficient(norm, c.clip)
+        flat *= coef
+        skipped = bool(c.anomaly and bool((flat == 0).all()) and coll.all_gather_scalars(float(anomalous)).min() > 0)
+        if not skipped:
+            mom = self._momentum[key]
+            flat_u = flat.clone() if mom is None else mom[0].mul_(c.outer_momentum).add_(flat)
+            self._momentum[key] = [flat_u]
+            update = flat + c.outer_momentum * flat_u if c.nesterov else flat_u
+            offset = 0
+            for a in anchor:
+                n = a.numel()
+                a.sub_(c.outer_lr * update[offset : offset + n].view_as(a))
+                offset += n
+        for a, p in zip(anchor, params):
+            p.copy_(a.to(p.dtype))
+        row = {"step": self.step, "group": key, "norm": g, "z": z, "anomalous": anomalous, "weight": w,
+               "clip_coef": coef, "avg_norm": norm, "skipped": skipped}  # fmt: skip
+        if c.anomaly:
+            row["ema_mean"] = self._detectors[key].mean
+        self.log.append(row)
+
+    def describe(self) -> dict:
+        return {"method": self.name, **asdict(self.config), "syncs": sum(1 for r in self.log if not r.get("init"))}
+
+
+def _units(model: nn.Module) -> list[tuple[str, nn.Module, list[tuple[str, nn.Parameter]]]]:
+    """("root", model, params outside the blocks) first, then one unit per block of the largest ModuleList."""
+    lists = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.ModuleList)]
+    blocks: list[tuple[str, nn.Module]] = []
+    if lists:
+        name, biggest = max(lists, key=lambda nm: sum(p.numel() for p in nm[1].parameters()))
+        blocks = [(f"{name}.{i}", m) for i, m in enumerate(biggest)]
+    in_blocks = {id(p) for _, m in blocks for p in m.parameters()}
+    root = [(n, p) for n, p in model.named_parameters() if p.requires_grad and id(p) not in in_blocks]
+    units = [("root", model, root)]
+    for name, m in blocks:
+        units.append((name, m, [(n, p) for n, p in m.named_parameters() if p.requires_grad]))
+    return units
