@@ -212,6 +212,25 @@ class SyncConfig:
 
 
 @dataclass(kw_only=True)
+class PerturbConfig:
+    """Real perturbations for the local SGD experiments (EDiT issue): stragglers sleep inside the step."""
+
+    straggler: str = "none"
+    """none | consistent (rank ``straggler_rank`` always ``straggler_factor`` x slower) | random (each step, with
+    probability ``straggler_prob``, one random rank sleeps ``straggler_kappa`` x its step time)."""
+    straggler_rank: int = 0
+    straggler_factor: float = 2.0
+    straggler_prob: float = 0.1
+    straggler_kappa: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.straggler not in ("none", "consistent", "random"):
+            raise ValueError(f"perturb.straggler must be none, consistent or random, got {self.straggler!r}")
+        if self.straggler_factor < 1 or not 0 <= self.straggler_prob <= 1 or self.straggler_kappa < 0:
+            raise ValueError("need perturb.straggler_factor >= 1, 0 <= straggler_prob <= 1, straggler_kappa >= 0")
+
+
+@dataclass(kw_only=True)
 class LocalSGDSection:
     """Overrides of the local SGD method's defaults (``sync.scheme`` = post_local_sgd | diloco | edit; see
     ``zen_analysis.local_sgd``). Negative numbers and empty strings mean "the method's default"."""
@@ -232,6 +251,12 @@ class LocalSGDSection:
     """Sync each unit just before its forward (EDiT); false: all units before the model's forward."""
     ewma_warmup: int = -1
     """Syncs before the anomaly detector tests (default 10)."""
+    sync_time_s: float = -1.0
+    """A-EDiT (``a_edit``): seconds of wall-clock time between syncs (default 5)."""
+    min_total_steps: int = -1
+    """A-EDiT: a due sync is skipped (timer reset) if all workers together made fewer steps since the last."""
+    step_weight: float = -1.0
+    """A-EDiT: mix of step-count weights into the norm weights, w = (1 - r) w_norm + r K_m / sum K (default 0)."""
 
     def __post_init__(self) -> None:
         if self.granularity not in ("", "module", "tensor", "global"):
@@ -243,11 +268,15 @@ class LocalSGDSection:
     def overrides(self) -> dict[str, Any]:
         """The fields to pass to ``method_config``."""
         out: dict[str, Any] = {"layerwise": self.layerwise}
-        for name in ("warmup_steps", "ewma_warmup"):
+        for name in ("warmup_steps", "ewma_warmup", "min_total_steps"):
             if getattr(self, name) >= 0:
                 out[name] = getattr(self, name)
         if self.interval > 0:
             out["interval"] = self.interval
+        if self.sync_time_s >= 0:
+            out["time_interval_s"] = self.sync_time_s
+        if self.step_weight >= 0:
+            out["step_weight"] = self.step_weight
         for name in ("outer_lr", "outer_momentum", "clip"):
             if getattr(self, name) >= 0:
                 out[name] = getattr(self, name)
@@ -274,19 +303,22 @@ class ExperimentConfig:
     dist: DistConfig = field(default_factory=DistConfig)
     sync: SyncConfig = field(default_factory=SyncConfig)
     local_sgd: LocalSGDSection = field(default_factory=LocalSGDSection)
+    perturb: PerturbConfig = field(default_factory=PerturbConfig)
 
     def __post_init__(self) -> None:
         self.validate()
 
     def validate(self) -> None:
         """Cross-section checks; re-run after editing fields of a built config."""
-        for sub in (self.model, self.data, self.train, self.capture, self.dist, self.sync, self.local_sgd):
+        for sub in (self.model, self.data, self.train, self.capture, self.dist, self.sync, self.local_sgd, self.perturb):
             sub.__post_init__()
         if self.capture.enabled and self.capture.natural and self.model.tie_embeddings:
             raise ValueError(
                 "capture.natural needs untied embeddings: with tied input/output embeddings the LM head "
                 "gives every embedding row a gradient. Set model.tie_embeddings=false or capture.natural=false."
             )
+        if self.sync.scheme == "a_edit" and (self.train.eval_every or self.capture.enabled):
+            raise ValueError("a_edit: workers run different numbers of steps; set train.eval_every=0 and capture.enabled=false")
         if self.capture.enabled and not self.capture.natural and not self.capture.topk_tensors:
             raise ValueError("capture is enabled but records nothing: set capture.natural or capture.topk_tensors")
 

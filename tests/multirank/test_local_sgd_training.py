@@ -41,3 +41,26 @@ def test_local_sgd_identities_on_gloo():
     synced = [r for r in rows if not r.get("init")]
     assert synced and {"norm", "z", "weight", "clip_coef", "skipped", "anomalous"} <= set(synced[0])
     assert {r["step"] for r in rows} >= {2, 5, 8, 11}  # warm-up 2, every 3 steps (+ the final forced sync)
+
+
+def test_a_edit_lets_fast_workers_run_ahead_of_a_consistent_straggler():
+    cfg = recipes.smoke()
+    cfg.name = cfg.run_id = "localsgd-a_edit-straggler"
+    cfg.dist.num_ranks = 4
+    cfg.train.workers_per_rank = 1
+    cfg.train.num_steps = 16
+    cfg.train.eval_every = 0
+    cfg.capture.enabled = False
+    cfg.sync.scheme = "a_edit"
+    cfg.local_sgd.warmup_steps = 2
+    cfg.local_sgd.sync_time_s = 0.5
+    cfg.local_sgd.min_total_steps = 1
+    cfg.perturb.straggler = "consistent"
+    cfg.perturb.straggler_rank = 3
+    cfg.perturb.straggler_factor = 4.0
+    result = launch(copy.deepcopy(cfg), echo=False, progress=False)
+    assert len({r["param_sha256"] for r in result.results.values()}) == 1  # one global model at the end
+    assert result.summary["total_steps_all_ranks"] >= 16 * 4  # the budget, reached at a sync
+    done = {r: s["steps_done"] for r, s in result.results.items()}
+    assert done[0] > 1.5 * done[3], done  # fast workers kept training while the 4x straggler was slow
+    assert sum(done.values()) == result.summary["total_steps_all_ranks"]

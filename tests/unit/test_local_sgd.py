@@ -176,3 +176,24 @@ def test_softmax_weights_and_clip_coefficient():
     results = sync_rounds(cfg, [[1.0, 1.0, 1.0]])
     assert float((results[0][0] - flat(Tiny())).norm()) == pytest.approx(0.01, rel=1e-3)
     assert results[0][1][-1]["clip_coef"] < 1
+
+
+def test_a_edit_time_rule_minimum_steps_rule_and_budget():
+    cfg = method_config("a_edit", warmup_steps=1, time_interval_s=10.0, min_total_steps=5)
+    schedule = [(0, 0.0, False), (1, 0.0, True), (3, 5.0, False), (4, 11.0, True), (5, 22.0, False), (6, 25.0, False),
+                (9, 33.0, True)]  # fmt: skip
+
+    def fn(rank, coll):
+        eng = LocalSGD(cfg, collective=coll)
+        eng.step_budget = 18  # 2 workers x 9 steps
+        out = []
+        for step, now, _ in schedule:
+            eng.step = step
+            out.append(eng._decide(now))
+        return out, eng.should_stop()
+
+    for decisions, stop in run_workers(2, fn):
+        # warm-up; first local step (anchor); 5 s < 10 s; 11 s and 8 - 2 = 6 >= 5 steps; 11 s later but only
+        # 10 - 8 = 2 steps (skipped, timer reset at 22 s); 3 s after the reset; 11 s and 18 - 8 = 10 steps
+        assert decisions == [want for _, _, want in schedule]
+        assert stop  # 18 total steps reached the budget at the last sync

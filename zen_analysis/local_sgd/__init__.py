@@ -1,8 +1,9 @@
 """Local SGD methods on the one training loop: Post-Local SGD, DiLoCo and EDiT (Cheng et al., ICLR'25) with its
-pseudo-gradient penalty. ``sync.scheme`` = ``post_local_sgd`` | ``diloco`` | ``edit`` selects them."""
+pseudo-gradient penalty, and A-EDiT (time-based syncs). ``sync.scheme`` = ``post_local_sgd`` | ``diloco`` |
+``edit`` | ``a_edit`` selects them."""
 
 from zen_analysis.local_sgd.engine import LocalSGD, LocalSGDConfig, method_config
 
-METHODS = ("post_local_sgd", "diloco", "edit")
+METHODS = ("post_local_sgd", "diloco", "edit", "a_edit")
 
 __all__ = ["METHODS", "LocalSGD", "LocalSGDConfig", "method_config"]

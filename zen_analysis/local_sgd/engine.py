@@ -47,6 +47,13 @@ class LocalSGDConfig:
     ewma_threshold: float = 3.0
     granularity: str = "module"
     layerwise: bool = True
+    time_interval_s: float = 0.0
+    """A-EDiT when > 0: sync when this much wall-clock time has passed since the last (instead of every
+    ``interval`` steps), after a rendezvous that all-reduces the workers' step counters."""
+    min_total_steps: int = 0
+    """A-EDiT: skip a due sync (and reset the timer) if the workers made fewer steps together since the last."""
+    step_weight: float = 0.0
+    """A-EDiT: w = (1 - r) w_norm + r K_m / sum_j K_j, K the workers' cumulative step counts."""
 
     def __post_init__(self) -> None:
         if self.interval < 1 or self.warmup_steps < 0:
@@ -61,6 +68,8 @@ def method_config(method: str, **overrides) -> LocalSGDConfig:
         "post_local_sgd": dict(warmup_steps=10, interval=8, outer_lr=1.0, outer_momentum=0.0, nesterov=False, granularity="global", layerwise=False),
         "diloco": dict(warmup_steps=0, interval=8, outer_lr=0.7, outer_momentum=0.9, granularity="global", layerwise=False),
         "edit": dict(warmup_steps=10, interval=8, outer_lr=0.7, outer_momentum=0.9, anomaly=True, weighting=True, clip=10.0),
+        "a_edit": dict(warmup_steps=10, outer_lr=0.7, outer_momentum=0.9, anomaly=True, weighting=True, clip=10.0,
+                       time_interval_s=5.0, min_total_steps=4),
     }  # fmt: skip
     if method not in presets:
         raise ValueError(f"unknown local SGD method {method!r}; available: {sorted(presets)}")
@@ -83,6 +92,15 @@ class LocalSGD:
         self._done: set[str] = set()
         self._done_step = -1
         self._dense = None
+        self.local = True
+        """The loop logs rank-local losses (a per-step loss all-reduce would make every step a rendezvous)."""
+        self._decided_step = -1
+        self._due_now = False
+        self._last_sync_time = None
+        self._total_at_sync = 0
+        self._stop = False
+        self.step_budget = 0
+        """A-EDiT: stop (at a sync) once all workers together made this many steps (set by the loop)."""
 
     # ---- attachment
     def attach(self, model: nn.Module) -> None:
@@ -102,14 +120,18 @@ class LocalSGD:
 
     def _hook(self, key: str):
         def pre_forward(module: nn.Module, args) -> None:
-            if module.training and self.due(self.step):
+            if module.training and self._decided_step == self.step and self._due_now:
                 self._sync_unit(key)
 
         return pre_forward
 
     def _root_hook(self, model: nn.Module):
         def pre_forward(module: nn.Module, args) -> None:
-            if not (module.training and self.due(self.step)):
+            if not module.training:
+                return
+            if self._decided_step != self.step:  # once per step, at its first micro-batch
+                self._decided_step, self._due_now = self.step, self._decide()
+            if not self._due_now:
                 return
             if self.config.granularity == "global" or not self.config.layerwise:
                 for key, _, _ in self._units:
@@ -121,8 +143,51 @@ class LocalSGD:
 
     # ---- cadence
     def due(self, step: int) -> bool:
+        """Step-based rule: t >= warm-up and (t - warm-up) mod interval == 0."""
         c = self.config
         return step >= c.warmup_steps and (step - c.warmup_steps) % c.interval == 0
+
+    def _decide(self, now: float | None = None) -> bool:
+        """Whether this step syncs (called once per step, at its first training forward)."""
+        c = self.config
+        if c.time_interval_s <= 0:
+            return self.due(self.step)
+        if self.step < c.warmup_steps:
+            return False
+        import time
+
+        now = time.time() if now is None else now
+        if self._last_sync_time is None:  # first local step: the anchor, with everyone
+            self._last_sync_time = now
+            self._total_at_sync = self._total_steps()
+            return True
+        if now - self._last_sync_time < c.time_interval_s:
+            return False
+        total = self._total_steps()  # the rendezvous: a fast worker waits here for the others' clocks
+        self._last_sync_time = now
+        if total - self._total_at_sync < c.min_total_steps:
+            return False
+        self._total_at_sync = total
+        if self.step_budget and total >= self.step_budget:
+            self._stop = True
+        return True
+
+    def _total_steps(self) -> int:
+        t = torch.tensor([float(self.step)], dtype=torch.float64)
+        self.collective.all_reduce_sum(t)
+        return int(t.item())
+
+    def should_stop(self) -> bool:
+        """A-EDiT: the last sync saw the step budget reached (every worker stops after this step)."""
+        return self._stop
+
+    def max_local_steps(self, num_steps: int) -> int:
+        """How many steps a worker may run: ``num_steps``, or for A-EDiT a cap far above it (the budget is
+        ``num_steps`` x workers in total and stops are decided at syncs)."""
+        if self.config.time_interval_s <= 0:
+            return num_steps
+        self.step_budget = num_steps * self.collective.world
+        return 20 * num_steps
 
     def synchronize(self, model: nn.Module) -> None:
         """After a step's backward: dense gradient all-reduce during warm-up, nothing afterwards."""
@@ -133,6 +198,7 @@ class LocalSGD:
     def finalize(self, model: nn.Module) -> None:
         """Force a sync of every unit (the model every worker then holds is the global one)."""
         if self.step >= self.config.warmup_steps:
+            self.step += 1  # a sync of its own, after the last step
             self._done_step = -1
             for key, _, _ in self._units:
                 self._sync_unit(key, force=True)
@@ -180,6 +246,9 @@ class LocalSGD:
             w = float(softmax_weights(norms, c.temperature)[coll.rank])
         else:
             w = 1.0 / coll.world
+        if c.step_weight > 0:  # A-EDiT: workers that did more steps count more
+            counts = coll.all_gather_scalars(float(self.step))
+            w = (1 - c.step_weight) * w + c.step_weight * float(counts[coll.rank] / counts.sum().clamp(min=1))
         flat = torch.cat([d.reshape(-1) for d in delta]) * w
         coll.all_reduce_sum(flat)
         norm = float(flat.double().norm())

@@ -65,6 +65,30 @@ def evaluate(model, data: TokenData, cfg: ExperimentConfig, info: RankInfo) -> f
     return _mean_over_ranks(sum(losses) / len(losses), info)
 
 
+def _straggler(cfg: ExperimentConfig, info: RankInfo):
+    """A function (step, compute seconds) -> None that sleeps as ``cfg.perturb`` says (a real slowdown)."""
+    import random
+
+    p = cfg.perturb
+    if p.straggler == "consistent":
+        extra = p.straggler_factor - 1.0
+
+        def consistent(step: int, seconds: float) -> None:
+            if info.rank == p.straggler_rank and extra > 0:
+                time.sleep(extra * seconds)
+
+        return consistent
+    if p.straggler == "random":
+
+        def rand(step: int, seconds: float) -> None:
+            rng = random.Random(cfg.train.seed * 1_000_003 + step)  # the same draw on every rank
+            if rng.random() < p.straggler_prob and rng.randrange(info.world_size) == info.rank:
+                time.sleep(p.straggler_kappa * seconds)
+
+        return rand
+    return lambda step, seconds: None
+
+
 def _git_commit() -> str:
     try:
         out = subprocess.run(
@@ -166,9 +190,13 @@ def train(
     # ---- the loop
     t_start = time.perf_counter()
     loss = float("nan")
-    for step in range(t.num_steps):
+    max_steps = sync.max_local_steps(t.num_steps) if hasattr(sync, "max_local_steps") else t.num_steps
+    local_losses = getattr(sync, "local", False)  # local SGD: no per-step loss all-reduce (it would be a rendezvous)
+    straggle = _straggler(cfg, info)
+    steps_done = 0
+    for step in range(max_steps):
         t0 = time.perf_counter()
-        lr = lr_at(cfg, step)
+        lr = lr_at(cfg, min(step, t.num_steps - 1))
         for group in optimizer.param_groups:
             group["lr"] = lr
         capturing = capture is not None and capture.is_capture_step(step)
@@ -185,12 +213,14 @@ def train(
             local_loss += micro_loss.item()
         if capturing:
             capture.end_step()
+        straggle(step, time.perf_counter() - t0)
         sync.synchronize(model)
         if t.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        loss = _mean_over_ranks(local_loss, info)
+        loss = local_loss if local_losses else _mean_over_ranks(local_loss, info)
+        steps_done += 1
         step_s = time.perf_counter() - t0
         row = {
             "step": step,
@@ -205,13 +235,18 @@ def train(
             row["sparse_bytes_sent_rank0"] = sync.sparse_bytes_sent - sync_bytes0
         if t.eval_every and (step + 1) % t.eval_every == 0 and step + 1 < t.num_steps:
             row["val_loss"] = evaluate(model, data, cfg, info)
+        if local_losses:
+            row["loss_is_rank0_only"] = True
         if metrics_f:
             metrics_f.write(json.dumps(row) + "\n")
+        if getattr(sync, "should_stop", lambda: False)():
+            break
     if capture:
         capture.close()  # writes the last shard: part of the capture cost, so inside the timed span
     if hasattr(sync, "finalize"):  # local SGD: one last sync, so the final model is the global one
         sync.finalize(model)
     elapsed = time.perf_counter() - t_start
+    total_steps = int(round(_mean_over_ranks(float(steps_done), info) * info.world_size))  # workers may differ (A-EDiT)
     val_loss = evaluate(model, data, cfg, info)
     summary = {
         "run_id": cfg.run_id,
@@ -220,7 +255,9 @@ def train(
         "val_loss": val_loss,
         "num_params": num_params,
         "elapsed_s": elapsed,
-        "tokens_per_s": t.num_steps * cfg.global_batch * t.seq_len / elapsed,
+        "tokens_per_s": total_steps * V * t.batch_per_worker * t.seq_len / elapsed,
+        "total_steps_all_ranks": total_steps,
+        "steps_done": steps_done,
         "capture_s_rank0": capture.seconds if capture else 0.0,
         "trace_bytes_rank0": capture.writer.bytes_written if capture else 0,
         "param_sha256": parameter_digest(model),
