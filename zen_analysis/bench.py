@@ -226,3 +226,28 @@ def bench_hashing(overrides: list[str] | tuple[str, ...] = ()) -> dict:
 
 
 BENCHMARKS["hashing"] = bench_hashing
+
+
+def bench_stragglers(overrides: list[str] | tuple[str, ...] = ()) -> dict:
+    """EDiT vs A-EDiT with one consistent 2x straggler on 4 ranks: the default Llama, one worker per rank,
+    60 steps per rank (the same total step budget), sync every 8 steps (EDiT) or every 8 steps' worth of
+    time (A-EDiT, measured without the straggler); tokens/s of the whole run."""
+    from zen_analysis.config import apply_overrides
+    from zen_analysis.local_sgd.experiments import straggler_table
+
+    base = recipes.default()
+    base.name = "bench-stragglers"
+    base.train.workers_per_rank = 1
+    base = apply_overrides(base, overrides)
+    table = straggler_table(base)
+    import pandas as pd
+
+    with pd.option_context("display.width", 200):
+        print(table.to_string(index=False))
+    edit, a_edit = (float(table.query(f"method == '{m}' and straggler != 'none'")["tokens_per_s"].iloc[0]) for m in ("edit", "a_edit"))
+    print(f"A-EDiT / EDiT tokens/s with the straggler: {a_edit / edit:.2f} (target >= 1.4); A-EDiT sync time "
+          f"{table.attrs['sync_time_s']:.2f} s")  # fmt: skip
+    return {"table": table, "ratio": a_edit / edit}
+
+
+BENCHMARKS["stragglers"] = bench_stragglers

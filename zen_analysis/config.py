@@ -222,8 +222,20 @@ class PerturbConfig:
     straggler_factor: float = 2.0
     straggler_prob: float = 0.1
     straggler_kappa: float = 1.0
+    bandwidth_gbps: float = 0.0
+    """> 0: every cross-worker all-reduce also sleeps latency_s + ring bytes / bandwidth (a slow network)."""
+    latency_s: float = 0.0
+    spikes: str = "none"
+    """none | shuffle (tokens of each sequence permuted) | random (uniform random tokens): the batches rank
+    ``spike_rank`` trains on every ``spike_every`` steps, to provoke loss spikes."""
+    spike_rank: int = 0
+    spike_every: int = 10
 
     def __post_init__(self) -> None:
+        if self.spikes not in ("none", "shuffle", "random") or self.spike_every < 1:
+            raise ValueError("perturb.spikes must be none, shuffle or random, and perturb.spike_every >= 1")
+        if self.bandwidth_gbps < 0 or self.latency_s < 0:
+            raise ValueError("perturb.bandwidth_gbps and perturb.latency_s must be >= 0")
         if self.straggler not in ("none", "consistent", "random"):
             raise ValueError(f"perturb.straggler must be none, consistent or random, got {self.straggler!r}")
         if self.straggler_factor < 1 or not 0 <= self.straggler_prob <= 1 or self.straggler_kappa < 0:

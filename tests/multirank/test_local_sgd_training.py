@@ -64,3 +64,27 @@ def test_a_edit_lets_fast_workers_run_ahead_of_a_consistent_straggler():
     done = {r: s["steps_done"] for r, s in result.results.items()}
     assert done[0] > 1.5 * done[3], done  # fast workers kept training while the 4x straggler was slow
     assert sum(done.values()) == result.summary["total_steps_all_ranks"]
+
+
+def _smoke(tag, **settings):
+    from zen_analysis.config import apply_overrides
+
+    cfg = recipes.smoke()
+    cfg.name = cfg.run_id = f"perturb-{tag}"
+    cfg.dist.num_ranks = 2
+    cfg.train.num_steps = 8
+    cfg.capture.enabled = False
+    cfg = apply_overrides(cfg, [f"{k}={v}" for k, v in settings.items()])
+    result = launch(cfg, echo=False, progress=False)
+    return result.metrics(), result.summary
+
+
+def test_spikes_corrupt_only_their_steps_and_a_slow_link_slows_every_sync():
+    clean, summary = _smoke("clean")
+    spiky, _ = _smoke("spiky", **{"perturb.spikes": "random", "perturb.spike_every": 4})
+    assert spiky["loss"][:4].tolist() == clean["loss"][:4].tolist()  # identical until the first corrupted batch
+    assert spiky["loss"][4] > clean["loss"][4] + 0.05  # random tokens on rank 0: higher loss (small this early)
+    slow, _ = _smoke("slow", **{"perturb.bandwidth_gbps": 0.1, "perturb.latency_s": 0.01})
+    # every step all-reduces all float32 gradients over 2 ranks: at least latency + bytes / bandwidth more
+    delay = 0.01 + 4 * summary["num_params"] / (0.1e9 / 8)
+    assert slow["step_s"].median() > clean["step_s"].median() + 0.9 * delay

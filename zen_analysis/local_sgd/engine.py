@@ -92,6 +92,8 @@ class LocalSGD:
         self._done: set[str] = set()
         self._done_step = -1
         self._dense = None
+        self.delay = None
+        """Set by the loop under ``perturb.bandwidth_gbps``: sleeps as long as an all-reduce of n bytes would take."""
         self.local = True
         """The loop logs rank-local losses (a per-step loss all-reduce would make every step a rendezvous)."""
         self._decided_step = -1
@@ -192,6 +194,7 @@ class LocalSGD:
     def synchronize(self, model: nn.Module) -> None:
         """After a step's backward: dense gradient all-reduce during warm-up, nothing afterwards."""
         if self.step < self.config.warmup_steps and self._dense is not None:
+            self._dense.delay = self.delay
             self._dense.synchronize(model)
         self.step += 1
 
@@ -251,6 +254,8 @@ class LocalSGD:
             w = (1 - c.step_weight) * w + c.step_weight * float(counts[coll.rank] / counts.sum().clamp(min=1))
         flat = torch.cat([d.reshape(-1) for d in delta]) * w
         coll.all_reduce_sum(flat)
+        if self.delay is not None:  # perturb.bandwidth_gbps: a slow network
+            self.delay(flat.numel() * flat.element_size())
         norm = float(flat.double().norm())
         coef = clip_coefficient(norm, c.clip)
         flat *= coef

@@ -65,6 +65,27 @@ def evaluate(model, data: TokenData, cfg: ExperimentConfig, info: RankInfo) -> f
     return _mean_over_ranks(sum(losses) / len(losses), info)
 
 
+def _spiked(cfg: ExperimentConfig, info: RankInfo, step: int, x: torch.Tensor, y: torch.Tensor, vocab: int):
+    """``cfg.perturb.spikes``: rank ``spike_rank`` gets corrupted batches every ``spike_every`` steps."""
+    p = cfg.perturb
+    if p.spikes == "none" or info.rank != p.spike_rank or step == 0 or step % p.spike_every:
+        return x, y
+    gen = torch.Generator().manual_seed(cfg.train.seed + step)
+    seq = torch.cat([x, y[:, -1:]], dim=1)
+    if p.spikes == "shuffle":
+        seq = seq[:, torch.randperm(seq.shape[1], generator=gen)]
+    else:
+        seq = torch.randint(0, vocab, seq.shape, generator=gen, dtype=seq.dtype)
+    return seq[:, :-1].contiguous(), seq[:, 1:].contiguous()
+
+
+def network_delay(cfg: ExperimentConfig, nbytes: int, world: int) -> None:
+    """``cfg.perturb.bandwidth_gbps``: sleep as long as a ring all-reduce of ``nbytes`` would take on that link."""
+    p = cfg.perturb
+    if p.bandwidth_gbps > 0 and world > 1:
+        time.sleep(p.latency_s + 2 * (world - 1) / world * nbytes / (p.bandwidth_gbps * 1e9 / 8))
+
+
 def _straggler(cfg: ExperimentConfig, info: RankInfo):
     """A function (step, compute seconds) -> None that sleeps as ``cfg.perturb`` says (a real slowdown)."""
     import random
@@ -142,6 +163,8 @@ def train(
     model = build_model(cfg.model, vocab_size=data.vocab_size, max_seq_len=t.seq_len).to(info.device)
     model.train()
     sync = sync or build_sync(cfg.sync, cfg.local_sgd)
+    if cfg.perturb.bandwidth_gbps > 0:  # every cross-worker all-reduce of the sync also pays a slow link
+        sync.delay = lambda nbytes: network_delay(cfg, nbytes, info.world_size)
     sync.attach(model)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
@@ -206,6 +229,7 @@ def train(
         for v in range(V):
             worker = info.rank * V + v
             x, y = data.batch("train", step=step, worker=worker, batch_size=t.batch_per_worker)
+            x, y = _spiked(cfg, info, step, x, y, data.vocab_size)
             x, y = x.to(info.device), y.to(info.device)
             with capture.worker(step=step, worker=worker) if capturing else contextlib.nullcontext():
                 micro_loss = lm_loss(model, x, y) / V  # mean over the rank's batch

@@ -34,6 +34,8 @@ class DenseAllReduce:
     def __init__(self, *, bucket_mb: float = 25.0, group: dist.ProcessGroup | None = None) -> None:
         self.bucket_bytes = int(bucket_mb * 2**20)
         self.group = group
+        self.delay = None
+        """Set by the loop under ``perturb.bandwidth_gbps``: sleeps as long as an all-reduce of n bytes would take."""
         self._buckets: list[list[nn.Parameter]] = []
 
     def _world(self) -> int:
@@ -64,6 +66,8 @@ class DenseAllReduce:
             grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in bucket]
             flat_N = torch.cat([g.reshape(-1) for g in grads])
             dist.all_reduce(flat_N, group=self.group)
+            if getattr(self, "delay", None):
+                self.delay(flat_N.numel() * flat_N.element_size())
             flat_N /= world
             offset = 0
             for p, g in zip(bucket, grads):
