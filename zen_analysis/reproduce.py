@@ -9,7 +9,8 @@ modelled half of Fig. 15, Fig. 17a), model a 1024-worker capture (the scale mode
 embedding through every scheme on 4 gloo ranks (calibrated first) for the measured half of Fig. 15 and the
 model-vs-measured figure; (4) Zen: hashing cost (Fig. 16), the Theorem 2 imbalance check, COO vs hash-bitmap
 pull (Fig. 17b), and dense / Zen / top-k AGsparse / top-k Zen trainings of the default model on 4 ranks for
-loss parity (Fig. 18). Later stages (EDiT) extend this function.
+loss parity (Fig. 18); (5) EDiT: synchronous training, Post-Local SGD, DiLoCo, EDiT and A-EDiT on the default
+Llama at equal tokens (loss curves, validation loss, tokens/s, bytes).
 """
 
 from __future__ import annotations
@@ -125,3 +126,19 @@ def reproduce(overrides: list[str] | tuple[str, ...] = ()) -> None:
     print(parity_summary(parity).to_string(index=False))
     print(f"Zen figures written to {paths.figures_dir()}: fig16_hashing_cost, theorem2_imbalance, fig17b_pull_format, "
           f"fig18_loss_parity; tables in {out_dir}")  # fmt: skip
+
+    print("== EDiT: sync, Post-Local SGD, DiLoCo, EDiT and A-EDiT on the default Llama, 4 ranks x 1 worker, 60 steps")
+    from zen_analysis.local_sgd.experiments import compare_methods
+    from zen_analysis.plots import local_sgd as lsgd_figs
+
+    base = recipes.default()
+    base.name = "reproduce-edit"
+    base.train.workers_per_rank = 1
+    base.train.eval_every = 0
+    runs = compare_methods(base, progress=True, **{"local_sgd.warmup_steps": 4, "local_sgd.interval": 8, "local_sgd.ewma_warmup": 3})
+    fig = lsgd_figs.loss_curves(runs)
+    style.savefig(fig, "edit_loss_curves")
+    plt.close(fig)
+    table = runs.attrs["summary"]
+    atomic_write_text(out_dir / "edit_methods.txt", table.to_string(index=False) + "\n")
+    print(table.to_string(index=False))

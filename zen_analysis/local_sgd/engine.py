@@ -92,6 +92,7 @@ class LocalSGD:
         self._done: set[str] = set()
         self._done_step = -1
         self._dense = None
+        self._sync_bytes = 0
         self.delay = None
         """Set by the loop under ``perturb.bandwidth_gbps``: sleeps as long as an all-reduce of n bytes would take."""
         self.local = True
@@ -254,6 +255,7 @@ class LocalSGD:
             w = (1 - c.step_weight) * w + c.step_weight * float(counts[coll.rank] / counts.sum().clamp(min=1))
         flat = torch.cat([d.reshape(-1) for d in delta]) * w
         coll.all_reduce_sum(flat)
+        self._sync_bytes += int(2 * (coll.world - 1) / coll.world * flat.numel() * flat.element_size())
         if self.delay is not None:  # perturb.bandwidth_gbps: a slow network
             self.delay(flat.numel() * flat.element_size())
         norm = float(flat.double().norm())
@@ -278,8 +280,14 @@ class LocalSGD:
             row["ema_mean"] = self._detectors[key].mean
         self.log.append(row)
 
+    @property
+    def bytes_sent(self) -> int:
+        """Bytes this rank sent in all-reduces (ring volume): warm-up gradients plus pseudo-gradients."""
+        return self._sync_bytes + (self._dense.bytes_sent if self._dense is not None else 0)
+
     def describe(self) -> dict:
-        return {"method": self.name, **asdict(self.config), "syncs": sum(1 for r in self.log if not r.get("init"))}
+        syncs = len({r["step"] for r in self.log if not r.get("init")})
+        return {"method": self.name, **asdict(self.config), "syncs": syncs}
 
 
 def _units(model: nn.Module) -> list[tuple[str, nn.Module, list[tuple[str, nn.Parameter]]]]:

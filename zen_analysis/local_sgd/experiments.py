@@ -46,3 +46,28 @@ def straggler_table(base, *, factor: float = 2.0, interval: int = 8, sync_time_s
     out = pd.DataFrame(rows)
     out.attrs["sync_time_s"] = t_sync
     return out
+
+
+def compare_methods(base, methods=("sync", "post_local_sgd", "diloco", "edit", "a_edit"), *, progress: bool = False, **settings) -> pd.DataFrame:
+    """Each method trained on ``base`` with the same step budget; rank 0's per-step metrics with ``method``,
+    and ``attrs["summary"]``: validation loss, tokens/s, bytes sent per rank, syncs. ``sync`` is dense
+    all-reduce; A-EDiT's sync time is EDiT's interval x the synchronous run's median step time."""
+    frames, rows, t_step = [], [], None
+    for method in methods:
+        extra = dict(settings)
+        if method == "a_edit":
+            interval = int(extra.get("local_sgd.interval", 8))
+            extra.setdefault("local_sgd.sync_time_s", round(interval * (t_step or 0.5), 3))
+            extra["train.eval_every"] = 0
+        s = method_run(base, "allreduce" if method == "sync" else method, tag=method, progress=progress, **extra)
+        if method == "sync":
+            t_step = float(s["metrics"]["step_s"].median())
+        m = s["metrics"].assign(method=method)
+        m["elapsed_s"] = m["step_s"].cumsum()
+        frames.append(m)
+        rows.append({"method": method, "val_loss": s["val_loss"], "final_loss_rank0": s["final_loss"],
+                     "tokens_per_s": s["tokens_per_s"], "sync_bytes_per_rank": s.get("sync_bytes_rank"),
+                     "steps": s["total_steps_all_ranks"], "syncs": (s.get("sync") or {}).get("syncs")})  # fmt: skip
+    out = pd.concat(frames, ignore_index=True)
+    out.attrs["summary"] = pd.DataFrame(rows)
+    return out

@@ -281,6 +281,7 @@ def train(
         "elapsed_s": elapsed,
         "tokens_per_s": total_steps * V * t.batch_per_worker * t.seq_len / elapsed,
         "total_steps_all_ranks": total_steps,
+        "sync_bytes_rank": getattr(sync, "bytes_sent", None),
         "steps_done": steps_done,
         "capture_s_rank0": capture.seconds if capture else 0.0,
         "trace_bytes_rank0": capture.writer.bytes_written if capture else 0,

@@ -36,6 +36,8 @@ class DenseAllReduce:
         self.group = group
         self.delay = None
         """Set by the loop under ``perturb.bandwidth_gbps``: sleeps as long as an all-reduce of n bytes would take."""
+        self.bytes_sent = 0
+        """Bytes this rank sent in all-reduces so far (ring volume, 2 (W - 1) / W x buffer)."""
         self._buckets: list[list[nn.Parameter]] = []
 
     def _world(self) -> int:
@@ -66,6 +68,7 @@ class DenseAllReduce:
             grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in bucket]
             flat_N = torch.cat([g.reshape(-1) for g in grads])
             dist.all_reduce(flat_N, group=self.group)
+            self.bytes_sent += int(2 * (world - 1) / world * flat_N.numel() * flat_N.element_size())
             if getattr(self, "delay", None):
                 self.delay(flat_N.numel() * flat_N.element_size())
             flat_N /= world
