@@ -65,20 +65,29 @@ class DenseAllReduce:
         if world == 1:
             return
         for bucket in self._buckets:
-            grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in bucket]
-            flat_N = torch.cat([g.reshape(-1) for g in grads])
+            flat_N = flatten_grads(bucket)
             dist.all_reduce(flat_N, group=self.group)
             self.bytes_sent += int(2 * (world - 1) / world * flat_N.numel() * flat_N.element_size())
             if getattr(self, "delay", None):
                 self.delay(flat_N.numel() * flat_N.element_size())
             flat_N /= world
-            offset = 0
-            for p, g in zip(bucket, grads):
-                n = g.numel()
-                if p.grad is None:
-                    p.grad = g
-                p.grad.copy_(flat_N[offset : offset + n].view_as(g))
-                offset += n
+            unflatten_into_grads(bucket, flat_N)
+
+
+def flatten_grads(bucket: list[nn.Parameter]) -> torch.Tensor:
+    """The bucket's gradients (zeros where a parameter has none) as one flat tensor."""
+    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in bucket])
+
+
+def unflatten_into_grads(bucket: list[nn.Parameter], flat_N: torch.Tensor) -> None:
+    """Write consecutive slices of ``flat_N`` into the bucket's ``.grad`` (created where missing)."""
+    offset = 0
+    for p in bucket:
+        n = p.numel()
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        p.grad.copy_(flat_N[offset : offset + n].view_as(p))
+        offset += n
 
 
 class SparseSync:

@@ -92,15 +92,8 @@ class CompressedSync:
     def synchronize(self, model: nn.Module) -> None:
         if self._layout._world() == 1:
             return
+        from zen_analysis.train.sync import flatten_grads, unflatten_into_grads
+
         for b, bucket in enumerate(self._layout._buckets):
-            grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in bucket]
-            flat_N = torch.cat([g.reshape(-1) for g in grads])
-            out_N = compress_and_sum(flat_N, self.state, f"bucket{b}")
-            offset = 0
-            for p, g in zip(bucket, grads):
-                n = g.numel()
-                if p.grad is None:
-                    p.grad = g
-                p.grad.copy_(out_N[offset : offset + n].view_as(g))
-                offset += n
+            unflatten_into_grads(bucket, compress_and_sum(flatten_grads(bucket), self.state, f"bucket{b}"))
         self.state.step += 1
