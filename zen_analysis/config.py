@@ -299,6 +299,8 @@ class LocalSGDSection:
             out["anomaly"], out["weighting"] = "anomaly" in parts, "weighting" in parts
             if "clip" not in parts:
                 out["clip"] = 0.0
+            elif self.clip < 0:
+                out["clip"] = 10.0  # EDiT's default, also for methods whose own default is no clipping
         return out
 
 
@@ -329,8 +331,10 @@ class ExperimentConfig:
                 "capture.natural needs untied embeddings: with tied input/output embeddings the LM head "
                 "gives every embedding row a gradient. Set model.tie_embeddings=false or capture.natural=false."
             )
-        if self.sync.scheme == "a_edit" and (self.train.eval_every or self.capture.enabled):
-            raise ValueError("a_edit: workers run different numbers of steps; set train.eval_every=0 and capture.enabled=false")
+        time_based = self.sync.scheme == "a_edit" or (self.sync.scheme in ("edit", "diloco", "post_local_sgd") and self.local_sgd.sync_time_s > 0)
+        if time_based and (self.train.eval_every or self.capture.enabled):
+            raise ValueError("time-based syncs (a_edit, local_sgd.sync_time_s): workers run different numbers of steps; "
+                             "set train.eval_every=0 and capture.enabled=false")  # fmt: skip
         if self.capture.enabled and not self.capture.natural and not self.capture.topk_tensors:
             raise ValueError("capture is enabled but records nothing: set capture.natural or capture.topk_tensors")
 

@@ -197,3 +197,14 @@ def test_a_edit_time_rule_minimum_steps_rule_and_budget():
         # 10 - 8 = 2 steps (skipped, timer reset at 22 s); 3 s after the reset; 11 s and 18 - 8 = 10 steps
         assert decisions == [want for _, _, want in schedule]
         assert stop  # 18 total steps reached the budget at the last sync
+
+
+def test_config_section_overrides_and_time_based_guard():
+    from zen_analysis import recipes
+    from zen_analysis.config import LocalSGDSection, apply_overrides
+
+    assert LocalSGDSection(penalty="clip").overrides()["clip"] == 10.0  # clipping on even where the method has none
+    assert LocalSGDSection(penalty="anomaly").overrides() == {"layerwise": True, "anomaly": True, "weighting": False, "clip": 0.0}
+    cfg = recipes.smoke()
+    with pytest.raises(ValueError, match="time-based"):
+        apply_overrides(cfg, ["sync.scheme=edit", "local_sgd.sync_time_s=2", "train.eval_every=5"])

@@ -154,9 +154,9 @@ class Exchange:
         _p2p(self, data, data[:0], peer)
         self._count("payload", data.numel() * data.element_size(), 0, time.perf_counter() - t0)
 
-    def recv(self, numel: int, dtype: torch.dtype, peer: int) -> torch.Tensor:
-        """One-way: receive a buffer of ``numel`` elements from ``peer`` (payload)."""
-        out = torch.empty(numel, dtype=dtype)
+    def recv(self, numel: int, dtype: torch.dtype, peer: int, *, device: torch.device | str = "cpu") -> torch.Tensor:
+        """One-way: receive a buffer of ``numel`` elements from ``peer`` (payload), on ``device``."""
+        out = torch.empty(numel, dtype=dtype, device=device)
         t0 = self._start_pair(peer)
         _p2p(self, out[:0], out, peer)
         self._count("payload", 0, numel * out.element_size(), time.perf_counter() - t0)
@@ -172,7 +172,7 @@ class Exchange:
 
     def sendrecv(self, data: torch.Tensor, peer: int, recv_numel: int) -> torch.Tensor:
         """Swap a buffer with ``peer`` whose size both sides know (payload)."""
-        recv = torch.empty(recv_numel, dtype=data.dtype)
+        recv = torch.empty(recv_numel, dtype=data.dtype, device=data.device)
         t0 = self._start_pair(peer)
         _p2p(self, data, recv, peer)
         wire = time.perf_counter() - t0

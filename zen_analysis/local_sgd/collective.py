@@ -66,6 +66,7 @@ class ThreadGroup:
 class _ThreadMember:
     def __init__(self, group: ThreadGroup, rank: int) -> None:
         self.group, self.rank, self.world = group, rank, group.world
+        self.device = torch.device("cpu")
 
     def _exchange(self, value):
         g = self.group

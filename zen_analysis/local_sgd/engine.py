@@ -93,6 +93,8 @@ class LocalSGD:
         self._done_step = -1
         self._dense = None
         self._sync_bytes = 0
+        self.sync_seconds = 0.0
+        """Time spent in syncs and rendezvous (the loop's stragglers scale compute time only)."""
         self.delay = None
         """Set by the loop under ``perturb.bandwidth_gbps``: sleeps as long as an all-reduce of n bytes would take."""
         self.local = True
@@ -159,6 +161,7 @@ class LocalSGD:
             return False
         import time
 
+        now_given = now
         now = time.time() if now is None else now
         if self._last_sync_time is None:  # first local step: the anchor, with everyone
             self._last_sync_time = now
@@ -167,7 +170,7 @@ class LocalSGD:
         if now - self._last_sync_time < c.time_interval_s:
             return False
         total = self._total_steps()  # the rendezvous: a fast worker waits here for the others' clocks
-        self._last_sync_time = now
+        self._last_sync_time = time.time() if now_given is None else now  # after the wait, or it fires early
         if total - self._total_at_sync < c.min_total_steps:
             return False
         self._total_at_sync = total
@@ -176,8 +179,12 @@ class LocalSGD:
         return True
 
     def _total_steps(self) -> int:
-        t = torch.tensor([float(self.step)], dtype=torch.float64)
+        import time
+
+        t0 = time.perf_counter()
+        t = torch.tensor([float(self.step)], dtype=torch.float64, device=getattr(self.collective, "device", "cpu"))
         self.collective.all_reduce_sum(t)
+        self.sync_seconds += time.perf_counter() - t0
         return int(t.item())
 
     def should_stop(self) -> bool:
@@ -185,12 +192,13 @@ class LocalSGD:
         return self._stop
 
     def max_local_steps(self, num_steps: int) -> int:
-        """How many steps a worker may run: ``num_steps``, or for A-EDiT a cap far above it (the budget is
-        ``num_steps`` x workers in total and stops are decided at syncs)."""
+        """How many steps a worker may run: ``num_steps``, or for A-EDiT no local limit — the budget is
+        ``num_steps`` x workers in total, and only a sync (where every worker is) may stop the run: a worker
+        leaving on a count of its own would leave the others waiting in a collective."""
         if self.config.time_interval_s <= 0:
             return num_steps
         self.step_budget = num_steps * self.collective.world
-        return 20 * num_steps
+        return 2**62
 
     def synchronize(self, model: nn.Module) -> None:
         """After a step's backward: dense gradient all-reduce during warm-up, nothing afterwards."""
@@ -227,6 +235,15 @@ class LocalSGD:
 
     @torch.no_grad()
     def _sync_group(self, key: str, params: list[nn.Parameter]) -> None:
+        import time
+
+        t0 = time.perf_counter()
+        try:
+            self._sync_group_inner(key, params)
+        finally:
+            self.sync_seconds += time.perf_counter() - t0
+
+    def _sync_group_inner(self, key: str, params: list[nn.Parameter]) -> None:
         c, coll = self.config, self.collective
         if key not in self._anchor:  # first sync: the anchor only
             self._anchor[key] = [p.detach().clone().float() for p in params]

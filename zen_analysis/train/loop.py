@@ -225,6 +225,7 @@ def train(
         capturing = capture is not None and capture.is_capture_step(step)
         capture_s0 = capture.seconds if capture else 0.0
         sync_bytes0 = getattr(sync, "sparse_bytes_sent", 0)
+        sync_s0 = getattr(sync, "sync_seconds", 0.0)
         local_loss = 0.0
         for v in range(V):
             worker = info.rank * V + v
@@ -237,7 +238,7 @@ def train(
             local_loss += micro_loss.item()
         if capturing:
             capture.end_step()
-        straggle(step, time.perf_counter() - t0)
+        straggle(step, time.perf_counter() - t0 - (getattr(sync, "sync_seconds", 0.0) - sync_s0))  # compute time only
         sync.synchronize(model)
         if t.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)

@@ -45,7 +45,7 @@ class HookState:
         from zen_analysis.comm import build_scheme
 
         self.compressor = self.compressor or _compressor(self.ratio, self.seed)
-        self._scheme = build_scheme(self.scheme)
+        self._scheme = build_scheme(self.scheme, **({"seed": self.seed} if self.scheme in ("zen", "bp_coo") else {}))
 
 
 def compress_and_sum(flat_N: torch.Tensor, state: HookState, key: str) -> torch.Tensor:

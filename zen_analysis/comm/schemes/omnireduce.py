@@ -58,6 +58,8 @@ class OmniReduce(CommScheme):
             out_N[pos] = values
 
     def _run(self, x_N: torch.Tensor, ex: Exchange) -> torch.Tensor:
+        device = x_N.device  # block bookkeeping runs on the CPU; on NCCL only the buffers travel via the GPU
+        x_N = x_N.cpu()
         N, W, B = x_N.numel(), ex.world, self.block_size
         nb, bounds = _layout(N, W, B)
         nz_blocks = torch.unique(torch.nonzero(x_N, as_tuple=True)[0] // B)
@@ -77,27 +79,27 @@ class OmniReduce(CommScheme):
         lo, hi = bounds[ex.rank], bounds[ex.rank + 1]
         agg = torch.zeros(N, dtype=x_N.dtype)
         with ex.phase("push"):
-            r_bits = ex.all_to_all_v(torch.cat(bitmaps), bm_sizes, torch.full((W,), me_bits, dtype=torch.int64))
+            r_bits = ex.all_to_all_v(torch.cat(bitmaps), bm_sizes, torch.full((W,), me_bits, dtype=torch.int64)).cpu()
             r_blocks = [lo + torch.nonzero(unpack_bits(b, hi - lo), as_tuple=True)[0] for b in torch.split(r_bits, [me_bits] * W)]
             recv_counts = torch.tensor([int(_block_sizes(b, N, B).sum()) for b in r_blocks], dtype=torch.int64)
-            r_vals = ex.all_to_all_v(torch.cat(values), torch.tensor(val_counts, dtype=torch.int64), recv_counts)
+            r_vals = ex.all_to_all_v(torch.cat(values), torch.tensor(val_counts, dtype=torch.int64), recv_counts).cpu()
         for b, v in zip(r_blocks, torch.split(r_vals, recv_counts.tolist())):
             self._scatter_blocks(agg, b, v, add=True)
         union = torch.unique(torch.cat(r_blocks)) if r_blocks else torch.zeros(0, dtype=torch.long)
         mask = torch.zeros(hi - lo, dtype=torch.bool)
         mask[union - lo] = True
         with ex.phase("pull"):
-            all_bits = ex.all_gather_v(pack_bits(mask), bm_sizes)
+            all_bits = ex.all_gather_v(pack_bits(mask), bm_sizes).cpu()
             blocks_by_owner = [
                 bounds[j] + torch.nonzero(unpack_bits(b, bounds[j + 1] - bounds[j]), as_tuple=True)[0]
                 for j, b in enumerate(torch.split(all_bits, bm_sizes.tolist()))
             ]
             counts_W = torch.tensor([int(_block_sizes(b, N, B).sum()) for b in blocks_by_owner], dtype=torch.int64)
-            all_vals = ex.all_gather_v(self._gather_blocks(agg, union), counts_W)
+            all_vals = ex.all_gather_v(self._gather_blocks(agg, union), counts_W).cpu()
         out_N = torch.zeros_like(x_N)
         for b, v in zip(blocks_by_owner, torch.split(all_vals, counts_W.tolist())):
             self._scatter_blocks(out_N, b, v, add=False)
-        return out_N
+        return out_N.to(device)
 
     def _traffic(self, sets: list[torch.Tensor], numel: int, t: Traffic) -> None:
         W, B = t.world, self.block_size

@@ -32,7 +32,7 @@ def push(x_N: torch.Tensor, ex: Exchange, owner: Owner) -> tuple[torch.Tensor, t
         r_idx = ex.all_to_all_v(idx_K.to(index_dtype(x_N.numel())), send_W, recv_W)
         r_val = ex.all_to_all_v(val_K, send_W, recv_W)
     u_idx, inverse = torch.unique(r_idx.long(), return_inverse=True)
-    u_val = torch.zeros(u_idx.numel(), dtype=x_N.dtype).index_add_(0, inverse, r_val)
+    u_val = torch.zeros(u_idx.numel(), dtype=x_N.dtype, device=r_val.device).index_add_(0, inverse, r_val)
     return u_idx, u_val
 
 

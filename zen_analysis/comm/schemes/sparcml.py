@@ -93,13 +93,13 @@ class SparCML(CommScheme):
                 ex.send(buf, r - P)
             with ex.phase("unfold"):
                 count = ex.recv_count(r - P)
-                got = ex.recv(s.recv_bytes(count), torch.uint8, r - P)
+                got = ex.recv(s.recv_bytes(count), torch.uint8, r - P, device=x_N.device)
             s.replace(count, got)
             return s.to_dense()
         if r < W - P:
             with ex.phase("fold"):
                 count = ex.recv_count(r + P)
-                got = ex.recv(s.recv_bytes(count), torch.uint8, r + P)
+                got = ex.recv(s.recv_bytes(count), torch.uint8, r + P, device=x_N.device)
             s.merge(count, got)
         for stage in range(P.bit_length() - 1):
             peer = r ^ (1 << stage)
