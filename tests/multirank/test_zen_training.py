@@ -38,10 +38,10 @@ def test_sparse_embedding_sync_matches_dense_all_reduce(dense, scheme, sync):
     torch.testing.assert_close(torch.tensor(m["loss"].values), torch.tensor(m_dense["loss"].values), rtol=1e-4, atol=1e-5)
     for name, value in p_dense.items():
         torch.testing.assert_close(p[name], value, rtol=1e-3, atol=1e-5, msg=f"{name} after 30 steps")
-    if not sync:  # the hierarchical mode's bytes are not counted in sparse_bytes_sent
-        assert (m["sparse_bytes_sent_rank0"] > 0).all()
+    assert (m["sparse_bytes_sent_rank0"] > 0).all()  # flat and hierarchical modes both count their bytes
     emb = p_dense["model.embed_tokens.weight"]
-    assert m["sparse_bytes_sent_rank0"].iloc[-1] < emb.numel() * 4  # well under one dense copy of the embedding
+    if not sync:  # flat: well under one dense copy (the hierarchical mode moves dense chunks inside a node)
+        assert m["sparse_bytes_sent_rank0"].iloc[-1] < emb.numel() * 4
 
 
 def _train_topk(scheme: str, steps: int = 30):

@@ -162,8 +162,12 @@ class SparseSync:
                 from zen_analysis.zen.sync import zen_sum_hierarchical
 
                 flat = p.grad.detach().reshape(-1).float()
-                summed = zen_sum_hierarchical(flat, self._groups, seed=self.scheme.seed).view_as(p.grad)
+                used: list = []
+                summed = zen_sum_hierarchical(flat, self._groups, seed=self.scheme.seed, exchanges=used).view_as(p.grad)
                 p.grad.copy_(summed / world)
+                records = [r for ex in used for r in ex.records.values()]
+                self.sparse_bytes_sent += sum(r.bytes_sent for r in records)
+                self.sparse_seconds += sum(r.seconds for r in records)
                 continue
             summed = self.scheme.run(p.grad, group=self.group)
             p.grad.copy_(summed / world)

@@ -91,10 +91,13 @@ class NodeGroups:
                 self.inter = g
 
 
-def zen_sum_hierarchical(x_N: torch.Tensor, groups: NodeGroups, *, seed: int = 0, hashing: str = "hierarchical") -> torch.Tensor:
+def zen_sum_hierarchical(
+    x_N: torch.Tensor, groups: NodeGroups, *, seed: int = 0, hashing: str = "hierarchical", exchanges: list | None = None
+) -> torch.Tensor:
     """Sum over all ranks for several GPUs per node (digest section 4.7): a dense reduce-scatter inside the node
     (an ``all_to_all_single`` of chunks, then a local sum: works on gloo and NCCL), Zen across nodes among the
-    ranks holding the same chunk, and an all-gather of the chunks inside the node."""
+    ranks holding the same chunk, and an all-gather of the chunks inside the node. ``exchanges``, if given,
+    receives the :class:`Exchange` objects used (their ``records`` hold the bytes per phase)."""
     from zen_analysis.comm.exchange import ring_chunk_sizes
 
     N, G = x_N.numel(), groups.gpus_per_node
@@ -105,7 +108,10 @@ def zen_sum_hierarchical(x_N: torch.Tensor, groups: NodeGroups, *, seed: int = 0
         mine = sizes[intra.rank]
         got = intra.all_to_all_v(x_N, split, torch.full((G,), mine, dtype=torch.int64))
     chunk = got.view(G, mine).sum(0) if mine else got[:0]
-    if groups.num_nodes > 1:
-        chunk = zen_sum(chunk, Exchange(groups.inter), seed=seed, hashing=hashing)
+    inter = Exchange(groups.inter) if groups.num_nodes > 1 else None
+    if inter is not None:
+        chunk = zen_sum(chunk, inter, seed=seed, hashing=hashing)
+    if exchanges is not None:
+        exchanges += [ex for ex in (intra, inter) if ex is not None]
     with intra.phase("all_gather"):
         return intra.all_gather_v(chunk, torch.tensor(sizes, dtype=torch.int64)).to(x_N.device)
