@@ -190,6 +190,21 @@ class Exchange:
         return tensor_N
 
 
+def push_to_owners(
+    idx_K: torch.Tensor, val_K: torch.Tensor, send_W: torch.Tensor, numel: int, ex: Exchange
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The push of Parallelism schemes: ``idx_K``/``val_K`` grouped by owner (``send_W[j]`` entries for rank j)
+    go to their owners (count exchange + two ``all_to_all_single``, phase ``push``); returns this rank's
+    (indices ascending, summed values). An index that sums to zero stays in the set."""
+    with ex.phase("push"):
+        recv_W = ex.exchange_counts(send_W)
+        r_idx = ex.all_to_all_v(idx_K.to(index_dtype(numel)), send_W, recv_W)
+        r_val = ex.all_to_all_v(val_K, send_W, recv_W)
+    u_idx, inverse = torch.unique(r_idx.long(), return_inverse=True)
+    u_val = torch.zeros(u_idx.numel(), dtype=val_K.dtype, device=r_val.device).index_add_(0, inverse, r_val)
+    return u_idx, u_val
+
+
 def _p2p(ex: "Exchange", send: torch.Tensor, recv: torch.Tensor, peer: int) -> None:
     """Post a send and a receive with ``peer`` (global rank conversion for subgroups) and wait for both; on
     NCCL the buffers travel through the exchange's CUDA device and ``recv`` is filled in place."""

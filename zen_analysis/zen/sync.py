@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from zen_analysis.comm.exchange import Exchange, index_dtype
+from zen_analysis.comm.exchange import Exchange, push_to_owners
 from zen_analysis.zen.bitmap import HashBitmap, unpack_bits
 from zen_analysis.zen.hierarchical import bucket_reference, hierarchical_hash
 
@@ -34,15 +34,8 @@ def push(x_N: torch.Tensor, ex: Exchange, *, seed: int, hashing: str = "hierarch
         buckets = bucket_reference(idx_K, ex.world, seed=seed)
     else:
         raise ValueError(f"hashing must be one of {HASHINGS}, got {hashing!r}")
-    send_idx, send_val = idx_K[buckets.positions_K], x_N[idx_K[buckets.positions_K]]
-    send_W = buckets.counts_n.to(torch.int64).cpu()
-    with ex.phase("push"):
-        recv_W = ex.exchange_counts(send_W)
-        r_idx = ex.all_to_all_v(send_idx.to(index_dtype(x_N.numel())), send_W, recv_W)
-        r_val = ex.all_to_all_v(send_val, send_W, recv_W)
-    u_idx, inverse = torch.unique(r_idx.long(), return_inverse=True)
-    u_val = torch.zeros(u_idx.numel(), dtype=x_N.dtype, device=x_N.device).index_add_(0, inverse, r_val)
-    return u_idx, u_val
+    send_idx = idx_K[buckets.positions_K]
+    return push_to_owners(send_idx, x_N[send_idx], buckets.counts_n.to(torch.int64).cpu(), x_N.numel(), ex)
 
 
 def pull(u_idx: torch.Tensor, u_val: torch.Tensor, numel: int, ex: Exchange, hb: HashBitmap) -> torch.Tensor:

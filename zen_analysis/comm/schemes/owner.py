@@ -12,7 +12,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from zen_analysis.comm.exchange import Exchange, index_bytes, index_dtype
+from zen_analysis.comm.exchange import Exchange, index_bytes, push_to_owners
 from zen_analysis.comm.schemes.base import coo_of
 from zen_analysis.comm.traffic import Traffic
 from zen_analysis.sparsity.metrics import union_of
@@ -26,14 +26,7 @@ def push(x_N: torch.Tensor, ex: Exchange, owner: Owner) -> tuple[torch.Tensor, t
     own_K = owner(idx_K)
     order = torch.argsort(own_K, stable=True)
     idx_K, val_K = idx_K[order], val_K[order]
-    send_W = torch.bincount(own_K, minlength=ex.world)
-    with ex.phase("push"):
-        recv_W = ex.exchange_counts(send_W)
-        r_idx = ex.all_to_all_v(idx_K.to(index_dtype(x_N.numel())), send_W, recv_W)
-        r_val = ex.all_to_all_v(val_K, send_W, recv_W)
-    u_idx, inverse = torch.unique(r_idx.long(), return_inverse=True)
-    u_val = torch.zeros(u_idx.numel(), dtype=x_N.dtype, device=r_val.device).index_add_(0, inverse, r_val)
-    return u_idx, u_val
+    return push_to_owners(idx_K, val_K, torch.bincount(own_K, minlength=ex.world), x_N.numel(), ex)
 
 
 def push_traffic(sets: list[torch.Tensor], numel: int, t: Traffic, owner: Owner) -> np.ndarray:
