@@ -2,7 +2,7 @@
 
 * :mod:`~zen_analysis.zen.hashing` — the first-level hash h0 (``owner``): which server owns each index;
 * :mod:`~zen_analysis.zen.hierarchical` — Algorithm 1, hierarchical hashing of the push buckets (and the argsort
-  reference);
+  reference); :mod:`~zen_analysis.zen.native` — its compiled CPU kernel (built on first use, ctypes);
 * :mod:`~zen_analysis.zen.bitmap` — the hash bitmap: static hash sets S_p, lossless pull encoding;
 * :mod:`~zen_analysis.zen.sync` — ``zen_sum``, push + aggregate + pull on any process group (the ``zen`` scheme
   of :mod:`zen_analysis.comm` and ``sync.scheme=zen`` in training run it);

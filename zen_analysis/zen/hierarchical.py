@@ -71,20 +71,39 @@ def hierarchical_hash(
     r1: int | None = None,
     r2: int | None = None,
     level2_seed: int | None = None,
+    backend: str = "auto",
 ) -> Buckets:
     """Algorithm 1 on distinct non-negative ``indices_K`` (any order, any device).
 
     ``seed`` is h0's (shared by all ranks); ``level2_seed`` seeds h1..hk (default: ``seed``; may differ per
-    rank). Duplicate indices would share a slot and come out once: pass a set.
+    rank). Duplicate indices would share a slot and come out once: pass a set. ``backend``: ``"native"``, the
+    compiled CPU kernel (:mod:`zen_analysis.zen.native`: one pass, compare-and-swap, one thread per torch
+    thread); ``"torch"``, bulk-synchronous torch rounds (CPU or CUDA); ``"auto"``, native for CPU tensors when it
+    builds, else torch. Both place every index in its h0 partition; slot order (and so the order inside a
+    partition, and which indices reach the serial region) may differ.
     """
     if num_partitions < 1 or k < 0:
         raise ValueError("num_partitions must be >= 1 and k >= 0")
+    if backend not in ("auto", "native", "torch"):
+        raise ValueError(f"backend must be auto, native or torch, got {backend!r}")
     idx_K = torch.as_tensor(indices_K).reshape(-1).long()
     dev, K, n = idx_K.device, idx_K.numel(), num_partitions
     r1 = 2 * K if r1 is None else r1
     r2 = r1 // 10 if r2 is None else r2
     par = max(1, -(-r1 // n))  # slots per partition, parallel region
     ser = max(1, -(-r2 // n))
+    if backend != "torch" and dev.type == "cpu" and K < 2**31 and n * (par + ser) < 2**40:
+        from zen_analysis.zen import native
+
+        if native.available():
+            l2 = None if level2_seed is None else _level2_seed(level2_seed, 0)
+            pos, counts, serial, overflows = native.hierarchical_hash(idx_K, n, seed=seed, k=k, par=par, ser=ser, level2_seed=l2)
+            return Buckets(pos, counts, serial, overflows)
+        if backend == "native":
+            raise RuntimeError(f"hierarchical_hash: the native kernel is unavailable: {native.unavailable_reason()}")
+        native.warn_fallback()
+    elif backend == "native":
+        raise ValueError("backend='native' needs a CPU tensor with fewer than 2**31 indices")
     h_K = h0(idx_K, seed)
     if n & (n - 1) == 0:  # power of two: partition = low bits, the rest of the hash is free for the slots
         part_K, rest_K = h_K & (n - 1), h_K >> (n.bit_length() - 1)

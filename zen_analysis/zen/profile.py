@@ -3,7 +3,9 @@
 ``hashing_cost`` times :func:`~zen_analysis.zen.hierarchical.hierarchical_hash` on random index sets of a
 ``numel``-element tensor at several densities, sweeping the parallel-region size r1 (multiples of the number of
 indices, k fixed) and the number of second-level hashes k (r1 fixed), next to :func:`bucket_reference` on the
-same sets. Medians over repeats after one warm-up; on CUDA tensors the device is synchronised around each call.
+same sets, and, on CPU tensors, Algorithm 1 in torch rounds (``backend="torch"``, r1 = 2x, k = 3) beside the
+compiled kernel the sweeps use. Medians over repeats after one warm-up; on CUDA tensors the device is synchronised
+around each call.
 The fraction of indices that fell through to the serial regions is reported with each time.
 """
 
@@ -46,7 +48,7 @@ def hashing_cost(
     seed: int = 0,
 ) -> pd.DataFrame:
     """One row per (density, sweep, setting): median seconds and serial fraction; ``sweep`` is ``r1`` (Fig.
-    16a), ``k`` (Fig. 16b) or ``argsort`` (the reference)."""
+    16a), ``k`` (Fig. 16b), ``argsort`` (the reference) or ``torch_rounds`` (Algorithm 1 without the kernel)."""
     dev = torch.device(device)
     gen = torch.Generator().manual_seed(seed)
     rows = []
@@ -60,6 +62,10 @@ def hashing_cost(
         for k in ks:
             s, b = _timed(lambda: hierarchical_hash(idx, num_partitions, seed=seed, k=k, r1=int(r1_fixed * nnz)), dev, repeats)
             rows.append({"density": d, "sweep": "k", "setting": f"k={k}, r1={r1_fixed:g}x", "seconds": s,
+                         "serial_fraction": b.serial_count / max(nnz, 1)})  # fmt: skip
+        if dev.type == "cpu":
+            s, b = _timed(lambda: hierarchical_hash(idx, num_partitions, seed=seed, k=3, r1=2 * nnz, backend="torch"), dev, repeats)
+            rows.append({"density": d, "sweep": "torch_rounds", "setting": "torch rounds (r1=2x, k=3)", "seconds": s,
                          "serial_fraction": b.serial_count / max(nnz, 1)})  # fmt: skip
         s, _ = _timed(lambda: bucket_reference(idx, num_partitions, seed=seed), dev, repeats)
         rows.append({"density": d, "sweep": "argsort", "setting": "argsort reference", "seconds": s, "serial_fraction": 0.0})
