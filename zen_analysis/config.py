@@ -226,14 +226,21 @@ class PerturbConfig:
     """> 0: every cross-worker all-reduce also sleeps latency_s + ring bytes / bandwidth (a slow network)."""
     latency_s: float = 0.0
     spikes: str = "none"
-    """none | shuffle (tokens of each sequence permuted) | random (uniform random tokens): the batches rank
-    ``spike_rank`` trains on every ``spike_every`` steps, to provoke loss spikes."""
+    """none | shuffle (tokens of each sequence permuted) | random (uniform random tokens) | repeat (each sequence
+    one random token repeated, a degenerate off-domain batch): the batches rank ``spike_rank`` trains on every
+    ``spike_every`` steps, to provoke loss spikes."""
     spike_rank: int = 0
     spike_every: int = 10
+    spike_len: int = 1
+    """Consecutive corrupted steps per period (a burst; e.g. one whole sync interval)."""
+    spike_start: int = 0
+    """First corrupted step (0: ``spike_every``); then every ``spike_every`` steps."""
 
     def __post_init__(self) -> None:
-        if self.spikes not in ("none", "shuffle", "random") or self.spike_every < 1:
-            raise ValueError("perturb.spikes must be none, shuffle or random, and perturb.spike_every >= 1")
+        if self.spikes not in ("none", "shuffle", "random", "repeat") or self.spike_every < 1:
+            raise ValueError("perturb.spikes must be none, shuffle, random or repeat, and perturb.spike_every >= 1")
+        if not 1 <= self.spike_len <= self.spike_every or self.spike_start < 0:
+            raise ValueError("need 1 <= perturb.spike_len <= perturb.spike_every and perturb.spike_start >= 0")
         if self.bandwidth_gbps < 0 or self.latency_s < 0:
             raise ValueError("perturb.bandwidth_gbps and perturb.latency_s must be >= 0")
         if self.straggler not in ("none", "consistent", "random"):

@@ -10,7 +10,8 @@ embedding through every scheme on 4 gloo ranks (calibrated first) for the measur
 model-vs-measured figure; (4) Zen: hashing cost (Fig. 16), the Theorem 2 imbalance check, COO vs hash-bitmap
 pull (Fig. 17b), and dense / Zen / top-k AGsparse / top-k Zen trainings of the default model on 4 ranks for
 loss parity (Fig. 18); (5) EDiT: synchronous training, Post-Local SGD, DiLoCo, EDiT and A-EDiT on the default
-Llama at equal tokens (loss curves, validation loss, tokens/s, bytes).
+Llama at equal tokens (loss curves, validation loss and its gap to synchronous training, tokens/s, bytes), and
+EDiT's penalty ablation with injected loss spikes.
 """
 
 from __future__ import annotations
@@ -127,18 +128,32 @@ def reproduce(overrides: list[str] | tuple[str, ...] = ()) -> None:
     print(f"Zen figures written to {paths.figures_dir()}: fig16_hashing_cost, theorem2_imbalance, fig17b_pull_format, "
           f"fig18_loss_parity; tables in {out_dir}")  # fmt: skip
 
-    print("== EDiT: sync, Post-Local SGD, DiLoCo, EDiT and A-EDiT on the default Llama, 4 ranks x 1 worker, 60 steps")
-    from zen_analysis.local_sgd.experiments import compare_methods
+    print("== EDiT: sync, Post-Local SGD, DiLoCo, EDiT and A-EDiT on the default Llama (4 ranks x 8 micro-batches), "
+          "60 steps each; the penalty ablation with injected spikes")  # fmt: skip
+    from zen_analysis.local_sgd.experiments import ABLATION_SPIKES, ABLATION_SYNC, EDIT_TUNED, compare_methods, penalty_ablation
     from zen_analysis.plots import local_sgd as lsgd_figs
+    from zen_analysis.train.loop import spike_step
 
     base = recipes.default()
     base.name = "reproduce-edit"
-    base.train.workers_per_rank = 1
     base.train.eval_every = 0
-    runs = compare_methods(base, progress=True, **{"local_sgd.warmup_steps": 4, "local_sgd.interval": 8, "local_sgd.ewma_warmup": 3})
+    runs = compare_methods(base, progress=True, per_method={"edit": EDIT_TUNED, "a_edit": EDIT_TUNED},
+                           **{"local_sgd.warmup_steps": 10, "local_sgd.interval": 4})  # fmt: skip
     fig = lsgd_figs.loss_curves(runs)
     style.savefig(fig, "edit_loss_curves")
     plt.close(fig)
+    abl_base = recipes.default()
+    abl_base.name = "reproduce-ablation"
+    abl_base.train.workers_per_rank = 1
+    abl_base.train.num_steps = 160
+    ablation = penalty_ablation(abl_base, spikes=ABLATION_SPIKES, variants={"full": "default", "no penalty": "none"},
+                                progress=True, **ABLATION_SYNC)  # fmt: skip
+    knobs = apply_overrides(abl_base, [f"{k}={v}" for k, v in ABLATION_SPIKES.items()]).perturb
+    fig = lsgd_figs.penalty_ablation(ablation, spike_steps=[t for t in range(abl_base.train.num_steps) if spike_step(knobs, t)])
+    style.savefig(fig, "edit_penalty_ablation")
+    plt.close(fig)
+    atomic_write_text(out_dir / "edit_penalty_ablation.txt", ablation.attrs["summary"].to_string(index=False) + "\n")
+    print(ablation.attrs["summary"].to_string(index=False))
     table = runs.attrs["summary"]
     atomic_write_text(out_dir / "edit_methods.txt", table.to_string(index=False) + "\n")
     print(table.to_string(index=False))

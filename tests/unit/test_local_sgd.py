@@ -208,3 +208,20 @@ def test_config_section_overrides_and_time_based_guard():
     cfg = recipes.smoke()
     with pytest.raises(ValueError, match="time-based"):
         apply_overrides(cfg, ["sync.scheme=edit", "local_sgd.sync_time_s=2", "train.eval_every=5"])
+
+
+def test_spike_schedule_and_ideal_straggler_speedup():
+    from zen_analysis.config import PerturbConfig
+    from zen_analysis.local_sgd.experiments import ideal_straggler_speedup
+    from zen_analysis.train.loop import spike_step
+
+    every = PerturbConfig(spikes="random", spike_every=10)
+    assert [s for s in range(35) if spike_step(every, s)] == [10, 20, 30]  # never step 0
+    burst = PerturbConfig(spikes="random", spike_every=20, spike_len=4, spike_start=30)
+    assert [s for s in range(80) if spike_step(burst, s)] == [30, 31, 32, 33, 50, 51, 52, 53, 70, 71, 72, 73]
+    with pytest.raises(ValueError, match="spike_len"):
+        PerturbConfig(spikes="random", spike_every=4, spike_len=5)
+    # one 2x straggler: EDiT runs at its pace, A-EDiT adds the others' full speed
+    assert ideal_straggler_speedup(2, 2.0) == pytest.approx(1.5)
+    assert ideal_straggler_speedup(4, 2.0) == pytest.approx(1.75)
+    assert ideal_straggler_speedup(4, 1.0) == pytest.approx(1.0)

@@ -41,3 +41,20 @@ def tau_sweep(table: pd.DataFrame) -> plt.Figure:
     b.plot(table["tau"], table["sync_bytes_per_rank"] / 1e6, "s--", color="C1")
     b.set_ylabel("MB sent per rank", color="C1")
     return fig
+
+
+def penalty_ablation(runs: pd.DataFrame, *, spike_steps: list[int] | None = None) -> plt.Figure:
+    """EDiT penalty ablation (a :func:`zen_analysis.local_sgd.experiments.penalty_ablation` table): rank 0's loss
+    per variant (corrupted steps of the spiking rank shaded), and each variant's largest spike against the
+    spike-free run's largest (dashed)."""
+    style.apply()
+    fig, (a, b) = plt.subplots(1, 2, figsize=(13, 3.8), gridspec_kw={"width_ratios": [2.2, 1]})
+    sns.lineplot(data=runs, x="step", y="loss", hue="method", ax=a, lw=1)
+    for s in spike_steps or []:
+        a.axvspan(s - 0.5, s + 0.5, color="0.85", lw=0, zorder=0)
+    a.set(ylabel="training loss (rank 0, a clean worker)", title="loss; grey: steps the spiking rank trains on corrupted batches")
+    summary = runs.attrs["summary"]
+    sns.barplot(data=summary, y="variant", x="max_spike", ax=b, color="C0", orient="h")
+    b.axvline(float(summary["max_spike"].iloc[0]), color="k", ls="--", lw=1)
+    b.set(xlabel="largest spike (loss above its 8-step median)", ylabel="", title="dashed: spike-free run")
+    return fig

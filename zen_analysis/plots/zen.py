@@ -14,10 +14,11 @@ from zen_analysis.plots import style
 
 def hashing_cost(cost: pd.DataFrame) -> plt.Figure:
     """Fig. 16a/16b: seconds to bucket a worker's non-zeros vs density, sweeping r1 (a) and k (b), with the
-    argsort reference on both panels (a :func:`zen_analysis.zen.profile.hashing_cost` table)."""
+    argsort reference (and Algorithm 1 in torch rounds, on CPU) on both panels (a
+    :func:`zen_analysis.zen.profile.hashing_cost` table)."""
     style.apply()
     fig, axes = plt.subplots(1, 2, figsize=(12, 4), sharey=True)
-    ref = cost[cost["sweep"] == "argsort"]
+    ref = cost[cost["sweep"].isin(["argsort", "torch_rounds"])]
     for ax, sweep, title in zip(axes, ("r1", "k"), ("(a) parallel region r1 (x non-zeros), k = 3", "(b) second-level hashes k, r1 = 2x")):
         d = pd.concat([cost[cost["sweep"] == sweep], ref])
         sns.lineplot(data=d, x="density", y="seconds", hue="setting", style="sweep", marker="o", ax=ax)

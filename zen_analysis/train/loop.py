@@ -65,15 +65,24 @@ def evaluate(model, data: TokenData, cfg: ExperimentConfig, info: RankInfo) -> f
     return _mean_over_ranks(sum(losses) / len(losses), info)
 
 
+def spike_step(p, step: int) -> bool:
+    """Whether ``step`` is a corrupted one under :class:`~zen_analysis.config.PerturbConfig` ``p``."""
+    start = p.spike_start or p.spike_every
+    return step >= start and (step - start) % p.spike_every < p.spike_len
+
+
 def _spiked(cfg: ExperimentConfig, info: RankInfo, step: int, x: torch.Tensor, y: torch.Tensor, vocab: int):
-    """``cfg.perturb.spikes``: rank ``spike_rank`` gets corrupted batches every ``spike_every`` steps."""
+    """``cfg.perturb.spikes``: rank ``spike_rank`` gets corrupted batches for ``spike_len`` steps every
+    ``spike_every`` steps from ``spike_start``."""
     p = cfg.perturb
-    if p.spikes == "none" or info.rank != p.spike_rank or step == 0 or step % p.spike_every:
+    if p.spikes == "none" or info.rank != p.spike_rank or not spike_step(p, step):
         return x, y
     gen = torch.Generator().manual_seed(cfg.train.seed + step)
     seq = torch.cat([x, y[:, -1:]], dim=1)
     if p.spikes == "shuffle":
         seq = seq[:, torch.randperm(seq.shape[1], generator=gen)]
+    elif p.spikes == "repeat":
+        seq = torch.randint(0, vocab, (seq.shape[0], 1), generator=gen, dtype=seq.dtype).expand_as(seq)
     else:
         seq = torch.randint(0, vocab, seq.shape, generator=gen, dtype=seq.dtype)
     return seq[:, :-1].contiguous(), seq[:, 1:].contiguous()

@@ -48,7 +48,13 @@ def _build() -> Path:
     target = cache_dir() / f"zen_hash-{tag}.so"
     if target.exists():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError:  # a read-only home: build under the temporary directory instead
+        target = Path(tempfile.gettempdir()) / "zen_analysis-native" / target.name
+        if target.exists():
+            return target
+        target.parent.mkdir(parents=True, exist_ok=True)
     # build beside the target and rename: ranks starting together may all build, the rename is atomic
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(fd)
