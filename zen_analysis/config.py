@@ -268,6 +268,8 @@ class LocalSGDSection:
     """module | tensor | global (edit default: module)."""
     layerwise: bool = True
     """Sync each unit just before its forward (EDiT); false: all units before the model's forward."""
+    prefetch: bool = True
+    """Layer-wise: start the next unit's all-reduce (asynchronous) before this unit's forward runs."""
     ewma_warmup: int = -1
     """Syncs before the anomaly detector tests (default 10)."""
     sync_time_s: float = -1.0
@@ -286,7 +288,7 @@ class LocalSGDSection:
 
     def overrides(self) -> dict[str, Any]:
         """The fields to pass to ``method_config``."""
-        out: dict[str, Any] = {"layerwise": self.layerwise}
+        out: dict[str, Any] = {"layerwise": self.layerwise, "prefetch": self.prefetch}
         for name in ("warmup_steps", "ewma_warmup", "min_total_steps"):
             if getattr(self, name) >= 0:
                 out[name] = getattr(self, name)

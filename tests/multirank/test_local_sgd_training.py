@@ -36,7 +36,8 @@ def test_local_sgd_identities_on_gloo():
     assert edit_plain[0] == pytest.approx(diloco[0], rel=1e-6, abs=1e-6)
     layerwise = _run("edit", "layerwise", ewma_warmup=1)
     at_once = _run("edit", "atonce", ewma_warmup=1, layerwise=False)
-    assert layerwise[1] == at_once[1]
+    no_prefetch = _run("edit", "noprefetch", ewma_warmup=1, prefetch=False)  # layerwise runs prefetch async all-reduces
+    assert layerwise[1] == at_once[1] == no_prefetch[1]
     rows = [json.loads(line) for line in (paths.run_dir(layerwise[2]) / "local_sgd" / "rank1.jsonl").read_text().splitlines()]
     synced = [r for r in rows if not r.get("init")]
     assert synced and {"norm", "z", "weight", "clip_coef", "skipped", "anomalous"} <= set(synced[0])
@@ -84,7 +85,8 @@ def test_spikes_corrupt_only_their_steps_and_a_slow_link_slows_every_sync():
     spiky, _ = _smoke("spiky", **{"perturb.spikes": "random", "perturb.spike_every": 4})
     assert spiky["loss"][:4].tolist() == clean["loss"][:4].tolist()  # identical until the first corrupted batch
     assert spiky["loss"][4] > clean["loss"][4] + 0.05  # random tokens on rank 0: higher loss (small this early)
-    slow, _ = _smoke("slow", **{"perturb.bandwidth_gbps": 0.1, "perturb.latency_s": 0.01})
+    slow, _ = _smoke("slow", **{"perturb.bandwidth_gbps": 0.02, "perturb.latency_s": 0.01})
     # every step all-reduces all float32 gradients over 2 ranks: at least latency + bytes / bandwidth more
-    delay = 0.01 + 4 * summary["num_params"] / (0.1e9 / 8)
-    assert slow["step_s"].median() > clean["step_s"].median() + 0.9 * delay
+    delay = 0.01 + 4 * summary["num_params"] / (0.02e9 / 8)
+    # a lower bound holds under any load (a median comparison between two runs does not, on shared cores)
+    assert slow["step_s"].min() >= delay > 2 * clean["step_s"].min()

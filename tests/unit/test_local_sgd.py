@@ -122,8 +122,30 @@ def test_edit_without_penalty_equals_diloco_and_layerwise_equals_all_at_once():
     full = method_config("edit", warmup_steps=0, ewma_warmup=1, clip=0.5)
     layerwise = sync_rounds(full, offsets)
     at_once = sync_rounds(method_config("edit", warmup_steps=0, ewma_warmup=1, clip=0.5, layerwise=False), offsets)
-    for (a, _), (b, _) in zip(layerwise, at_once):
+    no_prefetch = sync_rounds(method_config("edit", warmup_steps=0, ewma_warmup=1, clip=0.5, prefetch=False), offsets)
+    for (a, _), (b, _), (c, _) in zip(layerwise, at_once, no_prefetch):
         torch.testing.assert_close(a, b)
+        torch.testing.assert_close(a, c)
+
+
+def test_prefetch_starts_the_next_units_sync_before_finishing_this_one():
+    events = []
+
+    def fn(rank, coll):
+        model = Tiny()
+        eng = LocalSGD(method_config("edit", warmup_steps=0), collective=coll)
+        eng.attach(model)
+        begin, end = eng._begin_group, eng._end_group
+        if rank == 0:
+            eng._begin_group = lambda key, params: events.append(("begin", key)) or begin(key, params)
+            eng._end_group = lambda state: events.append(("end", state["key"])) or end(state)
+        model(X)  # the anchor sync, layer-wise with prefetch
+        return eng
+
+    run_workers(2, fn)
+    # root (embed, head) at the model's hook; blocks.0 starts before root ends, blocks.1 before blocks.0 ends
+    assert events == [("begin", "root"), ("begin", "blocks.0"), ("end", "root"), ("begin", "blocks.1"),
+                      ("end", "blocks.0"), ("end", "blocks.1")]  # fmt: skip
 
 
 def test_every_worker_holds_the_same_parameters_after_a_sync():
@@ -204,7 +226,7 @@ def test_config_section_overrides_and_time_based_guard():
     from zen_analysis.config import LocalSGDSection, apply_overrides
 
     assert LocalSGDSection(penalty="clip").overrides()["clip"] == 10.0  # clipping on even where the method has none
-    assert LocalSGDSection(penalty="anomaly").overrides() == {"layerwise": True, "anomaly": True, "weighting": False, "clip": 0.0}
+    assert LocalSGDSection(penalty="anomaly").overrides() == {"layerwise": True, "prefetch": True, "anomaly": True, "weighting": False, "clip": 0.0}
     cfg = recipes.smoke()
     with pytest.raises(ValueError, match="time-based"):
         apply_overrides(cfg, ["sync.scheme=edit", "local_sgd.sync_time_s=2", "train.eval_every=5"])

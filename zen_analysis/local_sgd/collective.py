@@ -1,5 +1,6 @@
-"""The two collectives local SGD needs, behind one small interface: a sum all-reduce of a tensor and an
-all-gather of one scalar per worker.
+"""The collectives local SGD needs, behind one small interface: a sum all-reduce of a tensor (blocking, or
+started and waited for later, so EDiT can prefetch the next module's sync) and an all-gather of one scalar per
+worker.
 
 :class:`TorchCollective` is torch.distributed (gloo or NCCL). :class:`ThreadGroup` runs M workers as threads
 of one process with a barrier-based all-reduce, so the sync logic is unit-tested with no processes.
@@ -19,7 +20,16 @@ class Collective(Protocol):
 
     def all_reduce_sum(self, tensor: torch.Tensor) -> None: ...
 
+    def all_reduce_sum_async(self, tensor: torch.Tensor): ...
+
     def all_gather_scalars(self, value: float) -> torch.Tensor: ...
+
+
+class Done:
+    """The handle of a collective that already completed."""
+
+    def wait(self) -> bool:
+        return True
 
 
 class TorchCollective:
@@ -39,6 +49,14 @@ class TorchCollective:
             import torch.distributed as dist
 
             dist.all_reduce(tensor, group=self.group)
+
+    def all_reduce_sum_async(self, tensor: torch.Tensor):
+        """Start the all-reduce; ``.wait()`` on the handle before reading ``tensor``."""
+        if self.world == 1:
+            return Done()
+        import torch.distributed as dist
+
+        return dist.all_reduce(tensor, group=self.group, async_op=True)
 
     def all_gather_scalars(self, value: float) -> torch.Tensor:
         t = torch.tensor([value], dtype=torch.float64, device=self.device)
@@ -82,6 +100,10 @@ class _ThreadMember:
         for p in parts[1:]:
             total += p
         tensor.copy_(total)
+
+    def all_reduce_sum_async(self, tensor: torch.Tensor) -> Done:
+        self.all_reduce_sum(tensor)  # threads: done at once, the order of calls is what the tests check
+        return Done()
 
     def all_gather_scalars(self, value: float) -> torch.Tensor:
         return torch.tensor(self._exchange(float(value)), dtype=torch.float64)

@@ -9,7 +9,9 @@ restarts from it. Attached as the loop's ``sync`` object:
   (synchronous training); afterwards nothing — the step stays local — and the step counter advances;
 * forward pre-hooks: at a sync step (t >= warmup and (t - warmup) mod interval == 0) the first training forward
   syncs each *unit* just before that unit's forward (layer-wise, EDiT's placement; ``layerwise=False`` syncs all
-  units before the model's forward — numerically identical, tested). Units are the blocks of the model's
+  units before the model's forward — numerically identical, tested); with ``prefetch`` the next unit's
+  pseudo-gradient all-reduce is started (asynchronously) as soon as this unit's has been applied, so it runs
+  while this unit computes, and is finished at the next unit's hook — the same numbers (tested). Units are the blocks of the model's
   largest ``ModuleList`` plus a root unit holding every other parameter (embeddings, final norm, head);
   ``granularity`` decides what the penalty's norms, detectors, weights and clip see: ``module`` (a unit),
   ``tensor`` (each parameter) or ``global`` (the whole model, synced at the root);
@@ -47,6 +49,8 @@ class LocalSGDConfig:
     ewma_threshold: float = 3.0
     granularity: str = "module"
     layerwise: bool = True
+    prefetch: bool = True
+    """Layer-wise only: start unit l+1's all-reduce asynchronously when unit l syncs (EDiT's prefetch)."""
     time_interval_s: float = 0.0
     """A-EDiT when > 0: sync when this much wall-clock time has passed since the last (instead of every
     ``interval`` steps), after a rendezvous that all-reduces the workers' step counters."""
@@ -90,6 +94,8 @@ class LocalSGD:
         self._momentum: dict[str, list[torch.Tensor] | None] = {}
         self._detectors: dict[str, EWMADetector] = {}
         self._done: set[str] = set()
+        self._pending: dict[str, list[dict]] = {}
+        """Units whose sync was started ahead (prefetch): their in-flight all-reduces, finished at their hook."""
         self._done_step = -1
         self._dense = None
         self._sync_bytes = 0
@@ -202,6 +208,7 @@ class LocalSGD:
 
     def synchronize(self, model: nn.Module) -> None:
         """After a step's backward: dense gradient all-reduce during warm-up, nothing afterwards."""
+        self._flush()
         if self.step < self.config.warmup_steps and self._dense is not None:
             self._dense.delay = self.delay
             self._dense.synchronize(model)
@@ -226,30 +233,52 @@ class LocalSGD:
 
     def _sync_unit(self, key: str, *, force: bool = False) -> None:
         if self._done_step != self.step:
+            self._flush()
             self._done_step, self._done = self.step, set()
         if key in self._done and not force:
             return
         self._done.add(key)
-        for group, params in self._groups(key):
-            self._sync_group(group, params)
+        states = self._pending.pop(key, None)
+        if states is None:
+            states = [self._timed(self._begin_group, group, params) for group, params in self._groups(key)]
+        nxt = self._next_unit(key)
+        if nxt is not None and nxt not in self._done and nxt not in self._pending:
+            # prefetch: its parameters are untouched until its own forward, so starting now changes no number
+            self._pending[nxt] = [self._timed(self._begin_group, group, params) for group, params in self._groups(nxt)]
+        for state in states:
+            self._timed(self._end_group, state)
 
-    @torch.no_grad()
-    def _sync_group(self, key: str, params: list[nn.Parameter]) -> None:
+    def _next_unit(self, key: str) -> str | None:
+        c = self.config
+        if not (c.prefetch and c.layerwise and c.granularity != "global"):
+            return None
+        keys = [k for k, _, _ in self._units]
+        i = keys.index(key)
+        return keys[i + 1] if i + 1 < len(keys) else None
+
+    def _flush(self) -> None:
+        """Finish syncs started ahead whose unit never ran a forward this step (an unused block)."""
+        for key in list(self._pending):
+            for state in self._pending.pop(key):
+                self._timed(self._end_group, state)
+
+    def _timed(self, fn, *args):
         import time
 
         t0 = time.perf_counter()
         try:
-            self._sync_group_inner(key, params)
+            return fn(*args)
         finally:
             self.sync_seconds += time.perf_counter() - t0
 
-    def _sync_group_inner(self, key: str, params: list[nn.Parameter]) -> None:
+    @torch.no_grad()
+    def _begin_group(self, key: str, params: list[nn.Parameter]) -> dict:
+        """Pseudo-gradient, anomaly test and weight, then start the weighted all-reduce."""
+        import time
+
         c, coll = self.config, self.collective
         if key not in self._anchor:  # first sync: the anchor only
-            self._anchor[key] = [p.detach().clone().float() for p in params]
-            self._momentum[key] = None
-            self.log.append({"step": self.step, "group": key, "init": True})
-            return
+            return {"key": key, "params": params, "init": True}
         anchor = self._anchor[key]
         delta = [a - p.float() for a, p in zip(anchor, params)]
         g = float(torch.sqrt(sum((d.double().square().sum() for d in delta), torch.zeros((), dtype=torch.float64))))
@@ -271,14 +300,30 @@ class LocalSGD:
             counts = coll.all_gather_scalars(float(self.step))
             w = (1 - c.step_weight) * w + c.step_weight * float(counts[coll.rank] / counts.sum().clamp(min=1))
         flat = torch.cat([d.reshape(-1) for d in delta]) * w
-        coll.all_reduce_sum(flat)
+        handle = coll.all_reduce_sum_async(flat)
+        return {"key": key, "params": params, "init": False, "flat": flat, "handle": handle, "issued": time.perf_counter(),
+                "row": {"step": self.step, "group": key, "norm": g, "z": z, "anomalous": anomalous, "weight": w}}  # fmt: skip
+
+    @torch.no_grad()
+    def _end_group(self, state: dict) -> None:
+        """Wait for the all-reduce, clip, outer step on the anchor, every worker restarts from it."""
+        import time
+
+        c, coll, key, params = self.config, self.collective, state["key"], state["params"]
+        if state["init"]:
+            self._anchor[key] = [p.detach().clone().float() for p in params]
+            self._momentum[key] = None
+            self.log.append({"step": self.step, "group": key, "init": True})
+            return
+        anchor, flat = self._anchor[key], state["flat"]
+        state["handle"].wait()
         self._sync_bytes += int(2 * (coll.world - 1) / coll.world * flat.numel() * flat.element_size())
-        if self.delay is not None:  # perturb.bandwidth_gbps: a slow network
-            self.delay(flat.numel() * flat.element_size())
+        if self.delay is not None:  # perturb.bandwidth_gbps: a slow network, less the time it was in flight
+            self.delay(flat.numel() * flat.element_size(), overlapped_s=time.perf_counter() - state["issued"])
         norm = float(flat.double().norm())
         coef = clip_coefficient(norm, c.clip)
         flat *= coef
-        skipped = bool(c.anomaly and bool((flat == 0).all()) and coll.all_gather_scalars(float(anomalous)).min() > 0)
+        skipped = bool(c.anomaly and bool((flat == 0).all()) and coll.all_gather_scalars(float(state["row"]["anomalous"])).min() > 0)
         if not skipped:
             mom = self._momentum[key]
             flat_u = flat.clone() if mom is None else mom[0].mul_(c.outer_momentum).add_(flat)
@@ -291,8 +336,7 @@ class LocalSGD:
                 offset += n
         for a, p in zip(anchor, params):
             p.copy_(a.to(p.dtype))
-        row = {"step": self.step, "group": key, "norm": g, "z": z, "anomalous": anomalous, "weight": w,
-               "clip_coef": coef, "avg_norm": norm, "skipped": skipped}  # fmt: skip
+        row = {**state["row"], "clip_coef": coef, "avg_norm": norm, "skipped": skipped}
         if c.anomaly:
             row["ema_mean"] = self._detectors[key].mean
         self.log.append(row)

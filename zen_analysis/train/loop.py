@@ -88,11 +88,12 @@ def _spiked(cfg: ExperimentConfig, info: RankInfo, step: int, x: torch.Tensor, y
     return seq[:, :-1].contiguous(), seq[:, 1:].contiguous()
 
 
-def network_delay(cfg: ExperimentConfig, nbytes: int, world: int) -> None:
-    """``cfg.perturb.bandwidth_gbps``: sleep as long as a ring all-reduce of ``nbytes`` would take on that link."""
+def network_delay(cfg: ExperimentConfig, nbytes: int, world: int, overlapped_s: float = 0.0) -> None:
+    """``cfg.perturb.bandwidth_gbps``: sleep as long as a ring all-reduce of ``nbytes`` would take on that link,
+    less ``overlapped_s`` (the time an asynchronous all-reduce was already in flight behind compute)."""
     p = cfg.perturb
     if p.bandwidth_gbps > 0 and world > 1:
-        time.sleep(p.latency_s + 2 * (world - 1) / world * nbytes / (p.bandwidth_gbps * 1e9 / 8))
+        time.sleep(max(0.0, p.latency_s + 2 * (world - 1) / world * nbytes / (p.bandwidth_gbps * 1e9 / 8) - overlapped_s))
 
 
 def _straggler(cfg: ExperimentConfig, info: RankInfo):
@@ -173,7 +174,7 @@ def train(
     model.train()
     sync = sync or build_sync(cfg.sync, cfg.local_sgd)
     if cfg.perturb.bandwidth_gbps > 0:  # every cross-worker all-reduce of the sync also pays a slow link
-        sync.delay = lambda nbytes: network_delay(cfg, nbytes, info.world_size)
+        sync.delay = lambda nbytes, overlapped_s=0.0: network_delay(cfg, nbytes, info.world_size, overlapped_s)
     sync.attach(model)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
