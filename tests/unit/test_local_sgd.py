@@ -247,3 +247,24 @@ def test_spike_schedule_and_ideal_straggler_speedup():
     assert ideal_straggler_speedup(2, 2.0) == pytest.approx(1.5)
     assert ideal_straggler_speedup(4, 2.0) == pytest.approx(1.75)
     assert ideal_straggler_speedup(4, 1.0) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("prefetch", [True, False])
+def test_slow_link_serialises_prefetched_all_reduces(prefetch):
+    import time
+
+    link = 0.05  # seconds per all-reduce on the emulated link; Tiny has 3 units (root, blocks.0, blocks.1)
+
+    def fn(rank, coll):
+        model = Tiny()
+        eng = LocalSGD(method_config("edit", warmup_steps=0, interval=1, prefetch=prefetch), collective=coll)
+        eng.attach(model)
+        eng.link_seconds = lambda nbytes: link
+        model(X)  # the anchor: no all-reduce
+        eng.step += 1
+        shift(model, 0.1 * (rank + 1))
+        t0 = time.perf_counter()
+        model(X)  # a sync of 3 units: in flight together or not, the link carries them one after another
+        return time.perf_counter() - t0
+
+    assert min(run_workers(2, fn)) >= 3 * link * 0.95

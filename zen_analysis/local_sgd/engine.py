@@ -102,6 +102,11 @@ class LocalSGD:
         self.sync_seconds = 0.0
         """Time spent in syncs and rendezvous (the loop's stragglers scale compute time only)."""
         self.delay = None
+        self.link_seconds = None
+        """Set by the loop under ``perturb.bandwidth_gbps``: seconds an all-reduce of n bytes takes on the slow link.
+        The engine keeps a link clock: all-reduces in flight together queue on it, and the emulated time is added
+        after the real all-reduce, less the compute between its start and its wait (what prefetch hides)."""
+        self._link_free = 0.0
         """Set by the loop under ``perturb.bandwidth_gbps``: sleeps as long as an all-reduce of n bytes would take."""
         self.local = True
         """The loop logs rank-local losses (a per-step loss all-reduce would make every step a rendezvous)."""
@@ -301,7 +306,11 @@ class LocalSGD:
             w = (1 - c.step_weight) * w + c.step_weight * float(counts[coll.rank] / counts.sum().clamp(min=1))
         flat = torch.cat([d.reshape(-1) for d in delta]) * w
         handle = coll.all_reduce_sum_async(flat)
-        return {"key": key, "params": params, "init": False, "flat": flat, "handle": handle, "issued": time.perf_counter(),
+        link_done = None
+        if self.link_seconds is not None:  # the slow link: this transfer starts when the previous one is through
+            now = time.perf_counter()
+            link_done = self._link_free = max(now, self._link_free) + self.link_seconds(flat.numel() * flat.element_size())
+        return {"key": key, "params": params, "init": False, "flat": flat, "handle": handle, "link_done": link_done,
                 "row": {"step": self.step, "group": key, "norm": g, "z": z, "anomalous": anomalous, "weight": w}}  # fmt: skip
 
     @torch.no_grad()
@@ -316,10 +325,14 @@ class LocalSGD:
             self.log.append({"step": self.step, "group": key, "init": True})
             return
         anchor, flat = self._anchor[key], state["flat"]
+        wait_start = time.perf_counter()
         state["handle"].wait()
         self._sync_bytes += int(2 * (coll.world - 1) / coll.world * flat.numel() * flat.element_size())
-        if self.delay is not None:  # perturb.bandwidth_gbps: a slow network, less the time it was in flight
-            self.delay(flat.numel() * flat.element_size(), overlapped_s=time.perf_counter() - state["issued"])
+        if state["link_done"] is not None:  # the slow link: what compute since the start did not hide, after the real wait
+            hidden_until = state["link_done"] - wait_start
+            if hidden_until > 0:
+                time.sleep(hidden_until)
+                self._link_free = max(self._link_free, time.perf_counter())
         norm = float(flat.double().norm())
         coef = clip_coefficient(norm, c.clip)
         flat *= coef

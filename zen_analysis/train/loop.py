@@ -71,13 +71,13 @@ def spike_step(p, step: int) -> bool:
     return step >= start and (step - start) % p.spike_every < p.spike_len
 
 
-def _spiked(cfg: ExperimentConfig, info: RankInfo, step: int, x: torch.Tensor, y: torch.Tensor, vocab: int):
+def _spiked(cfg: ExperimentConfig, info: RankInfo, step: int, x: torch.Tensor, y: torch.Tensor, vocab: int, micro: int = 0):
     """``cfg.perturb.spikes``: rank ``spike_rank`` gets corrupted batches for ``spike_len`` steps every
     ``spike_every`` steps from ``spike_start``."""
     p = cfg.perturb
     if p.spikes == "none" or info.rank != p.spike_rank or not spike_step(p, step):
         return x, y
-    gen = torch.Generator().manual_seed(cfg.train.seed + step)
+    gen = torch.Generator().manual_seed(cfg.train.seed + step + 1_000_003 * micro)  # each micro-batch its own
     seq = torch.cat([x, y[:, -1:]], dim=1)
     if p.spikes == "shuffle":
         seq = seq[:, torch.randperm(seq.shape[1], generator=gen)]
@@ -88,12 +88,19 @@ def _spiked(cfg: ExperimentConfig, info: RankInfo, step: int, x: torch.Tensor, y
     return seq[:, :-1].contiguous(), seq[:, 1:].contiguous()
 
 
-def network_delay(cfg: ExperimentConfig, nbytes: int, world: int, overlapped_s: float = 0.0) -> None:
-    """``cfg.perturb.bandwidth_gbps``: sleep as long as a ring all-reduce of ``nbytes`` would take on that link,
-    less ``overlapped_s`` (the time an asynchronous all-reduce was already in flight behind compute)."""
+def network_seconds(cfg: ExperimentConfig, nbytes: int, world: int) -> float:
+    """``cfg.perturb.bandwidth_gbps``: how long a ring all-reduce of ``nbytes`` takes on that link (0 when off)."""
     p = cfg.perturb
     if p.bandwidth_gbps > 0 and world > 1:
-        time.sleep(max(0.0, p.latency_s + 2 * (world - 1) / world * nbytes / (p.bandwidth_gbps * 1e9 / 8) - overlapped_s))
+        return p.latency_s + 2 * (world - 1) / world * nbytes / (p.bandwidth_gbps * 1e9 / 8)
+    return 0.0
+
+
+def network_delay(cfg: ExperimentConfig, nbytes: int, world: int) -> None:
+    """Sleep :func:`network_seconds` (a blocking all-reduce on the slow link, on top of the real one)."""
+    seconds = network_seconds(cfg, nbytes, world)
+    if seconds > 0:
+        time.sleep(seconds)
 
 
 def _straggler(cfg: ExperimentConfig, info: RankInfo):
@@ -174,7 +181,8 @@ def train(
     model.train()
     sync = sync or build_sync(cfg.sync, cfg.local_sgd)
     if cfg.perturb.bandwidth_gbps > 0:  # every cross-worker all-reduce of the sync also pays a slow link
-        sync.delay = lambda nbytes, overlapped_s=0.0: network_delay(cfg, nbytes, info.world_size, overlapped_s)
+        sync.delay = lambda nbytes: network_delay(cfg, nbytes, info.world_size)
+        sync.link_seconds = lambda nbytes: network_seconds(cfg, nbytes, info.world_size)  # asynchronous syncs (EDiT)
     sync.attach(model)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
@@ -240,7 +248,7 @@ def train(
         for v in range(V):
             worker = info.rank * V + v
             x, y = data.batch("train", step=step, worker=worker, batch_size=t.batch_per_worker)
-            x, y = _spiked(cfg, info, step, x, y, data.vocab_size)
+            x, y = _spiked(cfg, info, step, x, y, data.vocab_size, micro=v)
             x, y = x.to(info.device), y.to(info.device)
             with capture.worker(step=step, worker=worker) if capturing else contextlib.nullcontext():
                 micro_loss = lm_loss(model, x, y) / V  # mean over the rank's batch

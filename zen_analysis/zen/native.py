@@ -45,16 +45,22 @@ def _build() -> Path:
         raise RuntimeError("no C compiler found (set $CC or install gcc)")
     source = SOURCE.read_bytes()
     tag = hashlib.sha256(source + " ".join((compiler, *FLAGS)).encode()).hexdigest()[:16]
-    target = cache_dir() / f"zen_hash-{tag}.so"
-    if target.exists():
-        return target
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    except OSError:  # a read-only home: build under the temporary directory instead
-        target = Path(tempfile.gettempdir()) / "zen_analysis-native" / target.name
+    name = f"zen_hash-{tag}.so"
+    failure: OSError | None = None
+    # the cache, else (read-only home) the temporary directory
+    for folder in (cache_dir(), Path(tempfile.gettempdir()) / "zen_analysis-native"):
+        target = folder / name
         if target.exists():
             return target
-        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            return _compile(compiler, target)
+        except OSError as err:
+            failure = err
+    raise RuntimeError(f"cannot write the native kernel anywhere: {failure}")
+
+
+def _compile(compiler: str, target: Path) -> Path:
+    target.parent.mkdir(parents=True, exist_ok=True)
     # build beside the target and rename: ranks starting together may all build, the rename is atomic
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(fd)
