@@ -87,7 +87,7 @@ def _library() -> tuple[ctypes.CDLL | None, str]:
     lib.zen_place.argtypes = [_P, _I64, _I64, _I64, _INT, _U32, _INT, _U32, _INT, _I64, _I64, _P, _P, _P, _P, _P, _INT]
 
     lib.zen_compact.restype = None
-    lib.zen_compact.argtypes = [_P, _I64, _I64, _I64, _I64, _P, _P, _P, _I64, _P, _P]
+    lib.zen_compact.argtypes = [_P, _I64, _I64, _I64, _I64, _P, _P, _P, _P, _P]
     lib.zen_h0.restype = None
     lib.zen_h0.argtypes = [_P, _I64, _U32, _P]
     return lib, ""
@@ -155,9 +155,14 @@ def hierarchical_hash(idx_K: torch.Tensor, n: int, *, seed: int, k: int, par: in
     counts_n = counts.sum(0)
     m = int(overflow_len)
     overflow = overflow[:m]
-    from zen_analysis.zen.hashing import owner  # the partition of each overflowed index (rare: a few at most)
+    if m:  # positions past a full serial region (rare): grouped by partition for the compaction
+        from zen_analysis.zen.hashing import owner
 
-    overflow_part = owner(idx_K[overflow.long()], n, seed) if m else torch.zeros(0, dtype=torch.long)
+        part = owner(idx_K[overflow.long()], n, seed)
+        overflow = overflow[torch.argsort(part, stable=True)].contiguous()
+        overflow_offsets = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(torch.bincount(part, minlength=n), 0)])
+    else:
+        overflow_offsets = torch.zeros(n + 1, dtype=torch.long)
     offsets = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(counts_n, 0)])  # n + 1 bounds
     out = torch.empty(K, dtype=torch.long)
     groups = _ranges(n, threads)
@@ -165,7 +170,7 @@ def hierarchical_hash(idx_K: torch.Tensor, n: int, *, seed: int, k: int, par: in
     def compact(c: int) -> None:
         lo, hi = groups[c]
         lib.zen_compact(memory.data_ptr(), lo, hi, par, ser, serial_fill.data_ptr(), overflow.data_ptr(),
-                        overflow_part.data_ptr(), m, offsets.data_ptr(), out.data_ptr())  # fmt: skip
+                        overflow_offsets.data_ptr(), offsets.data_ptr(), out.data_ptr())  # fmt: skip
 
     run(compact, len(groups))
     return out, counts_n, int(serial), int((serial_fill > ser).sum())

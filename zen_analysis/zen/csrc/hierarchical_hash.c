@@ -101,12 +101,12 @@ int64_t zen_place(const int64_t *idx, int64_t start, int64_t end, int64_t n, int
 }
 
 /* Write the positions of partitions [p_lo, p_hi) to out, partition p at [offsets_n[p], offsets_n[p + 1]): its
- * parallel region's occupied slots, its serial region, then its overflowed positions (overflow_part holds their
- * partitions). The parallel region is copied without branches; the copy stops once the partition's parallel
- * share is written, so it never writes past it. */
+ * parallel region's occupied slots, its serial region, then its overflowed positions (overflow grouped by
+ * partition, partition p's at [overflow_offsets_n[p], overflow_offsets_n[p + 1])). The parallel region is copied
+ * without branches; the copy stops once the partition's parallel share is written, so it never writes past it. */
 void zen_compact(const int32_t *memory, int64_t p_lo, int64_t p_hi, int64_t par, int64_t ser,
-                 const int64_t *serial_fill_n, const int32_t *overflow, const int64_t *overflow_part,
-                 int64_t overflow_len, const int64_t *offsets_n, int64_t *out) {
+                 const int64_t *serial_fill_n, const int32_t *overflow, const int64_t *overflow_offsets_n,
+                 const int64_t *offsets_n, int64_t *out) {
     int64_t stride = par + ser;
     for (int64_t p = p_lo; p < p_hi; ++p) {
         const int32_t *region = memory + p * stride;
@@ -119,9 +119,7 @@ void zen_compact(const int32_t *memory, int64_t p_lo, int64_t p_hi, int64_t par,
             w += v != EMPTY;
         }
         for (int64_t s = 0; s < fill; ++s) out[w++] = region[par + s];
-        if (spilled)
-            for (int64_t o = 0; o < overflow_len; ++o)
-                if (overflow_part[o] == p) out[w++] = overflow[o];
+        for (int64_t o = overflow_offsets_n[p]; o < overflow_offsets_n[p + 1]; ++o) out[w++] = overflow[o];
     }
 }
 
