@@ -23,13 +23,19 @@ step was skipped to ``log`` (written to ``<run_dir>/local_sgd/rank<r>.jsonl`` by
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass
 
 import torch
 from torch import nn
 
 from zen_analysis.local_sgd.collective import Collective, TorchCollective
-from zen_analysis.local_sgd.penalty import ANOMALY_PENALTY, EWMADetector, clip_coefficient, softmax_weights
+from zen_analysis.local_sgd.penalty import (
+    ANOMALY_PENALTY,
+    EWMADetector,
+    clip_coefficient,
+    softmax_weights,
+)
 
 
 @dataclass(kw_only=True)
@@ -170,8 +176,6 @@ class LocalSGD:
             return self.due(self.step)
         if self.step < c.warmup_steps:
             return False
-        import time
-
         now_given = now
         now = time.time() if now is None else now
         if self._last_sync_time is None:  # first local step: the anchor, with everyone
@@ -190,12 +194,8 @@ class LocalSGD:
         return True
 
     def _total_steps(self) -> int:
-        import time
-
-        t0 = time.perf_counter()
         t = torch.tensor([float(self.step)], dtype=torch.float64, device=getattr(self.collective, "device", "cpu"))
-        self.collective.all_reduce_sum(t)
-        self.sync_seconds += time.perf_counter() - t0
+        self._timed(self.collective.all_reduce_sum, t)
         return int(t.item())
 
     def should_stop(self) -> bool:
@@ -268,8 +268,6 @@ class LocalSGD:
                 self._timed(self._end_group, state)
 
     def _timed(self, fn, *args):
-        import time
-
         t0 = time.perf_counter()
         try:
             return fn(*args)
@@ -279,8 +277,6 @@ class LocalSGD:
     @torch.no_grad()
     def _begin_group(self, key: str, params: list[nn.Parameter]) -> dict:
         """Pseudo-gradient, anomaly test and weight, then start the weighted all-reduce."""
-        import time
-
         c, coll = self.config, self.collective
         if key not in self._anchor:  # first sync: the anchor only
             return {"key": key, "params": params, "init": True}
@@ -316,8 +312,6 @@ class LocalSGD:
     @torch.no_grad()
     def _end_group(self, state: dict) -> None:
         """Wait for the all-reduce, clip, outer step on the anchor, every worker restarts from it."""
-        import time
-
         c, coll, key, params = self.config, self.collective, state["key"], state["params"]
         if state["init"]:
             self._anchor[key] = [p.detach().clone().float() for p in params]
