@@ -31,18 +31,18 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
+from zen_analysis.indices import check_indices
+
 Owner = Callable[[torch.Tensor], torch.Tensor]
 """Maps a 1-D int64 tensor of indices to a same-shape tensor of partition ids in [0, num_partitions)."""
 
 _NAN = float("nan")
 
 
-def index_set(indices: torch.Tensor | np.ndarray | Sequence[int]) -> torch.Tensor:
-    """Sorted unique int64 tensor of the given indices."""
-    t = torch.as_tensor(indices)
-    if t.dtype.is_floating_point or t.dtype == torch.bool or (t.dim() != 1 and t.numel() > 0):
-        raise ValueError(f"an index set is a 1-D integer tensor, got dtype {t.dtype} and shape {tuple(t.shape)}")
-    t = t.reshape(-1).long()
+def index_set(indices: torch.Tensor | np.ndarray | Sequence[int], numel: int | None = None) -> torch.Tensor:
+    """Sorted unique int64 tensor of the given indices (checked by :func:`~zen_analysis.indices.check_indices`:
+    1-D, integer, non-negative, below ``numel`` when given)."""
+    t = check_indices(indices, numel, name="an index set")
     if t.numel() < 2 or bool((t[1:] > t[:-1]).all()):  # already a set (traces store sorted indices): O(n)
         return t
     return torch.unique(t)
@@ -51,7 +51,7 @@ def index_set(indices: torch.Tensor | np.ndarray | Sequence[int]) -> torch.Tenso
 def union_of(index_sets: Sequence[torch.Tensor], numel: int) -> torch.Tensor:
     """Sorted union of index sets over [0, numel): a bitmap pass (linear) when the sets are dense enough for a
     numel-byte mask to pay off, a sort otherwise."""
-    sets = [torch.as_tensor(s).reshape(-1).long() for s in index_sets]
+    sets = [check_indices(s, numel, name="an index set") for s in index_sets]
     total = sum(s.numel() for s in sets)
     if total == 0:
         return torch.zeros(0, dtype=torch.long)
@@ -75,7 +75,7 @@ def union_sizes(index_sets: Sequence[torch.Tensor], groups: Sequence[Sequence[in
     for gid, g in enumerate(groups):
         n = 0
         for i in g:
-            s = torch.as_tensor(index_sets[i]).long()
+            s = check_indices(index_sets[i], numel, name="an index set")
             n += int((last[s] != gid).sum())
             last[s] = gid
         sizes.append(n)
@@ -84,7 +84,9 @@ def union_sizes(index_sets: Sequence[torch.Tensor], groups: Sequence[Sequence[in
 
 def rows_of(indices: torch.Tensor, row_size: int) -> torch.Tensor:
     """Row ids touched by element ``indices`` of a row-major 2-D tensor with ``row_size`` columns."""
-    rows = torch.as_tensor(indices).long() // row_size
+    if row_size < 1:
+        raise ValueError("row_size must be positive")
+    rows = check_indices(indices) // row_size
     if rows.numel() >= 2 and bool((rows[1:] >= rows[:-1]).all()):
         return torch.unique_consecutive(rows)  # sorted input: linear time
     return index_set(rows)
@@ -94,7 +96,7 @@ def density(indices: torch.Tensor, numel: int) -> float:
     """Fraction of the ``numel`` elements that are non-zero."""
     if numel <= 0:
         raise ValueError("numel must be positive")
-    return index_set(indices).numel() / numel
+    return index_set(indices, numel).numel() / numel
 
 
 def overlap_ratio(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -142,16 +144,14 @@ def densification_ratio(index_sets: Sequence[torch.Tensor]) -> float:
     mean = sum(s.numel() for s in sets) / len(sets)
     if mean == 0:
         return _NAN
-    return union_of(sets, int(max(int(s.max()) for s in sets if s.numel())) + 1).numel() / mean
+    return torch.unique(torch.cat(sets)).numel() / mean
 
 
 def partition_of(indices: torch.Tensor, numel: int, num_partitions: int) -> torch.Tensor:
     """Contiguous partition id of each index: p such that p*numel//n <= idx < (p+1)*numel//n."""
     if num_partitions < 1 or numel < 1:
         raise ValueError("numel and num_partitions must be positive")
-    idx = torch.as_tensor(indices).long()
-    if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= numel):
-        raise ValueError(f"indices must lie in [0, {numel})")
+    idx = check_indices(indices, numel)
     # p = ceil((idx + 1) * n / numel) - 1, exact in integers
     return ((idx + 1) * num_partitions - 1) // numel
 
@@ -163,7 +163,7 @@ def contiguous_owner(numel: int, num_partitions: int) -> Owner:
 
 def partition_shares(indices: torch.Tensor, numel: int, num_partitions: int) -> np.ndarray:
     """Fraction of the non-zeros in each contiguous partition (sums to 1); all NaN for an empty set."""
-    idx = index_set(indices)
+    idx = index_set(indices, numel)
     if idx.numel() == 0:
         return np.full(num_partitions, np.nan)
     counts = torch.bincount(partition_of(idx, numel, num_partitions), minlength=num_partitions)
@@ -184,7 +184,7 @@ def imbalance_ratios(
     Push: the largest share any worker sends to one partition, times n (empty workers send nothing and are
     skipped). Pull: the largest share of the union any partition owns, times n. NaN when every set is empty.
     """
-    sets = [index_set(s) for s in index_sets]
+    sets = [index_set(s, numel) for s in index_sets]
     n = num_partitions
     push = _NAN
     for s in sets:

@@ -17,6 +17,8 @@ from functools import lru_cache
 
 import torch
 
+from zen_analysis.indices import check_indices
+
 _M32 = 0xFFFFFFFF
 
 
@@ -33,8 +35,12 @@ def _fmix32(h: torch.Tensor) -> torch.Tensor:
 
 
 def h0(indices: torch.Tensor, seed: int = 0) -> torch.Tensor:
-    """32-bit hash (as int64 in [0, 2**32)) of each index, for a given seed."""
-    idx = torch.as_tensor(indices).long()
+    """32-bit hash (as int64 in [0, 2**32)) of each index, for a given seed (indices: 1-D, non-negative)."""
+    return _h0(check_indices(indices), seed)
+
+
+def _h0(idx: torch.Tensor, seed: int) -> torch.Tensor:
+    """h0 of an int64 tensor already checked by the caller."""
     s = seed & _M32
     lo = _fmix32((idx & _M32) ^ s)
     hi_seed = (s * 0x9E3779B1 + 0x7F4A7C15) & _M32
@@ -51,7 +57,11 @@ def owner(indices: torch.Tensor, num_partitions: int, seed: int = 0) -> torch.Te
     """Partition (server) id in [0, num_partitions) of each index: h0(idx) mod n."""
     if num_partitions < 1:
         raise ValueError("num_partitions must be >= 1")
-    h = h0(indices, seed)
+    return _owner(check_indices(indices), num_partitions, seed)
+
+
+def _owner(idx: torch.Tensor, num_partitions: int, seed: int) -> torch.Tensor:
+    h = _h0(idx, seed)
     if num_partitions & (num_partitions - 1) == 0:  # power of two: the same as % n, without a division
         return h.bitwise_and_(num_partitions - 1)
     return h.remainder_(num_partitions)
@@ -68,7 +78,7 @@ def h0_table(numel: int, seed: int = 0) -> torch.Tensor:
     chunk = 1 << 24
     for lo in range(0, numel, chunk):
         hi = min(numel, lo + chunk)
-        h = h0(torch.arange(lo, hi), seed)
+        h = _h0(torch.arange(lo, hi), seed)
         out[lo:hi] = torch.where(h >= 2**31, h - 2**32, h).to(torch.int32)
     return out
 
@@ -83,5 +93,5 @@ def hash_owner(num_partitions: int, seed: int = 0, *, numel: int | None = None):
         raise ValueError("num_partitions must be >= 1")
     if numel is not None and numel <= TABLE_LIMIT:
         table = h0_table(numel, seed)
-        return lambda indices: (table[torch.as_tensor(indices).long()].long() & _M32) % num_partitions
+        return lambda indices: (table[check_indices(indices, numel)].long() & _M32) % num_partitions
     return lambda indices: owner(indices, num_partitions, seed)

@@ -32,7 +32,8 @@ from dataclasses import dataclass
 
 import torch
 
-from zen_analysis.zen.hashing import h0, owner
+from zen_analysis.indices import check_indices
+from zen_analysis.zen.hashing import _h0, owner
 
 EMPTY = -1
 
@@ -86,7 +87,7 @@ def hierarchical_hash(
         raise ValueError("num_partitions must be >= 1 and k >= 0")
     if backend not in ("auto", "native", "torch"):
         raise ValueError(f"backend must be auto, native or torch, got {backend!r}")
-    idx_K = torch.as_tensor(indices_K).reshape(-1).long()
+    idx_K = check_indices(indices_K)
     dev, K, n = idx_K.device, idx_K.numel(), num_partitions
     r1 = 2 * K if r1 is None else r1
     r2 = r1 // 10 if r2 is None else r2
@@ -104,7 +105,7 @@ def hierarchical_hash(
         native.warn_fallback()
     elif backend == "native":
         raise ValueError("backend='native' needs a CPU tensor with fewer than 2**31 indices")
-    h_K = h0(idx_K, seed)
+    h_K = _h0(idx_K, seed)
     if n & (n - 1) == 0:  # power of two: partition = low bits, the rest of the hash is free for the slots
         part_K, rest_K = h_K & (n - 1), h_K >> (n.bit_length() - 1)
     else:
@@ -115,7 +116,7 @@ def hierarchical_hash(
     flat = memory.view(-1)
     # h1..hk by double hashing from one second-level hash g: probe i is (g + i * step) mod r1/n. By default g is
     # the part of h0 the partition id did not use (well mixed, and free); a level2_seed hashes afresh.
-    g_K = rest_K if level2_seed is None else h0(idx_K, _level2_seed(level2_seed, 0))
+    g_K = rest_K if level2_seed is None else _h0(idx_K, _level2_seed(level2_seed, 0))
     base_K = part_K * (par + ser)
     pending = None  # None: every index (round 0 needs no gathers)
     for i in range(k):
@@ -153,6 +154,6 @@ def hierarchical_hash(
 
 def bucket_reference(indices_K: torch.Tensor, num_partitions: int, *, seed: int) -> Buckets:
     """The same grouping by a stable argsort on h0's partition ids (the plain reference)."""
-    idx_K = torch.as_tensor(indices_K).reshape(-1).long()
+    idx_K = check_indices(indices_K)
     part_K = owner(idx_K, num_partitions, seed)
     return Buckets(torch.argsort(part_K, stable=True), torch.bincount(part_K, minlength=num_partitions))

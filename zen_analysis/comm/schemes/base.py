@@ -62,7 +62,9 @@ class CommScheme(ABC):
 
     def model(self, index_sets: Sequence[torch.Tensor], numel: int) -> Traffic:
         """The full traffic model (per-rank bytes, per-pair bytes, calls) that ``traffic`` and ``time`` read."""
-        sets = [index_set(s) for s in index_sets]
+        if numel < 1:
+            raise ValueError(f"numel must be positive, got {numel}")
+        sets = [index_set(s, numel) for s in index_sets]
         self.check(len(sets), numel)
         t = Traffic(len(sets))
         self._traffic(sets, numel, t)
