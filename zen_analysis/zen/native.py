@@ -8,7 +8,9 @@ so a forked rank with one thread runs it single-threaded) then compact the memor
 
 The shared library is compiled once per source version with the system C compiler (``$CC`` or ``cc``) into
 ``$ZEN_ANALYSIS_CACHE`` (default ``~/.cache/zen_analysis``)/native; it has no dependency on torch's headers, so
-the build takes about a second. Without a compiler, :func:`available` is False, and ``hierarchical_hash`` falls
+the build takes about a second. That directory is private (mode 0700, owned by the user) and a library found
+there is loaded only if the user owns it and no one else can write it; without a usable cache the kernel is
+built in a fresh ``mkdtemp`` directory, never under a fixed shared name. Without a compiler, :func:`available` is False, and ``hierarchical_hash`` falls
 back to its torch rounds (``backend="auto"``) with one warning. ``ZEN_ANALYSIS_NATIVE=0`` turns the kernel off.
 """
 
@@ -18,6 +20,7 @@ import ctypes
 import hashlib
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 import warnings
@@ -26,6 +29,8 @@ from functools import lru_cache
 from pathlib import Path
 
 import torch
+
+from zen_analysis.indices import check_indices
 
 SOURCE = Path(__file__).with_name("csrc") / "hierarchical_hash.c"
 FLAGS = ("-O3", "-std=c11", "-fPIC", "-shared")
@@ -39,28 +44,60 @@ def cache_dir() -> Path:
     return Path(os.environ.get("ZEN_ANALYSIS_CACHE", Path.home() / ".cache" / "zen_analysis")) / "native"
 
 
+def compiler() -> str | None:
+    """The C compiler the kernel is built with (``$CC``, else ``cc`` or ``gcc`` on the PATH), or None."""
+    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+
+
+def _private_dir(folder: Path) -> bool:
+    """Create ``folder`` (mode 0700) if needed; True when it is a real directory owned by this user that no one
+    else can write (an existing one of ours is tightened to 0700). We load code from here: trust nothing else."""
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = folder.lstat()
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+            return False
+        if stat.S_IMODE(st.st_mode) != 0o700:
+            os.chmod(folder, 0o700)
+    except OSError:
+        return False
+    return True
+
+
+def _trusted(path: Path) -> bool:
+    """A regular file (not a link) owned by this user and writable by no one else."""
+    try:
+        st = path.lstat()
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
 def _build() -> Path:
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
+    """The kernel's shared library: reused from the private cache when this user built it there, else compiled.
+
+    Without a usable cache (read-only home, a cache directory owned by someone else) it is compiled into a new
+    private directory from ``mkdtemp`` (unpredictable name, mode 0700), which the loader removes once loaded:
+    never a fixed name under the shared temporary directory, never a file another user could have planted."""
+    cc = compiler()
+    if cc is None:
         raise RuntimeError("no C compiler found (set $CC or install gcc)")
     source = SOURCE.read_bytes()
-    tag = hashlib.sha256(source + " ".join((compiler, *FLAGS)).encode()).hexdigest()[:16]
+    tag = hashlib.sha256(source + " ".join((cc, *FLAGS)).encode()).hexdigest()[:16]
     name = f"zen_hash-{tag}.so"
-    failure: OSError | None = None
-    # the cache, else (read-only home) the temporary directory
-    for folder in (cache_dir(), Path(tempfile.gettempdir()) / "zen_analysis-native"):
+    folder = cache_dir()
+    if _private_dir(folder):
         target = folder / name
-        if target.exists():
+        if _trusted(target):
             return target
         try:
-            return _compile(compiler, target)
-        except OSError as err:
-            failure = err
-    raise RuntimeError(f"cannot write the native kernel anywhere: {failure}")
+            return _compile(cc, target)  # also replaces a file there that we do not trust
+        except OSError:
+            pass
+    return _compile(cc, Path(tempfile.mkdtemp(prefix="zen_analysis-native-")) / name)
 
 
 def _compile(compiler: str, target: Path) -> Path:
-    target.parent.mkdir(parents=True, exist_ok=True)
     # build beside the target and rename: ranks starting together may all build, the rename is atomic
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(fd)
@@ -80,9 +117,12 @@ def _library() -> tuple[ctypes.CDLL | None, str]:
     if os.environ.get("ZEN_ANALYSIS_NATIVE", "1") == "0":
         return None, "turned off by ZEN_ANALYSIS_NATIVE=0"
     try:
-        lib = ctypes.CDLL(str(_build()))
+        path = _build()
+        lib = ctypes.CDLL(str(path))
     except (OSError, RuntimeError) as err:
         return None, str(err)
+    if path.parent != cache_dir():  # a one-off private build: loaded, so its directory can go
+        shutil.rmtree(path.parent, ignore_errors=True)
     lib.zen_place.restype = _I64
     lib.zen_place.argtypes = [_P, _I64, _I64, _I64, _INT, _U32, _INT, _U32, _INT, _I64, _I64, _P, _P, _P, _P, _P, _INT]
 
@@ -111,7 +151,7 @@ def _lib() -> ctypes.CDLL:
 
 def h0(indices: torch.Tensor, seed: int) -> torch.Tensor:
     """The kernel's h0 (for tests: it must equal ``zen.hashing.h0``)."""
-    idx = torch.as_tensor(indices).reshape(-1).long().contiguous()
+    idx = check_indices(indices).contiguous()
     out = torch.empty_like(idx)
     _lib().zen_h0(idx.data_ptr(), idx.numel(), seed & 0xFFFFFFFF, out.data_ptr())
     return out
@@ -128,7 +168,7 @@ def hierarchical_hash(idx_K: torch.Tensor, n: int, *, seed: int, k: int, par: in
     returns (positions_K grouped by partition, counts_n, indices sent to serial regions, partitions that
     overflowed their serial region). ``level2_seed`` is already mixed (``hierarchical._level2_seed``)."""
     lib = _lib()
-    idx_K = idx_K.contiguous()
+    idx_K = check_indices(idx_K).contiguous()
     K = idx_K.numel()
     threads = max(1, min(threads or torch.get_num_threads(), K // 65536 or 1))
     memory = torch.full((n * (par + ser),), -1, dtype=torch.int32)
