@@ -29,7 +29,7 @@ def bench_capture(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     cfg.train.workers_per_rank = 16
     cfg.train.num_steps = 50  # captures at 0, 10, ..., 40: the 5th fills a shard, so a write is timed too
     cfg = apply_overrides(cfg, overrides)
-    result = launch(cfg, echo=False)
+    result = launch(cfg, echo=False, overwrite=True)
     m = result.metrics().iloc[2:]  # the first steps warm up allocators and caches
     captured, plain = m[m["captured"]], m[~m["captured"]]
     s = result.summary

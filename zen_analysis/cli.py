@@ -28,7 +28,7 @@ from zen_analysis.config import ExperimentConfig, apply_overrides
 def _config(args: argparse.Namespace) -> ExperimentConfig:
     src = args.recipe
     if src.endswith(".json") or Path(src).is_file():
-        cfg = ExperimentConfig.from_json(Path(src).read_text())
+        cfg = config_file(Path(src))
     else:
         cfg = recipes.get(src)
     cfg = apply_overrides(cfg, args.set or [])
@@ -37,10 +37,27 @@ def _config(args: argparse.Namespace) -> ExperimentConfig:
     return cfg
 
 
+def config_file(path: Path) -> ExperimentConfig:
+    """An :class:`ExperimentConfig` from a JSON file; every error names the file."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ValueError(f"config file {path} does not exist (give a recipe name or a config.json path)") from None
+    except OSError as exc:
+        raise ValueError(f"config file {path} cannot be read: {exc.strerror}") from None
+    try:
+        return ExperimentConfig.from_json(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"config file {path} is not valid JSON: {exc}") from None
+    except ValueError as exc:
+        raise ValueError(f"config file {path}: {exc}") from None
+
+
 def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("recipe", help=f"recipe name ({', '.join(recipes.RECIPES)}) or a config.json path")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config field, e.g. train.num_steps=20")
-    p.add_argument("--run-id", help="run directory name (default: <recipe>-<timestamp>)")
+    p.add_argument("--run-id", help="run directory name: letters, digits, '.', '_', '-' (default: <recipe>-<timestamp>)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing run of the same id (never one in use)")
 
 
 def cmd_recipes(args: argparse.Namespace) -> None:
@@ -57,7 +74,7 @@ def cmd_config(args: argparse.Namespace) -> None:
 def cmd_train(args: argparse.Namespace) -> None:
     from zen_analysis.dist.launch import launch
 
-    result = launch(_config(args))
+    result = launch(_config(args), overwrite=args.overwrite)
     print(json.dumps(result.summary, indent=2))
     print(f"run directory: {result.run_dir}\ntraces: {result.trace_dir}")
 
@@ -66,7 +83,7 @@ def cmd_prepare(args: argparse.Namespace) -> None:
     from zen_analysis.dist.launch import prepare_run
 
     cfg = _config(args)
-    run_dir = prepare_run(cfg)
+    run_dir = prepare_run(cfg, overwrite=args.overwrite)
     print(run_dir)
     print(
         "start the ranks on every machine with:\n  torchrun --nnodes=<N> --node-rank=<i> --nproc-per-node=<GPUs> "
@@ -89,14 +106,11 @@ def cmd_characterize(args: argparse.Namespace) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
-    from zen_analysis.comm.evaluate import evaluate
-    from zen_analysis.sparsity.characterize import derived_dir
+    from zen_analysis.comm.evaluate import DEFAULT_TOPOLOGIES, evaluate, normalized
 
-    from zen_analysis.comm.evaluate import normalized
-
-    topologies = args.topology or ["paper-tcp25", "paper-efa100", "h200-node"]
+    topologies = args.topology or list(DEFAULT_TOPOLOGIES)
     df = evaluate(args.run, topologies=topologies, max_workers=args.max_workers, force=args.force)
-    print(f"{len(df)} rows in {derived_dir(df.attrs.get('run_id', args.run))}/schemes.parquet")
+    print(f"{len(df)} rows in {df.attrs['path']}")
     print(f"modelled time / dense all-reduce on {topologies[0]} (mean over captured steps and tensors):")
     print(normalized(df, topology=topologies[0]).round(2).to_string())
 
@@ -206,6 +220,9 @@ def main(argv: list[str] | None = None) -> None:
 
     try:
         args.func(args)
+    except KeyboardInterrupt:  # the launcher has already stopped every rank on its way out
+        print("\nzen-analysis: interrupted; every rank was stopped", file=sys.stderr)
+        sys.exit(130)
     except (ValueError, TraceError) as exc:  # config, input and trace mistakes: a clear message, no traceback
         sys.exit(f"zen-analysis: error: {exc}")
     except RuntimeError as exc:

@@ -15,10 +15,18 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
+from zen_analysis.paths import check_run_id
+
 ARCHS = ("llama", "gpt2", "lstm")
 DATA_SOURCES = ("stdlib", "files", "hub")
 BACKENDS = ("auto", "gloo", "nccl")
 LAUNCHERS = ("auto", "fork", "torchrun")
+SYNC_SCHEMES = (
+    "allreduce", "zen", "bp_coo", "agsparse", "sparcml", "omnireduce", "sparse_ps", "auto",
+    "post_local_sgd", "diloco", "edit", "a_edit",
+)  # fmt: skip
+"""Every ``sync.scheme`` (checked here, before any rank starts; a test keeps it equal to the registries in
+``train.sync``, ``comm.schemes`` and ``local_sgd``)."""
 
 
 @dataclass(kw_only=True)
@@ -165,8 +173,11 @@ class DistConfig:
     timeout_s: float = 120.0
     """A collective that waits longer fails with a clear error (hung or dead peer)."""
     master_addr: str = "127.0.0.1"
+    """torchrun only: the rendezvous endpoint's host. Forked CPU ranks meet through a file store instead, and
+    bind gloo to the loopback interface: nothing of theirs listens beyond loopback."""
     master_port: int = 0
-    """0 picks a free port."""
+    """torchrun only: the endpoint's port; 0 picks a free one. torchrun's c10d store listens on it on every
+    interface (as torchrun always does)."""
 
     def __post_init__(self) -> None:
         if self.num_ranks < 1:
@@ -203,6 +214,10 @@ class SyncConfig:
     """``scheme=auto``: steps profiled (embedding synchronised densely meanwhile) before the planner decides."""
 
     def __post_init__(self) -> None:
+        if self.scheme not in SYNC_SCHEMES:
+            raise ValueError(f"sync.scheme={self.scheme!r} is unknown; choose one of {SYNC_SCHEMES}")
+        if self.compress == "topk" and self.scheme in ("auto", "post_local_sgd", "diloco", "edit", "a_edit"):
+            raise ValueError(f"sync.compress=topk needs a scheme that sums tensors, not {self.scheme!r}")
         if self.bucket_mb <= 0:
             raise ValueError("sync.bucket_mb must be positive")
         if self.compress not in ("none", "topk"):
@@ -333,6 +348,9 @@ class ExperimentConfig:
 
     def validate(self) -> None:
         """Cross-section checks; re-run after editing fields of a built config."""
+        check_run_id(self.name, what="name (the run id's prefix)")
+        if self.run_id:
+            check_run_id(self.run_id)
         for sub in (self.model, self.data, self.train, self.capture, self.dist, self.sync, self.local_sgd, self.perturb):
             sub.__post_init__()
         if self.capture.enabled and self.capture.natural and self.model.tie_embeddings:
@@ -372,7 +390,11 @@ class ExperimentConfig:
         return cls.from_dict(json.loads(text))
 
 
-def _from_dict(cls: type, d: dict[str, Any]) -> Any:
+def _from_dict(cls: type, d: Any, prefix: str = "") -> Any:
+    """Build ``cls`` from JSON-like ``d``, checking every value's type against the field's annotation (a config
+    file saying ``"num_steps": "ten"`` is an error naming ``train.num_steps``, not a TypeError later)."""
+    if not isinstance(d, dict):
+        raise ValueError(f"{prefix.rstrip('.') or 'the config'}: expected an object of {cls.__name__} fields, got {d!r}")
     hints = typing.get_type_hints(cls)
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = set(d) - known
@@ -380,14 +402,26 @@ def _from_dict(cls: type, d: dict[str, Any]) -> Any:
         raise ValueError(f"unknown {cls.__name__} fields {sorted(unknown)}; known: {sorted(known)}")
     kwargs = {}
     for name, value in d.items():
-        tp = hints[name]
+        tp, key = hints[name], prefix + name
         if dataclasses.is_dataclass(tp):
-            kwargs[name] = _from_dict(tp, value)
+            kwargs[name] = _from_dict(tp, value, key + ".")
         elif typing.get_origin(tp) is tuple:
-            kwargs[name] = tuple(value)
+            item = typing.get_args(tp)[0]
+            if not isinstance(value, (list, tuple)):
+                raise ValueError(f"{key}: expected a list of {item.__name__}, got {value!r}")
+            kwargs[name] = tuple(_typed(v, item, key) for v in value)
         else:
-            kwargs[name] = value
+            kwargs[name] = _typed(value, tp, key)
     return cls(**kwargs)
+
+
+def _typed(value: Any, tp: type, key: str) -> Any:
+    """``value`` if it is a JSON value of type ``tp`` (an int is a float), else a ValueError naming ``key``."""
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, tp) and not (tp is int and isinstance(value, bool)):
+        return value
+    raise ValueError(f"{key}: expected {tp.__name__}, got {value!r}")
 
 
 def _parse_value(text: str, tp: Any, key: str) -> Any:
@@ -399,7 +433,8 @@ def _parse_value(text: str, tp: Any, key: str) -> Any:
             return False
         raise ValueError(f"{key}: expected a boolean (true/false), got {text!r}")
     if typing.get_origin(tp) is tuple:
-        return tuple(s for s in (p.strip() for p in text.split(",")) if s)
+        item = typing.get_args(tp)[0]
+        return tuple(_parse_value(s, item, key) for s in (p.strip() for p in text.split(",")) if s)
     try:
         return tp(text)
     except ValueError:

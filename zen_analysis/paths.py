@@ -7,6 +7,7 @@ all generated data elsewhere with one environment variable (``ZEN_ANALYSIS_DATA`
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -43,11 +44,39 @@ def derived_dir() -> Path:
     return data_dir() / "derived"
 
 
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+"""What a run id may be: a name (letters, digits, '.', '_', '-'; not starting with '.', '_' or '-'), never a
+path: ``.``, ``..``, ``a/b`` and absolute paths are refused, so no id can point a delete or a write elsewhere."""
+
+
+def check_run_id(run_id: object, *, what: str = "run id") -> str:
+    """``run_id`` if it is a valid name, else ``ValueError`` saying what a run id may be."""
+    if not isinstance(run_id, str) or not RUN_ID.fullmatch(run_id):
+        raise ValueError(
+            f"{what} {run_id!r} is not a name: use letters, digits, '.', '_' and '-' (at most 200, starting with "
+            "a letter or digit); a run id names directories under the data root, it is never a path"
+        )
+    return run_id
+
+
+def _inside(parent: Path, run_id: str) -> Path:
+    """``parent / run_id`` after checking the id, and that the resolved path (symlinks followed) stays inside."""
+    path = parent / check_run_id(run_id)
+    if not path.resolve().is_relative_to(parent.resolve()):
+        raise ValueError(f"{path} resolves to {path.resolve()}, outside {parent}: refusing to use it as run {run_id!r}")
+    return path
+
+
 def run_dir(run_id: str) -> Path:
     """Logs, config and metrics of one launch: ``data/runs/<run_id>/``."""
-    return runs_dir() / run_id
+    return _inside(runs_dir(), run_id)
 
 
 def trace_dir(run_id: str) -> Path:
     """Captured gradients of one launch: ``data/traces/<run_id>/``."""
-    return traces_dir() / run_id
+    return _inside(traces_dir(), run_id)
+
+
+def derived_run_dir(run_id: str) -> Path:
+    """Tables derived from the traces of run ``run_id``: ``data/derived/<run_id>/``."""
+    return _inside(derived_dir(), run_id)

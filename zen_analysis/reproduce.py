@@ -40,7 +40,7 @@ def reproduce(overrides: list[str] | tuple[str, ...] = ()) -> None:
         cfg = apply_overrides(recipes.get(name), overrides)
         cfg.run_id = reproduce_run_id(name)
         print(f"== training {name}: {cfg.num_workers} workers on {cfg.dist.num_ranks} ranks, {cfg.train.num_steps} steps")
-        launch(cfg)
+        launch(cfg, overwrite=True)  # reproduce-<recipe> is this job's own run: a rerun replaces it
         reports.append(describe_run(cfg.run_id))
         print(reports[-1])
     out = paths.derived_dir() / "reproduce" / "capture_summary.txt"

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import ctypes
+import fcntl
 import json
 import multiprocessing as mp
 import os
@@ -42,6 +43,10 @@ from zen_analysis.dist.entry import DEFAULT_TARGET, TIMEOUT_HINT, is_timeout, ru
 
 _PR_SET_PDEATHSIG = 1
 _POLL_S = 0.2
+
+
+class RunInUseError(ValueError):
+    """Another live launch holds this run id (its lock file); nothing of either run was touched."""
 
 
 class RankFailedError(RuntimeError):
@@ -85,6 +90,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def loopback_interface() -> str:
+    """The loopback network interface's name (``lo`` on Linux), read from its IFF_LOOPBACK flag."""
+    for d in sorted(Path("/sys/class/net").glob("*")):
+        try:
+            if int((d / "flags").read_text(), 16) & 0x8:
+                return d.name
+        except (OSError, ValueError):
+            continue
+    return "lo"
+
+
+def loopback_env(store: Path) -> dict[str, str]:
+    """Environment for a forked rank that talks on loopback only: the rendezvous is a ``FileStore`` at ``store``
+    (no listening socket: c10d's ``TCPStore`` binds every interface whatever ``MASTER_ADDR`` says) and gloo binds
+    its connections to the loopback interface (by default it takes the address the host name resolves to)."""
+    return {"ZEN_ANALYSIS_INIT_METHOD": f"file://{store}", "GLOO_SOCKET_IFNAME": loopback_interface()}
+
+
 def new_run_id(name: str) -> str:
     return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
 
@@ -105,23 +128,102 @@ def _resolve_launcher(cfg: ExperimentConfig) -> str:
     return "torchrun" if cfg.dist.backend == "nccl" or (cfg.dist.backend == "auto" and torch.cuda.is_available()) else "fork"
 
 
-def prepare_run(cfg: ExperimentConfig, *, target: Callable[..., Any] | str | None = None, progress: bool = True) -> Path:
-    """Write the run directory (config.json, launch.json), clearing an old run of the same id, and prepare data."""
-    from zen_analysis.train.data import prepare
+LOCK_NAME = ".lock"
 
+
+class RunLock:
+    """An exclusive ``flock`` on ``data/runs/<run_id>/.lock``, held by the launching process for the run's life.
+
+    The kernel drops the lock when that process exits, however it exits, so a crashed launch never leaves a
+    stale lock behind; a second launch of the same id fails at once with :class:`RunInUseError`.
+    """
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.path = paths.run_dir(run_id) / LOCK_NAME
+        self._fd: int | None = None
+
+    def acquire(self) -> RunLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise RunInUseError(
+                f"run {self.run_id} is in use by another launch (pid {holder}); wait for it to finish, or choose "
+                "another run id"
+            ) from None
+        self._fd = fd
+        return self
+
+    def mark_holder(self) -> None:
+        """Write this process's pid into the lock file (what a refused second launch reports)."""
+        assert self._fd is not None
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor drops the flock
+            self._fd = None
+
+    def __enter__(self) -> RunLock:
+        return self if self._fd is not None else self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _claim_run(cfg: ExperimentConfig, *, overwrite: bool) -> RunLock:
+    """Check the run id, lock the run, and clear a previous run of that id (only with ``overwrite``)."""
     cfg.validate()
     if not cfg.run_id:
         cfg.run_id = new_run_id(cfg.name)
+    run_dir, trace_dir = paths.run_dir(cfg.run_id), paths.trace_dir(cfg.run_id)  # both check the id
+    lock = RunLock(cfg.run_id).acquire()
+    try:
+        old = [p for p in run_dir.iterdir() if p.name != LOCK_NAME]
+        if (old or trace_dir.exists()) and not overwrite:
+            raise ValueError(
+                f"run {cfg.run_id} already exists ({run_dir}); pass overwrite=True (command line: --overwrite) to "
+                "replace it, or choose another run id"
+            )
+        lock.mark_holder()
+        for p in old:
+            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+        if trace_dir.exists():
+            shutil.rmtree(trace_dir)
+    except BaseException:
+        lock.release()
+        raise
+    return lock
+
+
+def _write_run(cfg: ExperimentConfig, target: Callable[..., Any] | str | None, progress: bool) -> Path:
+    from zen_analysis.train.data import prepare
+
     run_dir = paths.run_dir(cfg.run_id)
-    for d in (run_dir, paths.trace_dir(cfg.run_id)):
-        if d.exists():
-            shutil.rmtree(d)
-    run_dir.mkdir(parents=True)
     atomic_write_text(run_dir / "config.json", cfg.to_json())
     atomic_write_json(run_dir / "launch.json", {"target": _target_spec(target)})
     # ranks read this instead of re-reading and re-hashing the corpus each
     atomic_write_json(run_dir / "data.json", prepare(cfg.data, progress=progress).to_dict())
     return run_dir
+
+
+def prepare_run(
+    cfg: ExperimentConfig, *, target: Callable[..., Any] | str | None = None, progress: bool = True, overwrite: bool = False
+) -> Path:
+    """Write the run directory (config.json, launch.json, data.json) and prepare the data, for ranks started by
+    hand (``torchrun ... -m zen_analysis.dist.entry --run-dir``).
+
+    The run id must be a name (``paths.check_run_id``); an existing run of that id is replaced only with
+    ``overwrite`` and never while another launch holds it. The lock is released on return: the ranks you start
+    are not guarded against a later ``prepare`` of the same id.
+    """
+    with _claim_run(cfg, overwrite=overwrite):
+        return _write_run(cfg, target, progress)
 
 
 def _die_with_parent(sig: int = signal.SIGTERM) -> None:
@@ -132,22 +234,20 @@ def _die_with_parent(sig: int = signal.SIGTERM) -> None:
         pass
 
 
-def _fork_child(rank: int, world: int, port: int, run_dir: Path, target: Callable[..., Any] | None) -> None:
+def _fork_child(rank: int, world: int, run_dir: Path, target: Callable[..., Any] | None) -> None:
     import torch
 
     torch.set_num_threads(1)  # first: fork after the parent used the thread pool deadlocks otherwise
     _die_with_parent(signal.SIGKILL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what an interrupt stops
-    cfg_dist = json.loads((run_dir / "config.json").read_text())["dist"]
     os.environ.update(
         RANK=str(rank),
         LOCAL_RANK=str(rank),
         WORLD_SIZE=str(world),
         LOCAL_WORLD_SIZE=str(world),
-        MASTER_ADDR=cfg_dist["master_addr"],
-        MASTER_PORT=str(port),
         OMP_NUM_THREADS="1",
         TOKENIZERS_PARALLELISM="false",
+        **loopback_env(run_dir / ".rendezvous"),
     )
     os._exit(run_rank(run_dir, target))
 
@@ -208,28 +308,43 @@ def _tail_text(path: Path, num_lines: int = 40) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-num_lines:])
 
 
+def _signal_name(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
+
+
 def _failure(run_dir: Path, run_id: str, failed: list[int], codes: dict[int, int | None], killed: list[int], pids: list[int]) -> RankFailedError:
     errors = {r: run_dir / "errors" / f"rank{r}.txt" for r in failed}
     with_tb = [r for r in failed if errors[r].exists()]
-    # The root cause is the first rank that raised something other than a timeout, if any.
+    # The root cause: a rank killed by a signal (the others then fail on its closed connections), else the first
+    # rank that raised something other than a timeout, if any.
+    signalled = [r for r in failed if (codes.get(r) or 0) < 0]
     first = min(with_tb, key=lambda r: (is_timeout(errors[r].read_text()), errors[r].stat().st_mtime), default=None)
-    rank = first if first is not None else (failed[0] if failed else None)
+    rank = signalled[0] if signalled else first if first is not None else (failed[0] if failed else None)
     if rank is None:
         return RankFailedError(f"run {run_id}: launcher failed without a rank error", rank=None, run_id=run_id, pids=pids)
     log = run_dir / "logs" / f"rank{rank}.log"
-    body = errors[rank].read_text() if errors[rank].exists() else _tail_text(log)
     code = codes.get(rank)
-    if code is None:  # torchrun: per-rank exit codes stay inside torchrun, the error file says what happened
-        how = "raised"
+    if rank in signalled:
+        name = _signal_name(-code)
+        why = " (out of memory, or killed from outside)" if name == "SIGKILL" else ""
+        msg = f"rank {rank} of run {run_id} was killed by {name}{why}; the end of its log:\n\n{_tail_text(log).rstrip()}"
     else:
-        how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
-    msg = f"rank {rank} of run {run_id} failed ({how}):\n\n{body.rstrip()}\n\nfull log: {log}"
+        body = errors[rank].read_text() if errors[rank].exists() else _tail_text(log)
+        if code is None:  # torchrun: per-rank exit codes stay inside torchrun, the error file says what happened
+            how = "raised"
+        else:
+            how = f"exit code {code}"
+        msg = f"rank {rank} of run {run_id} failed ({how}):\n\n{body.rstrip()}"
+    msg += f"\n\nfull log: {log}"
     others = sorted(set(failed) - {rank})
     if others:
-        msg += f"\nranks {others} failed too (see errors/ in {run_dir})"
+        msg += f"\nranks {others} failed {'after it' if signalled else 'too'} (see errors/ in {run_dir})"
     if killed:
         msg += f"\nranks {killed} were still running and were stopped"
-        if is_timeout(body):
+        if rank not in signalled and is_timeout(errors[rank].read_text() if errors[rank].exists() else ""):
             msg += f": a rank that never reached the collective (probably one of {killed}) is the hung one"
     return RankFailedError(msg, rank=rank, run_id=run_id, pids=pids)
 
@@ -242,34 +357,43 @@ def launch(
     echo: bool = True,
     timeout_s: float | None = None,
     on_metrics: Callable[[list[dict]], None] | None = None,
+    overwrite: bool = False,
 ) -> RunResult:
     """Run ``cfg`` on ``cfg.dist.num_ranks`` ranks and wait for them.
 
     Args:
-        cfg: the experiment (copied; the run id is filled in when empty).
+        cfg: the experiment (copied; the run id is filled in when empty, and must be a name when given).
         target: what each rank runs, ``fn(cfg, *, info, log) -> JSON-able``; default the training loop. Under
             torchrun it must be importable (``"package.module:function"``).
         progress: show a progress bar over training steps.
         echo: print rank 0's log lines as they appear.
         timeout_s: stop everything and raise if the ranks run longer than this.
         on_metrics: called with each batch of new rows of rank 0's ``metrics.jsonl`` (live plots).
+        overwrite: replace an earlier run of the same id (without it, an existing id is an error).
 
     Returns:
         A :class:`RunResult` read back from the run directory.
 
     Raises:
+        ValueError: a bad config or run id, or the id exists and ``overwrite`` is false; nothing was touched.
+        RunInUseError: another launch is running this id; nothing was touched.
         RankFailedError: a rank raised, crashed or timed out (the others are stopped first).
     """
+    cfg = copy.deepcopy(cfg)
+    if _resolve_launcher(cfg) == "torchrun" and target is not None and not isinstance(target, str) and "<" in _target_spec(target):
+        raise ValueError("under torchrun the target must be an importable module function, not a local one")
+    with _claim_run(cfg, overwrite=overwrite):  # held until every rank has stopped
+        return _launch_claimed(cfg, target=target, progress=progress, echo=echo, timeout_s=timeout_s, on_metrics=on_metrics)
+
+
+def _launch_claimed(cfg: ExperimentConfig, *, target, progress, echo, timeout_s, on_metrics) -> RunResult:
     from tqdm.auto import tqdm
 
-    cfg = copy.deepcopy(cfg)
-    run_dir = prepare_run(cfg, target=target, progress=progress)
+    run_dir = _write_run(cfg, target, progress)
     world = cfg.dist.num_ranks
-    port = cfg.dist.master_port or free_port()
     launcher = _resolve_launcher(cfg)
     if launcher == "torchrun":
-        if target is not None and not isinstance(target, str) and "<" in _target_spec(target):
-            raise ValueError("under torchrun the target must be an importable module function, not a local one")
+        port = cfg.dist.master_port or free_port()
         cmd = [
             sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={world}",
             f"--master-addr={cfg.dist.master_addr}", f"--master-port={port}",
@@ -287,7 +411,7 @@ def launch(
         preload(cfg.model.arch)
 
         ctx = mp.get_context("fork")
-        procs = [ctx.Process(target=_fork_child, args=(r, world, port, run_dir, target if callable(target) else None)) for r in range(world)]
+        procs = [ctx.Process(target=_fork_child, args=(r, world, run_dir, target if callable(target) else None)) for r in range(world)]
         for p in procs:
             p.start()
     pids = [p.pid for p in procs]
@@ -348,7 +472,8 @@ def ensure_run(cfg: ExperimentConfig, **launch_kwargs: Any) -> str:
     """The run id of a finished capture of ``cfg`` (its ``run_id``, default ``<name>``), launching it if needed.
 
     A run is reused when its manifest says it finished with exactly this config; notebooks use this to share a
-    run instead of retraining on every execution.
+    run instead of retraining on every execution. Otherwise the run of that id is replaced (``overwrite``): the
+    id stands for "the run of this recipe", not for one launch.
     """
     cfg = copy.deepcopy(cfg)
     cfg.run_id = cfg.run_id or cfg.name
@@ -357,11 +482,11 @@ def ensure_run(cfg: ExperimentConfig, **launch_kwargs: Any) -> str:
         m = json.loads(manifest.read_text())
         if m.get("finished") and m.get("config") == json.loads(cfg.to_json()):
             return cfg.run_id
-    launch(cfg, **launch_kwargs)
+    launch(cfg, overwrite=True, **launch_kwargs)
     return cfg.run_id
 
 
-def _fork_fn_child(rank: int, world: int, port: int, out_dir: Path, fn: Callable[..., Any], args: tuple, timeout_s: float) -> None:
+def _fork_fn_child(rank: int, world: int, out_dir: Path, fn: Callable[..., Any], args: tuple, timeout_s: float) -> None:
     import datetime
     import pickle
     import traceback
@@ -374,8 +499,10 @@ def _fork_fn_child(rank: int, world: int, port: int, out_dir: Path, fn: Callable
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     code = 0
     try:
+        env = loopback_env(out_dir / "rendezvous")
+        os.environ["GLOO_SOCKET_IFNAME"] = env["GLOO_SOCKET_IFNAME"]
         dist.init_process_group(
-            "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+            "gloo", init_method=env["ZEN_ANALYSIS_INIT_METHOD"], rank=rank, world_size=world,
             timeout=datetime.timedelta(seconds=timeout_s),
         )  # fmt: skip
         result = fn(rank, world, *args)
@@ -400,9 +527,8 @@ def fork_launch(fn: Callable[..., Any], num_ranks: int, *args: Any, timeout_s: f
 
     with tempfile.TemporaryDirectory(prefix="zen-fork-") as tmp:
         out_dir = Path(tmp)
-        port = free_port()
         ctx = mp.get_context("fork")
-        procs = [ctx.Process(target=_fork_fn_child, args=(r, num_ranks, port, out_dir, fn, args, timeout_s)) for r in range(num_ranks)]
+        procs = [ctx.Process(target=_fork_fn_child, args=(r, num_ranks, out_dir, fn, args, timeout_s)) for r in range(num_ranks)]
         for p in procs:
             p.start()
         deadline = time.monotonic() + timeout_s + 30

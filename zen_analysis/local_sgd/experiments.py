@@ -19,7 +19,7 @@ def method_run(base, method: str, *, tag: str = "", progress: bool = False, **se
     cfg.sync.scheme = method
     cfg.capture.enabled = False
     cfg = apply_overrides(cfg, [f"{k}={v}" for k, v in settings.items()])
-    result = launch(cfg, echo=False, progress=progress)
+    result = launch(cfg, echo=False, progress=progress, overwrite=True)  # the id names the experiment: a rerun replaces it
     summary = dict(result.summary)
     summary["metrics"] = pd.read_json(paths.run_dir(cfg.run_id) / "metrics.jsonl", lines=True)
     summary["per_rank_steps"] = {int(r): s["steps_done"] for r, s in result.results.items()}

@@ -55,7 +55,7 @@ def parity_runs(cfg, *, variants: Sequence[str] = tuple(VARIANTS), reuse: bool =
         run_dir = paths.run_dir(run.run_id)
         done = run_dir / "summary.json"
         if not (reuse and done.exists() and json.loads((run_dir / "config.json").read_text()) == json.loads(run.to_json())):
-            launch(run, echo=False, progress=progress)
+            launch(run, echo=False, progress=progress, overwrite=True)  # the id names the experiment
         summaries[name] = json.loads(done.read_text())
         frames.append(pd.read_json(run_dir / "metrics.jsonl", lines=True).assign(variant=name))
     out = pd.concat(frames, ignore_index=True)
