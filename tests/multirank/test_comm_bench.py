@@ -37,7 +37,9 @@ def test_calibration_replay_and_synthetic_cli(capsys):
     df = replay_run(_captured_run("bench-comm-replay"), ranks=2, steps=2, repeats=1, progress=False)
     assert set(df["scheme"]) == set(SCHEMES) and sorted(df["step"].unique()) == [0, 1]
     assert df["bytes_equal"].all() and df["lossless"].all()
-    assert (paths.derived_dir() / "bench-comm-replay" / "bench_comm.parquet").exists()
+    # not the default options (4 ranks, 3 steps): a table of its own beside the default one
+    assert df.attrs["path"].parent == paths.derived_dir() / "bench-comm-replay" and df.attrs["path"].exists()
+    assert df.attrs["path"].name.startswith("bench_comm-")
     summary = summarize(df)
     assert (summary["ratio"] > 0).all() and (summary["wire_measured_s"] > 0).all()
 

@@ -35,7 +35,7 @@ def test_records_sum_to_the_accumulated_gradient_and_training_is_unchanged(tmp_p
             (lm_loss(model, x, x) / V).backward()
     cap.end_step()
     cap.close()
-    write_manifest(tmp_path, {"run_id": "t"})
+    write_manifest(tmp_path, {"run_id": "t", "tensors": cap.tensor_info()})
     for p, q in zip(model.parameters(), ref.parameters()):  # the optimizer sees exactly the usual gradient
         assert torch.equal(p.grad, q.grad)
 

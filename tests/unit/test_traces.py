@@ -21,6 +21,11 @@ def _records(num_steps=3, num_workers=2, shape=(50, 4), seed=0):
     return out
 
 
+def _manifest(recs):
+    tensors = {r.tensor: {"kind": r.kind, "shape": list(r.shape), "numel": r.numel} for r in recs}
+    return {"run_id": "t", "tensors": tensors}
+
+
 def _write(tmp_path, recs, *, steps_per_shard=2, manifest=True):
     by_rank = {}
     for r in recs:
@@ -36,7 +41,7 @@ def _write(tmp_path, recs, *, steps_per_shard=2, manifest=True):
         w.close()
     if not manifest:
         return None
-    write_manifest(tmp_path, {"run_id": "t"})
+    write_manifest(tmp_path, _manifest(recs))
     return TraceReader(tmp_path)
 
 
@@ -69,7 +74,7 @@ def test_indices_widen_to_int64_for_tensors_of_2_31_elements_or_more(tmp_path):
     w = TraceWriter(tmp_path, rank=0, run_id="t", world_size=1, steps_per_shard=1)
     w.add(big)
     w.close()
-    write_manifest(tmp_path, {"run_id": "t"})
+    write_manifest(tmp_path, _manifest([big]))
     (rec,) = TraceReader(tmp_path).records()
     assert rec.indices_K.dtype == torch.int64 and rec.indices_K.tolist() == [1, 2**31 + 5]
 
@@ -134,7 +139,7 @@ def test_a_crash_while_writing_a_shard_leaves_completed_shards_readable(tmp_path
     monkeypatch.setattr(pq.ParquetWriter, "write_table", crash)
     with pytest.raises(KeyboardInterrupt):
         w.flush()
-    write_manifest(tmp_path, {"run_id": "t"})
+    write_manifest(tmp_path, _manifest(recs))
     assert not list(tmp_path.glob(".*tmp"))  # no temporary left behind to confuse readers
     reader = TraceReader(tmp_path)
     assert reader.steps() == [0, 1] and len(list(reader.records())) == 4

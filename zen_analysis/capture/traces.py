@@ -13,12 +13,17 @@ embedding gradient) or ``topk`` (DGC top-k after error feedback). The file's key
 ``schema_version``; readers refuse versions they do not know.
 
 Shards are written to a temporary name and renamed, so a run killed mid-way leaves every completed shard
-readable. :class:`TraceReader` streams one row group at a time and reports a missing manifest, an unknown
-schema version or a truncated/corrupt file as :class:`TraceError` naming the file.
+readable. Every data page carries a CRC32 checksum (Parquet page checksums), verified on read.
+:class:`TraceReader` streams one row group at a time and reports as :class:`TraceError` naming the file: a
+missing or malformed manifest (a required key missing, a value of the wrong JSON type, a ``run_id`` that is not
+a name), an unknown schema version, a truncated or corrupt file (bad checksum, undecodable page), and records that
+break the store's invariants (indices not strictly increasing or outside ``[0, numel)``, ``nnz`` or ``numel``
+disagreeing with the data, the shape or the manifest).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,6 +37,7 @@ import torch
 
 from zen_analysis import paths
 from zen_analysis.atomic import atomic_path, atomic_write_json
+from zen_analysis.paths import RUN_ID
 
 SCHEMA_VERSION = 1
 SUPPORTED_SCHEMA_VERSIONS = (1,)
@@ -151,6 +157,7 @@ class TraceWriter:
                 tmp,
                 schema,
                 compression="zstd",
+                write_page_checksum=True,
                 use_dictionary=["tensor", "kind"],
                 column_encoding={"indices.list.element": "DELTA_BINARY_PACKED"},
             ) as writer:
@@ -193,15 +200,52 @@ def _records_table(recs: list[SparseGrad], schema: pa.Schema, index_np) -> pa.Ta
 
 
 def resolve_trace_dir(run: str | Path) -> Path:
-    """A run id (looked up under data/traces) or a path to a trace directory."""
+    """A run id (looked up under data/traces first) or a path to a trace directory."""
+    candidate = None
+    if isinstance(run, str) and RUN_ID.fullmatch(run):
+        try:
+            candidate = paths.trace_dir(run)
+        except ValueError as exc:
+            raise TraceError(str(exc)) from None
+        if candidate.is_dir():
+            return candidate
     p = Path(run)
     if p.is_dir():
         return p
-    candidate = paths.trace_dir(str(run))
-    if candidate.is_dir():
-        return candidate
     known = sorted(d.name for d in paths.traces_dir().glob("*") if d.is_dir()) if paths.traces_dir().is_dir() else []
-    raise TraceError(f"no trace directory for run {str(run)!r} (looked in {candidate}); known runs: {known or 'none'}")
+    where = f" (looked in {candidate})" if candidate else ""
+    raise TraceError(f"no trace directory for run {str(run)!r}{where}; known runs: {known or 'none'}")
+
+
+_MANIFEST_TYPES: dict[str, tuple[type, ...]] = {
+    "run_id": (str,), "schema_version": (int,), "tensors": (dict,),
+    "world_size": (int,), "workers_per_rank": (int,), "num_workers": (int,), "config": (dict,), "finished": (bool,),
+    "corpus": (dict,), "versions": (dict,), "git_commit": (str,), "summary": (dict,),
+}  # fmt: skip
+_REQUIRED = ("run_id", "schema_version", "tensors")
+
+
+def check_manifest(m: object, path: Path) -> dict:
+    """``m`` if it is a well-formed manifest, else a :class:`TraceError` naming ``path`` and what is wrong."""
+    if not isinstance(m, dict):
+        raise TraceError(f"{path}: expected a JSON object, got {type(m).__name__}; the run directory is damaged")
+    missing = [k for k in _REQUIRED if k not in m]
+    if missing:
+        raise TraceError(f"{path}: required keys {missing} are missing; the run directory is damaged (re-capture)")
+    for key, types in _MANIFEST_TYPES.items():
+        if key in m and (not isinstance(m[key], types) or (types == (int,) and isinstance(m[key], bool))):
+            raise TraceError(f"{path}: {key} should be a {types[0].__name__}, got {m[key]!r}")
+    if not RUN_ID.fullmatch(m["run_id"]):
+        raise TraceError(f"{path}: run_id {m['run_id']!r} is not a run name (letters, digits, '.', '_', '-')")
+    for name, info in m["tensors"].items():
+        ok = (
+            isinstance(info, dict) and info.get("kind") in KINDS and isinstance(info.get("shape"), list)
+            and all(isinstance(d, int) and d >= 0 for d in info["shape"]) and isinstance(info.get("numel"), int)
+            and info["numel"] == int(np.prod(info["shape"], dtype=np.int64))
+        )  # fmt: skip
+        if not ok:
+            raise TraceError(f"{path}: tensors[{name!r}] should be {{kind in {KINDS}, shape, numel = prod(shape)}}, got {info!r}")
+    return m
 
 
 class TraceReader:
@@ -216,21 +260,29 @@ class TraceReader:
                 "this directory is not a complete zen_analysis run (re-run the capture, or point at the right run)."
             )
         try:
-            self.manifest = json.loads(manifest_path.read_text())
-        except json.JSONDecodeError as exc:
+            manifest = json.loads(manifest_path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise TraceError(f"{manifest_path}: not valid JSON ({exc}); the run directory is damaged") from None
-        version = self.manifest.get("schema_version")
-        if version not in SUPPORTED_SCHEMA_VERSIONS:
+        version = manifest.get("schema_version") if isinstance(manifest, dict) else None
+        if isinstance(manifest, dict) and "schema_version" in manifest and version not in SUPPORTED_SCHEMA_VERSIONS:
             raise TraceError(
                 f"{manifest_path}: schema_version {version!r} is not supported by this zen_analysis "
                 f"(it reads {SUPPORTED_SCHEMA_VERSIONS}); upgrade zen_analysis or re-capture the run"
             )
+        self.manifest = check_manifest(manifest, manifest_path)
         self.files = sorted(self.directory.glob("rank*-shard*.parquet"))
         self._summary: pd.DataFrame | None = None
-
-    @property
-    def run_id(self) -> str:
-        return self.manifest["run_id"]
+        under_traces = self.directory.resolve().parent == paths.traces_dir().resolve()
+        self.run_id = self.directory.name if under_traces else self.directory.resolve().name
+        """The name the run is known by here: its directory's (a copied run is its copy, whatever its manifest's
+        ``run_id`` says: that is where it was captured)."""
+        if under_traces:
+            self.derived_dir = paths.derived_run_dir(self.run_id)
+        else:  # a trace directory elsewhere: its own corner, which no run id can name (ids never start with '_')
+            key = hashlib.sha256(str(self.directory.resolve()).encode()).hexdigest()[:12]
+            safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in self.run_id)
+            self.derived_dir = paths.derived_dir() / "_external" / f"{safe}-{key}"
+        """Where tables derived from these traces go: ``data/derived/<run_id>/``, keyed by the directory read."""
 
     def fingerprint(self) -> list[list]:
         """(name, size, mtime) of every shard: derived tables are reused while this is unchanged."""
@@ -238,7 +290,7 @@ class TraceReader:
 
     def _open(self, path: Path) -> pq.ParquetFile:
         try:
-            pf = pq.ParquetFile(path)
+            pf = pq.ParquetFile(path, page_checksum_verification=True)
         except (pa.ArrowException, OSError) as exc:
             raise TraceError(
                 f"{path}: not a readable Parquet file ({exc}). It is truncated or corrupt; delete it "
@@ -260,6 +312,13 @@ class TraceReader:
         except (pa.ArrowException, OSError) as exc:
             raise TraceError(f"{path}: row group {i} cannot be read ({exc}); the file is corrupt") from None
 
+    def _checked(self, table: pa.Table, path: Path, i: int) -> pa.Table:
+        try:
+            check_records(table, self.manifest["tensors"])
+        except ValueError as exc:
+            raise TraceError(f"{path}: row group {i}: {exc}; the file is corrupt (re-capture the run)") from None
+        return table
+
     def summary(self) -> pd.DataFrame:
         """One row per record with the scalar columns (no indices/values): cheap, cached."""
         if self._summary is None:
@@ -267,7 +326,8 @@ class TraceReader:
             for path in self.files:
                 pf = self._open(path)
                 for i in range(pf.num_row_groups):
-                    frames.append(self._read_row_group(pf, path, i, _SCALAR_COLUMNS).to_pandas())
+                    keys = self._read_row_group(pf, path, i, _SCALAR_COLUMNS + ["shape"])
+                    frames.append(self._checked(keys, path, i).select(_SCALAR_COLUMNS).to_pandas())
             df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=_SCALAR_COLUMNS)
             df["density"] = df["nnz"] / df["numel"]
             self._summary = df.sort_values(["tensor", "step", "worker"], ignore_index=True)
@@ -309,10 +369,62 @@ class TraceReader:
                 if not mask.any():
                     continue
                 columns = None if with_values else [c for c in pf.schema_arrow.names if c != "values"]
-                table = self._read_row_group(pf, path, i, columns)
+                table = self._checked(self._read_row_group(pf, path, i, columns), path, i)
                 if not mask.all():
                     table = table.filter(pa.array(mask))
                 yield from _table_records(table)
+
+
+def _list_parts(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    arr = col.combine_chunks()
+    return arr.values.to_numpy(zero_copy_only=False), arr.offsets.to_numpy()
+
+
+def check_records(table: pa.Table, tensors: dict[str, dict]) -> None:
+    """Raise ``ValueError`` naming the first broken invariant of a row group's records (whichever of these
+    columns were read): kind known, tensor in the manifest with the same numel, numel = prod(shape), nnz = the
+    number of indices and of values, indices strictly increasing (sorted, unique) and in [0, numel)."""
+    cols = set(table.column_names)
+    rows = table.num_rows
+    if "kind" in cols:
+        bad = set(table.column("kind").to_pylist()) - set(KINDS)
+        if bad:
+            raise ValueError(f"unknown kind {sorted(bad)}")
+    numel = table.column("numel").to_numpy() if "numel" in cols else None
+    if "tensor" in cols and numel is not None:
+        for name, n in zip(table.column("tensor").to_pylist(), numel):
+            info = tensors.get(name)
+            if info is None:
+                raise ValueError(f"tensor {name!r} is not in the run's manifest")
+            if info["numel"] != n:
+                raise ValueError(f"tensor {name!r} has numel {n} here, {info['numel']} in the manifest")
+    if "shape" in cols and numel is not None:
+        dims, off = _list_parts(table.column("shape"))
+        prods = [int(np.prod(dims[off[j] : off[j + 1]], dtype=np.int64)) for j in range(rows)]
+        if prods != numel.tolist():
+            raise ValueError("numel disagrees with shape")
+    nnz = table.column("nnz").to_numpy() if "nnz" in cols else None
+    if "values" in cols and nnz is not None:
+        _, voff = _list_parts(table.column("values"))
+        if not np.array_equal(np.diff(voff), nnz):
+            raise ValueError("nnz disagrees with the number of values")
+    if "indices" not in cols:
+        return
+    idx, off = _list_parts(table.column("indices"))
+    counts = np.diff(off)
+    if nnz is not None and not np.array_equal(counts, nnz):
+        raise ValueError("nnz disagrees with the number of indices")
+    idx = idx.astype(np.int64, copy=False)
+    rising = np.diff(idx) > 0
+    cuts = off[1:-1]
+    rising[cuts[(cuts > 0) & (cuts < idx.size)] - 1] = True  # from one record to the next anything goes
+    if not rising.all():
+        raise ValueError("indices are not sorted and unique")
+    nonempty = counts > 0
+    if nonempty.any():
+        first, last = idx[off[:-1][nonempty]], idx[off[1:][nonempty] - 1]
+        if first.min() < 0 or (numel is not None and (last >= numel[nonempty]).any()):
+            raise ValueError("indices out of range [0, numel)")
 
 
 def _table_records(table: pa.Table) -> Iterator[SparseGrad]:

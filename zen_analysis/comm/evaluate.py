@@ -3,25 +3,33 @@
 For every captured tensor and step, every scheme and n = 2, 4, ..., W workers (the first n workers, as in the
 characterization), the traffic model and the alpha-beta time on each topology preset are computed from the
 workers' index sets and written to ``data/derived/<run_id>/schemes.parquet``, one row per
-(tensor, step, n, scheme, topology). Schemes a configuration does not support (``check`` raises ValueError)
-are skipped. ``best_scheme`` picks the cheapest scheme by modelled time.
+(tensor, step, n, scheme, topology). Other options (topologies, schemes, ``max_workers``, ``steps``) give a table
+of their own, ``schemes-<hash>.parquet``, never a silent replacement of the default one that ``make reproduce``'s
+figures read; each table is written atomically and stamped with its options (``zen_analysis.derived``).
+Schemes a configuration does not support (``check`` raises ValueError) are skipped. ``best_scheme`` picks the
+cheapest scheme by modelled time.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
 import torch
 
-from zen_analysis.atomic import atomic_path, atomic_write_json
 from zen_analysis.capture.traces import TraceReader
 from zen_analysis.comm.cost import phase_times
 from zen_analysis.comm.schemes import SCHEMES, build_scheme
 from zen_analysis.comm.topology import Topology, preset
-from zen_analysis.sparsity.characterize import derived_dir, worker_counts
+from zen_analysis.derived import (
+    read_stamp,
+    read_table,
+    same_stamp,
+    variant,
+    write_table,
+)
+from zen_analysis.sparsity.characterize import worker_counts
 from zen_analysis.sparsity.metrics import union_of
 
 VERSION = 3  # 2: sparcml on any n (fold), matrix traffic; 3: alpha per message of an all_to_all
@@ -75,22 +83,29 @@ def evaluate(
     """Modelled bytes and time of every scheme on every captured (tensor, step) for n = 2..W; cached.
 
     ``max_workers`` caps n (raise it to 1024 for a capture with that many virtual workers: the scale mode);
-    ``steps`` keeps the first captured steps only."""
+    ``steps`` keeps the first captured steps only. The table's path is in ``df.attrs["path"]``."""
     from tqdm.auto import tqdm
 
-    reader = TraceReader(run)
-    out = derived_dir(reader.run_id) / "schemes.parquet"
+    if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 2:
+        raise ValueError(f"max_workers must be an integer >= 2 (n = 2, 4, ... workers are modelled), got {max_workers!r}")
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+        raise ValueError(f"steps must be None (all captured steps) or an integer >= 1, got {steps!r}")
     names = list(schemes or SCHEMES)
-    stamp = {
-        "version": VERSION, "topologies": list(topologies), "schemes": names, "max_workers": max_workers, "steps": steps,
-        "files": reader.fingerprint(),
-    }  # fmt: skip
-    stamp_path = out.with_suffix(".stamp.json")
-    if not force and out.exists() and stamp_path.exists() and json.loads(stamp_path.read_text()) == stamp:
-        df = pd.read_parquet(out)
-        df.attrs["run_id"] = reader.run_id
+    unknown = sorted(set(names) - set(SCHEMES))
+    if unknown or not names:
+        raise ValueError(f"unknown schemes {unknown or '(none given)'}; choose from {sorted(SCHEMES)}")
+    if not topologies:
+        raise ValueError("give at least one topology")
+    topos = {name: preset(name) for name in topologies}  # an unknown preset fails here, before any work
+    reader = TraceReader(run)
+    options = {"topologies": list(topologies), "schemes": names, "max_workers": max_workers, "steps": steps}
+    defaults = {"topologies": list(DEFAULT_TOPOLOGIES), "schemes": list(SCHEMES), "max_workers": 128, "steps": None}
+    out = reader.derived_dir / f"{variant('schemes', options, defaults)}.parquet"
+    stamp = {"version": VERSION, **options, "files": reader.fingerprint()}
+    if not force and same_stamp(stamp, read_stamp(out)):
+        df = read_table(out)
+        df.attrs.update(run_id=reader.run_id, path=out)
         return df
-    topos = {name: preset(name) for name in topologies}
     tensors = reader.manifest["tensors"]
     rows: list[dict] = []
     for step in tqdm(reader.steps()[:steps], desc=f"evaluate {reader.run_id}", unit="step", disable=not progress):
@@ -102,12 +117,11 @@ def evaluate(
             for n in (k for k in worker_counts(len(ordered)) if k <= max_workers):
                 info = tensors[tensor]
                 rows += _rows(tensor, info["kind"], step, int(info["numel"]), ordered[:n], topos, names)
+    if not rows:
+        raise ValueError(f"run {reader.run_id}: nothing to evaluate (no captured step with 2 or more workers)")
     df = pd.DataFrame(rows)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out) as tmp:
-        df.to_parquet(tmp)
-    atomic_write_json(stamp_path, stamp)
-    df.attrs["run_id"] = reader.run_id
+    write_table(out, df, stamp)
+    df.attrs.update(run_id=reader.run_id, path=out)
     return df
 
 

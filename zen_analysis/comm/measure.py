@@ -196,17 +196,23 @@ def replay_run(
 ) -> pd.DataFrame:
     """``compare`` on a run's captured tensors: rank r holds worker r's captured gradient (indices and real
     values) of ``tensor`` (default: the natural one) at each of the first ``steps`` captured steps. Writes
-    ``data/derived/<run>/bench_comm.parquet`` and returns it (one row per step, scheme and phase)."""
+    ``data/derived/<run>/bench_comm.parquet`` (``bench_comm-<hash>.parquet`` for other ranks, steps, tensor or
+    schemes than the defaults) and returns it (one row per step, scheme and phase)."""
     from tqdm.auto import tqdm
 
-    from zen_analysis.atomic import atomic_path
     from zen_analysis.capture.traces import TraceReader
+    from zen_analysis.comm import SCHEMES
     from zen_analysis.comm.topology import local
-    from zen_analysis.sparsity.characterize import derived_dir
+    from zen_analysis.derived import variant, write_table
 
     reader = TraceReader(run)
     tensors = reader.manifest["tensors"]
-    tensor = tensor or next((t for t, i in tensors.items() if i["kind"] == "natural"), next(iter(tensors)))
+    if not tensors:
+        raise ValueError(f"run {reader.run_id} captured no tensor")
+    default_tensor = next((t for t, i in tensors.items() if i["kind"] == "natural"), next(iter(tensors)))
+    options = {"ranks": ranks, "steps": steps, "tensor": tensor or default_tensor, "schemes": sorted(schemes or SCHEMES)}
+    defaults = {"ranks": 4, "steps": 3, "tensor": default_tensor, "schemes": sorted(SCHEMES)}
+    tensor = options["tensor"]
     if tensor not in tensors:
         raise ValueError(f"run {reader.run_id} has no captured tensor {tensor!r}; it has {sorted(tensors)}")
     numel = int(tensors[tensor]["numel"])
@@ -220,10 +226,9 @@ def replay_run(
                      repeats=repeats, topology=topo, schemes=schemes)  # fmt: skip
         frames.append(df.assign(run=reader.run_id, tensor=tensor, step=step, numel=numel, ranks=ranks))
     out = pd.concat(frames, ignore_index=True)
-    path = derived_dir(reader.run_id) / "bench_comm.parquet"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path) as tmp:
-        out.to_parquet(tmp)
+    path = reader.derived_dir / f"{variant('bench_comm', options, defaults)}.parquet"
+    write_table(path, out, {**options, "repeats": repeats, "files": reader.fingerprint()})
+    out.attrs["path"] = path
     return out
 
 

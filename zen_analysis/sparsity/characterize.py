@@ -2,7 +2,7 @@
 
 For every captured tensor and step, the workers' index sets are read once (indices only, one step at a time,
 so peak memory does not grow with the number of steps) and turned into the paper's metrics. Tables, written to
-``data/derived/<run_id>/`` as Parquet (one row group per step):
+``data/derived/<run_id>/characterize/`` as Parquet (one row group per step; see *Where* below):
 
 =================  ==========================================================================================
 ``density``        tensor, granularity, step, worker, numel, nnz, density
@@ -23,11 +23,13 @@ Documented choices:
   default (``natural_granularity="row"``, numel = number of rows): a touched row has all its elements non-zero,
   so overlap and densification are identical at both granularities and row sets are ``hidden_size`` times
   smaller. ``natural_granularity="element"`` analyses flat element indices instead.
+* **Where.** ``data/derived/<run_id>/characterize/<granularity>-seed<hash_seed>/``: each choice of options its
+  own directory, built in a temporary directory and swapped in whole when every table is done, so a failed run
+  (a corrupt shard, Ctrl-C) leaves the previous tables as they were (``zen_analysis.derived``).
 * **Owners for imbalance.** ``contiguous`` (even ranges, as Sparse PS / OmniReduce) and ``hash`` (Zen's h0 with
   ``hash_seed``).
 
-Re-running reuses the tables unless the traces, the options or this module's ``VERSION`` changed
-(``stamp.json``).
+Re-running reuses the tables unless the traces or this module's ``VERSION`` changed (``stamp.json``).
 """
 
 from __future__ import annotations
@@ -43,8 +45,9 @@ import pyarrow.parquet as pq
 import torch
 
 from zen_analysis import paths
-from zen_analysis.atomic import atomic_path, atomic_write_json
+from zen_analysis.atomic import atomic_dir, atomic_write_json
 from zen_analysis.capture.traces import TraceReader
+from zen_analysis.derived import read_table
 from zen_analysis.sparsity.metrics import (
     contiguous_owner,
     imbalance_ratios,
@@ -83,7 +86,13 @@ def worker_counts(num_workers: int) -> list[int]:
 
 
 def derived_dir(run_id: str) -> Path:
-    return paths.derived_dir() / run_id
+    """``data/derived/<run_id>/`` (the id checked: a name, never a path)."""
+    return paths.derived_run_dir(run_id)
+
+
+def tables_dir(reader: TraceReader, options: CharacterizeOptions) -> Path:
+    """Where the tables of ``reader``'s traces under ``options`` live."""
+    return reader.derived_dir / "characterize" / f"{options.natural_granularity}-seed{options.hash_seed}"
 
 
 def _stamp(reader: TraceReader, options: CharacterizeOptions) -> dict:
@@ -95,11 +104,10 @@ def _stamp(reader: TraceReader, options: CharacterizeOptions) -> dict:
 
 
 class _TableWriters:
-    """One Parquet writer per table, each step appended as a row group; files appear atomically at close."""
+    """One Parquet writer per table in ``out`` (a temporary directory), each step appended as a row group."""
 
     def __init__(self, out: Path) -> None:
         self.out = out
-        self._ctx = {}
         self._writers: dict[str, pq.ParquetWriter] = {}
 
     def append(self, name: str, rows: list[dict]) -> None:
@@ -107,19 +115,13 @@ class _TableWriters:
             return
         table = pa.Table.from_pylist(rows)
         if name not in self._writers:
-            ctx = atomic_path(self.out / f"{name}.parquet")
-            tmp = ctx.__enter__()
-            self._ctx[name] = ctx
-            self._writers[name] = pq.ParquetWriter(tmp, table.schema, compression="zstd")
+            self._writers[name] = pq.ParquetWriter(self.out / f"{name}.parquet", table.schema, compression="zstd",
+                                                   write_page_checksum=True)  # fmt: skip
         self._writers[name].write_table(table.cast(self._writers[name].schema))
 
-    def close(self, ok: bool) -> None:
-        for name, w in self._writers.items():
+    def close(self) -> None:
+        for w in self._writers.values():
             w.close()
-            if ok:
-                self._ctx[name].__exit__(None, None, None)
-            else:
-                self._ctx[name].__exit__(RuntimeError, RuntimeError("aborted"), None)
 
 
 def _step_rows(tensor: str, gran: str, step: int, numel: int, sets: dict[int, torch.Tensor], opts) -> dict:
@@ -155,24 +157,30 @@ def _step_rows(tensor: str, gran: str, step: int, numel: int, sets: dict[int, to
 def characterize(
     run: str | Path, *, options: CharacterizeOptions | None = None, force: bool = False, progress: bool = True
 ) -> Path:
-    """Compute (or reuse) the characterization tables of ``run``; returns ``data/derived/<run_id>/``."""
+    """Compute (or reuse) the characterization tables of ``run``; returns their directory,
+    ``data/derived/<run_id>/characterize/<granularity>-seed<hash_seed>/`` (:func:`tables_dir`).
+
+    The tables are computed into a temporary directory that replaces the previous one only once all are
+    written: an error on the way (a corrupt shard, an interrupt) leaves the previous tables untouched."""
     from tqdm.auto import tqdm
 
     opts = options or CharacterizeOptions()
     reader = TraceReader(run)
-    out = derived_dir(reader.run_id)
+    out = tables_dir(reader, opts)
     stamp = _stamp(reader, opts)
     stamp_path = out / "stamp.json"
     if not force and stamp_path.exists() and json.loads(stamp_path.read_text()) == stamp:
         return out
-    out.mkdir(parents=True, exist_ok=True)
-    stamp_path.unlink(missing_ok=True)
-    for name in TABLES:  # a table this run no longer produces (one captured step: no drift) must not linger
-        (out / f"{name}.parquet").unlink(missing_ok=True)
+    with atomic_dir(out) as tmp:
+        _compute(reader, opts, tmp, progress=progress, tqdm=tqdm)
+        atomic_write_json(tmp / "stamp.json", stamp)
+    return out
+
+
+def _compute(reader: TraceReader, opts: CharacterizeOptions, out: Path, *, progress: bool, tqdm) -> None:
     tensors = reader.manifest["tensors"]
     writers = _TableWriters(out)
     prev: dict[str, tuple[int, dict[int, torch.Tensor], torch.Tensor]] = {}
-    ok = False
     try:
         for step in tqdm(reader.steps(), desc=f"characterize {reader.run_id}", unit="step", disable=not progress):
             sets: dict[str, dict[int, torch.Tensor]] = {}
@@ -198,15 +206,14 @@ def characterize(
                 prev[tensor] = (step, by_worker, union)
                 for name, r in rows.items():
                     writers.append(name, r)
-        ok = True
     finally:
-        writers.close(ok)
-    atomic_write_json(stamp_path, stamp)
-    return out
+        writers.close()
 
 
-def load_tables(run: str | Path, *, characterize_if_missing: bool = True) -> dict[str, pd.DataFrame]:
+def load_tables(
+    run: str | Path, *, options: CharacterizeOptions | None = None, characterize_if_missing: bool = True
+) -> dict[str, pd.DataFrame]:
     """The characterization tables of ``run`` as DataFrames (computing them first if needed)."""
-    reader = TraceReader(run)
-    out = characterize(run, progress=False) if characterize_if_missing else derived_dir(reader.run_id)
-    return {name: pd.read_parquet(out / f"{name}.parquet") for name in TABLES if (out / f"{name}.parquet").exists()}
+    opts = options or CharacterizeOptions()
+    out = characterize(run, options=opts, progress=False) if characterize_if_missing else tables_dir(TraceReader(run), opts)
+    return {name: read_table(out / f"{name}.parquet") for name in TABLES if (out / f"{name}.parquet").exists()}
