@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import fcntl
 import json
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -65,16 +67,56 @@ def file_lock(path: Path) -> Iterator[None]:
 _RENAME_EXCHANGE = 2  # linux/fs.h
 
 
-def _exchange(a: Path, b: Path) -> bool:
-    """Swap two paths in one step (Linux ``renameat2(RENAME_EXCHANGE)``); False where the kernel or the
-    filesystem cannot."""
+def _exchange(a: Path, b: Path) -> int:
+    """Swap two paths in one step (Linux ``renameat2(RENAME_EXCHANGE)``); 0 on success, else the errno (ENOSYS
+    where libc has no ``renameat2``)."""
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        fn = libc.renameat2
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
     except (OSError, AttributeError):
-        return False
+        return errno.ENOSYS
     at_fdcwd = -100
-    return fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), _RENAME_EXCHANGE) == 0
+    if fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return 0
+    return ctypes.get_errno()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove_stale(path: Path) -> None:
+    """Temporary directories of ``path`` left by processes that died mid-way (``.<name>.<pid>.<random>.tmpdir``)."""
+    for d in path.parent.glob(f".{path.name}.*.tmpdir"):
+        parts = d.name[len(path.name) + 2 :].split(".")
+        if parts and parts[0].isdigit() and not _pid_alive(int(parts[0])):
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def _swap_in(tmp: Path, path: Path) -> None:
+    """Make ``tmp`` the new ``path``; afterwards ``tmp`` holds the old directory (or nothing)."""
+    for _ in range(3):  # another writer may create or replace ``path`` between our attempts
+        err = _exchange(tmp, path)
+        if err == 0:
+            return
+        if err == errno.ENOENT:  # no old directory: a plain rename, which refuses to replace a non-empty one
+            try:
+                os.rename(tmp, path)
+                return
+            except OSError as exc:
+                if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise
+                continue
+        break  # renameat2 unsupported here: two renames, the old directory moved aside first
+    old = path.with_name(f"{tmp.name}.old")
+    os.rename(path, old)
+    os.rename(tmp, path)
+    os.rename(old, tmp)
 
 
 @contextlib.contextmanager
@@ -82,31 +124,22 @@ def atomic_dir(path: Path) -> Iterator[Path]:
     """Yield an empty temporary directory beside ``path`` to fill; on success it takes ``path``'s place whole,
     on error it is removed and ``path`` is left exactly as it was.
 
-    A reader sees either the old directory or the new one, never a mix: the swap is one ``renameat2`` exchange
-    where Linux supports it, else two renames (the old directory is moved aside first, so a crash between them
-    leaves it intact under ``.<name>.<pid>.old``, never half-replaced).
+    The swap is one ``renameat2`` exchange where Linux supports it (else two renames, the old directory moved
+    aside first, so a crash between them never leaves it half-replaced). Each writer has its own temporary
+    directory (``mkdtemp``), so concurrent writers of the same ``path`` never share one; the last to finish
+    wins. Temporary directories of writers that were killed are removed by the next writer.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmpdir")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
+    _remove_stale(path)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmpdir", dir=path.parent))
     try:
         yield tmp
         for f in tmp.rglob("*"):
             if f.is_file():
                 with open(f, "rb") as fh:
                     os.fsync(fh.fileno())
-        if not path.exists():
-            os.rename(tmp, path)
-        elif _exchange(tmp, path):
-            pass  # tmp now holds the old directory
-        else:
-            old = path.with_name(f".{path.name}.{os.getpid()}.old")
-            os.rename(path, old)
-            os.rename(tmp, path)
-            os.rename(old, tmp)
+        _swap_in(tmp, path)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

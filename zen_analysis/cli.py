@@ -220,8 +220,8 @@ def main(argv: list[str] | None = None) -> None:
 
     try:
         args.func(args)
-    except KeyboardInterrupt:  # the launcher has already stopped every rank on its way out
-        print("\nzen-analysis: interrupted; every rank was stopped", file=sys.stderr)
+    except KeyboardInterrupt:  # a launcher has already stopped its ranks on its way out
+        print("\nzen-analysis: interrupted (ranks it had started were stopped; finished files are intact)", file=sys.stderr)
         sys.exit(130)
     except (ValueError, TraceError) as exc:  # config, input and trace mistakes: a clear message, no traceback
         sys.exit(f"zen-analysis: error: {exc}")

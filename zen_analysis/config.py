@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import numbers
 import typing
 from dataclasses import dataclass, field
 from typing import Any
@@ -348,7 +349,6 @@ class ExperimentConfig:
 
     def validate(self) -> None:
         """Cross-section checks; re-run after editing fields of a built config."""
-        check_run_id(self.name, what="name (the run id's prefix)")
         if self.run_id:
             check_run_id(self.run_id)
         for sub in (self.model, self.data, self.train, self.capture, self.dist, self.sync, self.local_sgd, self.perturb):
@@ -416,10 +416,19 @@ def _from_dict(cls: type, d: Any, prefix: str = "") -> Any:
 
 
 def _typed(value: Any, tp: type, key: str) -> Any:
-    """``value`` if it is a JSON value of type ``tp`` (an int is a float), else a ValueError naming ``key``."""
-    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+    """``value`` as ``tp`` if it is a value of that type (numpy scalars too; an int is a float, a whole float an
+    int), else a ValueError naming ``key``. Booleans are never numbers here."""
+    is_bool = isinstance(value, bool) or type(value).__name__ == "bool_"
+    if tp is bool and is_bool:
+        return bool(value)
+    if tp is int and not is_bool:
+        if isinstance(value, numbers.Integral):
+            return int(value)
+        if isinstance(value, numbers.Real) and float(value).is_integer():
+            return int(value)
+    if tp is float and not is_bool and isinstance(value, numbers.Real):
         return float(value)
-    if isinstance(value, tp) and not (tp is int and isinstance(value, bool)):
+    if tp not in (bool, int, float) and isinstance(value, tp):
         return value
     raise ValueError(f"{key}: expected {tp.__name__}, got {value!r}")
 

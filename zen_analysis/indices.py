@@ -33,7 +33,7 @@ def check_indices(
     if t.dim() != 1:
         raise ValueError(f"{name} must be 1-D (flat positions in the flattened tensor), got shape {tuple(t.shape)}")
     wide = t.to(torch.long)  # lossless below 2**63; torch has few kernels for the unsigned types
-    lo, hi = (int(v) for v in torch.aminmax(wide))
+    lo, hi = torch.stack(torch.aminmax(wide)).tolist()  # one host sync on a GPU
     if t.dtype == torch.uint64 and lo < 0:
         raise ValueError(f"{name}: unsigned 64-bit values >= 2**63 do not fit an int64 position")
     if lo < 0:

@@ -282,6 +282,23 @@ def test_a_forked_run_listens_on_loopback_only(lab):
     assert all(_is_loopback(a) for a in found), found
 
 
+def _ok(cfg, *, info, log):
+    t = torch.full((2,), float(info.rank))
+    dist.all_reduce(t)
+    return {"sum": t.tolist()}
+
+
+def test_a_data_root_with_url_characters_still_rendezvouses_in_its_own_run_directory(lab, tmp_path, monkeypatch):
+    root = tmp_path / "odd#name?x=1" / "data"
+    root.mkdir(parents=True)
+    for cache in ("tokenizers", "tokens"):  # share the lab's caches: no retraining
+        (root / cache).symlink_to(lab / cache)
+    monkeypatch.setenv("ZEN_ANALYSIS_DATA", str(root))
+    result = launch(_smoke("odd"), target=_ok, progress=False, echo=False)
+    assert result.results[0]["sum"] == [1.0, 1.0]
+    assert not (tmp_path / "odd").exists()  # a store cut at '#' would have landed here
+
+
 def test_fork_launch_listens_on_loopback_only():
     from zen_analysis.dist.launch import fork_launch
 
@@ -370,3 +387,73 @@ def test_the_same_run_id_cannot_be_launched_twice_at_once(lab):
     with pytest.raises(ValueError, match="overwrite"):
         launch(_smoke("twice", train__num_steps=2), progress=False, echo=False)
     assert_preserved(before, lab)
+
+
+def test_the_root_cause_is_a_fatal_signal_then_a_real_error_then_an_abort(tmp_path):
+    from zen_analysis.dist.launch import _failure
+
+    (tmp_path / "errors").mkdir()
+    (tmp_path / "errors" / "rank0.txt").write_text("Traceback...\nValueError: the real error\n")
+    (tmp_path / "errors" / "rank3.txt").write_text("RuntimeError: Connection closed by peer: timed out\n")
+    # rank 1 aborted (gloo's SIGABRT after a peer died): the ValueError on rank 0 is the cause
+    e = _failure(tmp_path, "r", [0, 1, 3], {0: 1, 1: -int(signal.SIGABRT), 3: 1}, [], [])
+    assert e.rank == 0 and "the real error" in str(e)
+    # a rank killed by SIGKILL (OOM killer, kill -9) comes before everything else
+    e = _failure(tmp_path, "r", [0, 1, 2], {0: 1, 1: -int(signal.SIGABRT), 2: -int(signal.SIGKILL)}, [], [])
+    assert e.rank == 2 and str(e).startswith("rank 2 of run r was killed by SIGKILL")
+    # only timeouts and an abort: the abort
+    e = _failure(tmp_path, "r", [1, 3], {1: -int(signal.SIGABRT), 3: 1}, [], [])
+    assert e.rank == 1 and "SIGABRT" in str(e)
+
+
+def _zero_inside_pages(path: Path, column: str) -> None:
+    start, length = _data_page_span(path, column)
+    raw = bytearray(path.read_bytes())
+    mid = start + length // 2
+    raw[mid - 8 : mid + 8] = bytes(16) if any(raw[mid - 8 : mid + 8]) else b"\xff" * 16
+    path.write_bytes(bytes(raw))
+
+
+def test_a_damaged_cached_table_is_recomputed_not_a_crash(lab, copy_of_victim):
+    copy_of_victim("healing")
+    df = evaluate("healing", progress=False)
+    path = df.attrs["path"]
+    _zero_inside_pages(path, "seconds")  # the footer, and so the stamp, intact
+    from zen_analysis.derived import read_table
+
+    with pytest.raises(OSError):  # really damaged (page checksum)
+        read_table(path)
+    again = evaluate("healing", progress=False)
+    assert again.equals(df)
+    out = characterize("healing", progress=False)
+    table = out / "overlap.parquet"
+    _zero_inside_pages(table, "overlap")
+    with pytest.raises(OSError):
+        read_table(table)
+    from zen_analysis.sparsity.characterize import load_tables
+
+    assert len(load_tables("healing")["overlap"]) > 0
+
+
+def test_concurrent_writers_of_one_directory_never_share_a_temporary(tmp_path):
+    import threading
+
+    from zen_analysis.atomic import atomic_dir
+
+    errors = []
+
+    def write(i):
+        try:
+            with atomic_dir(tmp_path / "tables") as tmp:
+                (tmp / "t.txt").write_text(str(i))
+                time.sleep(0.01)
+        except Exception as exc:  # noqa: BLE001 - collected for the assertion
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert [p.name for p in tmp_path.iterdir()] == ["tables"] and (tmp_path / "tables" / "t.txt").read_text().isdigit()

@@ -202,9 +202,9 @@ def _records_table(recs: list[SparseGrad], schema: pa.Schema, index_np) -> pa.Ta
 def resolve_trace_dir(run: str | Path) -> Path:
     """A run id (looked up under data/traces first) or a path to a trace directory."""
     candidate = None
-    if isinstance(run, str) and RUN_ID.fullmatch(run):
+    if RUN_ID.fullmatch(str(run)):
         try:
-            candidate = paths.trace_dir(run)
+            candidate = paths.trace_dir(str(run))
         except ValueError as exc:
             raise TraceError(str(exc)) from None
         if candidate.is_dir():
@@ -273,7 +273,7 @@ class TraceReader:
         self.files = sorted(self.directory.glob("rank*-shard*.parquet"))
         self._summary: pd.DataFrame | None = None
         under_traces = self.directory.resolve().parent == paths.traces_dir().resolve()
-        self.run_id = self.directory.name if under_traces else self.directory.resolve().name
+        self.run_id = self.directory.resolve().name
         """The name the run is known by here: its directory's (a copied run is its copy, whatever its manifest's
         ``run_id`` says: that is where it was captured)."""
         if under_traces:
@@ -375,9 +375,9 @@ class TraceReader:
                 yield from _table_records(table)
 
 
-def _list_parts(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+def _list_parts(col: pa.ChunkedArray, *, values: bool = True) -> tuple[np.ndarray | None, np.ndarray]:
     arr = col.combine_chunks()
-    return arr.values.to_numpy(zero_copy_only=False), arr.offsets.to_numpy()
+    return (arr.values.to_numpy(zero_copy_only=False) if values else None), arr.offsets.to_numpy()
 
 
 def check_records(table: pa.Table, tensors: dict[str, dict]) -> None:
@@ -405,7 +405,7 @@ def check_records(table: pa.Table, tensors: dict[str, dict]) -> None:
             raise ValueError("numel disagrees with shape")
     nnz = table.column("nnz").to_numpy() if "nnz" in cols else None
     if "values" in cols and nnz is not None:
-        _, voff = _list_parts(table.column("values"))
+        _, voff = _list_parts(table.column("values"), values=False)
         if not np.array_equal(np.diff(voff), nnz):
             raise ValueError("nnz disagrees with the number of values")
     if "indices" not in cols:
@@ -414,8 +414,7 @@ def check_records(table: pa.Table, tensors: dict[str, dict]) -> None:
     counts = np.diff(off)
     if nnz is not None and not np.array_equal(counts, nnz):
         raise ValueError("nnz disagrees with the number of indices")
-    idx = idx.astype(np.int64, copy=False)
-    rising = np.diff(idx) > 0
+    rising = idx[1:] > idx[:-1]  # in the stored dtype: no int64 copy of a large row group
     cuts = off[1:-1]
     rising[cuts[(cuts > 0) & (cuts < idx.size)] - 1] = True  # from one record to the next anything goes
     if not rising.all():

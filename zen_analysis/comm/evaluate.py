@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 import torch
 
 from zen_analysis.capture.traces import TraceReader
@@ -103,9 +104,12 @@ def evaluate(
     out = reader.derived_dir / f"{variant('schemes', options, defaults)}.parquet"
     stamp = {"version": VERSION, **options, "files": reader.fingerprint()}
     if not force and same_stamp(stamp, read_stamp(out)):
-        df = read_table(out)
-        df.attrs.update(run_id=reader.run_id, path=out)
-        return df
+        try:
+            df = read_table(out)
+            df.attrs.update(run_id=reader.run_id, path=out)
+            return df
+        except (OSError, pa.ArrowException):  # a damaged cache is a miss: recomputed below and replaced
+            pass
     tensors = reader.manifest["tensors"]
     rows: list[dict] = []
     for step in tqdm(reader.steps()[:steps], desc=f"evaluate {reader.run_id}", unit="step", disable=not progress):

@@ -196,8 +196,8 @@ def replay_run(
 ) -> pd.DataFrame:
     """``compare`` on a run's captured tensors: rank r holds worker r's captured gradient (indices and real
     values) of ``tensor`` (default: the natural one) at each of the first ``steps`` captured steps. Writes
-    ``data/derived/<run>/bench_comm.parquet`` (``bench_comm-<hash>.parquet`` for other ranks, steps, tensor or
-    schemes than the defaults) and returns it (one row per step, scheme and phase)."""
+    ``data/derived/<run>/bench_comm.parquet`` (``bench_comm-<hash>.parquet`` for other ranks, steps, tensor,
+    schemes or repeats than the defaults) and returns it (one row per step, scheme and phase)."""
     from tqdm.auto import tqdm
 
     from zen_analysis.capture.traces import TraceReader
@@ -210,8 +210,14 @@ def replay_run(
     if not tensors:
         raise ValueError(f"run {reader.run_id} captured no tensor")
     default_tensor = next((t for t, i in tensors.items() if i["kind"] == "natural"), next(iter(tensors)))
-    options = {"ranks": ranks, "steps": steps, "tensor": tensor or default_tensor, "schemes": sorted(schemes or SCHEMES)}
-    defaults = {"ranks": 4, "steps": 3, "tensor": default_tensor, "schemes": sorted(SCHEMES)}
+    unknown = sorted(set(schemes or ()) - set(SCHEMES))
+    if unknown:
+        raise ValueError(f"unknown schemes {unknown}; choose from {sorted(SCHEMES)}")
+    if ranks < 2 or steps < 1 or repeats < 1:
+        raise ValueError(f"need ranks >= 2, steps >= 1 and repeats >= 1, got {ranks}, {steps}, {repeats}")
+    options = {"ranks": ranks, "steps": steps, "tensor": tensor or default_tensor, "schemes": sorted(schemes or SCHEMES),
+               "repeats": repeats}  # fmt: skip
+    defaults = {"ranks": 4, "steps": 3, "tensor": default_tensor, "schemes": sorted(SCHEMES), "repeats": 25}
     tensor = options["tensor"]
     if tensor not in tensors:
         raise ValueError(f"run {reader.run_id} has no captured tensor {tensor!r}; it has {sorted(tensors)}")
@@ -227,9 +233,26 @@ def replay_run(
         frames.append(df.assign(run=reader.run_id, tensor=tensor, step=step, numel=numel, ranks=ranks))
     out = pd.concat(frames, ignore_index=True)
     path = reader.derived_dir / f"{variant('bench_comm', options, defaults)}.parquet"
-    write_table(path, out, {**options, "repeats": repeats, "files": reader.fingerprint()})
+    write_table(path, out, {**options, "files": reader.fingerprint()})
     out.attrs["path"] = path
     return out
+
+
+def load_replay(run) -> pd.DataFrame | None:
+    """The measured replay of ``run`` a figure should show: the default options' ``bench_comm.parquet`` if it
+    exists, else the newest ``bench_comm-<hash>.parquet`` (its options in ``df.attrs["stamp"]``); None if the run
+    was never replayed."""
+    from zen_analysis.capture.traces import TraceReader
+    from zen_analysis.derived import read_stamp, read_table
+
+    folder = TraceReader(run).derived_dir
+    default = folder / "bench_comm.parquet"
+    found = [default] if default.exists() else sorted(folder.glob("bench_comm-*.parquet"), key=lambda p: p.stat().st_mtime)[-1:]
+    if not found:
+        return None
+    df = read_table(found[0])
+    df.attrs.update(path=found[0], stamp=read_stamp(found[0]))
+    return df
 
 
 def replay_synthetic(

@@ -1,7 +1,7 @@
 """Who am I: rank, world size and device from the environment, and process-group setup/teardown.
 
 The same variables drive every launcher: our fork launcher sets ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` itself,
-with ``ZEN_ANALYSIS_INIT_METHOD`` (a ``file://`` store in the run directory: no listening socket) and
+with ``ZEN_ANALYSIS_FILE_STORE`` (a ``FileStore`` in the run directory: no listening socket) and
 ``GLOO_SOCKET_IFNAME`` (loopback); torchrun sets ``RANK``.. and ``MASTER_ADDR``/``MASTER_PORT`` for each rank it
 starts, and its c10d store listens on that port on every interface (its endpoint, as configured). Without them the process is a
 single rank (world size 1) and no process group is created: ``train(cfg)`` runs in a notebook kernel as is.
@@ -52,10 +52,11 @@ def init(cfg: DistConfig) -> RankInfo:
     else:
         device = torch.device("cpu")
     if world > 1 and not dist.is_initialized():
+        # the fork launcher's file store (no socket); torchrun's ranks rendezvous by env:// at its endpoint
+        store_path = os.environ.get("ZEN_ANALYSIS_FILE_STORE")
         dist.init_process_group(
             backend=backend,
-            # the fork launcher's FileStore (loopback only); torchrun's ranks rendezvous by env:// at its endpoint
-            init_method=os.environ.get("ZEN_ANALYSIS_INIT_METHOD"),
+            store=dist.FileStore(store_path, world) if store_path else None,
             rank=rank,
             world_size=world,
             timeout=datetime.timedelta(seconds=cfg.timeout_s),

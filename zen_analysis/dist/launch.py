@@ -105,7 +105,7 @@ def loopback_env(store: Path) -> dict[str, str]:
     """Environment for a forked rank that talks on loopback only: the rendezvous is a ``FileStore`` at ``store``
     (no listening socket: c10d's ``TCPStore`` binds every interface whatever ``MASTER_ADDR`` says) and gloo binds
     its connections to the loopback interface (by default it takes the address the host name resolves to)."""
-    return {"ZEN_ANALYSIS_INIT_METHOD": f"file://{store}", "GLOO_SOCKET_IFNAME": loopback_interface()}
+    return {"ZEN_ANALYSIS_FILE_STORE": str(store), "GLOO_SOCKET_IFNAME": loopback_interface()}
 
 
 def new_run_id(name: str) -> str:
@@ -226,19 +226,22 @@ def prepare_run(
         return _write_run(cfg, target, progress)
 
 
-def _die_with_parent(sig: int = signal.SIGTERM) -> None:
-    """Ask Linux to send ``sig`` to this process when its parent dies (no orphans if a kernel is killed)."""
+def _die_with_parent(sig: int = signal.SIGTERM, parent: int | None = None) -> None:
+    """Ask Linux to send ``sig`` to this process when its parent dies (no orphans if a kernel is killed); with
+    ``parent``, exit at once if that parent already died before the request was made."""
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, sig)
     except OSError:  # not Linux: the launcher still stops its children on every exit path
         pass
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)
 
 
-def _fork_child(rank: int, world: int, run_dir: Path, target: Callable[..., Any] | None) -> None:
+def _fork_child(rank: int, world: int, run_dir: Path, target: Callable[..., Any] | None, parent: int) -> None:
     import torch
 
     torch.set_num_threads(1)  # first: fork after the parent used the thread pool deadlocks otherwise
-    _die_with_parent(signal.SIGKILL)
+    _die_with_parent(signal.SIGKILL, parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what an interrupt stops
     os.environ.update(
         RANK=str(rank),
@@ -308,6 +311,9 @@ def _tail_text(path: Path, num_lines: int = 40) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-num_lines:])
 
 
+_FATAL_SIGNALS = {int(s) for s in (signal.SIGKILL, signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE)}
+
+
 def _signal_name(num: int) -> str:
     try:
         return signal.Signals(num).name
@@ -318,11 +324,19 @@ def _signal_name(num: int) -> str:
 def _failure(run_dir: Path, run_id: str, failed: list[int], codes: dict[int, int | None], killed: list[int], pids: list[int]) -> RankFailedError:
     errors = {r: run_dir / "errors" / f"rank{r}.txt" for r in failed}
     with_tb = [r for r in failed if errors[r].exists()]
-    # The root cause: a rank killed by a signal (the others then fail on its closed connections), else the first
-    # rank that raised something other than a timeout, if any.
+    # The root cause, in this order: a rank killed from outside or by a fatal fault (SIGKILL: the OOM killer or
+    # kill -9; SIGSEGV, SIGBUS...: the others then fail on its closed connections); the first rank that raised
+    # something other than a timeout; a rank that died by another signal (gloo aborts a rank whose peer died
+    # with SIGABRT: a consequence more often than a cause); the first timeout.
     signalled = [r for r in failed if (codes.get(r) or 0) < 0]
-    first = min(with_tb, key=lambda r: (is_timeout(errors[r].read_text()), errors[r].stat().st_mtime), default=None)
-    rank = signalled[0] if signalled else first if first is not None else (failed[0] if failed else None)
+    fatal = [r for r in signalled if -codes[r] in _FATAL_SIGNALS]
+    raised = sorted(with_tb, key=lambda r: (is_timeout(errors[r].read_text()), errors[r].stat().st_mtime))
+    if fatal:
+        rank = fatal[0]
+    elif raised and not is_timeout(errors[raised[0]].read_text()):
+        rank = raised[0]
+    else:
+        rank = next(iter(signalled + raised + failed), None)
     if rank is None:
         return RankFailedError(f"run {run_id}: launcher failed without a rank error", rank=None, run_id=run_id, pids=pids)
     log = run_dir / "logs" / f"rank{rank}.log"
@@ -341,7 +355,7 @@ def _failure(run_dir: Path, run_id: str, failed: list[int], codes: dict[int, int
     msg += f"\n\nfull log: {log}"
     others = sorted(set(failed) - {rank})
     if others:
-        msg += f"\nranks {others} failed {'after it' if signalled else 'too'} (see errors/ in {run_dir})"
+        msg += f"\nranks {others} failed {'after it' if rank in fatal else 'too'} (see errors/ in {run_dir})"
     if killed:
         msg += f"\nranks {killed} were still running and were stopped"
         if rank not in signalled and is_timeout(errors[rank].read_text() if errors[rank].exists() else ""):
@@ -411,7 +425,7 @@ def _launch_claimed(cfg: ExperimentConfig, *, target, progress, echo, timeout_s,
         preload(cfg.model.arch)
 
         ctx = mp.get_context("fork")
-        procs = [ctx.Process(target=_fork_child, args=(r, world, run_dir, target if callable(target) else None)) for r in range(world)]
+        procs = [ctx.Process(target=_fork_child, args=(r, world, run_dir, target if callable(target) else None, os.getpid())) for r in range(world)]
         for p in procs:
             p.start()
     pids = [p.pid for p in procs]
@@ -486,7 +500,7 @@ def ensure_run(cfg: ExperimentConfig, **launch_kwargs: Any) -> str:
     return cfg.run_id
 
 
-def _fork_fn_child(rank: int, world: int, out_dir: Path, fn: Callable[..., Any], args: tuple, timeout_s: float) -> None:
+def _fork_fn_child(rank: int, world: int, out_dir: Path, fn: Callable[..., Any], args: tuple, timeout_s: float, parent: int) -> None:
     import datetime
     import pickle
     import traceback
@@ -495,14 +509,14 @@ def _fork_fn_child(rank: int, world: int, out_dir: Path, fn: Callable[..., Any],
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    _die_with_parent(signal.SIGKILL)
+    _die_with_parent(signal.SIGKILL, parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     code = 0
     try:
         env = loopback_env(out_dir / "rendezvous")
         os.environ["GLOO_SOCKET_IFNAME"] = env["GLOO_SOCKET_IFNAME"]
         dist.init_process_group(
-            "gloo", init_method=env["ZEN_ANALYSIS_INIT_METHOD"], rank=rank, world_size=world,
+            "gloo", store=dist.FileStore(env["ZEN_ANALYSIS_FILE_STORE"], world), rank=rank, world_size=world,
             timeout=datetime.timedelta(seconds=timeout_s),
         )  # fmt: skip
         result = fn(rank, world, *args)
@@ -528,7 +542,7 @@ def fork_launch(fn: Callable[..., Any], num_ranks: int, *args: Any, timeout_s: f
     with tempfile.TemporaryDirectory(prefix="zen-fork-") as tmp:
         out_dir = Path(tmp)
         ctx = mp.get_context("fork")
-        procs = [ctx.Process(target=_fork_fn_child, args=(r, num_ranks, out_dir, fn, args, timeout_s)) for r in range(num_ranks)]
+        procs = [ctx.Process(target=_fork_fn_child, args=(r, num_ranks, out_dir, fn, args, timeout_s, os.getpid())) for r in range(num_ranks)]
         for p in procs:
             p.start()
         deadline = time.monotonic() + timeout_s + 30

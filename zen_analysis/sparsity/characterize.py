@@ -46,7 +46,7 @@ import torch
 
 from zen_analysis import paths
 from zen_analysis.atomic import atomic_dir, atomic_write_json
-from zen_analysis.capture.traces import TraceReader
+from zen_analysis.capture.traces import TraceError, TraceReader
 from zen_analysis.derived import read_table
 from zen_analysis.sparsity.metrics import (
     contiguous_owner,
@@ -216,4 +216,22 @@ def load_tables(
     """The characterization tables of ``run`` as DataFrames (computing them first if needed)."""
     opts = options or CharacterizeOptions()
     out = characterize(run, options=opts, progress=False) if characterize_if_missing else tables_dir(TraceReader(run), opts)
-    return {name: read_table(out / f"{name}.parquet") for name in TABLES if (out / f"{name}.parquet").exists()}
+    for attempt in range(3):
+        stamp = _read_text(out / "stamp.json")
+        try:
+            tables = {name: read_table(out / f"{name}.parquet") for name in TABLES if (out / f"{name}.parquet").exists()}
+        except (OSError, pa.ArrowException) as exc:  # a damaged table: recompute it once, if allowed
+            if not characterize_if_missing or attempt:
+                raise TraceError(f"{out}: a table cannot be read ({exc}); run `zen-analysis characterize --force`") from None
+            characterize(run, options=opts, force=True, progress=False)
+            continue
+        if _read_text(out / "stamp.json") == stamp:  # not swapped for a newer set while we read
+            return tables
+    raise TraceError(f"{out}: the tables kept changing while being read (another characterize running?)")
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None

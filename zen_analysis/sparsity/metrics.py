@@ -70,12 +70,13 @@ def union_sizes(index_sets: Sequence[torch.Tensor], groups: Sequence[Sequence[in
     group above 2^28 elements."""
     if numel > 1 << 28:
         return [int(union_of([index_sets[i] for i in g], numel).numel()) for g in groups]
+    sets = [check_indices(s, numel, name="an index set") for s in index_sets]
     last = torch.full((numel,), -1, dtype=torch.int32)
     sizes = []
     for gid, g in enumerate(groups):
         n = 0
         for i in g:
-            s = check_indices(index_sets[i], numel, name="an index set")
+            s = sets[i]
             n += int((last[s] != gid).sum())
             last[s] = gid
         sizes.append(n)
@@ -144,7 +145,7 @@ def densification_ratio(index_sets: Sequence[torch.Tensor]) -> float:
     mean = sum(s.numel() for s in sets) / len(sets)
     if mean == 0:
         return _NAN
-    return torch.unique(torch.cat(sets)).numel() / mean
+    return union_of(sets, max(int(s[-1]) for s in sets if s.numel()) + 1).numel() / mean  # sets are sorted
 
 
 def partition_of(indices: torch.Tensor, numel: int, num_partitions: int) -> torch.Tensor:

@@ -40,8 +40,14 @@ _U32 = ctypes.c_uint32
 _INT = ctypes.c_int
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("ZEN_ANALYSIS_CACHE", Path.home() / ".cache" / "zen_analysis")) / "native"
+def cache_dir() -> Path | None:
+    """``$ZEN_ANALYSIS_CACHE/native`` (default ``~/.cache/zen_analysis/native``); None without a home directory."""
+    if "ZEN_ANALYSIS_CACHE" in os.environ:
+        return Path(os.environ["ZEN_ANALYSIS_CACHE"]) / "native"
+    try:
+        return Path.home() / ".cache" / "zen_analysis" / "native"
+    except (RuntimeError, KeyError):
+        return None
 
 
 def compiler() -> str | None:
@@ -54,7 +60,7 @@ def _private_dir(folder: Path) -> bool:
     else can write (an existing one of ours is tightened to 0700). We load code from here: trust nothing else."""
     try:
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        st = folder.lstat()
+        st = folder.stat()  # a symlink to a directory of ours is fine: the directory is what we check
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
             return False
         if stat.S_IMODE(st.st_mode) != 0o700:
@@ -86,7 +92,7 @@ def _build() -> Path:
     tag = hashlib.sha256(source + " ".join((cc, *FLAGS)).encode()).hexdigest()[:16]
     name = f"zen_hash-{tag}.so"
     folder = cache_dir()
-    if _private_dir(folder):
+    if folder is not None and _private_dir(folder):
         target = folder / name
         if _trusted(target):
             return target
@@ -94,7 +100,12 @@ def _build() -> Path:
             return _compile(cc, target)  # also replaces a file there that we do not trust
         except OSError:
             pass
-    return _compile(cc, Path(tempfile.mkdtemp(prefix="zen_analysis-native-")) / name)
+    private = Path(tempfile.mkdtemp(prefix="zen_analysis-native-"))
+    try:
+        return _compile(cc, private / name)
+    except BaseException:
+        shutil.rmtree(private, ignore_errors=True)
+        raise
 
 
 def _compile(compiler: str, target: Path) -> Path:
