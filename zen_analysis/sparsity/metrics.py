@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from zen_analysis.indices import check_indices
+from zen_analysis.indices import as_index_tensor, check_bounds, check_indices
 
 Owner = Callable[[torch.Tensor], torch.Tensor]
 """Maps a 1-D int64 tensor of indices to a same-shape tensor of partition ids in [0, num_partitions)."""
@@ -42,10 +42,14 @@ _NAN = float("nan")
 def index_set(indices: torch.Tensor | np.ndarray | Sequence[int], numel: int | None = None) -> torch.Tensor:
     """Sorted unique int64 tensor of the given indices (checked by :func:`~zen_analysis.indices.check_indices`:
     1-D, integer, non-negative, below ``numel`` when given)."""
-    t = check_indices(indices, numel, name="an index set")
+    t = as_index_tensor(indices, name="an index set")
     if t.numel() < 2 or bool((t[1:] > t[:-1]).all()):  # already a set (traces store sorted indices): O(n)
+        if t.numel():
+            check_bounds(int(t[0]), int(t[-1]), numel, name="an index set")
         return t
-    return torch.unique(t)
+    t = torch.unique(t)
+    check_bounds(int(t[0]), int(t[-1]), numel, name="an index set")
+    return t
 
 
 def union_of(index_sets: Sequence[torch.Tensor], numel: int) -> torch.Tensor:
@@ -87,8 +91,9 @@ def rows_of(indices: torch.Tensor, row_size: int) -> torch.Tensor:
     """Row ids touched by element ``indices`` of a row-major 2-D tensor with ``row_size`` columns."""
     if row_size < 1:
         raise ValueError("row_size must be positive")
-    rows = check_indices(indices) // row_size
+    rows = as_index_tensor(indices) // row_size
     if rows.numel() >= 2 and bool((rows[1:] >= rows[:-1]).all()):
+        check_bounds(int(rows[0]), 0)  # sorted: the first is the smallest
         return torch.unique_consecutive(rows)  # sorted input: linear time
     return index_set(rows)
 
