@@ -375,9 +375,16 @@ class TraceReader:
                 yield from _table_records(table)
 
 
+def _one_chunk(col: pa.ChunkedArray) -> pa.Array:
+    """The column as one array (``combine_chunks`` copies even a single chunk: 5 ms per 9M indices)."""
+    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+
+
 def _list_parts(col: pa.ChunkedArray, *, values: bool = True) -> tuple[np.ndarray | None, np.ndarray]:
-    arr = col.combine_chunks()
-    return (arr.values.to_numpy(zero_copy_only=False) if values else None), arr.offsets.to_numpy()
+    arr = _one_chunk(col)
+    off = arr.offsets.to_numpy()
+    flat = arr.values.to_numpy(zero_copy_only=False)[off[0] : off[-1]] if values else None  # a slice: its part only
+    return flat, off - off[0]
 
 
 def check_records(table: pa.Table, tensors: dict[str, dict]) -> None:
@@ -428,11 +435,11 @@ def check_records(table: pa.Table, tensors: dict[str, dict]) -> None:
 
 def _table_records(table: pa.Table) -> Iterator[SparseGrad]:
     cols = {name: table.column(name) for name in table.column_names}
-    idx_col = cols["indices"].combine_chunks()
+    idx_col = _one_chunk(cols["indices"])
     idx_flat = idx_col.values.to_numpy()
     idx_off = idx_col.offsets.to_numpy()
     if "values" in cols:
-        val_col = cols["values"].combine_chunks()
+        val_col = _one_chunk(cols["values"])
         val_flat, val_off = val_col.values.to_numpy(), val_col.offsets.to_numpy()
     else:
         val_flat, val_off = np.zeros(0, np.float32), np.zeros(table.num_rows + 1, np.int64)
