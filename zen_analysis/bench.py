@@ -277,3 +277,39 @@ def bench_stragglers(overrides: list[str] | tuple[str, ...] = ()) -> dict:
 
 
 BENCHMARKS["stragglers"] = bench_stragglers
+
+
+def bench_zen(overrides: list[str] | tuple[str, ...] = ()) -> dict:
+    """``zen_sum`` vs dense all-reduce, AGsparse and BP-COO on 2 gloo ranks (one per core), at 4M / 32M / 128M
+    elements and 0.5% / 1% / 5% density with 30% overlap, beside the local-work floor and Zen's local steps
+    (:mod:`zen_analysis.zen.speed`). ``--set sizes=4000000,32000000 densities=0.01 repeats=5 ranks=2``."""
+    import pandas as pd
+
+    from zen_analysis.zen.speed import DENSITIES, SIZES, speed_table, summary
+
+    opts: dict = {"sizes": list(SIZES), "densities": list(DENSITIES), "repeats": 5, "ranks": 2}
+    for item in overrides:
+        key, _, value = item.partition("=")
+        if key in ("sizes", "densities"):
+            opts[key] = [(int if key == "sizes" else float)(v) for v in value.split(",")]
+        elif key in ("repeats", "ranks"):
+            opts[key] = int(value)
+        else:
+            raise ValueError(f"bench zen takes --set sizes=..., densities=..., repeats=N, ranks=N; got {item!r}")
+    table = speed_table(**opts)
+    wrong = table[(table.get("exact") == False)]  # noqa: E712 - NaN for the local rows
+    if len(wrong):
+        raise RuntimeError(f"a scheme's sum differs from all_reduce:\n{wrong}")
+    summ = summary(table)
+    steps = table[table["what"].str.startswith("zen:")].pivot_table(index=["numel", "density"], columns="what", values="seconds")
+    with pd.option_context("display.width", 250, "display.max_columns", 30, "display.float_format", "{:.4f}".format):
+        print(f"{opts['ranks']} gloo ranks, medians of {opts['repeats']} of the slowest rank's seconds (every result equal to all_reduce):")
+        print(summ.to_string())
+        print("Zen's local steps (seconds, slowest rank):")
+        print(steps.to_string())
+        calls = table[table["what"] == "zen"]["calls"].max()
+        print(f"zen_sum collective calls per sync: {int(calls)}")
+    return {"table": table, "summary": summ}
+
+
+BENCHMARKS["zen"] = bench_zen

@@ -2,6 +2,9 @@
 without CUDA devices (``scripts/gpu_check.sh`` runs these plus the Fig. 16 timing on a GPU machine)."""
 
 import copy
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
@@ -53,3 +56,30 @@ def test_zen_on_two_gpus_matches_dense_all_reduce():
     zen = launch(_cfg(2, "zen"), progress=False, echo=False).metrics()
     torch.testing.assert_close(torch.tensor(zen["loss"].values), torch.tensor(dense.values), rtol=1e-4, atol=1e-5)
     assert (zen["sparse_bytes_sent_rank0"] > 0).all()
+
+
+_ONE_RANK = textwrap.dedent(
+    """
+    import os, tempfile, torch, torch.distributed as dist
+    from zen_analysis.comm import SCHEMES, build_scheme
+    store = dist.FileStore(os.path.join(tempfile.mkdtemp(), "store"), 1)
+    torch.cuda.set_device(0)
+    dist.init_process_group("nccl", store=store, rank=0, world_size=1, device_id=torch.device("cuda", 0))
+    x = torch.zeros(1 << 20, device="cuda")
+    x[::97] = torch.arange(1, 1 + x[::97].numel(), device="cuda", dtype=torch.float32)
+    for name in SCHEMES:
+        scheme = build_scheme(name)
+        y = scheme.run(x.clone())
+        assert y.device.type == "cuda" and torch.equal(y, x), name
+        print(name, int(scheme.last_measured()["calls"].sum()), "calls")
+    dist.destroy_process_group()
+    print("ok")
+    """
+)
+
+
+@needs_cuda
+def test_every_scheme_runs_its_push_and_pull_on_cuda_at_world_size_one():
+    """Zen's push and pull themselves (not a training step, which skips the sync at world size 1) on NCCL."""
+    proc = subprocess.run([sys.executable, "-c", _ONE_RANK], capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stdout + proc.stderr[-3000:]

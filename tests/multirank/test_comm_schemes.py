@@ -53,8 +53,9 @@ def _body(rank, world, batch):
         dist.all_reduce(ref)
         for name in SCHEMES:
             scheme = build_scheme(name)
-            y = scheme.run(x)
-            out.append((case_id, name, torch.equal(y, ref), scheme.last_measured()))
+            z = x.clone()
+            y = scheme.run(z)  # in place, like all_reduce: z holds the sum
+            out.append((case_id, name, y is z and torch.equal(z, ref), scheme.last_measured()))
     return out
 
 
@@ -68,8 +69,8 @@ def _check(world, batch):
             model = build_scheme(name).traffic([torch.tensor(s, dtype=torch.long) for s in sets], numel)
             measured = pd.concat([m for rr in results for (c, n, _, m) in rr if c == case_id and n == name])
             keys = ["rank", "phase", "kind"]
-            a = model.groupby(keys)[["bytes_sent", "bytes_received"]].sum().sort_index()
-            b = measured.groupby(keys)[["bytes_sent", "bytes_received"]].sum().sort_index()
+            a = model.groupby(keys)[["bytes_sent", "bytes_received", "calls"]].sum().sort_index()
+            b = measured.groupby(keys)[["bytes_sent", "bytes_received", "calls"]].sum().sort_index()
             assert set(a.index) == set(b.index), f"{name}: modelled and measured (rank, phase, kind) differ"
             pd.testing.assert_frame_equal(a, b, check_dtype=False, obj=f"{name} traffic on case {case_id}")
             assert len(a) > 0
@@ -109,3 +110,60 @@ def test_local_calibration_fits_alpha_and_bandwidth_from_a_gloo_ping_pong():
     three = calibrate(3, method="primitives", repeats=3)
     assert {p for p, _, _ in three.calibrated} == {"p2p", "all_to_all", "all_reduce"}
     assert all(bw > 1e7 for _, _, bw in three.calibrated) and preset("local-3") == three
+
+
+def _calls(rank, world):
+    x = torch.zeros(1000)
+    x[rank::7] = 1.0
+    out = {}
+    for name in SCHEMES:
+        scheme = build_scheme(name)
+        scheme.run(x.clone())
+        out[name] = int(scheme.last_measured()["calls"].sum())
+    return out
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_collective_calls_per_sync(world):
+    """Indices and values travel in one message: Zen makes 4 calls (counts, push, bitmaps, values)."""
+    stages = world.bit_length() - 1
+    expected = {"allreduce": 1, "agsparse": 2, "sparse_ps": 4, "bp_coo": 4, "zen": 4, "omnireduce": 4, "sparcml": 2 * stages}
+    for per_rank in fork_launch(_calls, world):
+        assert per_rank == expected
+
+
+_FACTORIES = {"zeros", "empty", "full", "ones", "arange", "tensor", "eye", "linspace", "randperm", "rand", "randn", "randint"}
+
+
+def _device_audit(rank, world):
+    """Every tensor a scheme creates names its device: a factory call without ``device=`` lands on the CPU even
+    when the input lives on a GPU (SparCML's merge buffer did, failing on NCCL at every stage)."""
+    import inspect
+
+    from torch.overrides import TorchFunctionMode
+
+    found = set()
+
+    class Audit(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if getattr(func, "__name__", "") in _FACTORIES and "device" not in kwargs:
+                caller = inspect.stack(context=0)[1]
+                if "/zen_analysis/" in caller.filename:
+                    found.add(f"{func.__name__} at {caller.filename.split('/zen_analysis/')[1]}:{caller.lineno}")
+            return func(*args, **kwargs)
+
+    x = torch.zeros(3000)
+    x[rank::5] = 1.0
+    x[2000 + rank :: 3] = 2.0
+    for name in SCHEMES:
+        scheme = build_scheme(name)
+        scheme.run(x.clone())  # warm-up: caches built outside the audit
+        with Audit():
+            scheme.run(x.clone())
+    return sorted(found)
+
+
+def test_every_scheme_names_the_device_of_every_tensor_it_creates():
+    for per_rank in fork_launch(_device_audit, 3):
+        assert per_rank == [], "tensors created without a device (CPU by default, wrong under NCCL):\n" + "\n".join(per_rank)

@@ -36,6 +36,29 @@ def index_bytes(numel: int) -> int:
     return 4 if numel < 2**31 else 8
 
 
+def coo_words(numel: int) -> int:
+    """32-bit words per packed COO entry: an int32 index and a float32 value (2), or an int64 index as two
+    words and the value (3) for tensors of 2**31 elements or more."""
+    return 2 if numel < 2**31 else 3
+
+
+def pack_coo(idx_K: torch.Tensor, val_K: torch.Tensor, numel: int) -> torch.Tensor:
+    """Indices and float32 values in one int32 buffer, entry after entry (``coo_words(numel)`` words each), so
+    one collective call carries both: same bytes as two buffers, half the calls."""
+    idx = idx_K.to(index_dtype(numel)).reshape(-1, 1)
+    words = torch.empty(idx_K.numel(), coo_words(numel), dtype=torch.int32, device=val_K.device)
+    words[:, :-1] = idx.view(torch.int32).view(-1, coo_words(numel) - 1)
+    words[:, -1] = val_K.to(torch.float32).view(torch.int32)
+    return words.reshape(-1)
+
+
+def unpack_coo(words: torch.Tensor, numel: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(indices int64, values float32) from :func:`pack_coo`'s buffer."""
+    w = words.view(-1, coo_words(numel))
+    idx = w[:, :-1].contiguous().view(index_dtype(numel)).reshape(-1).long()
+    return idx, w[:, -1].contiguous().view(torch.float32)
+
+
 @dataclass
 class PhaseRecord:
     phase: str
@@ -46,6 +69,9 @@ class PhaseRecord:
     """Wall time of the whole phase, local encode/decode work included (on the payload record)."""
     wire_seconds: float = 0.0
     """Time inside the collective calls of this kind alone."""
+    calls: int = 0
+    """Collective calls of this kind (each one message round: a count exchange, an all_to_all_single, a p2p
+    send/receive); the traffic models count the same calls."""
 
 
 class Exchange:
@@ -59,6 +85,8 @@ class Exchange:
         self.device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
         """Where collective buffers must live: NCCL takes CUDA tensors only (counts included)."""
         self.records: dict[tuple[str, str], PhaseRecord] = {}
+        self.local_seconds: dict[str, float] = {}
+        """Seconds of named local (non-communication) steps, e.g. Zen's ``hash`` or ``decode``."""
         self._phase = "unnamed"
         self.sync = sync
         """Barrier before each collective (not timed), so ``wire_seconds`` excludes waiting for slower peers."""
@@ -79,6 +107,15 @@ class Exchange:
             self._record("payload").seconds += elapsed
             self._phase = prev
 
+    @contextlib.contextmanager
+    def local(self, name: str) -> Iterator[None]:
+        """Time a local step (no bytes, no calls): added to ``local_seconds[name]``."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.local_seconds[name] = self.local_seconds.get(name, 0.0) + time.perf_counter() - t0
+
     def _record(self, kind: str) -> PhaseRecord:
         key = (self._phase, kind)
         if key not in self.records:
@@ -90,6 +127,7 @@ class Exchange:
         rec.bytes_sent += sent
         rec.bytes_received += received
         rec.wire_seconds += seconds
+        rec.calls += 1
 
     def exchange_counts(self, counts_W: torch.Tensor) -> torch.Tensor:
         """Send counts_W[j] to rank j; returns what each rank sent to this one (control traffic)."""
@@ -118,31 +156,31 @@ class Exchange:
 
     def all_gather_counts(self, count: int) -> torch.Tensor:
         """Every rank's count (control traffic)."""
-        return self.exchange_counts(torch.full((self.world,), count, dtype=torch.int64))
+        return self.exchange_counts(torch.full((self.world,), count, dtype=torch.int64, device="cpu"))
 
     def all_gather_v(self, data_K: torch.Tensor, counts_W: torch.Tensor) -> torch.Tensor:
         """Concatenation of every rank's ``data_K`` in rank order; ``counts_W`` are all ranks' sizes (payload)."""
         k = int(counts_W[self.rank])
         send = data_K.repeat(self.world) if k else data_K[:0]
-        return self.all_to_all_v(send, torch.full((self.world,), k, dtype=torch.int64), counts_W)
+        return self.all_to_all_v(send, torch.full((self.world,), k, dtype=torch.int64, device="cpu"), counts_W)
 
     def sendrecv_count(self, count: int, peer: int) -> int:
         """Swap one count with ``peer`` (control traffic)."""
-        recv = torch.zeros(1, dtype=torch.int64)
+        recv = torch.zeros(1, dtype=torch.int64, device="cpu")  # counts are host values; _p2p moves them
         t0 = self._start_pair(peer)
-        _p2p(self, torch.tensor([count], dtype=torch.int64), recv, peer)
+        _p2p(self, torch.tensor([count], dtype=torch.int64, device="cpu"), recv, peer)
         self._count("control", COUNT_BYTES, COUNT_BYTES, time.perf_counter() - t0)
         return int(recv)
 
     def send_count(self, count: int, peer: int) -> None:
         """One-way: send one count to ``peer`` (control traffic)."""
         t0 = self._start_pair(peer)
-        _p2p(self, torch.tensor([count], dtype=torch.int64), torch.zeros(0, dtype=torch.int64), peer)
+        _p2p(self, torch.tensor([count], dtype=torch.int64, device="cpu"), torch.zeros(0, dtype=torch.int64, device="cpu"), peer)
         self._count("control", COUNT_BYTES, 0, time.perf_counter() - t0)
 
     def recv_count(self, peer: int) -> int:
         """One-way: receive one count from ``peer`` (control traffic)."""
-        recv = torch.zeros(1, dtype=torch.int64)
+        recv = torch.zeros(1, dtype=torch.int64, device="cpu")
         t0 = self._start_pair(peer)
         _p2p(self, recv[:0], recv, peer)
         self._count("control", 0, COUNT_BYTES, time.perf_counter() - t0)
@@ -190,18 +228,29 @@ class Exchange:
         return tensor_N
 
 
+def push_entries(
+    idx_K: torch.Tensor, val_K: torch.Tensor, send_W: torch.Tensor, numel: int, ex: Exchange
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The push's two calls (counts, then one ``all_to_all_single`` of packed COO; phase ``push``): the
+    (indices, values) every rank sent to this one, in rank order, not yet summed."""
+    w = coo_words(numel)
+    with ex.phase("push"):
+        recv_W = ex.exchange_counts(send_W)
+        got = ex.all_to_all_v(pack_coo(idx_K, val_K, numel), send_W * w, recv_W * w)
+    with ex.local("aggregate"):
+        return unpack_coo(got, numel)
+
+
 def push_to_owners(
     idx_K: torch.Tensor, val_K: torch.Tensor, send_W: torch.Tensor, numel: int, ex: Exchange
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The push of Parallelism schemes: ``idx_K``/``val_K`` grouped by owner (``send_W[j]`` entries for rank j)
-    go to their owners (count exchange + two ``all_to_all_single``, phase ``push``); returns this rank's
-    (indices ascending, summed values). An index that sums to zero stays in the set."""
-    with ex.phase("push"):
-        recv_W = ex.exchange_counts(send_W)
-        r_idx = ex.all_to_all_v(idx_K.to(index_dtype(numel)), send_W, recv_W)
-        r_val = ex.all_to_all_v(val_K, send_W, recv_W)
-    u_idx, inverse = torch.unique(r_idx.long(), return_inverse=True)
-    u_val = torch.zeros(u_idx.numel(), dtype=val_K.dtype, device=r_val.device).index_add_(0, inverse, r_val)
+    go to their owners (count exchange + one ``all_to_all_single`` of packed COO, phase ``push``); returns this
+    rank's (indices ascending, summed values). An index that sums to zero stays in the set."""
+    r_idx, r_val = push_entries(idx_K, val_K, send_W, numel, ex)
+    with ex.local("aggregate"):
+        u_idx, inverse = torch.unique(r_idx, return_inverse=True)
+        u_val = torch.zeros(u_idx.numel(), dtype=torch.float32, device=r_val.device).index_add_(0, inverse, r_val)
     return u_idx, u_val
 
 

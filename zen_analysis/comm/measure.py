@@ -48,7 +48,7 @@ def _replay(rank: int, world: int, sets: list, values: list | None, numel: int, 
         scheme = build_scheme(name)
         scheme.sync_collectives = True
         for rep in range(repeats + 2):  # 2 warm-up runs
-            out = scheme.run(x)
+            out = scheme.run(x.clone())  # in place: the copy (made before the timed phases) holds the sum
             if rep < 2:
                 continue
             m = scheme.last_measured()

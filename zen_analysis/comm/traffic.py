@@ -15,7 +15,7 @@ import pandas as pd
 
 from zen_analysis.comm.exchange import COUNT_BYTES, ring_chunk_sizes
 
-COLUMNS = ["rank", "phase", "kind", "bytes_sent", "bytes_received"]
+COLUMNS = ["rank", "phase", "kind", "bytes_sent", "bytes_received", "calls"]
 
 
 class Traffic:
@@ -34,10 +34,17 @@ class Traffic:
         """phase -> collective calls each rank makes (each pays the latency alpha once)."""
         self.primitive: dict[str, str] = {}
         """phase -> "all_to_all" or "p2p": which calibrated link parameters price it."""
+        self.rank_calls: dict[tuple[str, str], np.ndarray] = {}
+        """(phase, kind) -> (W,) calls each rank makes: what ``Exchange`` counts in ``PhaseRecord.calls``."""
 
-    def _call(self, phase: str, primitive: str) -> None:
+    def _call(self, phase: str, primitive: str, kind: str, ranks=None) -> None:
         self.calls[phase] += 1
         self.primitive[phase] = primitive
+        per_rank = self.rank_calls.setdefault((phase, kind), np.zeros(self.world, dtype=np.int64))
+        if ranks is None:
+            per_rank += 1
+        else:
+            per_rank[np.unique(ranks)] += 1
 
     def _matrix(self, phase: str, kind: str, *, everyone: bool = True) -> np.ndarray:
         key = (phase, kind)
@@ -58,7 +65,7 @@ class Traffic:
 
     def counts(self, phase: str) -> None:
         """One count exchange: every rank sends and receives a count from every other rank."""
-        self._call(phase, "all_to_all")
+        self._call(phase, "all_to_all", "control")
         m = self._matrix(phase, "control")
         m += COUNT_BYTES
         np.fill_diagonal(m, m.diagonal() - COUNT_BYTES)
@@ -68,7 +75,7 @@ class Traffic:
         scalars). Every rank in the round makes one call (a swap is one round with both directions)."""
         src, dst = np.atleast_1d(np.asarray(src, dtype=np.int64)), np.atleast_1d(np.asarray(dst, dtype=np.int64))
         nbytes = np.broadcast_to(np.asarray(nbytes, dtype=np.int64), src.shape)
-        self._call(phase, "p2p")
+        self._call(phase, "p2p", kind, np.concatenate([src, dst]))
         m = self._matrix(phase, kind, everyone=False)
         np.add.at(m, (src, dst), nbytes)
         self.active[(phase, kind)][src] = True
@@ -76,20 +83,22 @@ class Traffic:
 
     def all_to_all(self, phase: str, matrix, *, kind: str = "payload") -> None:
         """matrix[i][j] = bytes rank i addresses to rank j (the diagonal stays local)."""
-        self._call(phase, "all_to_all")
+        self._call(phase, "all_to_all", kind)
         add = np.array(matrix, dtype=np.int64, copy=True).reshape(self.world, self.world)
         np.fill_diagonal(add, 0)
         self._matrix(phase, kind)[...] += add
 
     def all_gather(self, phase: str, sizes, *, kind: str = "payload") -> None:
         """Every rank i delivers ``sizes[i]`` bytes to each other rank (an all_to_all_single underneath)."""
-        self._call(phase, "all_to_all")
+        self._call(phase, "all_to_all", kind)
         sizes = np.asarray(sizes, dtype=np.int64)
         add = np.repeat(sizes[:, None], self.world, axis=1)
         np.fill_diagonal(add, 0)
         self._matrix(phase, kind)[...] += add
 
     def ring_all_reduce(self, phase: str, numel: int, element_bytes: int) -> None:
+        """One dense all-reduce call (timed by the ring formula, not by ``calls``)."""
+        self.rank_calls.setdefault((phase, "payload"), np.zeros(self.world, dtype=np.int64))[:] += 1
         self.ring_phases[phase] = (numel, element_bytes)
         own = np.array(ring_chunk_sizes(numel, self.world), dtype=np.int64)
         self._ring_bytes[phase] = self._ring_bytes.get(phase, 0) + 2 * (numel - own) * element_bytes
@@ -108,11 +117,13 @@ class Traffic:
         ranks = np.arange(self.world)
         for phase, moved in self._ring_bytes.items():
             parts.append(pd.DataFrame({"rank": ranks, "phase": phase, "kind": "payload", "bytes_sent": moved,
-                                       "bytes_received": moved}))  # fmt: skip
+                                       "bytes_received": moved, "calls": self.rank_calls[(phase, "payload")]}))  # fmt: skip
         for (phase, kind), m in self.matrices.items():
             act = self.active[(phase, kind)]
+            calls = self.rank_calls.get((phase, kind), np.zeros(self.world, dtype=np.int64))
             parts.append(pd.DataFrame({"rank": ranks[act], "phase": phase, "kind": kind,
-                                       "bytes_sent": m.sum(1)[act], "bytes_received": m.sum(0)[act]}))  # fmt: skip
+                                       "bytes_sent": m.sum(1)[act], "bytes_received": m.sum(0)[act],
+                                       "calls": calls[act]}))  # fmt: skip
         if not parts:
             return pd.DataFrame(columns=COLUMNS)
         return pd.concat(parts, ignore_index=True).sort_values(["rank", "phase", "kind"], ignore_index=True)[COLUMNS]

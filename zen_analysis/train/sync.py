@@ -169,8 +169,8 @@ class SparseSync:
                 self.sparse_bytes_sent += sum(r.bytes_sent for r in records)
                 self.sparse_seconds += sum(r.seconds for r in records)
                 continue
-            summed = self.scheme.run(p.grad, group=self.group)
-            p.grad.copy_(summed / world)
+            self.scheme.run(p.grad, group=self.group)  # in place, like all_reduce
+            p.grad.div_(world)
             measured = self.scheme.last_measured()
             self.sparse_bytes_sent += int(measured["bytes_sent"].sum())
             self.sparse_seconds += float(measured["seconds"].sum())

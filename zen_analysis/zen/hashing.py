@@ -45,7 +45,7 @@ def _h0(idx: torch.Tensor, seed: int) -> torch.Tensor:
     lo = _fmix32((idx & _M32) ^ s)
     hi_seed = (s * 0x9E3779B1 + 0x7F4A7C15) & _M32
     if idx.numel() == 0 or int(idx.max()) < 2**32:  # high halves all zero: one scalar instead of a tensor pass
-        hi = int(_fmix32(torch.tensor([hi_seed]))[0])
+        hi = int(_fmix32(torch.tensor([hi_seed], device="cpu"))[0])
         lo ^= (hi * 0x27D4EB2F) & _M32
         return _fmix32(lo)
     hi = _fmix32(((idx >> 32) & _M32) ^ hi_seed)

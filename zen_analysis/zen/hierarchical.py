@@ -83,11 +83,20 @@ def hierarchical_hash(
     builds, else torch. Both place every index in its h0 partition; slot order (and so the order inside a
     partition, and which indices reach the serial region) may differ.
     """
+    return _hierarchical_hash(check_indices(indices_K), num_partitions, seed=seed, k=k, r1=r1, r2=r2,
+                              level2_seed=level2_seed, backend=backend)  # fmt: skip
+
+
+def _hierarchical_hash(
+    idx_K: torch.Tensor, num_partitions: int, *, seed: int, k: int = 3, r1: int | None = None,
+    r2: int | None = None, level2_seed: int | None = None, backend: str = "auto",
+) -> Buckets:  # fmt: skip
+    """:func:`hierarchical_hash` on int64 indices the caller has checked (Zen's own push: positions from
+    ``nonzero``)."""
     if num_partitions < 1 or k < 0:
         raise ValueError("num_partitions must be >= 1 and k >= 0")
     if backend not in ("auto", "native", "torch"):
         raise ValueError(f"backend must be auto, native or torch, got {backend!r}")
-    idx_K = check_indices(indices_K)
     dev, K, n = idx_K.device, idx_K.numel(), num_partitions
     r1 = 2 * K if r1 is None else r1
     r2 = r1 // 10 if r2 is None else r2

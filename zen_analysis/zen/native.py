@@ -1,4 +1,5 @@
-"""The CPU kernel of hierarchical hashing (``csrc/hierarchical_hash.c``), built on first use and called by ctypes.
+"""The CPU kernel of hierarchical hashing (``csrc/hierarchical_hash.c``) and the hash bitmap's loops
+(``csrc/hash_bitmap.c``), built on first use and called by ctypes.
 
 Why a kernel: Algorithm 1 is a GPU design, thousands of threads claiming slots of a hash memory at once. In torch
 rounds on a CPU every round is several full passes over the indices (gather, compare, scatter, read back,
@@ -32,7 +33,7 @@ import torch
 
 from zen_analysis.indices import check_indices
 
-SOURCE = Path(__file__).with_name("csrc") / "hierarchical_hash.c"
+SOURCES = (Path(__file__).with_name("csrc") / "hierarchical_hash.c", Path(__file__).with_name("csrc") / "hash_bitmap.c")
 FLAGS = ("-O3", "-std=c11", "-fPIC", "-shared")
 _P = ctypes.c_void_p
 _I64 = ctypes.c_int64
@@ -88,7 +89,7 @@ def _build() -> Path:
     cc = compiler()
     if cc is None:
         raise RuntimeError("no C compiler found (set $CC or install gcc)")
-    source = SOURCE.read_bytes()
+    source = b"".join(src.read_bytes() for src in SOURCES)
     tag = hashlib.sha256(source + " ".join((cc, *FLAGS)).encode()).hexdigest()[:16]
     name = f"zen_hash-{tag}.so"
     folder = cache_dir()
@@ -113,9 +114,9 @@ def _compile(compiler: str, target: Path) -> Path:
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(fd)
     try:
-        proc = subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", tmp], capture_output=True, text=True)
+        proc = subprocess.run([compiler, *FLAGS, *map(str, SOURCES), "-o", tmp], capture_output=True, text=True, check=False)
         if proc.returncode != 0:
-            raise RuntimeError(f"{compiler} failed to build {SOURCE.name}:\n{proc.stderr[-2000:]}")
+            raise RuntimeError(f"{compiler} failed to build {', '.join(s.name for s in SOURCES)}:\n{proc.stderr[-2000:]}")
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
@@ -141,6 +142,15 @@ def _library() -> tuple[ctypes.CDLL | None, str]:
     lib.zen_compact.argtypes = [_P, _I64, _I64, _I64, _I64, _P, _P, _P, _P, _P]
     lib.zen_h0.restype = None
     lib.zen_h0.argtypes = [_P, _I64, _U32, _P]
+    lib.zen_bits_set.restype = None
+    lib.zen_bits_set.argtypes = [_P, _I64, _P]
+    lib.zen_popcounts.restype = None
+    lib.zen_popcounts.argtypes = [_P, _P, _INT, _P]
+    for fn in (lib.zen_decode_scatter_i32, lib.zen_decode_scatter_i64):
+        fn.restype = _I64
+        fn.argtypes = [_P, _P, _P, _INT, _P, _P, _P]
+    lib.zen_gather_set.restype = _I64
+    lib.zen_gather_set.argtypes = [_P, _I64, _P, _P]
     return lib, ""
 
 
@@ -182,13 +192,13 @@ def hierarchical_hash(idx_K: torch.Tensor, n: int, *, seed: int, k: int, par: in
     idx_K = check_indices(idx_K).contiguous()
     K = idx_K.numel()
     threads = max(1, min(threads or torch.get_num_threads(), K // 65536 or 1))
-    memory = torch.full((n * (par + ser),), -1, dtype=torch.int32)
-    serial_fill = torch.zeros(n, dtype=torch.long)
-    overflow = torch.empty(K, dtype=torch.int32)
-    overflow_len = torch.zeros(1, dtype=torch.long)
+    memory = torch.full((n * (par + ser),), -1, dtype=torch.int32, device="cpu")  # a CPU kernel: CPU buffers
+    serial_fill = torch.zeros(n, dtype=torch.long, device="cpu")
+    overflow = torch.empty(K, dtype=torch.int32, device="cpu")
+    overflow_len = torch.zeros(1, dtype=torch.long, device="cpu")
     shift = n.bit_length() - 1 if n & (n - 1) == 0 else -1
     chunks = _ranges(K, threads) if K else []
-    counts = torch.zeros(max(1, len(chunks)), n, dtype=torch.long)
+    counts = torch.zeros(max(1, len(chunks)), n, dtype=torch.long, device="cpu")
 
     def place(c: int) -> int:
         lo, hi = chunks[c]
@@ -211,11 +221,11 @@ def hierarchical_hash(idx_K: torch.Tensor, n: int, *, seed: int, k: int, par: in
 
         part = owner(idx_K[overflow.long()], n, seed)
         overflow = overflow[torch.argsort(part, stable=True)].contiguous()
-        overflow_offsets = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(torch.bincount(part, minlength=n), 0)])
+        overflow_offsets = torch.cat([torch.zeros(1, dtype=torch.long, device="cpu"), torch.cumsum(torch.bincount(part, minlength=n), 0)])
     else:
-        overflow_offsets = torch.zeros(n + 1, dtype=torch.long)
-    offsets = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(counts_n, 0)])  # n + 1 bounds
-    out = torch.empty(K, dtype=torch.long)
+        overflow_offsets = torch.zeros(n + 1, dtype=torch.long, device="cpu")
+    offsets = torch.cat([torch.zeros(1, dtype=torch.long, device="cpu"), torch.cumsum(counts_n, 0)])  # n + 1 bounds
+    out = torch.empty(K, dtype=torch.long, device="cpu")
     groups = _ranges(n, threads)
 
     def compact(c: int) -> None:
@@ -232,3 +242,87 @@ def warn_fallback() -> None:
     if not getattr(warn_fallback, "done", False):
         warn_fallback.done = True
         warnings.warn(f"hierarchical_hash: native kernel unavailable ({unavailable_reason()}); using torch rounds", stacklevel=3)
+
+
+# ---- the hash bitmap's loops (CPU tensors; every size is checked here, the C code trusts it)
+
+
+def _cpu(t: torch.Tensor, dtype: torch.dtype, what: str) -> None:
+    if t.device.type != "cpu" or t.dtype != dtype or not t.is_contiguous():
+        raise ValueError(f"{what} must be a contiguous CPU {dtype} tensor, got {t.dtype} on {t.device}")
+
+
+def bits_set(positions_K: torch.Tensor, out_B: torch.Tensor) -> None:
+    """Set the bits at ``positions_K`` (int64) in the uint8 bitmap ``out_B`` (``|=``; zero it first)."""
+    _cpu(positions_K, torch.int64, "positions")
+    _cpu(out_B, torch.uint8, "the bitmap")
+    if positions_K.numel():
+        lo, hi = torch.stack(torch.aminmax(positions_K)).tolist()
+        if lo < 0 or hi >= 8 * out_B.numel():
+            raise ValueError(f"bit positions must lie in [0, {8 * out_B.numel()}), got [{lo}, {hi}]")
+    _lib().zen_bits_set(positions_K.data_ptr(), positions_K.numel(), out_B.data_ptr())
+
+
+def popcounts(bits_B: torch.Tensor, byte_starts: torch.Tensor) -> torch.Tensor:
+    """Set bits of each partition's bitmap (``byte_starts``: n + 1 int64 bounds into ``bits_B``)."""
+    _cpu(bits_B, torch.uint8, "the bitmaps")
+    _cpu(byte_starts, torch.int64, "byte_starts")
+    _check_bounds(byte_starts, bits_B.numel())
+    n = byte_starts.numel() - 1
+    out = torch.empty(n, dtype=torch.int64, device="cpu")
+    _lib().zen_popcounts(bits_B.data_ptr(), byte_starts.data_ptr(), n, out.data_ptr())
+    return out
+
+
+def _check_bounds(starts: torch.Tensor, total: int) -> None:
+    if starts.numel() < 1 or int(starts[0]) != 0 or int(starts[-1]) != total or bool((starts[1:] < starts[:-1]).any()):
+        raise ValueError(f"bounds must rise from 0 to {total}")
+
+
+def decode_scatter(bits_B: torch.Tensor, byte_starts: torch.Tensor, starts: torch.Tensor, order: torch.Tensor,
+                   values: torch.Tensor, counts: torch.Tensor, out_N: torch.Tensor) -> None:  # fmt: skip
+    """``out_N[S_p[t]] = next value`` for every set bit t of every partition p, in one pass over the bitmaps.
+    ``counts`` are the partitions' set bits (:func:`popcounts`); ``values`` must hold exactly their sum."""
+    _cpu(bits_B, torch.uint8, "the bitmaps")
+    _cpu(byte_starts, torch.int64, "byte_starts")
+    _cpu(starts, torch.int64, "starts")
+    _cpu(values, torch.float32, "the values")
+    _cpu(out_N, torch.float32, "the output")
+    if order.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"order must be int32 or int64, got {order.dtype}")
+    _cpu(order, order.dtype, "order")
+    _check_bounds(byte_starts, bits_B.numel())
+    _check_bounds(starts, order.numel())
+    if order.numel() != out_N.numel() or int(counts.sum()) != values.numel():
+        raise ValueError("the static sets must cover the output, and the values must match the set bits")
+    sizes = torch.diff(starts)
+    if not torch.equal(torch.diff(byte_starts), (sizes + 7) // 8):
+        raise ValueError("each partition's bitmap must have (|S_p| + 7) // 8 bytes")
+    _check_padding(bits_B, byte_starts, sizes)
+    fn = _lib().zen_decode_scatter_i32 if order.dtype == torch.int32 else _lib().zen_decode_scatter_i64
+    used = fn(bits_B.data_ptr(), byte_starts.data_ptr(), starts.data_ptr(), starts.numel() - 1, order.data_ptr(),
+              values.data_ptr(), out_N.data_ptr())  # fmt: skip
+    assert used == values.numel()
+
+
+def _check_padding(bits_B: torch.Tensor, byte_starts: torch.Tensor, sizes: torch.Tensor) -> None:
+    """The bits past each partition's |S_p| in its last byte must be clear (they stand for no index)."""
+    part = (sizes % 8) != 0
+    if bool(part.any()):
+        last = bits_B[byte_starts[1:][part] - 1].to(torch.int64)
+        if bool((last >> (sizes[part] % 8)).any()):
+            raise ValueError("a bitmap sets padding bits beyond its partition's set")
+
+
+def gather_set(bits_B: torch.Tensor, acc: torch.Tensor, count: int) -> torch.Tensor:
+    """``acc[t]`` for each of the ``count`` set bits t of one bitmap, ascending."""
+    _cpu(bits_B, torch.uint8, "the bitmap")
+    _cpu(acc, torch.float32, "the accumulator")
+    if bits_B.numel() != (acc.numel() + 7) // 8:
+        raise ValueError("the bitmap must have one bit per accumulator element")
+    _check_padding(bits_B, torch.tensor([0, bits_B.numel()], device="cpu"), torch.tensor([acc.numel()], device="cpu"))
+    if count != int(popcounts(bits_B, torch.tensor([0, bits_B.numel()], device="cpu"))[0]):
+        raise ValueError("count must be the bitmap's set bits")
+    out = torch.empty(count, dtype=torch.float32, device="cpu")
+    _lib().zen_gather_set(bits_B.data_ptr(), bits_B.numel(), acc.data_ptr(), out.data_ptr())
+    return out

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from zen_analysis.comm.exchange import Exchange, index_bytes, index_dtype
+from zen_analysis.comm.exchange import Exchange, coo_words, index_bytes, pack_coo, unpack_coo
 from zen_analysis.comm.schemes.base import CommScheme, coo_of
 from zen_analysis.comm.traffic import Traffic
 
@@ -16,13 +16,14 @@ from zen_analysis.comm.traffic import Traffic
 class AGSparse(CommScheme):
     name = "agsparse"
 
-    def _run(self, x_N: torch.Tensor, ex: Exchange) -> torch.Tensor:
+    def _run(self, x_N: torch.Tensor, ex: Exchange) -> None:
         idx_K, val_K = coo_of(x_N)
+        N, w = x_N.numel(), coo_words(x_N.numel())
         with ex.phase("allgather"):
             counts_W = ex.all_gather_counts(idx_K.numel())
-            all_idx = ex.all_gather_v(idx_K.to(index_dtype(x_N.numel())), counts_W)
-            all_val = ex.all_gather_v(val_K, counts_W)
-        return torch.zeros_like(x_N).index_add_(0, all_idx.long(), all_val)
+            got = ex.all_gather_v(pack_coo(idx_K, val_K, N), counts_W * w)
+        all_idx, all_val = unpack_coo(got, N)
+        x_N.zero_().index_add_(0, all_idx.to(x_N.device), all_val.to(x_N.device))
 
     def _traffic(self, sets: list[torch.Tensor], numel: int, t: Traffic) -> None:
         t.counts("allgather")

@@ -12,9 +12,9 @@ from zen_analysis.comm.traffic import Traffic
 class AllReduce(CommScheme):
     name = "allreduce"
 
-    def _run(self, x_N: torch.Tensor, ex: Exchange) -> torch.Tensor:
+    def _run(self, x_N: torch.Tensor, ex: Exchange) -> None:
         with ex.phase("allreduce"):
-            return ex.all_reduce_dense(x_N.clone())
+            ex.all_reduce_dense(x_N)
 
     def _traffic(self, sets: list[torch.Tensor], numel: int, t: Traffic) -> None:
         t.ring_all_reduce("allreduce", numel, 4)

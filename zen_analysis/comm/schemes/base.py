@@ -1,8 +1,8 @@
 """The interface every synchronization scheme implements.
 
 ``run(tensor, *, group)`` sums the ranks' dense tensors with real collectives and logs the bytes it passed to
-them per (phase, kind) in ``last_measured()``; ``traffic(index_sets, numel)`` predicts those bytes for every rank
-from the ranks' non-zero index sets. Values travel as float32, indices as int32 below 2**31 elements.
+them and the calls it made per (phase, kind) in ``last_measured()``; ``traffic(index_sets, numel)`` predicts
+those bytes and calls for every rank from the ranks' non-zero index sets. Values travel as float32, indices as int32 below 2**31 elements.
 """
 
 from __future__ import annotations
@@ -35,19 +35,31 @@ class CommScheme(ABC):
         """Raise ``ValueError`` if this scheme cannot run on ``world`` ranks (default: any)."""
 
     def run(self, tensor: torch.Tensor, *, group: dist.ProcessGroup | None = None) -> torch.Tensor:
-        """The sum over ranks of ``tensor`` (any shape), identical on every rank."""
+        """The sum over ranks of ``tensor`` (any shape), **in place** like ``dist.all_reduce``: afterwards
+        ``tensor`` holds the sum, identical on every rank, and is returned. Pass a copy to keep the input.
+
+        A contiguous float32 tensor is worked on directly (no dense copy, no fresh dense allocation); any other
+        goes through a float32 copy that is written back."""
         ex = Exchange(group, sync=self.sync_collectives)
         self.check(ex.world, tensor.numel())
-        flat_N = tensor.detach().reshape(-1).to(torch.float32)
-        out_N = self._run(flat_N, ex)
+        direct = tensor.dtype == torch.float32 and tensor.is_contiguous()
+        work_N = tensor.detach().view(-1) if direct else tensor.detach().reshape(-1).to(torch.float32)
+        self._run(work_N, ex)
+        if not direct:
+            tensor.detach().copy_(work_N.view(tensor.shape))
         self._records = list(ex.records.values())
+        self._local = dict(ex.local_seconds)
         self._rank = ex.rank
-        return out_N.view(tensor.shape).to(tensor.dtype)
+        return tensor
+
+    def last_local(self) -> dict[str, float]:
+        """Seconds of the named local steps of this rank's last ``run`` (those the scheme times; may be empty)."""
+        return dict(getattr(self, "_local", {}))
 
     def last_measured(self) -> pd.DataFrame:
         """Bytes (and phase seconds) this rank's last ``run`` passed to collectives."""
         rows = [
-            (self._rank, r.phase, r.kind, r.bytes_sent, r.bytes_received, r.seconds, r.wire_seconds)
+            (self._rank, r.phase, r.kind, r.bytes_sent, r.bytes_received, r.calls, r.seconds, r.wire_seconds)
             for r in self._records
         ]
         return pd.DataFrame(rows, columns=COLUMNS + ["seconds", "wire_seconds"])
@@ -71,7 +83,8 @@ class CommScheme(ABC):
         return t
 
     @abstractmethod
-    def _run(self, x_N: torch.Tensor, ex: Exchange) -> torch.Tensor: ...
+    def _run(self, x_N: torch.Tensor, ex: Exchange) -> None:
+        """Overwrite the flat float32 ``x_N`` with the sum over ranks."""
 
     @abstractmethod
     def _traffic(self, sets: list[torch.Tensor], numel: int, t: Traffic) -> None: ...

@@ -39,27 +39,26 @@ class OmniReduce(CommScheme):
 
     def _gather_blocks(self, x_N: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
         B = self.block_size
-        pad = torch.zeros(((x_N.numel() + B - 1) // B) * B, dtype=x_N.dtype)
+        pad = torch.zeros(((x_N.numel() + B - 1) // B) * B, dtype=x_N.dtype, device=x_N.device)
         pad[: x_N.numel()] = x_N
         vals = pad.view(-1, B)[blocks]
         sizes = _block_sizes(blocks, x_N.numel(), B)
-        keep = torch.arange(B).unsqueeze(0) < sizes.unsqueeze(1)
+        keep = torch.arange(B, device=x_N.device).unsqueeze(0) < sizes.unsqueeze(1)
         return vals[keep]
 
     def _scatter_blocks(self, out_N: torch.Tensor, blocks: torch.Tensor, values: torch.Tensor, *, add: bool) -> None:
         B = self.block_size
         sizes = _block_sizes(blocks, out_N.numel(), B)
         starts = torch.repeat_interleave(blocks * B, sizes)
-        offsets = torch.arange(values.numel()) - torch.repeat_interleave(torch.cumsum(sizes, 0) - sizes, sizes)
+        offsets = torch.arange(values.numel(), device=out_N.device) - torch.repeat_interleave(torch.cumsum(sizes, 0) - sizes, sizes)
         pos = starts + offsets
         if add:
             out_N.index_add_(0, pos, values)
         else:
             out_N[pos] = values
 
-    def _run(self, x_N: torch.Tensor, ex: Exchange) -> torch.Tensor:
-        device = x_N.device  # block bookkeeping runs on the CPU; on NCCL only the buffers travel via the GPU
-        x_N = x_N.cpu()
+    def _run(self, x_N: torch.Tensor, ex: Exchange) -> None:
+        dev = x_N.device  # every buffer on the input's device; split sizes are host values
         N, W, B = x_N.numel(), ex.world, self.block_size
         nb, bounds = _layout(N, W, B)
         nz_blocks = torch.unique(torch.nonzero(x_N, as_tuple=True)[0] // B)
@@ -68,38 +67,37 @@ class OmniReduce(CommScheme):
         for j in range(W):
             lo, hi = bounds[j], bounds[j + 1]
             mine = nz_blocks[(nz_blocks >= lo) & (nz_blocks < hi)]
-            mask = torch.zeros(hi - lo, dtype=torch.bool)
+            mask = torch.zeros(hi - lo, dtype=torch.bool, device=dev)
             mask[mine - lo] = True
             bitmaps.append(pack_bits(mask))
             v = self._gather_blocks(x_N, mine)
             values.append(v)
             val_counts.append(v.numel())
-        bm_sizes = torch.tensor([bitmap_bytes(bounds[j + 1] - bounds[j]) for j in range(W)], dtype=torch.int64)
+        bm_sizes = torch.tensor([bitmap_bytes(bounds[j + 1] - bounds[j]) for j in range(W)], dtype=torch.int64, device="cpu")
         me_bits = bitmap_bytes(bounds[ex.rank + 1] - bounds[ex.rank])
         lo, hi = bounds[ex.rank], bounds[ex.rank + 1]
-        agg = torch.zeros(N, dtype=x_N.dtype)
+        agg = torch.zeros(N, dtype=x_N.dtype, device=dev)
         with ex.phase("push"):
-            r_bits = ex.all_to_all_v(torch.cat(bitmaps), bm_sizes, torch.full((W,), me_bits, dtype=torch.int64)).cpu()
+            r_bits = ex.all_to_all_v(torch.cat(bitmaps), bm_sizes, torch.full((W,), me_bits, dtype=torch.int64, device="cpu")).to(dev)
             r_blocks = [lo + torch.nonzero(unpack_bits(b, hi - lo), as_tuple=True)[0] for b in torch.split(r_bits, [me_bits] * W)]
-            recv_counts = torch.tensor([int(_block_sizes(b, N, B).sum()) for b in r_blocks], dtype=torch.int64)
-            r_vals = ex.all_to_all_v(torch.cat(values), torch.tensor(val_counts, dtype=torch.int64), recv_counts).cpu()
+            recv_counts = torch.tensor([int(_block_sizes(b, N, B).sum()) for b in r_blocks], dtype=torch.int64, device="cpu")
+            r_vals = ex.all_to_all_v(torch.cat(values), torch.tensor(val_counts, dtype=torch.int64, device="cpu"), recv_counts).to(dev)
         for b, v in zip(r_blocks, torch.split(r_vals, recv_counts.tolist())):
             self._scatter_blocks(agg, b, v, add=True)
-        union = torch.unique(torch.cat(r_blocks)) if r_blocks else torch.zeros(0, dtype=torch.long)
-        mask = torch.zeros(hi - lo, dtype=torch.bool)
+        union = torch.unique(torch.cat(r_blocks)) if r_blocks else torch.zeros(0, dtype=torch.long, device=dev)
+        mask = torch.zeros(hi - lo, dtype=torch.bool, device=dev)
         mask[union - lo] = True
         with ex.phase("pull"):
-            all_bits = ex.all_gather_v(pack_bits(mask), bm_sizes).cpu()
+            all_bits = ex.all_gather_v(pack_bits(mask), bm_sizes).to(dev)
             blocks_by_owner = [
                 bounds[j] + torch.nonzero(unpack_bits(b, bounds[j + 1] - bounds[j]), as_tuple=True)[0]
                 for j, b in enumerate(torch.split(all_bits, bm_sizes.tolist()))
             ]
-            counts_W = torch.tensor([int(_block_sizes(b, N, B).sum()) for b in blocks_by_owner], dtype=torch.int64)
-            all_vals = ex.all_gather_v(self._gather_blocks(agg, union), counts_W).cpu()
-        out_N = torch.zeros_like(x_N)
+            counts_W = torch.tensor([int(_block_sizes(b, N, B).sum()) for b in blocks_by_owner], dtype=torch.int64, device="cpu")
+            all_vals = ex.all_gather_v(self._gather_blocks(agg, union), counts_W).to(dev)
+        x_N.zero_()  # the input's values are all in `values` by now: the sum goes in place
         for b, v in zip(blocks_by_owner, torch.split(all_vals, counts_W.tolist())):
-            self._scatter_blocks(out_N, b, v, add=False)
-        return out_N.to(device)
+            self._scatter_blocks(x_N, b, v, add=False)
 
     def _traffic(self, sets: list[torch.Tensor], numel: int, t: Traffic) -> None:
         W, B = t.world, self.block_size

@@ -52,6 +52,13 @@ class _Stream:
             return DENSE, self.dense.view(torch.uint8)
         return self.idx.numel(), torch.cat([self.idx.to(index_dtype(self.N)).view(torch.uint8), self.val.view(torch.uint8)])
 
+    def write_into(self, x_N: torch.Tensor) -> None:
+        """The aggregate into ``x_N`` (the caller's buffer: no fresh dense tensor for a COO result)."""
+        if self.dense is not None:
+            x_N.copy_(self.dense)
+        else:
+            x_N.zero_()[self.idx] = self.val
+
     def recv_bytes(self, count: int) -> int:
         return self.N * 4 if count == DENSE else count * (index_bytes(self.N) + 4)
 
@@ -62,7 +69,9 @@ class _Stream:
             return
         o_idx, o_val = self._coo(count, got)
         self.idx, inverse = torch.unique(torch.cat([self.idx, o_idx]), return_inverse=True)
-        self.val = torch.zeros(self.idx.numel(), dtype=self.like.dtype).index_add_(0, inverse, torch.cat([self.val, o_val]))
+        self.val = torch.zeros(self.idx.numel(), dtype=self.like.dtype, device=self.like.device).index_add_(
+            0, inverse, torch.cat([self.val, o_val])
+        )
 
     def replace(self, count: int, got: torch.Tensor) -> None:
         if count == DENSE:
@@ -72,7 +81,8 @@ class _Stream:
 
     def _coo(self, count: int, got: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         ib = index_bytes(self.N)
-        return got[: count * ib].clone().view(index_dtype(self.N)).long(), got[count * ib :].clone().view(torch.float32)
+        idx = got[: count * ib].clone().view(index_dtype(self.N)).long().to(self.like.device)
+        return idx, got[count * ib :].clone().view(torch.float32).to(self.like.device)
 
     def _coo_dense(self, count: int, got: torch.Tensor) -> torch.Tensor:
         idx, val = self._coo(count, got)
@@ -82,7 +92,7 @@ class _Stream:
 class SparCML(CommScheme):
     name = "sparcml"
 
-    def _run(self, x_N: torch.Tensor, ex: Exchange) -> torch.Tensor:
+    def _run(self, x_N: torch.Tensor, ex: Exchange) -> None:
         W, r = ex.world, ex.rank
         P = _power_of_two_below(W)
         s = _Stream(x_N)
@@ -95,7 +105,8 @@ class SparCML(CommScheme):
                 count = ex.recv_count(r - P)
                 got = ex.recv(s.recv_bytes(count), torch.uint8, r - P, device=x_N.device)
             s.replace(count, got)
-            return s.to_dense()
+            s.write_into(x_N)
+            return
         if r < W - P:
             with ex.phase("fold"):
                 count = ex.recv_count(r + P)
@@ -113,7 +124,7 @@ class SparCML(CommScheme):
                 count, buf = s.wire()
                 ex.send_count(count, r + P)
                 ex.send(buf, r + P)
-        return s.to_dense()
+        s.write_into(x_N)
 
     def _traffic(self, sets: list[torch.Tensor], numel: int, t: Traffic) -> None:
         # After i stages every rank of an aligned block of 2^i ranks (with the ranks folded into them) holds

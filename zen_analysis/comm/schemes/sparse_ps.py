@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from zen_analysis.comm.exchange import Exchange, index_bytes, index_dtype
+from zen_analysis.comm.exchange import Exchange, coo_words, index_bytes, pack_coo, unpack_coo
 from zen_analysis.comm.schemes.base import CommScheme
 from zen_analysis.comm.schemes.owner import Owner, push, push_traffic
 from zen_analysis.comm.traffic import Traffic
@@ -23,15 +23,14 @@ class _PushPullCOO(CommScheme):
         """The owner mapping on ``world`` ranks; ``model``: the traffic model's (possibly table-based) form."""
         raise NotImplementedError
 
-    def _run(self, x_N: torch.Tensor, ex: Exchange) -> torch.Tensor:
+    def _run(self, x_N: torch.Tensor, ex: Exchange) -> None:
         u_idx, u_val = push(x_N, ex, self.owner(x_N.numel(), ex.world))
+        N, w = x_N.numel(), coo_words(x_N.numel())
         with ex.phase("pull"):
             counts_W = ex.all_gather_counts(u_idx.numel())
-            all_idx = ex.all_gather_v(u_idx.to(index_dtype(x_N.numel())), counts_W)
-            all_val = ex.all_gather_v(u_val, counts_W)
-        out_N = torch.zeros_like(x_N)
-        out_N[all_idx.long()] = all_val  # owners' index sets are disjoint
-        return out_N
+            got = ex.all_gather_v(pack_coo(u_idx, u_val, N), counts_W * w)
+        all_idx, all_val = unpack_coo(got, N)
+        x_N.zero_()[all_idx.to(x_N.device)] = all_val.to(x_N.device)  # owners' index sets are disjoint
 
     def _traffic(self, sets: list[torch.Tensor], numel: int, t: Traffic) -> None:
         owned = push_traffic(sets, numel, t, self.owner(numel, t.world, model=True))

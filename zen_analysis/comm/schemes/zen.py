@@ -33,8 +33,8 @@ class Zen(CommScheme):
         self.hashing = hashing
         """How the push buckets are built: Algorithm 1 (``hierarchical``) or a plain argsort; same wire bytes."""
 
-    def _run(self, x_N: torch.Tensor, ex: Exchange) -> torch.Tensor:
-        return zen_sum(x_N, ex, seed=self.seed, hashing=self.hashing)
+    def _run(self, x_N: torch.Tensor, ex: Exchange) -> None:
+        zen_sum(x_N, ex, seed=self.seed, hashing=self.hashing)
 
     def _traffic(self, sets: list[torch.Tensor], numel: int, t: Traffic) -> None:
         owned = push_traffic(sets, numel, t, hash_owner(t.world, self.seed, numel=numel))

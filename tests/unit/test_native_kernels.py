@@ -1,0 +1,112 @@
+"""The compiled loops (Algorithm 1 and the hash bitmap): the same answers as the torch paths, and bad input refused
+with ValueError, never a crash — fuzzed with hypothesis in a subprocess, so a segfault fails a test instead of
+killing the suite."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from zen_analysis.zen import native
+from zen_analysis.zen.bitmap import bits_at, popcounts, set_positions, static_sets
+
+pytestmark = pytest.mark.skipif(not native.available(), reason=f"native kernel unavailable: {native.unavailable_reason()}")
+
+
+@pytest.mark.parametrize("numel, n", [(1, 1), (17, 3), (100_003, 5), (4096, 8)])
+def test_bitmap_loops_equal_the_torch_path(numel, n):
+    sets = static_sets(numel, n, 11)
+    gen = torch.Generator().manual_seed(numel)
+    bits = torch.zeros(sets.byte_starts[-1], dtype=torch.uint8)
+    chosen = []
+    for p in range(n):
+        s_p = sets.partition(p).long()
+        keep = torch.rand(s_p.numel(), generator=gen) < 0.3
+        pos = torch.nonzero(keep, as_tuple=True)[0]
+        part = bits_at(pos, sets.byte_starts[p + 1] - sets.byte_starts[p])  # native
+        ref = torch.zeros_like(part).index_put_((pos >> 3,), torch.tensor([1, 2, 4, 8, 16, 32, 64, 128], dtype=torch.uint8)[pos & 7], accumulate=True)
+        assert torch.equal(part, ref)
+        assert torch.equal(set_positions(part), pos)
+        bits[sets.byte_starts[p] : sets.byte_starts[p + 1]] = part
+        chosen.append(s_p[keep])
+    counts = native.popcounts(bits, sets.byte_starts_t)
+    assert torch.equal(counts, popcounts(bits, sets.byte_starts_t))
+    idx = torch.cat(chosen)
+    values = torch.randn(idx.numel(), generator=gen)
+    out = torch.full((numel,), 7.0)
+    out.zero_()
+    native.decode_scatter(bits, sets.byte_starts_t, sets.starts_t, sets.order, values, counts, out)
+    ref = torch.zeros(numel)
+    ref[idx] = values
+    assert torch.equal(out, ref)
+    acc = torch.randn(sets.sizes[0], generator=gen)
+    b0 = bits[: sets.byte_starts[1]]
+    assert torch.equal(native.gather_set(b0, acc, int(counts[0])), acc[set_positions(b0)])
+
+
+def test_the_loops_refuse_what_would_write_out_of_bounds():
+    sets = static_sets(1001, 3, 1)
+    bits = torch.zeros(sets.byte_starts[-1], dtype=torch.uint8)
+    out = torch.zeros(1001)
+    with pytest.raises(ValueError, match="bit positions"):
+        native.bits_set(torch.tensor([8 * bits.numel()]), bits)
+    with pytest.raises(ValueError, match="bit positions"):
+        native.bits_set(torch.tensor([-1]), bits)
+    with pytest.raises(ValueError, match="values must match"):
+        native.decode_scatter(bits, sets.byte_starts_t, sets.starts_t, sets.order, torch.ones(3), torch.zeros(3, dtype=torch.long), out)
+    last = sets.byte_starts[-1] - 1
+    if sets.sizes[-1] % 8:
+        bad = bits.clone()
+        bad[last] = 0xFF  # padding bits past the last partition's set
+        with pytest.raises(ValueError, match="padding"):
+            native.decode_scatter(bad, sets.byte_starts_t, sets.starts_t, sets.order, torch.ones(8), native.popcounts(bad, sets.byte_starts_t), out)
+    with pytest.raises(ValueError, match="contiguous CPU"):
+        native.decode_scatter(bits, sets.byte_starts_t, sets.starts_t, sets.order, torch.ones(0, dtype=torch.float64), torch.zeros(3, dtype=torch.long), out)
+
+
+_FUZZ = textwrap.dedent(
+    """
+    import torch
+    from hypothesis import given, settings, strategies as st
+    from zen_analysis.zen import native
+    from zen_analysis.zen.hierarchical import hierarchical_hash
+
+    EXTREMES = [0, 1, -1, 2**31 - 1, 2**31, 2**32, 2**62, 2**63 - 1, -(2**63)]
+
+    @settings(max_examples=300, deadline=None, derandomize=True)
+    @given(st.lists(st.one_of(st.sampled_from(EXTREMES), st.integers(-(2**63), 2**63 - 1)), max_size=60),
+           st.integers(-3, 40), st.sampled_from([torch.int64, torch.int32, torch.float32, torch.uint8]))
+    def fuzz(values, n, dtype):
+        try:
+            idx = torch.tensor(values, dtype=torch.int64).to(dtype)
+        except (OverflowError, RuntimeError):
+            return
+        try:
+            b = hierarchical_hash(torch.unique(idx) if dtype != torch.float32 else idx, n, seed=3, backend="native")
+            assert int(b.counts_n.sum()) == torch.unique(idx).numel()
+        except ValueError:
+            pass
+        try:
+            native.h0(idx, 1)
+        except ValueError:
+            pass
+        bits = torch.zeros(4, dtype=torch.uint8)
+        try:
+            native.bits_set(idx.long() if dtype != torch.float32 else idx, bits)
+        except ValueError:
+            pass
+
+    fuzz()
+    print("fuzzed")
+    """
+)
+
+
+def test_hypothesis_fuzz_of_the_kernels_in_a_subprocess():
+    proc = subprocess.run([sys.executable, "-c", _FUZZ], capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, f"exit {proc.returncode} (negative: killed by a signal)\n{proc.stderr[-3000:]}"
+    assert "fuzzed" in proc.stdout

@@ -1,0 +1,116 @@
+"""How fast Zen's ``zen_sum`` is on real gloo ranks, beside dense all-reduce, AGsparse and BP-COO and the floor of
+local work any dense-in / dense-out sparse sum must do (``zen-analysis bench zen``).
+
+For each (numel, density) the ranks hold synthetic index sets (30% of each set shared by all ranks, the rest
+private, uniform over the tensor) with integer values, so every result is checked against ``all_reduce`` bit for
+bit. Every scheme runs one warm-up and ``repeats`` timed calls, each after a barrier, on a fresh copy of the
+input (copied outside the timing); a call's time is the slowest rank's, and the table reports the median over
+repeats. The floor is timed on each rank alone: find the non-zeros, gather their values, zero an existing output
+buffer and scatter the values back (:func:`local_floor`). Zen's own local work is reported per step from the
+scheme's ``last_local()`` timings.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import pandas as pd
+import torch
+
+SIZES = (4_000_000, 32_000_000, 128_000_000)
+DENSITIES = (0.005, 0.01, 0.05)
+SCHEMES = ("allreduce", "agsparse", "bp_coo", "zen")
+
+
+def local_floor(x_N: torch.Tensor, out_N: torch.Tensor) -> None:
+    """The passes a dense-in / dense-out sparse sum cannot avoid on one rank: non-zero extraction, gather,
+    zeroing an existing output buffer, scatter."""
+    idx_K = torch.nonzero(x_N, as_tuple=True)[0]
+    val_K = x_N[idx_K]
+    out_N.zero_()
+    out_N[idx_K] = val_K
+
+
+def _body(rank: int, world: int, configs: list, repeats: int, schemes: Sequence[str]) -> list[dict]:
+    import torch.distributed as dist
+
+    from zen_analysis.comm import build_scheme
+
+    rows = []
+    for cfg_id, (numel, density, sets) in enumerate(configs):
+        gen = torch.Generator().manual_seed(rank + 17 * cfg_id)
+        x = torch.zeros(numel)
+        idx = sets[rank]
+        x[idx] = torch.randint(1, 5, (idx.numel(),), generator=gen).float()
+        ref = x.clone()
+        dist.all_reduce(ref)
+        work = torch.empty_like(x)
+        for rep in range(repeats + 1):
+            t0 = time.perf_counter()
+            local_floor(x, work)
+            if rep:
+                rows.append({"config": cfg_id, "what": "floor", "rep": rep, "rank": rank, "seconds": time.perf_counter() - t0})
+        for name in schemes:
+            scheme = build_scheme(name)
+            for rep in range(repeats + 1):  # the first is a warm-up (caches, allocator)
+                work.copy_(x)
+                dist.barrier()
+                t0 = time.perf_counter()
+                out = scheme.run(work)
+                seconds = time.perf_counter() - t0
+                ok = torch.equal(out, ref)
+                if rep:
+                    rows.append({"config": cfg_id, "what": name, "rep": rep, "rank": rank, "seconds": seconds, "exact": ok,
+                                 "calls": int(scheme.last_measured()["calls"].sum())})  # fmt: skip
+                    for step, s in scheme.last_local().items():
+                        rows.append({"config": cfg_id, "what": f"{name}:{step}", "rep": rep, "rank": rank, "seconds": s})
+        del x, ref, work
+    return rows
+
+
+def speed_table(
+    *,
+    sizes: Sequence[int] = SIZES,
+    densities: Sequence[float] = DENSITIES,
+    ranks: int = 2,
+    repeats: int = 5,
+    overlap: float = 0.3,
+    schemes: Sequence[str] = SCHEMES,
+) -> pd.DataFrame:
+    """One row per (numel, density, what): the median over repeats of the slowest rank's seconds, for every
+    scheme, the floor (``floor``) and each scheme's local steps (``zen:hash``, ...)."""
+    from zen_analysis.dist.launch import fork_launch
+    from zen_analysis.sparsity.synthetic import synthetic_index_sets
+
+    frames = []
+    for numel in sizes:
+        configs = [(numel, d, synthetic_index_sets(numel, ranks, d, overlap=overlap, seed=i))
+                   for i, d in enumerate(densities)]  # fmt: skip
+        rows = [r for per_rank in fork_launch(_body, ranks, configs, repeats, list(schemes), timeout_s=3600) for r in per_rank]
+        df = pd.DataFrame(rows)
+        agg = {"seconds": "max"}
+        if "exact" in df:
+            agg.update(exact="min", calls="max")
+        slowest = df.groupby(["config", "what", "rep"]).agg(agg).reset_index()
+        med = slowest.groupby(["config", "what"]).agg({**{k: ("min" if k == "exact" else "median") for k in agg}}).reset_index()
+        med["numel"] = numel
+        med["density"] = med["config"].map(lambda c: configs[c][1])
+        frames.append(med.drop(columns="config"))
+    out = pd.concat(frames, ignore_index=True)
+    return out[["numel", "density", "what", "seconds"] + [c for c in ("exact", "calls") if c in out]]
+
+
+def summary(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per (numel, density): each scheme's median seconds, the floor, and Zen's ratios to them."""
+    wide = table.pivot_table(index=["numel", "density"], columns="what", values="seconds")
+    cols = [c for c in ("floor", *SCHEMES) if c in wide]
+    out = wide[cols].copy()
+    if "zen" in wide:
+        out["zen/floor"] = wide["zen"] / wide["floor"]
+        if "allreduce" in wide:
+            out["zen/allreduce"] = wide["zen"] / wide["allreduce"]
+        sparse = [c for c in ("agsparse", "bp_coo") if c in wide]
+        if sparse:
+            out["zen/best sparse"] = wide["zen"] / wide[sparse].min(axis=1)
+    return out
