@@ -45,7 +45,9 @@ def test_bitmap_loops_equal_the_torch_path(numel, n):
     assert torch.equal(out, ref)
     acc = torch.randn(sets.sizes[0], generator=gen)
     b0 = bits[: sets.byte_starts[1]]
-    assert torch.equal(native.gather_set(b0, acc, int(counts[0])), acc[set_positions(b0)])
+    expected = acc[set_positions(b0)].clone()
+    assert torch.equal(native.take_set(b0, acc, int(counts[0])), expected)
+    assert not acc[set_positions(b0)].any()  # taken values are zeroed, for the next aggregation
 
 
 def test_the_loops_refuse_what_would_write_out_of_bounds():
@@ -110,3 +112,17 @@ def test_hypothesis_fuzz_of_the_kernels_in_a_subprocess():
     proc = subprocess.run([sys.executable, "-c", _FUZZ], capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, f"exit {proc.returncode} (negative: killed by a signal)\n{proc.stderr[-3000:]}"
     assert "fuzzed" in proc.stdout
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 63, 64, 65, 200, 1000])
+@pytest.mark.parametrize("density", [0.0, 0.3, 1.0])
+def test_extract_is_nonzero_and_gather(n, density):
+    gen = torch.Generator().manual_seed(n)
+    x = torch.zeros(n)
+    keep = torch.rand(n, generator=gen) < density
+    x[keep] = torch.randn(int(keep.sum()), generator=gen)
+    if n > 3:
+        x[1], x[2] = -0.0, float("nan")  # -0.0 is zero, NaN is not (as torch.nonzero)
+    idx, val = native.extract(x)
+    ref = torch.nonzero(x, as_tuple=True)[0]
+    assert torch.equal(idx, ref) and torch.equal(val.nan_to_num(7.0), x[ref].nan_to_num(7.0))

@@ -73,10 +73,33 @@ class StaticSets:
             self.byte_starts.append(self.byte_starts[-1] + bitmap_bytes(size))
         self.byte_starts_t = torch.tensor(self.byte_starts, dtype=torch.long, device=device)
         self.starts_t = torch.tensor(self.starts, dtype=torch.long, device=device)
+        self._rank_of: torch.Tensor | None = None
+        self._acc: dict[int, torch.Tensor] = {}
 
     @property
     def nbytes(self) -> int:
-        return self.order.numel() * self.order.element_size()
+        extra = sum(t.numel() * t.element_size() for t in (self._rank_of, *self._acc.values()) if t is not None)
+        return self.order.numel() * self.order.element_size() + extra
+
+    @property
+    def rank_of(self) -> torch.Tensor:
+        """Position of every index of [0, numel) in its own S_p (int32 below 2**31 elements), built on first
+        use: what a server turns a received index into, with one gather instead of a binary search."""
+        if self._rank_of is None:
+            rank = torch.empty(self.numel, dtype=self.order.dtype, device=self.order.device)
+            for p in range(self.num_partitions):
+                s_p = self.partition(p).long()
+                rank[s_p] = torch.arange(s_p.numel(), dtype=rank.dtype, device=rank.device)
+            self._rank_of = rank
+            _evict()
+        return self._rank_of
+
+    def accumulator(self, p: int) -> torch.Tensor:
+        """A float32 buffer of |S_p| zeros kept between calls (the CPU aggregation leaves it zeroed)."""
+        if p not in self._acc:
+            self._acc[p] = torch.zeros(self.sizes[p], dtype=torch.float32, device=self.order.device)
+            _evict()
+        return self._acc[p]
 
     def partition(self, p: int) -> torch.Tensor:
         return self.order[self.starts[p] : self.starts[p + 1]]
@@ -110,6 +133,7 @@ def static_sets(numel: int, num_partitions: int, seed: int, device: torch.device
     built = StaticSets(numel, num_partitions, seed, torch.device(device)) if cpu_key not in _CACHE else None
     if built is None:  # the CPU copy exists: move it instead of hashing again
         built = copy.copy(_CACHE[cpu_key])
+        built._rank_of, built._acc = None, {}
         built.order = built.order.to(device)
         built.byte_starts_t, built.starts_t = built.byte_starts_t.to(device), built.starts_t.to(device)
     _CACHE[key] = built

@@ -34,6 +34,7 @@ import torch
 from zen_analysis.indices import check_indices
 
 SOURCES = (Path(__file__).with_name("csrc") / "hierarchical_hash.c", Path(__file__).with_name("csrc") / "hash_bitmap.c")
+HEADER = Path(__file__).with_name("csrc") / "zen_hash.h"
 FLAGS = ("-O3", "-std=c11", "-fPIC", "-shared")
 _P = ctypes.c_void_p
 _I64 = ctypes.c_int64
@@ -89,7 +90,7 @@ def _build() -> Path:
     cc = compiler()
     if cc is None:
         raise RuntimeError("no C compiler found (set $CC or install gcc)")
-    source = b"".join(src.read_bytes() for src in SOURCES)
+    source = b"".join(src.read_bytes() for src in (*SOURCES, HEADER))
     tag = hashlib.sha256(source + " ".join((cc, *FLAGS)).encode()).hexdigest()[:16]
     name = f"zen_hash-{tag}.so"
     folder = cache_dir()
@@ -149,8 +150,16 @@ def _library() -> tuple[ctypes.CDLL | None, str]:
     for fn in (lib.zen_decode_scatter_i32, lib.zen_decode_scatter_i64):
         fn.restype = _I64
         fn.argtypes = [_P, _P, _P, _INT, _P, _P, _P]
-    lib.zen_gather_set.restype = _I64
-    lib.zen_gather_set.argtypes = [_P, _I64, _P, _P]
+    lib.zen_count_nonzero.restype = _I64
+    lib.zen_count_nonzero.argtypes = [_P, _I64]
+    lib.zen_extract.restype = _I64
+    lib.zen_extract.argtypes = [_P, _I64, _P, _P, _I64]
+    lib.zen_take_set.restype = _I64
+    lib.zen_take_set.argtypes = [_P, _I64, _P, _P, _I64]
+    lib.zen_bucket_pack.restype = _INT
+    lib.zen_bucket_pack.argtypes = [_P, _P, _I64, _I64, _U32, _P, _I64, _P, _P, _P]
+    lib.zen_accumulate_packed.restype = _INT
+    lib.zen_accumulate_packed.argtypes = [_P, _I64, _I64, _P, _P]
     return lib, ""
 
 
@@ -314,15 +323,67 @@ def _check_padding(bits_B: torch.Tensor, byte_starts: torch.Tensor, sizes: torch
             raise ValueError("a bitmap sets padding bits beyond its partition's set")
 
 
-def gather_set(bits_B: torch.Tensor, acc: torch.Tensor, count: int) -> torch.Tensor:
-    """``acc[t]`` for each of the ``count`` set bits t of one bitmap, ascending."""
+_WORKSPACE: dict[str, torch.Tensor] = {}
+
+
+def extract(x_N: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(positions int64, values) of the non-zeros of the flat float32 CPU ``x_N``, ascending, in one pass (about
+    3x ``torch.nonzero`` + gather). The results are views of a workspace reused by the next call."""
+    _cpu(x_N, torch.float32, "the tensor")
+    lib, n = _lib(), x_N.numel()
+    if "idx" not in _WORKSPACE:
+        _WORKSPACE.update(idx=torch.empty(0, dtype=torch.int64, device="cpu"), val=torch.empty(0, dtype=torch.float32, device="cpu"))
+    for _ in range(2):
+        idx, val = _WORKSPACE["idx"], _WORKSPACE["val"]
+        cap = idx.numel()
+        k = lib.zen_extract(x_N.data_ptr(), n, idx.data_ptr() if cap else None, val.data_ptr() if cap else None, cap)
+        if k >= 0:
+            return idx[:k], val[:k]
+        need = lib.zen_count_nonzero(x_N.data_ptr(), n)
+        room = max(need, int(1.25 * need) + 1024)
+        _WORKSPACE["idx"] = torch.empty(room, dtype=torch.int64, device="cpu")
+        _WORKSPACE["val"] = torch.empty(room, dtype=torch.float32, device="cpu")
+    raise AssertionError("extract: the workspace was sized by the count")
+
+
+
+def take_set(bits_B: torch.Tensor, acc: torch.Tensor, count: int) -> torch.Tensor:
+    """``acc[t]`` for each of the ``count`` set bits t, ascending, leaving ``acc`` all zero."""
     _cpu(bits_B, torch.uint8, "the bitmap")
     _cpu(acc, torch.float32, "the accumulator")
     if bits_B.numel() != (acc.numel() + 7) // 8:
         raise ValueError("the bitmap must have one bit per accumulator element")
     _check_padding(bits_B, torch.tensor([0, bits_B.numel()], device="cpu"), torch.tensor([acc.numel()], device="cpu"))
-    if count != int(popcounts(bits_B, torch.tensor([0, bits_B.numel()], device="cpu"))[0]):
-        raise ValueError("count must be the bitmap's set bits")
     out = torch.empty(count, dtype=torch.float32, device="cpu")
-    _lib().zen_gather_set(bits_B.data_ptr(), bits_B.numel(), acc.data_ptr(), out.data_ptr())
+    if _lib().zen_take_set(bits_B.data_ptr(), bits_B.numel(), acc.data_ptr(), out.data_ptr(), count) != count:
+        raise ValueError("count must be the bitmap's set bits")
     return out
+
+
+def bucket_pack(idx_K: torch.Tensor, val_K: torch.Tensor, n: int, seed: int, rank_of: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The push buffer of this rank's non-zeros: (int32 words, two per entry: position in S_p and value bits,
+    grouped by server h0(idx) mod n, ascending inside a group; entries per server). A stable counting sort."""
+    _cpu(idx_K, torch.int64, "the indices")
+    _cpu(val_K, torch.float32, "the values")
+    _cpu(rank_of, torch.int32, "rank_of")
+    if idx_K.numel() != val_K.numel() or n < 1:
+        raise ValueError("indices and values must match, and n >= 1")
+    k = idx_K.numel()
+    owner = torch.empty(k, dtype=torch.int32, device="cpu")
+    counts = torch.empty(n, dtype=torch.int64, device="cpu")
+    words = torch.empty(2 * k, dtype=torch.int32, device="cpu")
+    if _lib().zen_bucket_pack(idx_K.data_ptr(), val_K.data_ptr(), k, n, seed & 0xFFFFFFFF, rank_of.data_ptr(),
+                              rank_of.numel(), owner.data_ptr(), counts.data_ptr(), words.data_ptr()) != 0:  # fmt: skip
+        raise ValueError(f"indices must lie in [0, {rank_of.numel()})")
+    return words, counts
+
+
+def accumulate_packed(words: torch.Tensor, set_size: int, bits_B: torch.Tensor, acc: torch.Tensor) -> None:
+    """Server p's aggregation of received packed (position, value) entries into its bitmap and accumulator."""
+    _cpu(words, torch.int32, "the received words")
+    _cpu(bits_B, torch.uint8, "the bitmap")
+    _cpu(acc, torch.float32, "the accumulator")
+    if words.numel() % 2 or acc.numel() != set_size or bits_B.numel() != (set_size + 7) // 8:
+        raise ValueError("two words per entry, and the buffers must fit the set")
+    if _lib().zen_accumulate_packed(words.data_ptr(), words.numel() // 2, set_size, bits_B.data_ptr(), acc.data_ptr()) != 0:
+        raise ValueError(f"a received position is outside this server's hash set of {set_size}")

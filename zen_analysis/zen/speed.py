@@ -65,6 +65,10 @@ def _body(rank: int, world: int, configs: list, repeats: int, schemes: Sequence[
                                  "calls": int(scheme.last_measured()["calls"].sum())})  # fmt: skip
                     for step, s in scheme.last_local().items():
                         rows.append({"config": cfg_id, "what": f"{name}:{step}", "rep": rep, "rank": rank, "seconds": s})
+                    if name == "zen":  # time inside the collective calls, per phase
+                        for phase, g in scheme.last_measured().groupby("phase"):
+                            rows.append({"config": cfg_id, "what": f"zen:wire {phase}", "rep": rep, "rank": rank,
+                                         "seconds": float(g["wire_seconds"].sum())})  # fmt: skip
         del x, ref, work
     return rows
 

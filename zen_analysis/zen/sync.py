@@ -3,9 +3,9 @@
 ``zen_sum(x_N, ex)`` is one sparse all-reduce over the exchange's process group (any size), **in place** like
 ``dist.all_reduce``: ``x_N`` holds the sum afterwards.
 
-1. **push** — the rank's non-zeros are bucketed by server with Algorithm 1 (:mod:`zen_analysis.zen.hierarchical`;
-   the plain argsort bucketing with ``hashing="argsort"``), the per-server counts are exchanged, and indices
-   and values travel together in one ``all_to_all_single`` (packed COO);
+1. **push** — the rank's non-zeros are bucketed by server (Algorithm 1, :mod:`zen_analysis.zen.hierarchical`, or
+   a stable grouping: :data:`HASHINGS`), the per-server counts are exchanged, and each entry travels as the
+   index's position in its server's static set S_p and the value, together in one ``all_to_all_single``;
 2. **aggregate** — server p sums what it received (a partition of the index space: no other rank holds it);
 3. **pull** — server p encodes its aggregate as a hash bitmap over S_p plus values
    (:mod:`zen_analysis.zen.bitmap`) and all-gathers the bitmap, then the values; bitmap sizes are static and
@@ -31,68 +31,97 @@ from __future__ import annotations
 
 import torch
 
-from zen_analysis.comm.exchange import Exchange, push_entries, push_to_owners
+from zen_analysis.comm.exchange import Exchange, coo_words, pack_coo, unpack_coo
 from zen_analysis.zen import native
 from zen_analysis.zen.bitmap import StaticSets, bits_at, popcounts, set_positions, static_sets
 from zen_analysis.zen.hierarchical import _hierarchical_hash, bucket_reference
 
-HASHINGS = ("hierarchical", "argsort")
+HASHINGS = ("auto", "hierarchical", "argsort")
+"""How the push buckets are built (same partitions, same bytes on the wire): ``hierarchical``, Algorithm 1;
+``argsort``, a stable grouping by server (on the CPU a compiled counting sort, which also packs the message);
+``auto``, ``argsort`` where the CPU kernel applies (measured faster there: ``zen-analysis bench zen``), else
+Algorithm 1 (CUDA)."""
 
 
-def _send_buckets(x_N: torch.Tensor, ex: Exchange, *, seed: int, hashing: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(indices grouped by server, their values, entries per server) of this rank's non-zeros."""
+def _kernel(t: torch.Tensor) -> bool:
+    """Whether the compiled CPU loops apply: a CPU float32 tensor below 2**31 elements, and the kernel built."""
+    return t.device.type == "cpu" and t.dtype == torch.float32 and t.numel() < 2**31 and native.available()
+
+
+def _extract(x_N: torch.Tensor, ex: Exchange) -> tuple[torch.Tensor, torch.Tensor]:
+    with ex.local("extract"):
+        if _kernel(x_N):  # one pass, positions and values together
+            return native.extract(x_N)
+        idx_K = torch.nonzero(x_N, as_tuple=True)[0]
+        return idx_K, x_N[idx_K]
+
+
+def _push_message(x_N: torch.Tensor, ex: Exchange, sets: StaticSets, *, seed: int, hashing: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(packed push buffer, entries per server): this rank's non-zeros grouped by server, each entry the index's
+    position in its S_p and the value (the server needs no global index: the position is its bitmap bit)."""
     if hashing not in HASHINGS:
         raise ValueError(f"hashing must be one of {HASHINGS}, got {hashing!r}")
-    with ex.local("extract"):
-        idx_K = torch.nonzero(x_N, as_tuple=True)[0]
+    idx_K, val_K = _extract(x_N, ex)
     with ex.local("hash"):
-        if hashing == "hierarchical":
-            buckets = _hierarchical_hash(idx_K, ex.world, seed=seed)
-        else:
+        if hashing in ("auto", "argsort") and _kernel(x_N):
+            return native.bucket_pack(idx_K, val_K, ex.world, seed, sets.rank_of)
+        if hashing == "argsort":
             buckets = bucket_reference(idx_K, ex.world, seed=seed)
-        send_idx = idx_K[buckets.positions_K]
-        send_val = x_N[send_idx]
-        counts_W = buckets.counts_n.to(torch.int64).cpu()
-    return send_idx, send_val, counts_W
+        else:
+            buckets = _hierarchical_hash(idx_K, ex.world, seed=seed)
+        pos_K = buckets.positions_K
+        words = pack_coo(sets.rank_of[idx_K[pos_K]], val_K[pos_K], x_N.numel())
+        return words, buckets.counts_n.to(torch.int64).cpu()
 
 
-def push(x_N: torch.Tensor, ex: Exchange, *, seed: int, hashing: str = "hierarchical") -> tuple[torch.Tensor, torch.Tensor]:
-    """(indices sorted ascending, summed values) of the partition this rank serves after the push."""
-    return push_to_owners(*_send_buckets(x_N, ex, seed=seed, hashing=hashing), x_N.numel(), ex)
+def push(x_N: torch.Tensor, ex: Exchange, *, seed: int, hashing: str = "auto") -> tuple[StaticSets, torch.Tensor]:
+    """The push: this rank's non-zeros to their servers (counts, then one packed ``all_to_all_single``); returns
+    the static sets and what this rank received as server (packed position / value words, not yet summed)."""
+    sets = static_sets(x_N.numel(), ex.world, seed, x_N.device)
+    words, counts_W = _push_message(x_N, ex, sets, seed=seed, hashing=hashing)
+    w = coo_words(x_N.numel())
+    with ex.phase("push"):
+        recv_W = ex.exchange_counts(counts_W)
+        got = ex.all_to_all_v(words, counts_W * w, recv_W * w)
+    return sets, got
 
 
-def aggregate_encode(r_idx: torch.Tensor, r_val: torch.Tensor, sets: StaticSets, p: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Server p's aggregate of the received (indices, values), hash-bitmap encoded: (bitmap over S_p, summed
-    values of its set bits in S_p order). On the CPU with the kernel: a dense accumulator over S_p (no sort);
-    else a sort of the received indices."""
-    s_p = sets.partition(p)
+def aggregate_encode(got: torch.Tensor, sets: StaticSets, p: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Server p's aggregate of the received packed entries, hash-bitmap encoded: (bitmap over S_p, summed values
+    of its set bits in S_p order). Positions index an accumulator over S_p directly: no sort, no search. On the
+    CPU one compiled pass sets the bits and sums into a persistent accumulator that the gather leaves zeroed, so
+    the work is O(received), not O(|S_p|)."""
+    size = sets.sizes[p]
     nbytes = sets.byte_starts[p + 1] - sets.byte_starts[p]
-    if r_idx.device.type == "cpu" and native.available():
-        pos = torch.searchsorted(s_p, r_idx.to(s_p.dtype))
+    if got.device.type == "cpu" and sets.numel < 2**31 and native.available():
         bitmap = torch.zeros(nbytes, dtype=torch.uint8, device="cpu")
-        native.bits_set(pos, bitmap)
-        acc = torch.zeros(s_p.numel(), dtype=torch.float32, device="cpu").index_add_(0, pos, r_val)
+        acc = sets.accumulator(p)
+        native.accumulate_packed(got, size, bitmap, acc)
         count = int(native.popcounts(bitmap, torch.tensor([0, nbytes], device="cpu"))[0])
-        return bitmap, native.gather_set(bitmap, acc, count)
-    u_idx, inverse = torch.unique(r_idx, return_inverse=True)
-    u_val = torch.zeros(u_idx.numel(), dtype=torch.float32, device=r_val.device).index_add_(0, inverse, r_val)
-    pos = torch.searchsorted(s_p, u_idx.to(s_p.dtype))  # u_idx ascending, so pos too: values in S_p order
-    return bits_at(pos, nbytes), u_val
+        return bitmap, native.take_set(bitmap, acc, count)
+    pos, val = unpack_coo(got, sets.numel)
+    if pos.numel() and (int(pos.min()) < 0 or int(pos.max()) >= size):
+        raise ValueError(f"a received position is outside this server's hash set of {size}")
+    touched = torch.zeros(size, dtype=torch.bool, device=got.device)
+    touched[pos] = True
+    acc = torch.zeros(size, dtype=torch.float32, device=got.device).index_add_(0, pos, val)
+    pos_u = torch.nonzero(touched, as_tuple=True)[0]
+    return bits_at(pos_u, nbytes), acc[pos_u]
 
 
-def pull(bitmap: torch.Tensor, u_val: torch.Tensor, ex: Exchange, sets: StaticSets, out_N: torch.Tensor) -> torch.Tensor:
-    """Every server's hash bitmap and values all-gathered and written into ``out_N`` (zeroed first)."""
-    kernel = out_N.device.type == "cpu" and out_N.dtype == torch.float32 and native.available()
+def pull(bitmap: torch.Tensor, values: torch.Tensor, ex: Exchange, sets: StaticSets, out_N: torch.Tensor) -> torch.Tensor:
+    """Every server's hash bitmap and values all-gathered, each value written where its bit points in ``out_N``.
+    Only the union's positions are written: ``out_N`` is the input, whose other positions are zero already (its
+    own non-zeros were pushed, so they are in the union), so no pass zeroes the dense tensor."""
+    kernel = _kernel(out_N)
     sizes_W = torch.diff(torch.tensor(sets.byte_starts, dtype=torch.int64, device="cpu"))  # split sizes: host
     with ex.phase("pull"):
         all_bits = ex.all_gather_v(bitmap, sizes_W)
         with ex.local("decode"):
             counts_W = (native.popcounts if kernel else popcounts)(all_bits, sets.byte_starts_t).cpu()
-        all_val = ex.all_gather_v(u_val, counts_W)
+        all_val = ex.all_gather_v(values, counts_W)
     if kernel:  # one pass over the bitmaps writing each value where its bit points
         with ex.local("scatter"):
-            out_N.zero_()
-        with ex.local("decode"):
             native.decode_scatter(all_bits, sets.byte_starts_t, sets.starts_t, sets.order, all_val, counts_W, out_N)
         return out_N
     with ex.local("decode"):
@@ -100,18 +129,16 @@ def pull(bitmap: torch.Tensor, u_val: torch.Tensor, ex: Exchange, sets: StaticSe
         part = torch.searchsorted(sets.byte_starts_t[1:], bit_B >> 3, right=True)
         idx = sets.order[sets.starts_t[part] + bit_B - 8 * sets.byte_starts_t[part]].long()
     with ex.local("scatter"):
-        out_N.zero_()
         out_N[idx] = all_val.to(out_N.device, out_N.dtype)
     return out_N
 
 
-def zen_sum(x_N: torch.Tensor, ex: Exchange, *, seed: int = 0, hashing: str = "hierarchical") -> torch.Tensor:
+def zen_sum(x_N: torch.Tensor, ex: Exchange, *, seed: int = 0, hashing: str = "auto") -> torch.Tensor:
     """Sum of the ranks' flat tensors ``x_N`` via push (hash owners) and hash-bitmap pull, in place; returns
     ``x_N``."""
-    sets = static_sets(x_N.numel(), ex.world, seed, x_N.device)
-    r_idx, r_val = push_entries(*_send_buckets(x_N, ex, seed=seed, hashing=hashing), x_N.numel(), ex)
+    sets, got = push(x_N, ex, seed=seed, hashing=hashing)
     with ex.local("aggregate"):
-        bitmap, values = aggregate_encode(r_idx, r_val, sets, ex.rank)
+        bitmap, values = aggregate_encode(got, sets, ex.rank)
     return pull(bitmap, values, ex, sets, x_N)
 
 
@@ -140,7 +167,7 @@ class NodeGroups:
 
 
 def zen_sum_hierarchical(
-    x_N: torch.Tensor, groups: NodeGroups, *, seed: int = 0, hashing: str = "hierarchical", exchanges: list | None = None
+    x_N: torch.Tensor, groups: NodeGroups, *, seed: int = 0, hashing: str = "auto", exchanges: list | None = None
 ) -> torch.Tensor:
     """Sum over all ranks for several GPUs per node (digest section 4.7): a dense reduce-scatter inside the node
     (an ``all_to_all_single`` of chunks, then a local sum: works on gloo and NCCL), Zen across nodes among the

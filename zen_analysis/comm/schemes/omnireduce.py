@@ -95,7 +95,7 @@ class OmniReduce(CommScheme):
             ]
             counts_W = torch.tensor([int(_block_sizes(b, N, B).sum()) for b in blocks_by_owner], dtype=torch.int64, device="cpu")
             all_vals = ex.all_gather_v(self._gather_blocks(agg, union), counts_W).to(dev)
-        x_N.zero_()  # the input's values are all in `values` by now: the sum goes in place
+        # in place: the union's blocks cover this rank's non-zero blocks, every other position is zero already
         for b, v in zip(blocks_by_owner, torch.split(all_vals, counts_W.tolist())):
             self._scatter_blocks(x_N, b, v, add=False)
 

@@ -56,8 +56,8 @@ class _Stream:
         """The aggregate into ``x_N`` (the caller's buffer: no fresh dense tensor for a COO result)."""
         if self.dense is not None:
             x_N.copy_(self.dense)
-        else:
-            x_N.zero_()[self.idx] = self.val
+        else:  # the union holds this rank's non-zeros; x_N is zero everywhere else already
+            x_N[self.idx] = self.val
 
     def recv_bytes(self, count: int) -> int:
         return self.N * 4 if count == DENSE else count * (index_bytes(self.N) + 4)

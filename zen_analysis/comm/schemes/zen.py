@@ -4,8 +4,9 @@ Push: every non-zero goes to the owner h0(idx) mod n (count exchange + ``all_to_
 sends a bitmap over its static hash set S_p plus the summed values of the set bits; the bitmaps have sizes every
 rank knows, and the number of values follows from them, so the pull needs no count exchange.
 
-The implementation is Zen's own (:func:`zen_analysis.zen.sync.zen_sum`): the push buckets come from
-hierarchical hashing (Algorithm 1), which changes how they are built, not what goes on the wire.
+The implementation is Zen's own (:func:`zen_analysis.zen.sync.zen_sum`): the push buckets come from hierarchical
+hashing (Algorithm 1) or a stable grouping by server (``hashing``), which changes how they are built, not what
+goes on the wire.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from zen_analysis.zen.sync import HASHINGS, zen_sum
 class Zen(CommScheme):
     name = "zen"
 
-    def __init__(self, *, seed: int = 0, hashing: str = "hierarchical") -> None:
+    def __init__(self, *, seed: int = 0, hashing: str = "auto") -> None:
         super().__init__()
         if hashing not in HASHINGS:
             raise ValueError(f"hashing must be one of {HASHINGS}, got {hashing!r}")

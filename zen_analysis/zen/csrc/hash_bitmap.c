@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "zen_hash.h"
+
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the eight-bytes-at-a-time loops assume a little-endian machine"
 #endif
@@ -67,25 +69,133 @@ void zen_popcounts(const uint8_t *bits, const int64_t *byte_starts, int n, int64
 DECODE_SCATTER(zen_decode_scatter_i32, int32_t)
 DECODE_SCATTER(zen_decode_scatter_i64, int64_t)
 
-/* values[j++] = acc[t] for each set bit t of one bitmap of nbytes bytes, ascending. Returns j. */
-int64_t zen_gather_set(const uint8_t *bits, int64_t nbytes, const float *acc, float *values) {
+/* ---- Zen's push and aggregation on the CPU */
+
+/* Non-zeros of x[0..n): their positions and values, ascending; returns how many, or -1 if more than cap (the
+ * caller then retries with room for zen_count_nonzero's count). A float is non-zero when its bits other than the
+ * sign are (as torch.nonzero: -0.0 is zero, NaN is not). All-zero blocks of 64 and 8 floats are skipped at once. */
+int64_t zen_count_nonzero(const float *x, int64_t n) {
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, x + i, 4);
+        k += (b & 0x7FFFFFFFu) != 0;
+    }
+    return k;
+}
+
+int64_t zen_extract(const float *x, int64_t n, int64_t *idx, float *val, int64_t cap) {
+    const uint64_t M = 0x7FFFFFFF7FFFFFFFull; /* two floats' bits other than the signs */
+    int64_t k = 0, i = 0;
+    for (; i + 64 <= n; i += 64) { /* blocks of 64, then of 8, skipped when all zero */
+        uint64_t any = 0;
+        for (int j = 0; j < 32; j++) {
+            uint64_t w;
+            memcpy(&w, x + i + 2 * j, 8);
+            any |= w & M;
+        }
+        if (__builtin_expect(!any, 1)) continue;
+        for (int j = 0; j < 64; j += 8) {
+            uint64_t a = 0;
+            for (int q = 0; q < 4; q++) {
+                uint64_t w;
+                memcpy(&w, x + i + j + 2 * q, 8);
+                a |= w & M;
+            }
+            if (!a) continue;
+            for (int q = 0; q < 8; q++) {
+                uint32_t b;
+                memcpy(&b, x + i + j + q, 4);
+                if (b & 0x7FFFFFFFu) {
+                    if (k == cap) return -1;
+                    idx[k] = i + j + q;
+                    val[k] = x[i + j + q];
+                    k++;
+                }
+            }
+        }
+    }
+    for (; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, x + i, 4);
+        if (b & 0x7FFFFFFFu) {
+            if (k == cap) return -1;
+            idx[k] = i;
+            val[k] = x[i];
+            k++;
+        }
+    }
+    return k;
+}
+
+/* values[j++] = acc[t], then acc[t] = 0, for each set bit t ascending (acc is all zero again afterwards); at
+ * most cap values. Returns j, or -1 if the bitmap has more than cap set bits (the values past cap not written). */
+int64_t zen_take_set(const uint8_t *bits, int64_t nbytes, float *acc, float *values, int64_t cap) {
     int64_t j = 0, i = 0;
     for (; i + 8 <= nbytes; i += 8) {
         uint64_t w;
         memcpy(&w, bits + i, 8);
         while (w) {
-            int b = __builtin_ctzll(w);
-            values[j++] = acc[i * 8 + b];
+            int64_t t = i * 8 + __builtin_ctzll(w);
+            if (j == cap) return -1;
+            values[j++] = acc[t];
+            acc[t] = 0.0f;
             w &= w - 1;
         }
     }
     for (; i < nbytes; i++) {
         unsigned w = bits[i];
         while (w) {
-            int b = __builtin_ctz(w);
-            values[j++] = acc[i * 8 + b];
+            int64_t t = i * 8 + __builtin_ctz(w);
+            if (j == cap) return -1;
+            values[j++] = acc[t];
+            acc[t] = 0.0f;
             w &= w - 1;
         }
     }
     return j;
+}
+
+/* The push buffers of this rank's non-zeros (idx ascending, with values): entries grouped by server p = h0(idx)
+ * mod n, in ascending idx order inside a group (a stable counting sort: two passes, no probing), each entry two
+ * 32-bit words, the index's position in S_p (rank_of[idx]) and the value's bits. counts[p] receives the
+ * group sizes; owner is scratch of k int32. Returns 0, or -1 for an index outside [0, numel). */
+int zen_bucket_pack(const int64_t *idx, const float *val, int64_t k, int64_t n, uint32_t seed, const int32_t *rank_of,
+                    int64_t numel, int32_t *owner, int64_t *counts, int32_t *words) {
+    for (int64_t p = 0; p < n; p++) counts[p] = 0;
+    int pow2 = (n & (n - 1)) == 0;
+    for (int64_t i = 0; i < k; i++) {
+        if (idx[i] < 0 || idx[i] >= numel) return -1;
+        uint32_t h = h0(idx[i], seed);
+        int32_t p = (int32_t)(pow2 ? (h & (uint32_t)(n - 1)) : (h % (uint32_t)n));
+        owner[i] = p;
+        counts[p]++;
+    }
+    int64_t run = 0;
+    for (int64_t p = 0; p < n; p++) { /* counts -> start offsets, restored below */
+        int64_t c = counts[p];
+        counts[p] = run;
+        run += c;
+    }
+    for (int64_t i = 0; i < k; i++) {
+        int64_t dst = counts[owner[i]]++;
+        words[2 * dst] = rank_of[idx[i]];
+        memcpy(&words[2 * dst + 1], &val[i], 4);
+    }
+    for (int64_t p = n - 1; p > 0; p--) counts[p] -= counts[p - 1]; /* end offsets -> sizes */
+    return 0;
+}
+
+/* Server p's aggregation of received packed entries (position in S_p, value bits): set bit t, acc[t] += value.
+ * Returns 0, or -1 if a position is past |S_p| (nothing is written out of bounds). */
+int zen_accumulate_packed(const int32_t *words, int64_t r, int64_t set_size, uint8_t *bits, float *acc) {
+    for (int64_t i = 0; i < r; i++) {
+        int64_t t = words[2 * i];
+        if (t < 0 || t >= set_size) return -1;
+        float v;
+        memcpy(&v, &words[2 * i + 1], 4);
+        bits[t >> 3] |= (uint8_t)(1u << (t & 7));
+        acc[t] += v;
+    }
+    return 0;
 }

@@ -11,27 +11,12 @@
  */
 #include <stdint.h>
 
+#include "zen_hash.h"
+
 #define EMPTY (-1)
 #ifndef PREFETCH /* indices hashed ahead, so the probe's cache miss overlaps the work on earlier ones */
 #define PREFETCH 32
 #endif
-
-static inline uint32_t fmix32(uint32_t h) {
-    h ^= h >> 16;
-    h *= 0x85EBCA6Bu;
-    h ^= h >> 13;
-    h *= 0xC2B2AE35u;
-    h ^= h >> 16;
-    return h;
-}
-
-static inline uint32_t h0(int64_t idx, uint32_t seed) {
-    uint64_t u = (uint64_t)idx;
-    uint32_t hi_seed = seed * 0x9E3779B1u + 0x7F4A7C15u;
-    uint32_t lo = fmix32((uint32_t)u ^ seed);
-    uint32_t hi = fmix32((uint32_t)(u >> 32) ^ hi_seed);
-    return fmix32(lo ^ (hi * 0x27D4EB2Fu));
-}
 
 typedef struct {
     int64_t part; /* partition (server) of the index: h0 mod n */
