@@ -42,6 +42,7 @@ bench: venv
 	$(PY) -m zen_analysis bench evaluate
 	$(PY) -m zen_analysis bench comm
 	$(PY) -m zen_analysis bench hashing
+	$(PY) -m zen_analysis bench zen
 	$(PY) -m zen_analysis bench stragglers
 
 lab: venv
