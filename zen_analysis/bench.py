@@ -282,12 +282,12 @@ BENCHMARKS["stragglers"] = bench_stragglers
 def bench_zen(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     """``zen_sum`` vs dense all-reduce, AGsparse and BP-COO on 2 gloo ranks (one per core), at 4M / 32M / 128M
     elements and 0.5% / 1% / 5% density with 30% overlap, beside the local-work floor and Zen's local steps
-    (:mod:`zen_analysis.zen.speed`). ``--set sizes=4000000,32000000 densities=0.01 repeats=5 ranks=2``."""
+    (:mod:`zen_analysis.zen.speed`), medians of 9. ``--set sizes=4000000,32000000 densities=0.01 repeats=5``."""
     import pandas as pd
 
     from zen_analysis.zen.speed import DENSITIES, SIZES, speed_table, summary
 
-    opts: dict = {"sizes": list(SIZES), "densities": list(DENSITIES), "repeats": 5, "ranks": 2}
+    opts: dict = {"sizes": list(SIZES), "densities": list(DENSITIES), "repeats": 9, "ranks": 2}
     for item in overrides:
         key, _, value = item.partition("=")
         if key in ("sizes", "densities"):

@@ -213,8 +213,13 @@ class SyncConfig:
     ranks, Zen across nodes, all-gather inside); 0 is flat Zen over all ranks."""
     planner_steps: int = 3
     """``scheme=auto``: steps profiled (embedding synchronised densely meanwhile) before the planner decides."""
+    zen_cache_mb: float = 2048.0
+    """Zen's static hash sets (with their position tables and accumulators) kept per process, least recently
+    used dropped first: 8 + 4 / world bytes per element of each synchronised tensor size."""
 
     def __post_init__(self) -> None:
+        if self.zen_cache_mb <= 0:
+            raise ValueError("sync.zen_cache_mb must be positive")
         if self.scheme not in SYNC_SCHEMES:
             raise ValueError(f"sync.scheme={self.scheme!r} is unknown; choose one of {SYNC_SCHEMES}")
         if self.compress == "topk" and self.scheme in ("auto", "post_local_sgd", "diloco", "edit", "a_edit"):

@@ -167,3 +167,33 @@ def _device_audit(rank, world):
 def test_every_scheme_names_the_device_of_every_tensor_it_creates():
     for per_rank in fork_launch(_device_audit, 3):
         assert per_rank == [], "tensors created without a device (CPU by default, wrong under NCCL):\n" + "\n".join(per_rank)
+
+
+def _floats_and_strides(rank, world):
+    gen = torch.Generator().manual_seed(rank)
+    x = torch.zeros(4000)
+    idx = torch.randperm(4000, generator=gen)[:600]
+    x[idx] = torch.randn(600, generator=gen) * 1e3  # float values: the summation order shows in the bits
+    out = {}
+    for name in SCHEMES:
+        out[name] = build_scheme(name).run(x.clone())
+    holder = torch.zeros(8000)
+    holder[::2] = x
+    strided = holder[::2]  # a view: run() must work on a contiguous copy and write the sum back
+    build_scheme("allreduce").run(strided)
+    zen_strided = torch.zeros(8000)
+    zen_strided[::2] = x
+    build_scheme("zen").run(zen_strided[::2])
+    return out, holder, zen_strided
+
+
+def test_every_rank_gets_the_same_bits_and_strided_inputs_are_summed_in_place():
+    results = fork_launch(_floats_and_strides, 3)
+    for name in SCHEMES:
+        first = results[0][0][name]
+        for r in range(1, 3):
+            assert torch.equal(results[r][0][name], first), f"{name}: rank {r}'s sum differs from rank 0's"
+    for _, holder, zen_strided in results:
+        dense = results[0][0]["allreduce"]
+        assert torch.equal(holder[::2], dense) and not holder[1::2].any()
+        assert torch.equal(zen_strided[::2], results[0][0]["zen"]) and not zen_strided[1::2].any()

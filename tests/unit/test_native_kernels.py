@@ -126,3 +126,59 @@ def test_extract_is_nonzero_and_gather(n, density):
     idx, val = native.extract(x)
     ref = torch.nonzero(x, as_tuple=True)[0]
     assert torch.equal(idx, ref) and torch.equal(val.nan_to_num(7.0), x[ref].nan_to_num(7.0))
+
+
+_ADVERSARIAL = textwrap.dedent(
+    """
+    import torch
+    from zen_analysis.zen import native
+    from zen_analysis.zen.bitmap import static_sets
+
+    def refused(fn):
+        try:
+            fn()
+        except ValueError:
+            return
+        raise AssertionError("not refused")
+
+    s = static_sets(1000, 2, 0)
+    bits = torch.full((s.byte_starts[-1],), 0xFF, dtype=torch.uint8)
+    pad = (s.sizes[-1] % 8) and (1 << (s.sizes[-1] % 8)) - 1
+    if pad:
+        bits[-1] = pad
+    out = torch.zeros(1000)
+    counts = native.popcounts(bits, s.byte_starts_t)
+    for bad in (torch.full_like(s.order, 2**30), torch.full_like(s.order, -5)):  # sets pointing outside out
+        refused(lambda: native.decode_scatter(bits, s.byte_starts_t, s.starts_t, bad, torch.ones(int(counts.sum())), counts, out))
+    one = torch.tensor([1, 0])  # claims one set bit where the bitmaps hold hundreds: never read past the values
+    refused(lambda: native.decode_scatter(bits, s.byte_starts_t, s.starts_t, s.order, torch.ones(1), one, out))
+    acc = torch.zeros(s.sizes[0])
+    refused(lambda: native.take_set(bits[: s.byte_starts[1]], acc, 1))
+    words = torch.tensor([3, 0, 10**6, 0], dtype=torch.int32)
+    refused(lambda: native.accumulate_packed(words, s.sizes[0], torch.zeros(s.byte_starts[1], dtype=torch.uint8), acc))
+    assert not acc.any()  # checked before anything was added
+    refused(lambda: native.bucket_pack(torch.tensor([5]), torch.ones(1), 2**31, 0, s.rank_of))
+    refused(lambda: native.bucket_pack(torch.tensor([1000]), torch.ones(1), 2, 0, s.rank_of))
+    print("refused")
+    """
+)
+
+
+def test_adversarial_sizes_are_refused_in_a_subprocess():
+    """What would make the C loops read or write out of bounds is refused (a segfault would fail this test)."""
+    proc = subprocess.run([sys.executable, "-c", _ADVERSARIAL], capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0 and "refused" in proc.stdout, f"exit {proc.returncode}\n{proc.stderr[-3000:]}"
+
+
+def test_a_failed_aggregation_leaves_the_accumulator_zero():
+    from zen_analysis.zen.sync import aggregate_encode
+
+    sets = static_sets(1000, 2, 0)
+    bad = torch.tensor([3, 0, 10**6, 0], dtype=torch.int32)
+    bad[1] = torch.tensor([42.0]).view(torch.int32)
+    with pytest.raises(ValueError):
+        aggregate_encode(bad, sets, 0)
+    good = torch.tensor([3, 0], dtype=torch.int32)
+    good[1] = torch.tensor([1.0]).view(torch.int32)
+    bitmap, values = aggregate_encode(good, sets, 0)
+    assert values.tolist() == [1.0] and int(native.popcounts(bitmap, torch.tensor([0, bitmap.numel()]))[0]) == 1

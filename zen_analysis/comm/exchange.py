@@ -71,7 +71,8 @@ class PhaseRecord:
     """Time inside the collective calls of this kind alone."""
     calls: int = 0
     """Collective calls of this kind (each one message round: a count exchange, an all_to_all_single, a p2p
-    send/receive); the traffic models count the same calls."""
+    send/receive); the traffic models count the same calls. A p2p round with nothing to send or receive still
+    counts as one (gloo posts nothing for it, so the time model's alpha for it is an overestimate)."""
 
 
 class Exchange:

@@ -202,7 +202,9 @@ def build_sync(cfg: SyncConfig, local_sgd=None) -> GradSync:
     """The synchronization named by ``cfg.scheme``: ``allreduce`` (dense) or a sparse scheme for the embedding;
     with ``cfg.compress == "topk"``, every gradient bucket top-k sparsified and summed by the scheme."""
     from zen_analysis.local_sgd import METHODS
+    from zen_analysis.zen.bitmap import set_cache_limit
 
+    set_cache_limit(int(cfg.zen_cache_mb * 2**20))
     if cfg.scheme in METHODS:
         from zen_analysis.config import LocalSGDSection
         from zen_analysis.local_sgd import LocalSGD, method_config

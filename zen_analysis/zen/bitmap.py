@@ -14,6 +14,7 @@ one partition at a time in chunks when needed.
 from __future__ import annotations
 
 import copy
+import threading
 from collections import OrderedDict
 from functools import lru_cache
 
@@ -74,7 +75,7 @@ class StaticSets:
         self.byte_starts_t = torch.tensor(self.byte_starts, dtype=torch.long, device=device)
         self.starts_t = torch.tensor(self.starts, dtype=torch.long, device=device)
         self._rank_of: torch.Tensor | None = None
-        self._acc: dict[int, torch.Tensor] = {}
+        self._acc: dict[tuple[int, int], torch.Tensor] = {}
 
     @property
     def nbytes(self) -> int:
@@ -95,40 +96,46 @@ class StaticSets:
         return self._rank_of
 
     def accumulator(self, p: int) -> torch.Tensor:
-        """A float32 buffer of |S_p| zeros kept between calls (the CPU aggregation leaves it zeroed)."""
-        if p not in self._acc:
-            self._acc[p] = torch.zeros(self.sizes[p], dtype=torch.float32, device=self.order.device)
+        """A float32 buffer of |S_p| zeros kept between calls (the CPU aggregation leaves it zeroed), one per
+        thread."""
+        key = (p, threading.get_ident())
+        if key not in self._acc:
+            self._acc[key] = torch.zeros(self.sizes[p], dtype=torch.float32, device=self.order.device)
             _evict()
-        return self._acc[p]
+        return self._acc[key]
 
     def partition(self, p: int) -> torch.Tensor:
         return self.order[self.starts[p] : self.starts[p + 1]]
 
 
 _CACHE: OrderedDict[tuple, StaticSets] = OrderedDict()
+_LOCK = threading.RLock()
 _CACHE_LIMIT = [2 << 30]
 
 
 def set_cache_limit(nbytes: int) -> None:
-    """Bytes of static hash sets kept per process (least recently used dropped first; default 2 GiB). One
-    (numel, n, seed, device) takes 4 bytes per element below 2**31 elements: a 128M-element bucket 512 MB."""
+    """Bytes of static hash sets kept per process (least recently used dropped first; default 2 GiB; the
+    training config's ``sync.zen_cache_mb``). One (numel, n, seed, device) takes 4 bytes per element below 2**31
+    elements for S_p, 4 more for the position table and 4 / n for an accumulator: a 128M-element tensor ~1 GB."""
     _CACHE_LIMIT[0] = int(nbytes)
     _evict()
 
 
 def _evict() -> None:
-    while len(_CACHE) > 1 and sum(v.nbytes for v in _CACHE.values()) > _CACHE_LIMIT[0]:
-        _CACHE.popitem(last=False)
+    with _LOCK:
+        while len(_CACHE) > 1 and sum(v.nbytes for v in _CACHE.values()) > _CACHE_LIMIT[0]:
+            _CACHE.popitem(last=False)
 
 
 def static_sets(numel: int, num_partitions: int, seed: int, device: torch.device | str = "cpu") -> StaticSets:
     """The :class:`StaticSets` of (numel, n, seed) on ``device``, built on first use and cached (bounded in bytes by
     :func:`set_cache_limit`; the set in use is always kept)."""
     key = (numel, num_partitions, seed & 0xFFFFFFFF, str(torch.device(device)))
-    hit = _CACHE.get(key)
-    if hit is not None:
-        _CACHE.move_to_end(key)
-        return hit
+    with _LOCK:
+        hit = _CACHE.get(key)
+        if hit is not None:
+            _CACHE.move_to_end(key)
+            return hit
     cpu_key = (*key[:3], "cpu")
     built = StaticSets(numel, num_partitions, seed, torch.device(device)) if cpu_key not in _CACHE else None
     if built is None:  # the CPU copy exists: move it instead of hashing again
@@ -136,8 +143,9 @@ def static_sets(numel: int, num_partitions: int, seed: int, device: torch.device
         built._rank_of, built._acc = None, {}
         built.order = built.order.to(device)
         built.byte_starts_t, built.starts_t = built.byte_starts_t.to(device), built.starts_t.to(device)
-    _CACHE[key] = built
-    _evict()
+    with _LOCK:
+        _CACHE[key] = built
+        _evict()
     return built
 
 

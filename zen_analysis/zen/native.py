@@ -24,6 +24,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
+import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
@@ -149,7 +150,7 @@ def _library() -> tuple[ctypes.CDLL | None, str]:
     lib.zen_popcounts.argtypes = [_P, _P, _INT, _P]
     for fn in (lib.zen_decode_scatter_i32, lib.zen_decode_scatter_i64):
         fn.restype = _I64
-        fn.argtypes = [_P, _P, _P, _INT, _P, _P, _P]
+        fn.argtypes = [_P, _P, _P, _INT, _P, _P, _I64, _P, _I64]
     lib.zen_count_nonzero.restype = _I64
     lib.zen_count_nonzero.argtypes = [_P, _I64]
     lib.zen_extract.restype = _I64
@@ -310,8 +311,9 @@ def decode_scatter(bits_B: torch.Tensor, byte_starts: torch.Tensor, starts: torc
     _check_padding(bits_B, byte_starts, sizes)
     fn = _lib().zen_decode_scatter_i32 if order.dtype == torch.int32 else _lib().zen_decode_scatter_i64
     used = fn(bits_B.data_ptr(), byte_starts.data_ptr(), starts.data_ptr(), starts.numel() - 1, order.data_ptr(),
-              values.data_ptr(), out_N.data_ptr())  # fmt: skip
-    assert used == values.numel()
+              values.data_ptr(), values.numel(), out_N.data_ptr(), out_N.numel())  # fmt: skip
+    if used != values.numel():
+        raise ValueError("the bitmaps' set bits do not match the values, or the sets point outside the output")
 
 
 def _check_padding(bits_B: torch.Tensor, byte_starts: torch.Tensor, sizes: torch.Tensor) -> None:
@@ -323,28 +325,30 @@ def _check_padding(bits_B: torch.Tensor, byte_starts: torch.Tensor, sizes: torch
             raise ValueError("a bitmap sets padding bits beyond its partition's set")
 
 
-_WORKSPACE: dict[str, torch.Tensor] = {}
+_WORKSPACE = threading.local()
 
 
 def extract(x_N: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(positions int64, values) of the non-zeros of the flat float32 CPU ``x_N``, ascending, in one pass (about
-    3x ``torch.nonzero`` + gather). The results are views of a workspace reused by the next call."""
+    3x ``torch.nonzero`` + gather). The results are views of a per-thread workspace reused by the next call; a
+    workspace much larger than the last call needed is dropped (the views keep it alive while they live)."""
     _cpu(x_N, torch.float32, "the tensor")
-    lib, n = _lib(), x_N.numel()
-    if "idx" not in _WORKSPACE:
-        _WORKSPACE.update(idx=torch.empty(0, dtype=torch.int64, device="cpu"), val=torch.empty(0, dtype=torch.float32, device="cpu"))
+    lib, n, ws = _lib(), x_N.numel(), _WORKSPACE
+    if not hasattr(ws, "idx"):
+        ws.idx = torch.empty(0, dtype=torch.int64, device="cpu")
+        ws.val = torch.empty(0, dtype=torch.float32, device="cpu")
     for _ in range(2):
-        idx, val = _WORKSPACE["idx"], _WORKSPACE["val"]
-        cap = idx.numel()
+        idx, val, cap = ws.idx, ws.val, ws.idx.numel()
         k = lib.zen_extract(x_N.data_ptr(), n, idx.data_ptr() if cap else None, val.data_ptr() if cap else None, cap)
         if k >= 0:
+            if cap > 4 * k + (1 << 20):
+                ws.idx, ws.val = idx[:0].clone(), val[:0].clone()
             return idx[:k], val[:k]
         need = lib.zen_count_nonzero(x_N.data_ptr(), n)
         room = max(need, int(1.25 * need) + 1024)
-        _WORKSPACE["idx"] = torch.empty(room, dtype=torch.int64, device="cpu")
-        _WORKSPACE["val"] = torch.empty(room, dtype=torch.float32, device="cpu")
+        ws.idx = torch.empty(room, dtype=torch.int64, device="cpu")
+        ws.val = torch.empty(room, dtype=torch.float32, device="cpu")
     raise AssertionError("extract: the workspace was sized by the count")
-
 
 
 def take_set(bits_B: torch.Tensor, acc: torch.Tensor, count: int) -> torch.Tensor:
@@ -366,8 +370,8 @@ def bucket_pack(idx_K: torch.Tensor, val_K: torch.Tensor, n: int, seed: int, ran
     _cpu(idx_K, torch.int64, "the indices")
     _cpu(val_K, torch.float32, "the values")
     _cpu(rank_of, torch.int32, "rank_of")
-    if idx_K.numel() != val_K.numel() or n < 1:
-        raise ValueError("indices and values must match, and n >= 1")
+    if idx_K.numel() != val_K.numel() or not 1 <= n < 2**31:
+        raise ValueError("indices and values must match, and 1 <= n < 2**31")
     k = idx_K.numel()
     owner = torch.empty(k, dtype=torch.int32, device="cpu")
     counts = torch.empty(n, dtype=torch.int64, device="cpu")

@@ -78,7 +78,7 @@ def speed_table(
     sizes: Sequence[int] = SIZES,
     densities: Sequence[float] = DENSITIES,
     ranks: int = 2,
-    repeats: int = 5,
+    repeats: int = 9,
     overlap: float = 0.3,
     schemes: Sequence[str] = SCHEMES,
 ) -> pd.DataFrame:

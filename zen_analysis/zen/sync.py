@@ -15,11 +15,17 @@ Four collective calls: counts, push, bitmaps, values. That is the least for exac
 needs its size known first (the push's counts; the pull's values are counted by the bitmaps, whose sizes are
 static), and the pull cannot start before the push has ended.
 
-Work per call, besides the ``nonzero`` and the zeroing and scatter of the result (the passes any dense-in,
-dense-out sparse sum makes): O(nnz) for hashing, packing and aggregating; O(numel / 8) bytes of bitmaps to pack
-and scan (a pass over the bytes, then work per set bit). The static sets S_p are computed once per (numel, n,
-seed, device) and cached (``bitmap.static_sets``, bounded in bytes). Host syncs: the push counts (all_to_all
-split sizes) and the pull's value counts (one ``tolist`` of all ranks' popcounts).
+Work per call on the CPU, besides extracting the non-zeros and scattering the sums (the passes any dense-in,
+dense-out sparse sum makes; the result is written in place and nothing zeroes the tensor): O(nnz) for bucketing,
+packing and aggregating (into a persistent accumulator); O(numel / 8) bytes of bitmaps to scan. On CUDA the
+aggregation allocates an |S_p| accumulator and mask per call. The static sets S_p, the position table and the
+accumulators are built once per (numel, n, seed, device) and cached (``bitmap.static_sets``, bounded in bytes;
+past the bound a set is rebuilt, O(numel)). Host syncs: the push counts (all_to_all split sizes) and the pull's
+value counts (one ``tolist`` of all ranks' popcounts).
+
+Not thread-safe across threads of one process running Zen at once (the extraction workspace and accumulators
+are per thread, but two threads' collectives on one group would interleave anyway). A rank whose input holds
+-0.0 where no rank has a non-zero keeps its -0.0 (``all_reduce`` gives +0.0): equal, not bitwise identical.
 
 The result equals ``all_reduce`` of the dense tensors (bit for bit on integer-valued inputs). Byte and call
 accounting goes through :class:`~zen_analysis.comm.exchange.Exchange`, so the ``zen`` scheme's traffic model
@@ -39,8 +45,7 @@ from zen_analysis.zen.hierarchical import _hierarchical_hash, bucket_reference
 HASHINGS = ("auto", "hierarchical", "argsort")
 """How the push buckets are built (same partitions, same bytes on the wire): ``hierarchical``, Algorithm 1;
 ``argsort``, a stable grouping by server (on the CPU a compiled counting sort, which also packs the message);
-``auto``, ``argsort`` where the CPU kernel applies (measured faster there: ``zen-analysis bench zen``), else
-Algorithm 1 (CUDA)."""
+``auto``, ``argsort`` on the CPU (measured faster there: ``bench zen``, ``bench hashing``), Algorithm 1 on CUDA."""
 
 
 def _kernel(t: torch.Tensor) -> bool:
@@ -65,7 +70,7 @@ def _push_message(x_N: torch.Tensor, ex: Exchange, sets: StaticSets, *, seed: in
     with ex.local("hash"):
         if hashing in ("auto", "argsort") and _kernel(x_N):
             return native.bucket_pack(idx_K, val_K, ex.world, seed, sets.rank_of)
-        if hashing == "argsort":
+        if hashing == "argsort" or (hashing == "auto" and x_N.device.type == "cpu"):
             buckets = bucket_reference(idx_K, ex.world, seed=seed)
         else:
             buckets = _hierarchical_hash(idx_K, ex.world, seed=seed)
@@ -93,12 +98,17 @@ def aggregate_encode(got: torch.Tensor, sets: StaticSets, p: int) -> tuple[torch
     the work is O(received), not O(|S_p|)."""
     size = sets.sizes[p]
     nbytes = sets.byte_starts[p + 1] - sets.byte_starts[p]
+    got = got.to(sets.order.device)  # the exchange's device (CUDA under NCCL) may differ from the input's
     if got.device.type == "cpu" and sets.numel < 2**31 and native.available():
         bitmap = torch.zeros(nbytes, dtype=torch.uint8, device="cpu")
         acc = sets.accumulator(p)
-        native.accumulate_packed(got, size, bitmap, acc)
-        count = int(native.popcounts(bitmap, torch.tensor([0, nbytes], device="cpu"))[0])
-        return bitmap, native.take_set(bitmap, acc, count)
+        try:
+            native.accumulate_packed(got, size, bitmap, acc)
+            count = int(native.popcounts(bitmap, torch.tensor([0, nbytes], device="cpu"))[0])
+            return bitmap, native.take_set(bitmap, acc, count)
+        except BaseException:  # the accumulator persists between calls: never leave a partial sum in it
+            acc.zero_()
+            raise
     pos, val = unpack_coo(got, sets.numel)
     if pos.numel() and (int(pos.min()) < 0 or int(pos.max()) >= size):
         raise ValueError(f"a received position is outside this server's hash set of {size}")
@@ -116,10 +126,10 @@ def pull(bitmap: torch.Tensor, values: torch.Tensor, ex: Exchange, sets: StaticS
     kernel = _kernel(out_N)
     sizes_W = torch.diff(torch.tensor(sets.byte_starts, dtype=torch.int64, device="cpu"))  # split sizes: host
     with ex.phase("pull"):
-        all_bits = ex.all_gather_v(bitmap, sizes_W)
+        all_bits = ex.all_gather_v(bitmap, sizes_W).to(out_N.device)
         with ex.local("decode"):
             counts_W = (native.popcounts if kernel else popcounts)(all_bits, sets.byte_starts_t).cpu()
-        all_val = ex.all_gather_v(values, counts_W)
+        all_val = ex.all_gather_v(values, counts_W).to(out_N.device)
     if kernel:  # one pass over the bitmaps writing each value where its bit points
         with ex.local("scatter"):
             native.decode_scatter(all_bits, sets.byte_starts_t, sets.starts_t, sets.order, all_val, counts_W, out_N)

@@ -23,11 +23,10 @@ class AGSparse(CommScheme):
             counts_W = ex.all_gather_counts(idx_K.numel())
             got = ex.all_gather_v(pack_coo(idx_K, val_K, N), counts_W * w)
         all_idx, all_val = unpack_coo(got, N)
-        # in place: x_N holds this rank's values already; add every other rank's block (no dense zeroing)
-        lo = int(counts_W[: ex.rank].sum())
-        hi = lo + int(counts_W[ex.rank])
-        others = torch.cat([all_idx[:lo], all_idx[hi:]]), torch.cat([all_val[:lo], all_val[hi:]])
-        x_N.index_add_(0, others[0].to(x_N.device), others[1].to(x_N.device))
+        # in place, no dense zeroing: clear this rank's own non-zeros, then add every rank's block in rank order,
+        # so every rank sums in the same order (identical results, not just equal up to rounding)
+        x_N.index_fill_(0, idx_K, 0.0)
+        x_N.index_add_(0, all_idx.to(x_N.device), all_val.to(x_N.device))
 
     def _traffic(self, sets: list[torch.Tensor], numel: int, t: Traffic) -> None:
         t.counts("allgather")

@@ -43,7 +43,10 @@ class CommScheme(ABC):
         ex = Exchange(group, sync=self.sync_collectives)
         self.check(ex.world, tensor.numel())
         direct = tensor.dtype == torch.float32 and tensor.is_contiguous()
-        work_N = tensor.detach().view(-1) if direct else tensor.detach().reshape(-1).to(torch.float32)
+        if direct:
+            work_N = tensor.detach().view(-1)
+        else:  # a strided view must not be summed through (a collective reads numel contiguous floats)
+            work_N = tensor.detach().to(torch.float32).reshape(-1).clone(memory_format=torch.contiguous_format)
         self._run(work_N, ex)
         if not direct:
             tensor.detach().copy_(work_N.view(tensor.shape))

@@ -37,10 +37,20 @@ void zen_popcounts(const uint8_t *bits, const int64_t *byte_starts, int n, int64
 }
 
 /* For each set bit, in partition order and ascending within a partition, write the next value to the index the
- * bit stands for: out[order[starts[p] + t]] = values[j++]. Returns the number of values consumed. */
+ * bit stands for: out[order[starts[p] + t]] = values[j++]. At most cap values are read and only indices in
+ * [0, numel) written: returns the number of values consumed, or -1 (stopping there) if the bitmaps hold more set
+ * bits than values or point outside the output. */
+#define DECODE_ONE(ORDER_T)                                                                                 \
+    do {                                                                                                    \
+        if (j == cap) return -1;                                                                            \
+        ORDER_T dst = s_p[t];                                                                               \
+        if (dst < 0 || (int64_t)dst >= numel) return -1;                                                   \
+        out[dst] = values[j++];                                                                             \
+    } while (0)
+
 #define DECODE_SCATTER(NAME, ORDER_T)                                                                       \
     int64_t NAME(const uint8_t *bits, const int64_t *byte_starts, const int64_t *starts, int n,             \
-                 const ORDER_T *order, const float *values, float *out) {                                 \
+                 const ORDER_T *order, const float *values, int64_t cap, float *out, int64_t numel) {      \
         int64_t j = 0;                                                                                      \
         for (int p = 0; p < n; p++) {                                                                       \
             const ORDER_T *s_p = order + starts[p];                                                         \
@@ -49,16 +59,16 @@ void zen_popcounts(const uint8_t *bits, const int64_t *byte_starts, int n, int64
                 uint64_t w;                                                                                 \
                 memcpy(&w, bits + i, 8); /* little-endian: bit b of byte i+q is bit 8q+b of w */           \
                 while (w) {                                                                                 \
-                    int b = __builtin_ctzll(w);                                                             \
-                    out[s_p[(i - lo) * 8 + b]] = values[j++];                                               \
+                    int64_t t = (i - lo) * 8 + __builtin_ctzll(w);                                          \
+                    DECODE_ONE(ORDER_T);                                                                    \
                     w &= w - 1;                                                                             \
                 }                                                                                           \
             }                                                                                               \
             for (; i < hi; i++) {                                                                           \
                 unsigned w = bits[i];                                                                       \
                 while (w) {                                                                                 \
-                    int b = __builtin_ctz(w);                                                               \
-                    out[s_p[(i - lo) * 8 + b]] = values[j++];                                               \
+                    int64_t t = (i - lo) * 8 + __builtin_ctz(w);                                            \
+                    DECODE_ONE(ORDER_T);                                                                    \
                     w &= w - 1;                                                                             \
                 }                                                                                           \
             }                                                                                               \
@@ -187,11 +197,14 @@ int zen_bucket_pack(const int64_t *idx, const float *val, int64_t k, int64_t n, 
 }
 
 /* Server p's aggregation of received packed entries (position in S_p, value bits): set bit t, acc[t] += value.
- * Returns 0, or -1 if a position is past |S_p| (nothing is written out of bounds). */
+ * Every position is checked first: returns -1 without touching bits or acc if one is past |S_p|, else 0. */
 int zen_accumulate_packed(const int32_t *words, int64_t r, int64_t set_size, uint8_t *bits, float *acc) {
     for (int64_t i = 0; i < r; i++) {
         int64_t t = words[2 * i];
         if (t < 0 || t >= set_size) return -1;
+    }
+    for (int64_t i = 0; i < r; i++) {
+        int64_t t = words[2 * i];
         float v;
         memcpy(&v, &words[2 * i + 1], 4);
         bits[t >> 3] |= (uint8_t)(1u << (t & 7));
