@@ -15,10 +15,8 @@ embedding gradient) or ``topk`` (DGC top-k after error feedback). The file's key
 Shards are written to a temporary name and renamed, so a run killed mid-way leaves every completed shard
 readable. Every data page carries a CRC32 checksum (Parquet page checksums), verified on read.
 :class:`TraceReader` streams one row group at a time and reports as :class:`TraceError` naming the file: a
-missing or malformed manifest (a required key missing, a value of the wrong JSON type, a ``run_id`` that is not
-a name), an unknown schema version, a truncated or corrupt file (bad checksum, undecodable page), and records that
-break the store's invariants (indices not strictly increasing or outside ``[0, numel)``, ``nnz`` or ``numel``
-disagreeing with the data, the shape or the manifest).
+missing or malformed manifest, an unknown schema version, a truncated or corrupt file (bad checksum, undecodable
+page), and records that break the store's invariants (:mod:`zen_analysis.capture.schema` holds those checks).
 """
 
 from __future__ import annotations
@@ -37,16 +35,18 @@ import torch
 
 from zen_analysis import paths
 from zen_analysis.atomic import atomic_path, atomic_write_json
+from zen_analysis.capture.schema import (
+    KINDS,
+    SCHEMA_VERSION,
+    SUPPORTED_SCHEMA_VERSIONS,
+    TraceError,
+    check_manifest,
+    check_records,
+    one_chunk,
+)
 from zen_analysis.paths import RUN_ID
 
-SCHEMA_VERSION = 1
-SUPPORTED_SCHEMA_VERSIONS = (1,)
-KINDS = ("natural", "topk")
 _SCALAR_COLUMNS = ["step", "worker", "rank", "tensor", "kind", "numel", "nnz"]
-
-
-class TraceError(RuntimeError):
-    """A trace directory or file that cannot be read; the message names the file and what to do."""
 
 
 @dataclass
@@ -217,37 +217,6 @@ def resolve_trace_dir(run: str | Path) -> Path:
     raise TraceError(f"no trace directory for run {str(run)!r}{where}; known runs: {known or 'none'}")
 
 
-_MANIFEST_TYPES: dict[str, tuple[type, ...]] = {
-    "run_id": (str,), "schema_version": (int,), "tensors": (dict,),
-    "world_size": (int,), "workers_per_rank": (int,), "num_workers": (int,), "config": (dict,), "finished": (bool,),
-    "corpus": (dict,), "versions": (dict,), "git_commit": (str,), "summary": (dict,),
-}  # fmt: skip
-_REQUIRED = ("run_id", "schema_version", "tensors")
-
-
-def check_manifest(m: object, path: Path) -> dict:
-    """``m`` if it is a well-formed manifest, else a :class:`TraceError` naming ``path`` and what is wrong."""
-    if not isinstance(m, dict):
-        raise TraceError(f"{path}: expected a JSON object, got {type(m).__name__}; the run directory is damaged")
-    missing = [k for k in _REQUIRED if k not in m]
-    if missing:
-        raise TraceError(f"{path}: required keys {missing} are missing; the run directory is damaged (re-capture)")
-    for key, types in _MANIFEST_TYPES.items():
-        if key in m and (not isinstance(m[key], types) or (types == (int,) and isinstance(m[key], bool))):
-            raise TraceError(f"{path}: {key} should be a {types[0].__name__}, got {m[key]!r}")
-    if not RUN_ID.fullmatch(m["run_id"]):
-        raise TraceError(f"{path}: run_id {m['run_id']!r} is not a run name (letters, digits, '.', '_', '-')")
-    for name, info in m["tensors"].items():
-        ok = (
-            isinstance(info, dict) and info.get("kind") in KINDS and isinstance(info.get("shape"), list)
-            and all(isinstance(d, int) and d >= 0 for d in info["shape"]) and isinstance(info.get("numel"), int)
-            and info["numel"] == int(np.prod(info["shape"], dtype=np.int64))
-        )  # fmt: skip
-        if not ok:
-            raise TraceError(f"{path}: tensors[{name!r}] should be {{kind in {KINDS}, shape, numel = prod(shape)}}, got {info!r}")
-    return m
-
-
 class TraceReader:
     """Streams the records of one run, filtered by tensor / step / worker / rank / kind."""
 
@@ -375,71 +344,13 @@ class TraceReader:
                 yield from _table_records(table)
 
 
-def _one_chunk(col: pa.ChunkedArray) -> pa.Array:
-    """The column as one array (``combine_chunks`` copies even a single chunk: 5 ms per 9M indices)."""
-    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
-
-
-def _list_parts(col: pa.ChunkedArray, *, values: bool = True) -> tuple[np.ndarray | None, np.ndarray]:
-    arr = _one_chunk(col)
-    off = arr.offsets.to_numpy()
-    flat = arr.values.to_numpy(zero_copy_only=False)[off[0] : off[-1]] if values else None  # a slice: its part only
-    return flat, off - off[0]
-
-
-def check_records(table: pa.Table, tensors: dict[str, dict]) -> None:
-    """Raise ``ValueError`` naming the first broken invariant of a row group's records (whichever of these
-    columns were read): kind known, tensor in the manifest with the same numel, numel = prod(shape), nnz = the
-    number of indices and of values, indices strictly increasing (sorted, unique) and in [0, numel)."""
-    cols = set(table.column_names)
-    rows = table.num_rows
-    if "kind" in cols:
-        bad = set(table.column("kind").to_pylist()) - set(KINDS)
-        if bad:
-            raise ValueError(f"unknown kind {sorted(bad)}")
-    numel = table.column("numel").to_numpy() if "numel" in cols else None
-    if "tensor" in cols and numel is not None:
-        for name, n in zip(table.column("tensor").to_pylist(), numel):
-            info = tensors.get(name)
-            if info is None:
-                raise ValueError(f"tensor {name!r} is not in the run's manifest")
-            if info["numel"] != n:
-                raise ValueError(f"tensor {name!r} has numel {n} here, {info['numel']} in the manifest")
-    if "shape" in cols and numel is not None:
-        dims, off = _list_parts(table.column("shape"))
-        prods = [int(np.prod(dims[off[j] : off[j + 1]], dtype=np.int64)) for j in range(rows)]
-        if prods != numel.tolist():
-            raise ValueError("numel disagrees with shape")
-    nnz = table.column("nnz").to_numpy() if "nnz" in cols else None
-    if "values" in cols and nnz is not None:
-        _, voff = _list_parts(table.column("values"), values=False)
-        if not np.array_equal(np.diff(voff), nnz):
-            raise ValueError("nnz disagrees with the number of values")
-    if "indices" not in cols:
-        return
-    idx, off = _list_parts(table.column("indices"))
-    counts = np.diff(off)
-    if nnz is not None and not np.array_equal(counts, nnz):
-        raise ValueError("nnz disagrees with the number of indices")
-    rising = idx[1:] > idx[:-1]  # in the stored dtype: no int64 copy of a large row group
-    cuts = off[1:-1]
-    rising[cuts[(cuts > 0) & (cuts < idx.size)] - 1] = True  # from one record to the next anything goes
-    if not rising.all():
-        raise ValueError("indices are not sorted and unique")
-    nonempty = counts > 0
-    if nonempty.any():
-        first, last = idx[off[:-1][nonempty]], idx[off[1:][nonempty] - 1]
-        if first.min() < 0 or (numel is not None and (last >= numel[nonempty]).any()):
-            raise ValueError("indices out of range [0, numel)")
-
-
 def _table_records(table: pa.Table) -> Iterator[SparseGrad]:
     cols = {name: table.column(name) for name in table.column_names}
-    idx_col = _one_chunk(cols["indices"])
+    idx_col = one_chunk(cols["indices"])
     idx_flat = idx_col.values.to_numpy()
     idx_off = idx_col.offsets.to_numpy()
     if "values" in cols:
-        val_col = _one_chunk(cols["values"])
+        val_col = one_chunk(cols["values"])
         val_flat, val_off = val_col.values.to_numpy(), val_col.offsets.to_numpy()
     else:
         val_flat, val_off = np.zeros(0, np.float32), np.zeros(table.num_rows + 1, np.int64)

@@ -229,27 +229,18 @@ class Exchange:
         return tensor_N
 
 
-def push_entries(
-    idx_K: torch.Tensor, val_K: torch.Tensor, send_W: torch.Tensor, numel: int, ex: Exchange
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The push's two calls (counts, then one ``all_to_all_single`` of packed COO; phase ``push``): the
-    (indices, values) every rank sent to this one, in rank order, not yet summed."""
-    w = coo_words(numel)
-    with ex.phase("push"):
-        recv_W = ex.exchange_counts(send_W)
-        got = ex.all_to_all_v(pack_coo(idx_K, val_K, numel), send_W * w, recv_W * w)
-    with ex.local("aggregate"):
-        return unpack_coo(got, numel)
-
-
 def push_to_owners(
     idx_K: torch.Tensor, val_K: torch.Tensor, send_W: torch.Tensor, numel: int, ex: Exchange
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The push of Parallelism schemes: ``idx_K``/``val_K`` grouped by owner (``send_W[j]`` entries for rank j)
     go to their owners (count exchange + one ``all_to_all_single`` of packed COO, phase ``push``); returns this
     rank's (indices ascending, summed values). An index that sums to zero stays in the set."""
-    r_idx, r_val = push_entries(idx_K, val_K, send_W, numel, ex)
+    w = coo_words(numel)
+    with ex.phase("push"):
+        recv_W = ex.exchange_counts(send_W)
+        got = ex.all_to_all_v(pack_coo(idx_K, val_K, numel), send_W * w, recv_W * w)
     with ex.local("aggregate"):
+        r_idx, r_val = unpack_coo(got, numel)
         u_idx, inverse = torch.unique(r_idx, return_inverse=True)
         u_val = torch.zeros(u_idx.numel(), dtype=torch.float32, device=r_val.device).index_add_(0, inverse, r_val)
     return u_idx, u_val

@@ -12,11 +12,30 @@ from __future__ import annotations
 import datetime
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from zen_analysis.config import DistConfig
+
+
+def loopback_interface() -> str:
+    """The loopback network interface's name (``lo`` on Linux), read from its IFF_LOOPBACK flag."""
+    for d in sorted(Path("/sys/class/net").glob("*")):
+        try:
+            if int((d / "flags").read_text(), 16) & 0x8:
+                return d.name
+        except (OSError, ValueError):
+            continue
+    return "lo"
+
+
+def loopback_env(store: Path) -> dict[str, str]:
+    """Environment for a forked rank that talks on loopback only: the rendezvous is a ``FileStore`` at ``store``
+    (no listening socket: c10d's ``TCPStore`` binds every interface whatever ``MASTER_ADDR`` says) and gloo binds
+    its connections to the loopback interface (by default it takes the address the host name resolves to)."""
+    return {"ZEN_ANALYSIS_FILE_STORE": str(store), "GLOO_SOCKET_IFNAME": loopback_interface()}
 
 
 @dataclass(frozen=True)

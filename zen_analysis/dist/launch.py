@@ -18,17 +18,14 @@ from __future__ import annotations
 
 import copy
 import ctypes
-import fcntl
 import json
 import multiprocessing as mp
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,16 +34,15 @@ from typing import Any
 import pandas as pd
 
 from zen_analysis import paths
-from zen_analysis.atomic import atomic_write_json, atomic_write_text
 from zen_analysis.config import ExperimentConfig
-from zen_analysis.dist.entry import DEFAULT_TARGET, TIMEOUT_HINT, is_timeout, run_rank
+from zen_analysis.dist.entry import TIMEOUT_HINT, is_timeout, run_rank
+from zen_analysis.dist.env import loopback_env
+from zen_analysis.dist.rundir import RunInUseError, claim_run, prepare_run, target_spec, write_run
+
+__all__ = ["RankFailedError", "RunInUseError", "RunResult", "ensure_run", "fork_launch", "launch", "prepare_run"]
 
 _PR_SET_PDEATHSIG = 1
 _POLL_S = 0.2
-
-
-class RunInUseError(ValueError):
-    """Another live launch holds this run id (its lock file); nothing of either run was touched."""
 
 
 class RankFailedError(RuntimeError):
@@ -90,140 +86,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def loopback_interface() -> str:
-    """The loopback network interface's name (``lo`` on Linux), read from its IFF_LOOPBACK flag."""
-    for d in sorted(Path("/sys/class/net").glob("*")):
-        try:
-            if int((d / "flags").read_text(), 16) & 0x8:
-                return d.name
-        except (OSError, ValueError):
-            continue
-    return "lo"
-
-
-def loopback_env(store: Path) -> dict[str, str]:
-    """Environment for a forked rank that talks on loopback only: the rendezvous is a ``FileStore`` at ``store``
-    (no listening socket: c10d's ``TCPStore`` binds every interface whatever ``MASTER_ADDR`` says) and gloo binds
-    its connections to the loopback interface (by default it takes the address the host name resolves to)."""
-    return {"ZEN_ANALYSIS_FILE_STORE": str(store), "GLOO_SOCKET_IFNAME": loopback_interface()}
-
-
-def new_run_id(name: str) -> str:
-    return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
-
-
-def _target_spec(target: Callable[..., Any] | str | None) -> str:
-    if target is None:
-        return DEFAULT_TARGET
-    if isinstance(target, str):
-        return target
-    return f"{target.__module__}:{target.__qualname__}"
-
-
 def _resolve_launcher(cfg: ExperimentConfig) -> str:
     if cfg.dist.launcher != "auto":
         return cfg.dist.launcher
     import torch
 
     return "torchrun" if cfg.dist.backend == "nccl" or (cfg.dist.backend == "auto" and torch.cuda.is_available()) else "fork"
-
-
-LOCK_NAME = ".lock"
-
-
-class RunLock:
-    """An exclusive ``flock`` on ``data/runs/<run_id>/.lock``, held by the launching process for the run's life.
-
-    The kernel drops the lock when that process exits, however it exits, so a crashed launch never leaves a
-    stale lock behind; a second launch of the same id fails at once with :class:`RunInUseError`.
-    """
-
-    def __init__(self, run_id: str) -> None:
-        self.run_id = run_id
-        self.path = paths.run_dir(run_id) / LOCK_NAME
-        self._fd: int | None = None
-
-    def acquire(self) -> RunLock:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            raise RunInUseError(
-                f"run {self.run_id} is in use by another launch (pid {holder}); wait for it to finish, or choose "
-                "another run id"
-            ) from None
-        self._fd = fd
-        return self
-
-    def mark_holder(self) -> None:
-        """Write this process's pid into the lock file (what a refused second launch reports)."""
-        assert self._fd is not None
-        os.ftruncate(self._fd, 0)
-        os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing the descriptor drops the flock
-            self._fd = None
-
-    def __enter__(self) -> RunLock:
-        return self if self._fd is not None else self.acquire()
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
-
-def _claim_run(cfg: ExperimentConfig, *, overwrite: bool) -> RunLock:
-    """Check the run id, lock the run, and clear a previous run of that id (only with ``overwrite``)."""
-    cfg.validate()
-    if not cfg.run_id:
-        cfg.run_id = new_run_id(cfg.name)
-    run_dir, trace_dir = paths.run_dir(cfg.run_id), paths.trace_dir(cfg.run_id)  # both check the id
-    lock = RunLock(cfg.run_id).acquire()
-    try:
-        old = [p for p in run_dir.iterdir() if p.name != LOCK_NAME]
-        if (old or trace_dir.exists()) and not overwrite:
-            raise ValueError(
-                f"run {cfg.run_id} already exists ({run_dir}); pass overwrite=True (command line: --overwrite) to "
-                "replace it, or choose another run id"
-            )
-        lock.mark_holder()
-        for p in old:
-            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
-        if trace_dir.exists():
-            shutil.rmtree(trace_dir)
-    except BaseException:
-        lock.release()
-        raise
-    return lock
-
-
-def _write_run(cfg: ExperimentConfig, target: Callable[..., Any] | str | None, progress: bool) -> Path:
-    from zen_analysis.train.data import prepare
-
-    run_dir = paths.run_dir(cfg.run_id)
-    atomic_write_text(run_dir / "config.json", cfg.to_json())
-    atomic_write_json(run_dir / "launch.json", {"target": _target_spec(target)})
-    # ranks read this instead of re-reading and re-hashing the corpus each
-    atomic_write_json(run_dir / "data.json", prepare(cfg.data, progress=progress).to_dict())
-    return run_dir
-
-
-def prepare_run(
-    cfg: ExperimentConfig, *, target: Callable[..., Any] | str | None = None, progress: bool = True, overwrite: bool = False
-) -> Path:
-    """Write the run directory (config.json, launch.json, data.json) and prepare the data, for ranks started by
-    hand (``torchrun ... -m zen_analysis.dist.entry --run-dir``).
-
-    The run id must be a name (``paths.check_run_id``); an existing run of that id is replaced only with
-    ``overwrite`` and never while another launch holds it. The lock is released on return: the ranks you start
-    are not guarded against a later ``prepare`` of the same id.
-    """
-    with _claim_run(cfg, overwrite=overwrite):
-        return _write_run(cfg, target, progress)
 
 
 def _die_with_parent(sig: int = signal.SIGTERM, parent: int | None = None) -> None:
@@ -394,16 +262,16 @@ def launch(
         RankFailedError: a rank raised, crashed or timed out (the others are stopped first).
     """
     cfg = copy.deepcopy(cfg)
-    if _resolve_launcher(cfg) == "torchrun" and target is not None and not isinstance(target, str) and "<" in _target_spec(target):
+    if _resolve_launcher(cfg) == "torchrun" and target is not None and not isinstance(target, str) and "<" in target_spec(target):
         raise ValueError("under torchrun the target must be an importable module function, not a local one")
-    with _claim_run(cfg, overwrite=overwrite):  # held until every rank has stopped
+    with claim_run(cfg, overwrite=overwrite):  # held until every rank has stopped
         return _launch_claimed(cfg, target=target, progress=progress, echo=echo, timeout_s=timeout_s, on_metrics=on_metrics)
 
 
 def _launch_claimed(cfg: ExperimentConfig, *, target, progress, echo, timeout_s, on_metrics) -> RunResult:
     from tqdm.auto import tqdm
 
-    run_dir = _write_run(cfg, target, progress)
+    run_dir = write_run(cfg, target, progress)
     world = cfg.dist.num_ranks
     launcher = _resolve_launcher(cfg)
     if launcher == "torchrun":

@@ -20,6 +20,7 @@ from functools import lru_cache
 
 import torch
 
+from zen_analysis.indices import check_indices
 from zen_analysis.zen import native
 from zen_analysis.zen.hashing import TABLE_LIMIT, _owner, h0_table
 
@@ -183,7 +184,10 @@ def set_positions(bytes_B: torch.Tensor) -> torch.Tensor:
 
 
 def popcounts(bytes_B: torch.Tensor, byte_starts: torch.Tensor) -> torch.Tensor:
-    """Set bits in each segment ``bytes_B[byte_starts[p]:byte_starts[p + 1]]`` (int64, same device)."""
+    """Set bits in each segment ``bytes_B[byte_starts[p]:byte_starts[p + 1]]`` (int64, same device): the compiled
+    loop on the CPU, a table lookup and a cumulative sum elsewhere."""
+    if bytes_B.device.type == "cpu" and native.available():
+        return native.popcounts(bytes_B.contiguous(), byte_starts.to(torch.int64).contiguous())
     cum = torch.zeros(bytes_B.numel() + 1, dtype=torch.int64, device=bytes_B.device)
     torch.cumsum(_POPCOUNT.to(bytes_B.device)[bytes_B.long()], 0, out=cum[1:])
     return cum[byte_starts[1:]] - cum[byte_starts[:-1]]
@@ -229,8 +233,6 @@ class HashBitmap:
     def encode(self, p: int, indices_K: torch.Tensor, values_K: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(bitmap uint8 over S_p, values in S_p order) of partition p's (indices, values); every index must
         belong to S_p, and indices must be distinct."""
-        from zen_analysis.indices import check_indices
-
         idx = check_indices(indices_K, self.numel)
         s_p = self.partition(p, idx.device)
         pos = torch.searchsorted(s_p, idx.to(s_p.dtype))

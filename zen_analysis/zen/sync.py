@@ -104,7 +104,7 @@ def aggregate_encode(got: torch.Tensor, sets: StaticSets, p: int) -> tuple[torch
         acc = sets.accumulator(p)
         try:
             native.accumulate_packed(got, size, bitmap, acc)
-            count = int(native.popcounts(bitmap, torch.tensor([0, nbytes], device="cpu"))[0])
+            count = int(popcounts(bitmap, torch.tensor([0, nbytes], device="cpu"))[0])
             return bitmap, native.take_set(bitmap, acc, count)
         except BaseException:  # the accumulator persists between calls: never leave a partial sum in it
             acc.zero_()
@@ -128,7 +128,7 @@ def pull(bitmap: torch.Tensor, values: torch.Tensor, ex: Exchange, sets: StaticS
     with ex.phase("pull"):
         all_bits = ex.all_gather_v(bitmap, sizes_W).to(out_N.device)
         with ex.local("decode"):
-            counts_W = (native.popcounts if kernel else popcounts)(all_bits, sets.byte_starts_t).cpu()
+            counts_W = popcounts(all_bits, sets.byte_starts_t).cpu()
         all_val = ex.all_gather_v(values, counts_W).to(out_N.device)
     if kernel:  # one pass over the bitmaps writing each value where its bit points
         with ex.local("scatter"):

@@ -20,14 +20,17 @@ void zen_bits_set(const int64_t *pos, int64_t k, uint8_t *out) {
     for (int64_t i = 0; i < k; i++) out[pos[i] >> 3] |= (uint8_t)(1u << (pos[i] & 7));
 }
 
+/* The (up to) eight bytes of bits[i..hi) as one little-endian word, zero-padded past hi: bit b of byte i+q is
+ * bit 8q+b of the word, so every loop below walks a bitmap eight bytes at a time, its tail included. */
+static inline uint64_t word_at(const uint8_t *bits, int64_t i, int64_t hi) {
+    uint64_t w = 0;
+    memcpy(&w, bits + i, hi - i < 8 ? (size_t)(hi - i) : 8);
+    return w;
+}
+
 static int64_t popcount_range(const uint8_t *bits, int64_t lo, int64_t hi) {
-    int64_t c = 0, i = lo;
-    for (; i + 8 <= hi; i += 8) {
-        uint64_t w;
-        memcpy(&w, bits + i, 8);
-        c += __builtin_popcountll(w);
-    }
-    for (; i < hi; i++) c += __builtin_popcount(bits[i]);
+    int64_t c = 0;
+    for (int64_t i = lo; i < hi; i += 8) c += __builtin_popcountll(word_at(bits, i, hi));
     return c;
 }
 
@@ -54,22 +57,11 @@ void zen_popcounts(const uint8_t *bits, const int64_t *byte_starts, int n, int64
         int64_t j = 0;                                                                                      \
         for (int p = 0; p < n; p++) {                                                                       \
             const ORDER_T *s_p = order + starts[p];                                                         \
-            int64_t lo = byte_starts[p], hi = byte_starts[p + 1], i = lo;                                   \
-            for (; i + 8 <= hi; i += 8) {                                                                   \
-                uint64_t w;                                                                                 \
-                memcpy(&w, bits + i, 8); /* little-endian: bit b of byte i+q is bit 8q+b of w */           \
-                while (w) {                                                                                 \
+            int64_t lo = byte_starts[p], hi = byte_starts[p + 1];                                           \
+            for (int64_t i = lo; i < hi; i += 8) {                                                          \
+                for (uint64_t w = word_at(bits, i, hi); w; w &= w - 1) {                                    \
                     int64_t t = (i - lo) * 8 + __builtin_ctzll(w);                                          \
                     DECODE_ONE(ORDER_T);                                                                    \
-                    w &= w - 1;                                                                             \
-                }                                                                                           \
-            }                                                                                               \
-            for (; i < hi; i++) {                                                                           \
-                unsigned w = bits[i];                                                                       \
-                while (w) {                                                                                 \
-                    int64_t t = (i - lo) * 8 + __builtin_ctz(w);                                            \
-                    DECODE_ONE(ORDER_T);                                                                    \
-                    w &= w - 1;                                                                             \
                 }                                                                                           \
             }                                                                                               \
         }                                                                                                   \
@@ -141,26 +133,13 @@ int64_t zen_extract(const float *x, int64_t n, int64_t *idx, float *val, int64_t
 /* values[j++] = acc[t], then acc[t] = 0, for each set bit t ascending (acc is all zero again afterwards); at
  * most cap values. Returns j, or -1 if the bitmap has more than cap set bits (the values past cap not written). */
 int64_t zen_take_set(const uint8_t *bits, int64_t nbytes, float *acc, float *values, int64_t cap) {
-    int64_t j = 0, i = 0;
-    for (; i + 8 <= nbytes; i += 8) {
-        uint64_t w;
-        memcpy(&w, bits + i, 8);
-        while (w) {
+    int64_t j = 0;
+    for (int64_t i = 0; i < nbytes; i += 8) {
+        for (uint64_t w = word_at(bits, i, nbytes); w; w &= w - 1) {
             int64_t t = i * 8 + __builtin_ctzll(w);
             if (j == cap) return -1;
             values[j++] = acc[t];
             acc[t] = 0.0f;
-            w &= w - 1;
-        }
-    }
-    for (; i < nbytes; i++) {
-        unsigned w = bits[i];
-        while (w) {
-            int64_t t = i * 8 + __builtin_ctz(w);
-            if (j == cap) return -1;
-            values[j++] = acc[t];
-            acc[t] = 0.0f;
-            w &= w - 1;
         }
     }
     return j;

@@ -1,0 +1,137 @@
+"""A run's directory: its id, its lock, and what a launch writes there before any rank starts.
+
+``data/runs/<run_id>/`` holds ``config.json``, ``launch.json`` (what each rank runs) and ``data.json`` (the
+prepared corpus); the launcher then adds logs, metrics, results and errors. The id must be a name
+(``paths.check_run_id``); an existing run is replaced only on request (``overwrite``), and never while another
+launch holds its lock (``.lock``, ``flock``ed by the launching process for the run's life).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from zen_analysis import paths
+from zen_analysis.atomic import atomic_write_json, atomic_write_text
+from zen_analysis.config import ExperimentConfig
+from zen_analysis.dist.entry import DEFAULT_TARGET
+
+
+class RunInUseError(ValueError):
+    """Another live launch holds this run id (its lock file); nothing of either run was touched."""
+
+
+def new_run_id(name: str) -> str:
+    return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
+
+
+def target_spec(target: Callable[..., Any] | str | None) -> str:
+    if target is None:
+        return DEFAULT_TARGET
+    if isinstance(target, str):
+        return target
+    return f"{target.__module__}:{target.__qualname__}"
+
+
+LOCK_NAME = ".lock"
+
+
+class RunLock:
+    """An exclusive ``flock`` on ``data/runs/<run_id>/.lock``, held by the launching process for the run's life.
+
+    The kernel drops the lock when that process exits, however it exits, so a crashed launch never leaves a
+    stale lock behind; a second launch of the same id fails at once with :class:`RunInUseError`.
+    """
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.path = paths.run_dir(run_id) / LOCK_NAME
+        self._fd: int | None = None
+
+    def acquire(self) -> RunLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise RunInUseError(
+                f"run {self.run_id} is in use by another launch (pid {holder}); wait for it to finish, or choose "
+                "another run id"
+            ) from None
+        self._fd = fd
+        return self
+
+    def mark_holder(self) -> None:
+        """Write this process's pid into the lock file (what a refused second launch reports)."""
+        assert self._fd is not None
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor drops the flock
+            self._fd = None
+
+    def __enter__(self) -> RunLock:
+        return self if self._fd is not None else self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def claim_run(cfg: ExperimentConfig, *, overwrite: bool) -> RunLock:
+    """Check the run id, lock the run, and clear a previous run of that id (only with ``overwrite``)."""
+    cfg.validate()
+    if not cfg.run_id:
+        cfg.run_id = new_run_id(cfg.name)
+    run_dir, trace_dir = paths.run_dir(cfg.run_id), paths.trace_dir(cfg.run_id)  # both check the id
+    lock = RunLock(cfg.run_id).acquire()
+    try:
+        old = [p for p in run_dir.iterdir() if p.name != LOCK_NAME]
+        if (old or trace_dir.exists()) and not overwrite:
+            raise ValueError(
+                f"run {cfg.run_id} already exists ({run_dir}); pass overwrite=True (command line: --overwrite) to "
+                "replace it, or choose another run id"
+            )
+        lock.mark_holder()
+        for p in old:
+            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+        if trace_dir.exists():
+            shutil.rmtree(trace_dir)
+    except BaseException:
+        lock.release()
+        raise
+    return lock
+
+
+def write_run(cfg: ExperimentConfig, target: Callable[..., Any] | str | None, progress: bool) -> Path:
+    from zen_analysis.train.data import prepare
+
+    run_dir = paths.run_dir(cfg.run_id)
+    atomic_write_text(run_dir / "config.json", cfg.to_json())
+    atomic_write_json(run_dir / "launch.json", {"target": target_spec(target)})
+    # ranks read this instead of re-reading and re-hashing the corpus each
+    atomic_write_json(run_dir / "data.json", prepare(cfg.data, progress=progress).to_dict())
+    return run_dir
+
+
+def prepare_run(
+    cfg: ExperimentConfig, *, target: Callable[..., Any] | str | None = None, progress: bool = True, overwrite: bool = False
+) -> Path:
+    """Write the run directory (config.json, launch.json, data.json) and prepare the data, for ranks started by
+    hand (``torchrun ... -m zen_analysis.dist.entry --run-dir``).
+
+    The run id must be a name (``paths.check_run_id``); an existing run of that id is replaced only with
+    ``overwrite`` and never while another launch holds it. The lock is released on return: the ranks you start
+    are not guarded against a later ``prepare`` of the same id.
+    """
+    with claim_run(cfg, overwrite=overwrite):
+        return write_run(cfg, target, progress)
