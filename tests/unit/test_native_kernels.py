@@ -182,3 +182,55 @@ def test_a_failed_aggregation_leaves_the_accumulator_zero():
     good[1] = torch.tensor([1.0]).view(torch.int32)
     bitmap, values = aggregate_encode(good, sets, 0)
     assert values.tolist() == [1.0] and int(native.popcounts(bitmap, torch.tensor([0, bitmap.numel()]))[0]) == 1
+
+
+@pytest.mark.parametrize("senders, density", [(1, 0.5), (3, 0.05), (5, 0.9)])
+def test_merged_aggregation_equals_the_accumulator_path(senders, density):
+    """The block-by-block merge (ascending streams) and the |S_p| accumulator give the same bitmap and sums; a
+    stream that does not ascend is left to the accumulator (the merge answers None)."""
+    from zen_analysis.zen.sync import aggregate_encode
+
+    size = 70_001  # several merge blocks, a partial last byte
+    gen = torch.Generator().manual_seed(senders)
+    streams = []
+    for _ in range(senders):
+        pos = torch.nonzero(torch.rand(size, generator=gen) < density, as_tuple=True)[0].to(torch.int32)
+        val = torch.randint(-3, 4, (pos.numel(),), generator=gen).float()
+        streams.append(torch.stack([pos, val.view(torch.int32)], 1).reshape(-1))
+    words = torch.cat(streams)
+    counts = torch.tensor([s.numel() // 2 for s in streams])
+    merged = native.aggregate_sorted(words, counts, size)
+    assert merged is not None
+    acc = torch.zeros(size)
+    bits = torch.zeros((size + 7) // 8, dtype=torch.uint8)
+    native.accumulate_packed(words, size, bits, acc)
+    expected = native.take_set(bits, acc, int(native.popcounts(bits, torch.tensor([0, bits.numel()]))[0]))
+    assert torch.equal(merged[0], bits) and torch.equal(merged[1], expected)
+    shuffled = words.view(-1, 2)[torch.randperm(words.numel() // 2, generator=gen)].reshape(-1)
+    assert native.aggregate_sorted(shuffled, torch.tensor([words.numel() // 2]), size) is None
+    sets = static_sets(2 * size, 2, 0)  # the sync entry point falls back and still sums exactly
+    p_size = sets.sizes[0]
+    inside = shuffled.view(-1, 2)[shuffled.view(-1, 2)[:, 0] < p_size].reshape(-1).contiguous()
+    b1, v1 = aggregate_encode(inside, sets, 0, torch.tensor([inside.numel() // 2]))
+    b2, v2 = aggregate_encode(inside, sets, 0)
+    assert torch.equal(b1, b2) and torch.equal(v1, v2)
+    with pytest.raises(ValueError, match="outside"):
+        native.aggregate_sorted(torch.tensor([size, 0], dtype=torch.int32), torch.tensor([1]), size)
+    with pytest.raises(ValueError, match="counts"):
+        native.aggregate_sorted(words, counts + 1, size)
+
+
+def test_workspaces_are_reused_per_name_and_shrink():
+    from zen_analysis import workspace
+
+    a = workspace.buffer("test.a", 1000, torch.float32)
+    b = workspace.buffer("test.a", 900, torch.float32)
+    assert a.data_ptr() == b.data_ptr()  # same pages: no fresh allocation
+    assert workspace.buffer("test.b", 900, torch.float32).data_ptr() != a.data_ptr()
+    grown = workspace.buffer("test.a", 5000, torch.float32)
+    assert grown.numel() == 5000 and workspace.capacity("test.a", torch.float32) >= 5000
+    big = workspace.buffer("test.a", 10_000_000, torch.float32)
+    small = workspace.buffer("test.a", 10, torch.float32)
+    assert small.data_ptr() != big.data_ptr() and workspace.capacity("test.a", torch.float32) < 1000
+    workspace.clear()
+    assert workspace.capacity("test.a", torch.float32) == 0

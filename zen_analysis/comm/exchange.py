@@ -24,6 +24,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from zen_analysis import workspace
+
 COUNT_BYTES = 8  # counts travel as int64
 
 
@@ -140,12 +142,19 @@ class Exchange:
         self._count("control", COUNT_BYTES * (self.world - 1), COUNT_BYTES * (self.world - 1), wire)
         return recv.cpu()
 
-    def all_to_all_v(self, data_K: torch.Tensor, send_counts_W: torch.Tensor, recv_counts_W: torch.Tensor) -> torch.Tensor:
-        """Rank j gets the next send_counts_W[j] entries of ``data_K`` (payload); counts known on both sides."""
+    def all_to_all_v(
+        self, data_K: torch.Tensor, send_counts_W: torch.Tensor, recv_counts_W: torch.Tensor, *, reuse: str | None = None
+    ) -> torch.Tensor:
+        """Rank j gets the next send_counts_W[j] entries of ``data_K`` (payload); counts known on both sides.
+        ``reuse`` names a per-thread workspace (:mod:`zen_analysis.workspace`) to receive into: the result is
+        then valid until the next call with that name (no page faults on a fresh buffer)."""
         send_splits = send_counts_W.tolist()
         recv_splits = recv_counts_W.tolist()
         data_K = data_K.to(self.device)
-        out = torch.empty(sum(recv_splits), dtype=data_K.dtype, device=self.device)
+        if reuse is None:
+            out = torch.empty(sum(recv_splits), dtype=data_K.dtype, device=self.device)
+        else:
+            out = workspace.buffer(reuse, sum(recv_splits), data_K.dtype, self.device)
         t0 = self._start()
         dist.all_to_all_single(out, data_K.contiguous(), recv_splits, send_splits, group=self.group)
         wire = time.perf_counter() - t0
@@ -159,11 +168,18 @@ class Exchange:
         """Every rank's count (control traffic)."""
         return self.exchange_counts(torch.full((self.world,), count, dtype=torch.int64, device="cpu"))
 
-    def all_gather_v(self, data_K: torch.Tensor, counts_W: torch.Tensor) -> torch.Tensor:
-        """Concatenation of every rank's ``data_K`` in rank order; ``counts_W`` are all ranks' sizes (payload)."""
+    def all_gather_v(self, data_K: torch.Tensor, counts_W: torch.Tensor, *, reuse: str | None = None) -> torch.Tensor:
+        """Concatenation of every rank's ``data_K`` in rank order; ``counts_W`` are all ranks' sizes (payload).
+        ``reuse``: as for :meth:`all_to_all_v` (the W copies sent go to a workspace too)."""
         k = int(counts_W[self.rank])
-        send = data_K.repeat(self.world) if k else data_K[:0]
-        return self.all_to_all_v(send, torch.full((self.world,), k, dtype=torch.int64, device="cpu"), counts_W)
+        data_K = data_K.to(self.device)
+        if reuse is None or not k:
+            send = data_K.repeat(self.world) if k else data_K[:0]
+        else:
+            send = workspace.buffer(f"{reuse}.send", self.world * k, data_K.dtype, self.device).view(self.world, k)
+            send.copy_(data_K.expand(self.world, k))
+            send = send.view(-1)
+        return self.all_to_all_v(send, torch.full((self.world,), k, dtype=torch.int64, device="cpu"), counts_W, reuse=reuse)
 
     def sendrecv_count(self, count: int, peer: int) -> int:
         """Swap one count with ``peer`` (control traffic)."""

@@ -24,7 +24,6 @@ import shutil
 import stat
 import subprocess
 import tempfile
-import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
@@ -32,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from zen_analysis import workspace
 from zen_analysis.indices import check_indices
 
 SOURCES = (Path(__file__).with_name("csrc") / "hierarchical_hash.c", Path(__file__).with_name("csrc") / "hash_bitmap.c")
@@ -161,6 +161,8 @@ def _library() -> tuple[ctypes.CDLL | None, str]:
     lib.zen_bucket_pack.argtypes = [_P, _P, _I64, _I64, _U32, _P, _I64, _P, _P, _P]
     lib.zen_accumulate_packed.restype = _INT
     lib.zen_accumulate_packed.argtypes = [_P, _I64, _I64, _P, _P]
+    lib.zen_aggregate_sorted.restype = _I64
+    lib.zen_aggregate_sorted.argtypes = [_P, _P, _I64, _I64, _P, _P, _P]
     return lib, ""
 
 
@@ -325,29 +327,24 @@ def _check_padding(bits_B: torch.Tensor, byte_starts: torch.Tensor, sizes: torch
             raise ValueError("a bitmap sets padding bits beyond its partition's set")
 
 
-_WORKSPACE = threading.local()
-
-
 def extract(x_N: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(positions int64, values) of the non-zeros of the flat float32 CPU ``x_N``, ascending, in one pass (about
-    3x ``torch.nonzero`` + gather). The results are views of a per-thread workspace reused by the next call; a
-    workspace much larger than the last call needed is dropped (the views keep it alive while they live)."""
+    """(positions int64, values) of the non-zeros of the flat float32 CPU ``x_N``, ascending, in one pass at
+    about memory speed (several times ``torch.nonzero`` + gather). The results are views of per-thread
+    workspaces (:mod:`zen_analysis.workspace`) valid until the next call on this thread; the workspace keeps the
+    last capacity, so the pass runs once unless the non-zeros outgrow it (then once more after counting)."""
     _cpu(x_N, torch.float32, "the tensor")
-    lib, n, ws = _lib(), x_N.numel(), _WORKSPACE
-    if not hasattr(ws, "idx"):
-        ws.idx = torch.empty(0, dtype=torch.int64, device="cpu")
-        ws.val = torch.empty(0, dtype=torch.float32, device="cpu")
+    lib, n = _lib(), x_N.numel()
+    cap = workspace.capacity("zen.extract.idx", torch.int64)
     for _ in range(2):
-        idx, val, cap = ws.idx, ws.val, ws.idx.numel()
+        idx = workspace.buffer("zen.extract.idx", cap, torch.int64, "cpu")
+        val = workspace.buffer("zen.extract.val", cap, torch.float32, "cpu")
         k = lib.zen_extract(x_N.data_ptr(), n, idx.data_ptr() if cap else None, val.data_ptr() if cap else None, cap)
         if k >= 0:
-            if cap > 4 * k + (1 << 20):
-                ws.idx, ws.val = idx[:0].clone(), val[:0].clone()
+            if cap > 4 * k + (1 << 20):  # much too large: the next call gets a buffer sized by this one
+                workspace.buffer("zen.extract.idx", k, torch.int64, "cpu")
+                workspace.buffer("zen.extract.val", k, torch.float32, "cpu")
             return idx[:k], val[:k]
-        need = lib.zen_count_nonzero(x_N.data_ptr(), n)
-        room = max(need, int(1.25 * need) + 1024)
-        ws.idx = torch.empty(room, dtype=torch.int64, device="cpu")
-        ws.val = torch.empty(room, dtype=torch.float32, device="cpu")
+        cap = int(lib.zen_count_nonzero(x_N.data_ptr(), n)) + 1024
     raise AssertionError("extract: the workspace was sized by the count")
 
 
@@ -364,18 +361,24 @@ def take_set(bits_B: torch.Tensor, acc: torch.Tensor, count: int) -> torch.Tenso
     return out
 
 
-def bucket_pack(idx_K: torch.Tensor, val_K: torch.Tensor, n: int, seed: int, rank_of: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def bucket_pack(idx_K: torch.Tensor, val_K: torch.Tensor, n: int, seed: int, rank_of: torch.Tensor,
+                *, reuse: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """The push buffer of this rank's non-zeros: (int32 words, two per entry: position in S_p and value bits,
-    grouped by server h0(idx) mod n, ascending inside a group; entries per server). A stable counting sort."""
+    grouped by server h0(idx) mod n, ascending inside a group; entries per server). A stable counting sort.
+    ``reuse``: build the words (and scratch) in per-thread workspaces of that name (:mod:`zen_analysis.workspace`)."""
     _cpu(idx_K, torch.int64, "the indices")
     _cpu(val_K, torch.float32, "the values")
     _cpu(rank_of, torch.int32, "rank_of")
     if idx_K.numel() != val_K.numel() or not 1 <= n < 2**31:
         raise ValueError("indices and values must match, and 1 <= n < 2**31")
     k = idx_K.numel()
-    owner = torch.empty(k, dtype=torch.int32, device="cpu")
+    if reuse is None:
+        owner = torch.empty(k, dtype=torch.int32, device="cpu")
+        words = torch.empty(2 * k, dtype=torch.int32, device="cpu")
+    else:
+        owner = workspace.buffer(f"{reuse}.owner", k, torch.int32, "cpu")
+        words = workspace.buffer(reuse, 2 * k, torch.int32, "cpu")
     counts = torch.empty(n, dtype=torch.int64, device="cpu")
-    words = torch.empty(2 * k, dtype=torch.int32, device="cpu")
     if _lib().zen_bucket_pack(idx_K.data_ptr(), val_K.data_ptr(), k, n, seed & 0xFFFFFFFF, rank_of.data_ptr(),
                               rank_of.numel(), owner.data_ptr(), counts.data_ptr(), words.data_ptr()) != 0:  # fmt: skip
         raise ValueError(f"indices must lie in [0, {rank_of.numel()})")
@@ -391,3 +394,30 @@ def accumulate_packed(words: torch.Tensor, set_size: int, bits_B: torch.Tensor, 
         raise ValueError("two words per entry, and the buffers must fit the set")
     if _lib().zen_accumulate_packed(words.data_ptr(), words.numel() // 2, set_size, bits_B.data_ptr(), acc.data_ptr()) != 0:
         raise ValueError(f"a received position is outside this server's hash set of {set_size}")
+
+
+def aggregate_sorted(words: torch.Tensor, counts_W: torch.Tensor, set_size: int, *,
+                     reuse: str | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:  # fmt: skip
+    """Server p's aggregate of received packed (position, value) entries, ``counts_W[s]`` from sender s, as (hash
+    bitmap over S_p, summed values in bit order) — when each sender's positions ascend (what :func:`bucket_pack`
+    sends), merged block by block with no |S_p|-sized buffer; None if a sender's positions do not ascend.
+    ``reuse``: the results live in per-thread workspaces of that name (:mod:`zen_analysis.workspace`)."""
+    _cpu(words, torch.int32, "the received words")
+    counts_W = counts_W.to(device="cpu", dtype=torch.int64)
+    if words.numel() % 2 or int(counts_W.sum()) != words.numel() // 2 or bool((counts_W < 0).any()):
+        raise ValueError("two words per entry, as many entries as the senders' counts")
+    offs = torch.cat([torch.zeros(1, dtype=torch.int64, device="cpu"), torch.cumsum(counts_W, 0)])
+    if reuse is None:
+        bits = torch.zeros((set_size + 7) // 8, dtype=torch.uint8, device="cpu")
+        values = torch.empty(words.numel() // 2, dtype=torch.float32, device="cpu")
+    else:
+        bits = workspace.buffer(f"{reuse}.bits", (set_size + 7) // 8, torch.uint8, "cpu").zero_()
+        values = workspace.buffer(f"{reuse}.values", words.numel() // 2, torch.float32, "cpu")
+    cursor = torch.empty(counts_W.numel(), dtype=torch.int64, device="cpu")
+    j = _lib().zen_aggregate_sorted(words.data_ptr(), offs.data_ptr(), counts_W.numel(), set_size, bits.data_ptr(),
+                                    values.data_ptr(), cursor.data_ptr())  # fmt: skip
+    if j == -1:
+        raise ValueError(f"a received position is outside this server's hash set of {set_size}")
+    if j == -2:
+        return None
+    return bits, values[:j]

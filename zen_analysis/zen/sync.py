@@ -69,7 +69,7 @@ def _push_message(x_N: torch.Tensor, ex: Exchange, sets: StaticSets, *, seed: in
     idx_K, val_K = _extract(x_N, ex)
     with ex.local("hash"):
         if hashing in ("auto", "argsort") and _kernel(x_N):
-            return native.bucket_pack(idx_K, val_K, ex.world, seed, sets.rank_of)
+            return native.bucket_pack(idx_K, val_K, ex.world, seed, sets.rank_of, reuse="zen.push.send")
         if hashing == "argsort" or (hashing == "auto" and x_N.device.type == "cpu"):
             buckets = bucket_reference(idx_K, ex.world, seed=seed)
         else:
@@ -79,27 +79,32 @@ def _push_message(x_N: torch.Tensor, ex: Exchange, sets: StaticSets, *, seed: in
         return words, buckets.counts_n.to(torch.int64).cpu()
 
 
-def push(x_N: torch.Tensor, ex: Exchange, *, seed: int, hashing: str = "auto") -> tuple[StaticSets, torch.Tensor]:
+def push(x_N: torch.Tensor, ex: Exchange, *, seed: int, hashing: str = "auto") -> tuple[StaticSets, torch.Tensor, torch.Tensor]:
     """The push: this rank's non-zeros to their servers (counts, then one packed ``all_to_all_single``); returns
-    the static sets and what this rank received as server (packed position / value words, not yet summed)."""
+    the static sets, what this rank received as server (packed position / value words, not yet summed) and how
+    many entries came from each rank."""
     sets = static_sets(x_N.numel(), ex.world, seed, x_N.device)
     words, counts_W = _push_message(x_N, ex, sets, seed=seed, hashing=hashing)
     w = coo_words(x_N.numel())
     with ex.phase("push"):
         recv_W = ex.exchange_counts(counts_W)
-        got = ex.all_to_all_v(words, counts_W * w, recv_W * w)
-    return sets, got
+        got = ex.all_to_all_v(words, counts_W * w, recv_W * w, reuse="zen.push.recv")
+    return sets, got, recv_W
 
 
-def aggregate_encode(got: torch.Tensor, sets: StaticSets, p: int) -> tuple[torch.Tensor, torch.Tensor]:
+def aggregate_encode(got: torch.Tensor, sets: StaticSets, p: int, recv_W: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Server p's aggregate of the received packed entries, hash-bitmap encoded: (bitmap over S_p, summed values
-    of its set bits in S_p order). Positions index an accumulator over S_p directly: no sort, no search. On the
-    CPU one compiled pass sets the bits and sums into a persistent accumulator that the gather leaves zeroed, so
-    the work is O(received), not O(|S_p|)."""
+    of its set bits in S_p order). Positions index S_p directly: no search. On the CPU, when every sender's
+    positions ascend (``recv_W``: entries per sender; the CPU push sends them so), one compiled merge sums them
+    block by block in a cache-sized accumulator: O(received + |S_p| / 8); otherwise (e.g. Algorithm 1's buckets)
+    one compiled pass sets the bits and sums into a persistent |S_p| accumulator that the read-out leaves zeroed."""
     size = sets.sizes[p]
     nbytes = sets.byte_starts[p + 1] - sets.byte_starts[p]
     got = got.to(sets.order.device)  # the exchange's device (CUDA under NCCL) may differ from the input's
     if got.device.type == "cpu" and sets.numel < 2**31 and native.available():
+        merged = native.aggregate_sorted(got, recv_W, size, reuse="zen.aggregate") if recv_W is not None else None
+        if merged is not None:
+            return merged
         bitmap = torch.zeros(nbytes, dtype=torch.uint8, device="cpu")
         acc = sets.accumulator(p)
         try:
@@ -126,10 +131,10 @@ def pull(bitmap: torch.Tensor, values: torch.Tensor, ex: Exchange, sets: StaticS
     kernel = _kernel(out_N)
     sizes_W = torch.diff(torch.tensor(sets.byte_starts, dtype=torch.int64, device="cpu"))  # split sizes: host
     with ex.phase("pull"):
-        all_bits = ex.all_gather_v(bitmap, sizes_W).to(out_N.device)
+        all_bits = ex.all_gather_v(bitmap, sizes_W, reuse="zen.pull.bits").to(out_N.device)
         with ex.local("decode"):
             counts_W = popcounts(all_bits, sets.byte_starts_t).cpu()
-        all_val = ex.all_gather_v(values, counts_W).to(out_N.device)
+        all_val = ex.all_gather_v(values, counts_W, reuse="zen.pull.values").to(out_N.device)
     if kernel:  # one pass over the bitmaps writing each value where its bit points
         with ex.local("scatter"):
             native.decode_scatter(all_bits, sets.byte_starts_t, sets.starts_t, sets.order, all_val, counts_W, out_N)
@@ -146,9 +151,9 @@ def pull(bitmap: torch.Tensor, values: torch.Tensor, ex: Exchange, sets: StaticS
 def zen_sum(x_N: torch.Tensor, ex: Exchange, *, seed: int = 0, hashing: str = "auto") -> torch.Tensor:
     """Sum of the ranks' flat tensors ``x_N`` via push (hash owners) and hash-bitmap pull, in place; returns
     ``x_N``."""
-    sets, got = push(x_N, ex, seed=seed, hashing=hashing)
+    sets, got, recv_W = push(x_N, ex, seed=seed, hashing=hashing)
     with ex.local("aggregate"):
-        bitmap, values = aggregate_encode(got, sets, ex.rank)
+        bitmap, values = aggregate_encode(got, sets, ex.rank, recv_W if coo_words(x_N.numel()) == 2 else None)
     return pull(bitmap, values, ex, sets, x_N)
 
 

@@ -11,6 +11,10 @@
 
 #include "zen_hash.h"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the eight-bytes-at-a-time loops assume a little-endian machine"
 #endif
@@ -75,7 +79,7 @@ DECODE_SCATTER(zen_decode_scatter_i64, int64_t)
 
 /* Non-zeros of x[0..n): their positions and values, ascending; returns how many, or -1 if more than cap (the
  * caller then retries with room for zen_count_nonzero's count). A float is non-zero when its bits other than the
- * sign are (as torch.nonzero: -0.0 is zero, NaN is not). All-zero blocks of 64 and 8 floats are skipped at once. */
+ * sign are (as torch.nonzero: -0.0 is zero, NaN is not). */
 int64_t zen_count_nonzero(const float *x, int64_t n) {
     int64_t k = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -86,36 +90,41 @@ int64_t zen_count_nonzero(const float *x, int64_t n) {
     return k;
 }
 
+/* Bit j of the result: whether x[j] is non-zero, for the 64 floats at x (SSE2, part of every x86-64, where
+ * present; a plain loop elsewhere). */
+static inline uint64_t nonzero_mask64(const float *x) {
+    uint64_t m = 0;
+#if defined(__SSE2__)
+    const __m128i sign_off = _mm_set1_epi32(0x7FFFFFFF), zero = _mm_setzero_si128();
+    for (int j = 0; j < 16; j++) {
+        __m128i v = _mm_and_si128(_mm_loadu_si128((const __m128i *)(x + 4 * j)), sign_off);
+        m |= (uint64_t)(_mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(v, zero))) ^ 0xF) << (4 * j);
+    }
+#else
+    for (int j = 0; j < 64; j++) {
+        uint32_t b;
+        memcpy(&b, x + j, 4);
+        m |= (uint64_t)((b & 0x7FFFFFFFu) != 0) << j;
+    }
+#endif
+    return m;
+}
+
+/* One pass at memory speed: a 64-bit non-zero mask per 64 floats (vector compares, no branch per element), then
+ * one store per set bit. */
 int64_t zen_extract(const float *x, int64_t n, int64_t *idx, float *val, int64_t cap) {
-    const uint64_t M = 0x7FFFFFFF7FFFFFFFull; /* two floats' bits other than the signs */
     int64_t k = 0, i = 0;
-    for (; i + 64 <= n; i += 64) { /* blocks of 64, then of 8, skipped when all zero */
-        uint64_t any = 0;
-        for (int j = 0; j < 32; j++) {
-            uint64_t w;
-            memcpy(&w, x + i + 2 * j, 8);
-            any |= w & M;
-        }
-        if (__builtin_expect(!any, 1)) continue;
-        for (int j = 0; j < 64; j += 8) {
-            uint64_t a = 0;
-            for (int q = 0; q < 4; q++) {
-                uint64_t w;
-                memcpy(&w, x + i + j + 2 * q, 8);
-                a |= w & M;
-            }
-            if (!a) continue;
-            for (int q = 0; q < 8; q++) {
-                uint32_t b;
-                memcpy(&b, x + i + j + q, 4);
-                if (b & 0x7FFFFFFFu) {
-                    if (k == cap) return -1;
-                    idx[k] = i + j + q;
-                    val[k] = x[i + j + q];
-                    k++;
-                }
-            }
-        }
+    for (; i + 64 <= n; i += 64) {
+        uint64_t m = nonzero_mask64(x + i);
+        if (!m) continue;
+        if (k + __builtin_popcountll(m) > cap) return -1;
+        do {
+            int b = __builtin_ctzll(m);
+            idx[k] = i + b;
+            val[k] = x[i + b];
+            k++;
+            m &= m - 1;
+        } while (m);
     }
     for (; i < n; i++) {
         uint32_t b;
@@ -190,4 +199,50 @@ int zen_accumulate_packed(const int32_t *words, int64_t r, int64_t set_size, uin
         acc[t] += v;
     }
     return 0;
+}
+
+/* Server p's aggregation when every sender's entries arrive in ascending position (what zen_bucket_pack and a
+ * stable grouping send): the ns streams words[2 offs[s] .. 2 offs[s+1]) are merged block by block over S_p, each
+ * block's sums kept in a small accumulator that stays in cache, and the block's set bits read out at once —
+ * O(received + |S_p| / 8), with no pass over an |S_p|-sized buffer. Writes the bitmap (zeroed by the caller) and
+ * the summed values in bit order; returns how many values, -1 if a position is past |S_p| or -2 if a stream is
+ * not ascending (both checked before anything is written). cursor is scratch of ns int64. */
+#define ZEN_BLOCK 16384
+int64_t zen_aggregate_sorted(const int32_t *words, const int64_t *offs, int64_t ns, int64_t set_size, uint8_t *bits,
+                             float *values, int64_t *cursor) {
+    for (int64_t s = 0; s < ns; s++) {
+        int32_t prev = -1;
+        for (int64_t c = offs[s]; c < offs[s + 1]; c++) {
+            int32_t t = words[2 * c];
+            if (t < 0 || t >= set_size) return -1;
+            if (t < prev) return -2;
+            prev = t;
+        }
+        cursor[s] = offs[s];
+    }
+    float acc[ZEN_BLOCK] = {0};
+    int64_t j = 0;
+    for (int64_t lo = 0; lo < set_size; lo += ZEN_BLOCK) { /* ZEN_BLOCK is a multiple of 64: blocks start on words */
+        int64_t hi = lo + ZEN_BLOCK < set_size ? lo + ZEN_BLOCK : set_size;
+        for (int64_t s = 0; s < ns; s++) {
+            int64_t c = cursor[s], e = offs[s + 1];
+            for (; c < e && words[2 * c] < hi; c++) {
+                int64_t t = words[2 * c];
+                float v;
+                memcpy(&v, &words[2 * c + 1], 4);
+                bits[t >> 3] |= (uint8_t)(1u << (t & 7));
+                acc[t - lo] += v;
+            }
+            cursor[s] = c;
+        }
+        int64_t b_lo = lo >> 3, b_hi = (hi + 7) >> 3;
+        for (int64_t i = b_lo; i < b_hi; i += 8) {
+            for (uint64_t w = word_at(bits, i, b_hi); w; w &= w - 1) {
+                int64_t t = (i - b_lo) * 8 + __builtin_ctzll(w);
+                values[j++] = acc[t];
+                acc[t] = 0.0f;
+            }
+        }
+    }
+    return j;
 }
