@@ -285,7 +285,7 @@ def bench_zen(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     (:mod:`zen_analysis.zen.speed`), medians of 9. ``--set sizes=4000000,32000000 densities=0.01 repeats=5``."""
     import pandas as pd
 
-    from zen_analysis.zen.speed import DENSITIES, SIZES, speed_table, summary
+    from zen_analysis.zen.speed import DENSITIES, SIZES, model_check, speed_table, summary
 
     opts: dict = {"sizes": list(SIZES), "densities": list(DENSITIES), "repeats": 9, "ranks": 2}
     for item in overrides:
@@ -309,7 +309,10 @@ def bench_zen(overrides: list[str] | tuple[str, ...] = ()) -> dict:
         print(steps.to_string())
         calls = table[table["what"] == "zen"]["calls"].max()
         print(f"zen_sum collective calls per sync: {int(calls)}")
-    return {"table": table, "summary": summ}
+        check = model_check(table)
+        print(f"time model (wire + local work, this machine calibrated at {opts['ranks']} ranks on <= 4M elements) / measured:")
+        print(check.to_string(float_format="{:.2f}".format))
+    return {"table": table, "summary": summ, "model": check}
 
 
 BENCHMARKS["zen"] = bench_zen

@@ -42,6 +42,11 @@ def test_calibration_replay_and_synthetic_cli(capsys):
     assert df.attrs["path"].name.startswith("bench_comm-")
     summary = summarize(df)
     assert (summary["ratio"] > 0).all() and (summary["wire_measured_s"] > 0).all()
+    # every scheme with local work of its own has a measured and a modelled local term; the dense one has none
+    local = df[df["phase"] == "local"]
+    assert set(local["scheme"]) == set(SCHEMES) - {"allreduce"} and (local["wire_measured_s"] > 0).all()
+    assert (summary.drop(index="allreduce")["local_model_s"] > 0).all() and summary.loc["allreduce", "local_model_s"] == 0
+    assert (summary["total_ratio"] > 0).all()
 
     from zen_analysis.cli import main
 

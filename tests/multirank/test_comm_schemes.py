@@ -197,3 +197,20 @@ def test_every_rank_gets_the_same_bits_and_strided_inputs_are_summed_in_place():
         dense = results[0][0]["allreduce"]
         assert torch.equal(holder[::2], dense) and not holder[1::2].any()
         assert torch.equal(zen_strided[::2], results[0][0]["zen"]) and not zen_strided[1::2].any()
+
+
+def _times_body(rank: int, world: int) -> dict:
+    from zen_analysis.comm import build_scheme
+
+    x = torch.zeros(50_000)
+    x[rank::7] = 1.0
+    scheme = build_scheme("zen")
+    scheme.sync_collectives = True
+    scheme.run(x)
+    return scheme.last_times()
+
+
+def test_a_run_splits_its_time_into_wire_barrier_and_local_work():
+    for t in fork_launch(_times_body, 2):
+        assert min(t.values()) >= 0 and t["local"] > 0 and t["wait"] > 0
+        assert t["wire"] + t["wait"] + t["local"] == pytest.approx(t["total"], rel=1e-9)

@@ -2,6 +2,7 @@
 (equal density, balanced partitions, one GPU per node, no latency), and the wire formats round-trip."""
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -87,3 +88,34 @@ def test_bitmaps_and_hash_partitions_round_trip():
     assert torch.equal(allidx.sort().values, torch.arange(5000))
     for p, s in enumerate(parts):
         assert bool((owner(s, 6, 3) == p).all()) and bool((s[1:] > s[:-1]).all())
+
+
+def test_local_work_costs_are_fitted_per_scheme_and_priced_per_rank():
+    """The local term: each rank's scanned elements, bytes moved and non-zeros written, priced by fitted costs;
+    the fit recovers known costs from exact samples, never negative; no costs, no local row."""
+    import numpy as np
+    import pandas as pd
+
+    from zen_analysis.comm.topology import fit_local_work
+
+    truth = {"zen": (2e-9, 1e-9, 3e-8), "agsparse": (4e-9, 0.0, 6e-8)}
+    rows = []
+    for scheme, costs in truth.items():
+        for numel in (1e6, 4e6):
+            for density in (0.004, 0.015, 0.06):
+                f = {"scanned": numel, "bytes": 8 * density * numel * 1.7, "written": density * numel * (1.9 - 8 * density)}
+                rows.append({"scheme": scheme, **f, "seconds": sum(c * f[k] for c, k in zip(costs, f))})
+    fitted = dict((name, rest) for name, *rest in fit_local_work(pd.DataFrame(rows)))
+    for scheme, costs in truth.items():
+        assert np.allclose(fitted[scheme], costs, rtol=1e-6, atol=1e-15)
+        assert min(fitted[scheme]) >= 0
+
+    sets = [torch.tensor([0, 5, 9]), torch.tensor([5, 7])]
+    paper = preset("paper-tcp25")
+    assert "local" not in set(build_scheme("zen").time(sets, 100, paper)["phase"])
+    calibrated = replace(paper, local_work=(("zen", 1e-3, 0.0, 1.0),))
+    t = build_scheme("zen").time(sets, 100, calibrated).set_index("phase")
+    assert t.loc["local", "seconds"] == pytest.approx(100 * 1e-3 + 4 * 1.0)  # 100 scanned, union of 4 written
+    work = build_scheme("zen").model(sets, 100).work
+    assert set(work) == {"scanned", "bytes", "written"} and (work["bytes"] > 0).all()
+    assert build_scheme("allreduce").model(sets, 100).work == {}  # the collective does all of it

@@ -1,9 +1,12 @@
-"""Time models: alpha-beta per phase from a scheme's traffic, and the Zen paper's closed forms.
+"""Time models: alpha-beta per phase from a scheme's traffic, the ranks' local work, and the Zen paper's closed
+forms.
 
 ``phase_times(traffic, topology)``: for each phase and rank, its latency (alpha per call) plus the time to push its
 outgoing bytes or take in its incoming bytes over the links of the topology, whichever is larger; the phase
 takes as long as its slowest (bottleneck) rank. Dense ring all-reduce phases use the ring formula,
-2 (n - 1) steps of alpha + chunk / bandwidth on the slowest link of the ring.
+2 (n - 1) steps of alpha + chunk / bandwidth on the slowest link of the ring. ``local_time``: on a topology
+calibrated on this machine, each rank's own work per scheme (per dense element scanned, byte moved, non-zero
+written), which on loopback outweighs the wire for large tensors.
 
 Closed forms (section 3.4 of the digest; bandwidth-only, M elements, 4-byte words, COO = 2 words per non-zero,
 b in bytes per second, gamma(k) the densification ratio of k workers):
@@ -23,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from zen_analysis.comm.topology import Topology
-from zen_analysis.comm.traffic import Traffic
+from zen_analysis.comm.traffic import WORK_FEATURES, Traffic
 
 
 def phase_times(traffic: Traffic, topology: Topology) -> pd.DataFrame:
@@ -67,6 +70,19 @@ def phase_times(traffic: Traffic, topology: Topology) -> pd.DataFrame:
         r = int(per_rank.argmax())
         rows.append({"phase": phase, "seconds": float(per_rank[r]), "bottleneck_rank": r})
     return pd.DataFrame(rows, columns=["phase", "seconds", "bottleneck_rank"])
+
+
+def local_time(traffic: Traffic, topology: Topology, scheme: str) -> tuple[float, int] | None:
+    """(seconds, bottleneck rank) of the ranks' own work — scanning the dense tensor, encoding / decoding /
+    summing what they send and receive, writing the result — priced by ``topology``'s fitted costs for
+    ``scheme`` (:attr:`~zen_analysis.comm.topology.Topology.local_work`); None where it has none. The slowest
+    rank's total stands for the whole run's local time (phases wait for it)."""
+    costs = topology.local_costs(scheme)
+    if costs is None or not traffic.work:
+        return None
+    per_rank = sum(c * traffic.work[f] for f, c in zip(WORK_FEATURES, costs))
+    r = int(np.argmax(per_rank))
+    return float(per_rank[r]), r
 
 
 def phase_features(traffic: Traffic) -> pd.DataFrame:

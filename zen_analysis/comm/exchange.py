@@ -93,10 +93,14 @@ class Exchange:
         self._phase = "unnamed"
         self.sync = sync
         """Barrier before each collective (not timed), so ``wire_seconds`` excludes waiting for slower peers."""
+        self.wait_seconds = 0.0
+        """Seconds spent in those barriers (neither wire nor local work)."""
 
     def _start(self) -> float:
         if self.sync:
+            t0 = time.perf_counter()
             dist.barrier(group=self.group)
+            self.wait_seconds += time.perf_counter() - t0
         return time.perf_counter()
 
     @contextlib.contextmanager

@@ -52,13 +52,17 @@ def _replay(rank: int, world: int, sets: list, values: list | None, numel: int, 
             if rep < 2:
                 continue
             m = scheme.last_measured()
+            lossless = bool(torch.equal(out, ref)) if values is None else bool(((out - ref).abs() <= tol).all())
             for phase, g in m.groupby("phase"):
                 rows.append({
                     "scheme": name, "rep": rep, "phase": phase, "rank": rank,
                     "bytes_sent": int(g["bytes_sent"].sum()), "phase_s": float(g["seconds"].sum()),
-                    "wire_s": float(g["wire_seconds"].sum()),
-                    "lossless": bool(torch.equal(out, ref)) if values is None else bool(((out - ref).abs() <= tol).all()),
+                    "wire_s": float(g["wire_seconds"].sum()), "lossless": lossless,
                 })  # fmt: skip
+            if scheme.scans_dense:  # the rank's own work: run time outside collectives and barriers
+                local = scheme.last_times()["local"]
+                rows.append({"scheme": name, "rep": rep, "phase": "local", "rank": rank, "bytes_sent": 0,
+                             "phase_s": local, "wire_s": local, "lossless": lossless})  # fmt: skip
     return rows
 
 
@@ -71,7 +75,9 @@ def measure(
     schemes: Sequence[str] | None = None,
 ) -> pd.DataFrame:
     """Measured side only: one row per (scheme, phase) with bytes sent, wire seconds (mean and median over
-    repeats of the slowest rank), whole-phase seconds and the lossless check, one rank per index set."""
+    repeats of the slowest rank), whole-phase seconds and the lossless check, one rank per index set. Phase
+    ``local`` is each scheme's own work (run time outside collective calls and barriers; no bytes), its
+    seconds in the wire columns."""
     from zen_analysis.comm import SCHEMES
     from zen_analysis.dist.launch import fork_launch
 
@@ -98,7 +104,8 @@ def compare(
     topology=None,
     schemes: Sequence[str] | None = None,
 ) -> pd.DataFrame:
-    """Measured vs modelled bytes and time per (scheme, phase) for one rank per index set.
+    """Measured vs modelled bytes and time per (scheme, phase) for one rank per index set; phase ``local`` is
+    the ranks' own work (no bytes), modelled by the topology's fitted local costs.
 
     ``values`` (one tensor per set, aligned with its sorted indices) replays real gradient values, checked
     against ``all_reduce`` up to summation order; without them each rank holds integers, checked bit for bit.
@@ -113,7 +120,8 @@ def compare(
     for (name, phase), m in measured.iterrows():
         scheme = build_scheme(name)
         model_bytes = int(scheme.traffic(index_sets, numel).query("phase == @phase")["bytes_sent"].sum())
-        model_s = float(scheme.time(index_sets, numel, topo).set_index("phase").loc[phase, "seconds"])
+        times = scheme.time(index_sets, numel, topo).set_index("phase")["seconds"]
+        model_s = float(times.get(phase, 0.0))  # "local" is 0 on a topology without local-work costs
         out.append({
             "scheme": name, "phase": phase, "bytes_model": model_bytes, "bytes_sent": int(m["bytes_sent"]),
             "bytes_equal": model_bytes == int(m["bytes_sent"]), "lossless": bool(m["lossless"]),
@@ -126,9 +134,9 @@ def compare(
 def calibrate_from_schemes(
     num_ranks: int = 4,
     *,
-    numel: int = 2_000_000,
+    numel: int | Sequence[int] = (1_000_000, 4_000_000),
     densities: Sequence[float] = (0.004, 0.015, 0.06),
-    repeats: int = 15,
+    repeats: int = 10,
     seed: int = 1000,
 ) -> Topology:
     """Fit each primitive's alpha and bandwidth from the schemes themselves, run on synthetic index sets
@@ -136,49 +144,73 @@ def calibrate_from_schemes(
     (waking ranks that idled through local work, scheduler ticks on a shared CPU) are in alpha. For every
     measured (scheme, phase) the model's slowest-rank calls and bytes (:func:`~zen_analysis.comm.cost.phase_features`)
     are regressed on its mean wire time, per primitive, on relative error. The fit never sees the workload
-    it is later checked on (captured traces). Saved as ``local-<n>.json`` with ``method: schemes``."""
+    it is later checked on (captured traces). The same runs fit each scheme's local-work costs
+    (:func:`~zen_analysis.comm.topology.fit_local_work`: per dense element scanned, byte moved, non-zero
+    written) on the slowest rank's ``local`` time; two tensor sizes (``numel``) separate the per-element scan from
+    the per-non-zero work. Saved as ``local-<n>.json`` with ``method: schemes``."""
     from zen_analysis.atomic import atomic_write_json
     from zen_analysis.comm import SCHEMES, build_scheme
     from zen_analysis.comm.cost import phase_features
-    from zen_analysis.comm.topology import calibration_path, fit_links
+    from zen_analysis.comm.topology import calibration_path, fit_links, fit_local_work
     from zen_analysis.sparsity.synthetic import synthetic_index_sets
 
-    rows = []
-    for i, d in enumerate(densities):
-        sets = synthetic_index_sets(numel, num_ranks, d, skew=1.0, overlap=0.3, seed=seed + i)
-        measured = measure(sets, numel, repeats=repeats)
-        for name in SCHEMES:
-            feats = phase_features(build_scheme(name).model(sets, numel)).set_index("phase")
-            for phase, f in feats.iterrows():
-                rows.append({"density": d, "scheme": name, "phase": phase, **f.to_dict(),
-                             "seconds": float(measured.loc[(name, phase), "wire_s"])})  # fmt: skip
+    rows, local_rows = [], []
+    sizes = [numel] if isinstance(numel, int) else list(numel)
+    for j, size in enumerate(sizes):
+        for i, d in enumerate(densities):
+            sets = synthetic_index_sets(size, num_ranks, d, skew=1.0, overlap=0.3, seed=seed + i + 100 * j)
+            measured = measure(sets, size, repeats=repeats)
+            for name in SCHEMES:
+                model = build_scheme(name).model(sets, size)
+                feats = phase_features(model).set_index("phase")
+                for phase, f in feats.iterrows():
+                    rows.append({"numel": size, "density": d, "scheme": name, "phase": phase, **f.to_dict(),
+                                 "seconds": float(measured.loc[(name, phase), "wire_s"])})  # fmt: skip
+                if model.work:  # the rank with the most bytes stands for the slowest one
+                    r = int(model.work["bytes"].argmax())
+                    local_rows.append({"numel": size, "density": d, "scheme": name,
+                                       **{f: float(v[r]) for f, v in model.work.items()},
+                                       "seconds": float(measured.loc[(name, "local"), "wire_s"])})  # fmt: skip
     df = pd.DataFrame(rows)
     fits = fit_links(df)
+    local_df = pd.DataFrame(local_rows)
+    local_work = fit_local_work(local_df) if len(local_df) else ()
     from zen_analysis.comm.topology import Topology
 
     a2a = {p: (a, b) for p, a, b in fits}.get("all_to_all", (0.0, 1e9))
     topo = Topology(name=f"local-{num_ranks}", gpus_per_node=1 << 20, intra_alpha_s=a2a[0], intra_bandwidth=a2a[1],
-                    inter_alpha_s=a2a[0], inter_bandwidth=a2a[1], num_ranks=num_ranks, calibrated=tuple(fits))  # fmt: skip
-    atomic_write_json(calibration_path(num_ranks), {**topo.to_dict(), "method": "schemes",
-                                                     "samples": df.to_dict(orient="records")})  # fmt: skip
+                    inter_alpha_s=a2a[0], inter_bandwidth=a2a[1], num_ranks=num_ranks, calibrated=tuple(fits),
+                    local_work=local_work)  # fmt: skip
+    atomic_write_json(calibration_path(num_ranks), {**topo.to_dict(), "method": "schemes", "samples": df.to_dict(orient="records"),
+                                                     "local_samples": local_df.to_dict(orient="records")})  # fmt: skip
     return topo
 
 
 def summarize(df: pd.DataFrame) -> pd.DataFrame:
     """Per scheme (phases summed, then the median over steps): bytes modelled / sent / equal, lossless, wire
-    seconds modelled / measured (mean and median over repeats) and modelled / measured."""
+    seconds modelled / measured (mean and median over repeats) and modelled / measured (``ratio``); the local
+    work modelled / measured (``local_*``, 0 where none was measured) and the whole run's modelled / measured
+    (``total_ratio``: wire plus local)."""
     keys = ["scheme"] + (["step"] if "step" in df.columns else [])
+    is_local = df["phase"] == "local"
+    local = df[is_local].groupby(keys).agg(local_model_s=("wire_model_s", "sum"), local_measured_s=("wire_measured_s", "sum"))
+    df = df[~is_local]
     per_step = df.groupby(keys).agg(
         bytes_model=("bytes_model", "sum"), bytes_sent=("bytes_sent", "sum"), bytes_equal=("bytes_equal", "all"),
         lossless=("lossless", "all"), wire_model_s=("wire_model_s", "sum"), wire_measured_s=("wire_measured_s", "sum"),
         wire_measured_median_s=("wire_measured_median_s", "sum"), phase_measured_s=("phase_measured_s", "sum"),
     )  # fmt: skip
+    per_step = per_step.join(local).fillna({"local_model_s": 0.0, "local_measured_s": 0.0})
     per_step["ratio"] = per_step["wire_model_s"] / per_step["wire_measured_s"]
+    per_step["total_ratio"] = (per_step["wire_model_s"] + per_step["local_model_s"]) / (
+        per_step["wire_measured_s"] + per_step["local_measured_s"]
+    )
     out = per_step.groupby("scheme").agg(
         bytes_model=("bytes_model", "median"), bytes_sent=("bytes_sent", "median"), bytes_equal=("bytes_equal", "all"),
         lossless=("lossless", "all"), wire_model_s=("wire_model_s", "median"), wire_measured_s=("wire_measured_s", "median"),
         wire_measured_median_s=("wire_measured_median_s", "median"), phase_measured_s=("phase_measured_s", "median"),
-        ratio=("ratio", "median"),
+        ratio=("ratio", "median"), local_model_s=("local_model_s", "median"), local_measured_s=("local_measured_s", "median"),
+        total_ratio=("total_ratio", "median"),
     )  # fmt: skip
     return out.sort_values("wire_measured_s")
 
@@ -286,6 +318,8 @@ def report(summary: pd.DataFrame) -> str:
             f"{name:>10}: bytes modelled {int(r['bytes_model']):>10,} / sent {int(r['bytes_sent']):>10,} / "
             f"equal {bool(r['bytes_equal'])!s:>5}; lossless {bool(r['lossless'])}\n"
             f"{'':>10}  time modelled {1e3 * r['wire_model_s']:7.2f} ms / measured {1e3 * r['wire_measured_s']:7.2f} ms "
-            f"(median {1e3 * r['wire_measured_median_s']:.2f}) / ratio {r['ratio']:.2f}; whole phases {1e3 * r['phase_measured_s']:.2f} ms"
+            f"(median {1e3 * r['wire_measured_median_s']:.2f}) / ratio {r['ratio']:.2f}; whole phases {1e3 * r['phase_measured_s']:.2f} ms\n"
+            f"{'':>10}  local work modelled {1e3 * r['local_model_s']:7.2f} ms / measured {1e3 * r['local_measured_s']:7.2f} ms; "
+            f"wire + local modelled / measured {r['total_ratio']:.2f}"
         )
     return "\n".join(lines)

@@ -42,6 +42,16 @@ class Topology:
     calibrated: tuple[tuple[str, float, float], ...] = ()
     """(primitive, alpha seconds, bytes per second) measured for ``all_to_all``, ``p2p``, ``all_reduce``;
     when present they price phases of that primitive instead of the link values."""
+    local_work: tuple[tuple[str, float, float, float], ...] = ()
+    """(scheme, seconds per dense element scanned, per byte sent or received, per non-zero written): the ranks'
+    own work, fitted per scheme on this machine with the links (:func:`fit_local_work`); a scheme without an
+    entry is priced by its wire time alone (the presets: GPU kernels next to a network)."""
+
+    def local_costs(self, scheme: str) -> tuple[float, float, float] | None:
+        for name, *costs in self.local_work:
+            if name == scheme:
+                return tuple(costs)
+        return None
 
     def for_ranks(self, num_ranks: int) -> Topology:
         return replace(self, num_ranks=num_ranks)
@@ -219,15 +229,47 @@ def fit_links(samples) -> tuple[tuple[str, float, float], ...]:
     return tuple(fits)
 
 
+def fit_local_work(samples) -> tuple[tuple[str, float, float, float], ...]:
+    """(scheme, seconds per element scanned, per byte moved, per non-zero written) fitted per scheme to rows of
+    ``samples`` (a DataFrame with ``scheme, scanned, bytes, written, seconds``): non-negative least squares on
+    relative error, by trying every subset of the three costs (a cost the data cannot resolve stays 0)."""
+    from itertools import combinations
+
+    fits = []
+    for scheme, g in samples.groupby("scheme"):
+        X = g[["scanned", "bytes", "written"]].to_numpy(dtype=float)
+        y = g["seconds"].to_numpy(dtype=float)
+        keep = y > 0
+        X, y = X[keep], y[keep]
+        best, best_loss = np.zeros(3), np.inf
+        for k in (1, 2, 3):
+            for cols in combinations(range(3), k):
+                if not len(y):
+                    break
+                coef = np.linalg.lstsq(X[:, list(cols)] / y[:, None], np.ones_like(y), rcond=None)[0]
+                if (coef < 0).any():
+                    continue
+                full = np.zeros(3)
+                full[list(cols)] = coef
+                loss = float(np.sum((X @ full / y - 1) ** 2))
+                if loss < best_loss:
+                    best, best_loss = full, loss
+        fits.append((str(scheme), *map(float, best)))
+    return tuple(fits)
+
+
 def local(num_ranks: int = 2, *, recalibrate: bool = False) -> Topology:
-    """This machine calibrated at ``num_ranks`` gloo ranks (stored; calibrated on first use)."""
+    """This machine calibrated at ``num_ranks`` gloo ranks (stored; calibrated on first use, and again when the
+    stored file predates the local-work costs)."""
     path = calibration_path(num_ranks)
     if path.exists() and not recalibrate:
         d = json.loads(path.read_text())
-        for extra in ("samples_s", "samples", "method"):
+        current = "local_work" in d or d.get("method") == "primitives"
+        for extra in ("samples_s", "samples", "local_samples", "method"):
             d.pop(extra, None)
-        if "calibrated" in d:
+        if "calibrated" in d and current:
             d["calibrated"] = tuple(tuple(c) for c in d["calibrated"])
+            d["local_work"] = tuple(tuple(c) for c in d.get("local_work", ()))
             return Topology(**d)
     return calibrate(num_ranks)
 

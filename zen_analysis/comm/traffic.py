@@ -16,6 +16,9 @@ import pandas as pd
 from zen_analysis.comm.exchange import COUNT_BYTES, ring_chunk_sizes
 
 COLUMNS = ["rank", "phase", "kind", "bytes_sent", "bytes_received", "calls"]
+WORK_FEATURES = ("scanned", "bytes", "written")
+"""What a rank's local work is priced by: dense elements scanned, bytes it sends plus receives (packed,
+unpacked, hashed, summed), non-zeros written into the result."""
 
 
 class Traffic:
@@ -36,6 +39,14 @@ class Traffic:
         """phase -> "all_to_all" or "p2p": which calibrated link parameters price it."""
         self.rank_calls: dict[tuple[str, str], np.ndarray] = {}
         """(phase, kind) -> (W,) calls each rank makes: what ``Exchange`` counts in ``PhaseRecord.calls``."""
+        self.work: dict[str, np.ndarray] = {}
+        """Local work per rank, by :data:`WORK_FEATURES` (empty for a scheme that does none of its own)."""
+
+    def local_work(self, numel: int, union: int) -> None:
+        """Record each rank's own work: it scans ``numel`` dense elements for its non-zeros, encodes, decodes and
+        sums the bytes it sends and receives, and writes the ``union`` non-zeros of the result."""
+        moved = (self.sent() + self.received()).astype(np.float64)
+        self.work = {"scanned": np.full(self.world, float(numel)), "bytes": moved, "written": np.full(self.world, float(union))}
 
     def _call(self, phase: str, primitive: str, kind: str, ranks=None) -> None:
         self.calls[phase] += 1

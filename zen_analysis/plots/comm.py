@@ -87,8 +87,9 @@ def wire_size(sizes: pd.DataFrame) -> plt.Figure:
 
 
 def model_vs_measured(measured: pd.DataFrame) -> plt.Figure:
-    """Modelled vs measured wire time per scheme and phase (a ``bench_comm`` table), with the +-30% band,
-    and the modelled / measured ratio per scheme (phases summed, median over steps)."""
+    """Modelled vs measured time per scheme and phase (a ``bench_comm`` table; phase ``local`` is the ranks' own
+    work), with the +-30% band, and the modelled / measured ratio per scheme (phases summed, median over steps),
+    wire alone and wire + local work."""
     from zen_analysis.comm.measure import summarize
 
     style.apply()
@@ -99,8 +100,8 @@ def model_vs_measured(measured: pd.DataFrame) -> plt.Figure:
     xs = [lo, hi]
     ax.plot(xs, xs, color="k", lw=0.8)
     ax.fill_between(xs, [0.7 * x for x in xs], [1.3 * x for x in xs], color="0.85", zorder=0, label="±30%")
-    ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="measured wire time (ms, mean)",
-           ylabel="modelled (ms)", title="per scheme and phase, every replayed step")  # fmt: skip
+    ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="measured time (ms, mean)",
+           ylabel="modelled (ms)", title="per scheme and phase ('local': own work), every replayed step")  # fmt: skip
     ax.legend(fontsize=7, ncol=2, loc="upper left")
     from matplotlib.ticker import FormatStrFormatter
 
@@ -108,11 +109,13 @@ def model_vs_measured(measured: pd.DataFrame) -> plt.Figure:
         axis.set_major_formatter(FormatStrFormatter("%g"))
         axis.set_minor_formatter(FormatStrFormatter(""))
     s = summarize(measured).reset_index()
-    sns.barplot(data=s, x="scheme", y="ratio", ax=bx, color="C0")
+    s = pd.concat([s.assign(term="wire", r=s["ratio"]), s.assign(term="wire + local work", r=s["total_ratio"])])
+    sns.barplot(data=s, x="scheme", y="r", hue="term", ax=bx)
     bx.axhline(1.0, color="k", lw=0.8)
     bx.axhspan(0.7, 1.3, color="0.85", zorder=0)
     bx.set(xlabel="", ylabel="modelled / measured", title="whole scheme (phases summed, median over steps)")
+    bx.legend(fontsize=8, title=None)
     bx.tick_params(axis="x", rotation=30)
     ranks = int(measured["ranks"].iloc[0])
-    fig.suptitle(f"Alpha-beta model vs gloo on this machine, {ranks} ranks, calibrated at {ranks}", y=1.02)
+    fig.suptitle(f"Alpha-beta + local-work model vs gloo on this machine, {ranks} ranks, calibrated at {ranks}", y=1.02)
     return fig

@@ -81,11 +81,19 @@ def speed_table(
     repeats: int = 9,
     overlap: float = 0.3,
     schemes: Sequence[str] = SCHEMES,
+    model: bool = True,
 ) -> pd.DataFrame:
     """One row per (numel, density, what): the median over repeats of the slowest rank's seconds, for every
-    scheme, the floor (``floor``) and each scheme's local steps (``zen:hash``, ...)."""
+    scheme, the floor (``floor``) and each scheme's local steps (``zen:hash``, ...). With ``model``, each
+    scheme's row also holds ``model_seconds``: its time model (wire phases + local work) on this machine
+    calibrated at ``ranks`` ranks (:func:`~zen_analysis.comm.topology.local`, fitted on tensors of at most 4M
+    elements: at 32M and 128M the model extrapolates)."""
+    from zen_analysis.comm import build_scheme
+    from zen_analysis.comm.topology import local
     from zen_analysis.dist.launch import fork_launch
     from zen_analysis.sparsity.synthetic import synthetic_index_sets
+
+    topo = local(ranks) if model else None
 
     frames = []
     for numel in sizes:
@@ -100,9 +108,21 @@ def speed_table(
         med = slowest.groupby(["config", "what"]).agg({**{k: ("min" if k == "exact" else "median") for k in agg}}).reset_index()
         med["numel"] = numel
         med["density"] = med["config"].map(lambda c: configs[c][1])
+        if topo is not None:
+            modelled = {(c, name): float(build_scheme(name).time(configs[c][2], numel, topo)["seconds"].sum())
+                        for c in range(len(configs)) for name in schemes}  # fmt: skip
+            med["model_seconds"] = [modelled.get((c, w)) for c, w in zip(med["config"], med["what"])]
         frames.append(med.drop(columns="config"))
     out = pd.concat(frames, ignore_index=True)
-    return out[["numel", "density", "what", "seconds"] + [c for c in ("exact", "calls") if c in out]]
+    return out[["numel", "density", "what", "seconds"] + [c for c in ("model_seconds", "exact", "calls") if c in out]]
+
+
+def model_check(table: pd.DataFrame) -> pd.DataFrame:
+    """Per (numel, density) and scheme: modelled / measured seconds (the time model with its local-work term
+    against the medians of :func:`speed_table`)."""
+    rows = table[table["what"].isin(SCHEMES) & table.get("model_seconds", pd.Series(dtype=float)).notna()]
+    ratio = rows.assign(ratio=rows["model_seconds"] / rows["seconds"])
+    return ratio.pivot_table(index=["numel", "density"], columns="what", values="ratio")
 
 
 def summary(table: pd.DataFrame) -> pd.DataFrame:

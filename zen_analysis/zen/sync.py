@@ -17,14 +17,19 @@ static), and the pull cannot start before the push has ended.
 
 Work per call on the CPU, besides extracting the non-zeros and scattering the sums (the passes any dense-in,
 dense-out sparse sum makes; the result is written in place and nothing zeroes the tensor): O(nnz) for bucketing,
-packing and aggregating (into a persistent accumulator); O(numel / 8) bytes of bitmaps to scan. On CUDA the
-aggregation allocates an |S_p| accumulator and mask per call. The static sets S_p, the position table and the
-accumulators are built once per (numel, n, seed, device) and cached (``bitmap.static_sets``, bounded in bytes;
-past the bound a set is rebuilt, O(numel)). Host syncs: the push counts (all_to_all split sizes) and the pull's
-value counts (one ``tolist`` of all ranks' popcounts).
+packing and aggregating (the senders' ascending streams merged block by block in a cache-sized accumulator);
+O(numel / 8) bytes of bitmaps to scan. Message and receive buffers live in named per-thread workspaces
+(:mod:`zen_analysis.workspace`: a fresh buffer would page-fault on every sync). On CUDA the aggregation
+allocates an |S_p| accumulator and mask per call. The static sets S_p and the position table are built once per
+(numel, n, seed, device) and cached (``bitmap.static_sets``, bounded in bytes; past the bound a set is rebuilt,
+O(numel)).
 
-Not thread-safe across threads of one process running Zen at once (the extraction workspace and accumulators
-are per thread, but two threads' collectives on one group would interleave anyway). A rank whose input holds
+Host syncs (on CUDA each waits for the device; each fixes a message size): the push counts (all_to_all split
+sizes, one ``tolist``) and the pull's value counts (one ``tolist`` of all ranks' popcounts). The CPU path also
+reads the non-zero count of its extraction; the torch path's ``nonzero`` is one more on CUDA.
+
+Not thread-safe across threads of one process running Zen at once (workspaces and accumulators are per thread,
+but two threads' collectives on one group would interleave anyway). A rank whose input holds
 -0.0 where no rank has a non-zero keeps its -0.0 (``all_reduce`` gives +0.0): equal, not bitwise identical.
 
 The result equals ``all_reduce`` of the dense tensors (bit for bit on integer-valued inputs). Byte and call

@@ -2,6 +2,9 @@
 
 What PyTorch DDP does for sparse gradients. It cannot exploit overlap: every rank receives every other rank's
 non-zeros, so its volume grows linearly with the number of ranks (paper section 2.4).
+
+Host syncs (on CUDA each waits for the device; every one fixes a size): the non-zero extraction
+(``torch.nonzero``), the all-gathered counts (split sizes).
 """
 
 from __future__ import annotations

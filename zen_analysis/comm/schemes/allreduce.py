@@ -1,4 +1,5 @@
-"""``allreduce``: dense ring all-reduce, the baseline that ignores sparsity (what NCCL/gloo DDP does)."""
+"""``allreduce``: dense ring all-reduce, the baseline that ignores sparsity (what NCCL/gloo DDP does). No host
+sync: one collective on the tensor itself."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from zen_analysis.comm.traffic import Traffic
 
 class AllReduce(CommScheme):
     name = "allreduce"
+    scans_dense = False  # the collective sums in place: no local pass of its own
 
     def _run(self, x_N: torch.Tensor, ex: Exchange) -> None:
         with ex.phase("allreduce"):

@@ -7,6 +7,7 @@ those bytes and calls for every rank from the ranks' non-zero index sets. Values
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import ClassVar
@@ -15,7 +16,7 @@ import pandas as pd
 import torch
 import torch.distributed as dist
 
-from zen_analysis.comm.cost import phase_times
+from zen_analysis.comm.cost import local_time, phase_times
 from zen_analysis.comm.exchange import Exchange
 from zen_analysis.comm.topology import Topology
 from zen_analysis.comm.traffic import COLUMNS, Traffic
@@ -24,6 +25,9 @@ from zen_analysis.sparsity.metrics import index_set
 
 class CommScheme(ABC):
     name: ClassVar[str]
+    scans_dense: ClassVar[bool] = True
+    """Whether ``run`` does local work per element (finds the non-zeros, writes the sum); the dense all-reduce
+    leaves everything to the collective."""
     sync_collectives: bool = False
     """Benchmarks set this: a barrier before each collective, so measured wire time excludes peer skew."""
 
@@ -47,13 +51,23 @@ class CommScheme(ABC):
             work_N = tensor.detach().view(-1)
         else:  # a strided view must not be summed through (a collective reads numel contiguous floats)
             work_N = tensor.detach().to(torch.float32).reshape(-1).clone(memory_format=torch.contiguous_format)
+        t0 = time.perf_counter()
         self._run(work_N, ex)
+        total = time.perf_counter() - t0
         if not direct:
             tensor.detach().copy_(work_N.view(tensor.shape))
         self._records = list(ex.records.values())
         self._local = dict(ex.local_seconds)
+        wire = sum(r.wire_seconds for r in self._records)
+        self._times = {"total": total, "wire": wire, "wait": ex.wait_seconds, "local": max(0.0, total - wire - ex.wait_seconds)}
         self._rank = ex.rank
         return tensor
+
+    def last_times(self) -> dict[str, float]:
+        """Seconds of this rank's last ``run``: ``total`` (``_run`` alone), ``wire`` (inside collective calls),
+        ``wait`` (barriers of ``sync_collectives``) and ``local`` (the rest: this rank's own work, what the
+        time model's local term prices)."""
+        return dict(getattr(self, "_times", {}))
 
     def last_local(self) -> dict[str, float]:
         """Seconds of the named local steps of this rank's last ``run`` (those the scheme times; may be empty)."""
@@ -72,8 +86,16 @@ class CommScheme(ABC):
         return self.model(index_sets, numel).frame()
 
     def time(self, index_sets: Sequence[torch.Tensor], numel: int, topology: Topology) -> pd.DataFrame:
-        """Modelled seconds per phase (alpha-beta on ``topology``) with the bottleneck rank of each phase."""
-        return phase_times(self.model(index_sets, numel), topology)
+        """Modelled seconds per phase (alpha-beta on ``topology``) with the bottleneck rank of each phase, and a
+        ``local`` row for the ranks' own work when ``topology`` is calibrated for this scheme's
+        (:func:`~zen_analysis.comm.cost.local_time`)."""
+        traffic = self.model(index_sets, numel)
+        out = phase_times(traffic, topology)
+        local = local_time(traffic, topology, self.name)
+        if local is not None:
+            out = pd.concat([out, pd.DataFrame([{"phase": "local", "seconds": local[0], "bottleneck_rank": local[1]}])],
+                            ignore_index=True)  # fmt: skip
+        return out
 
     def model(self, index_sets: Sequence[torch.Tensor], numel: int) -> Traffic:
         """The full traffic model (per-rank bytes, per-pair bytes, calls) that ``traffic`` and ``time`` read."""
@@ -83,6 +105,8 @@ class CommScheme(ABC):
         self.check(len(sets), numel)
         t = Traffic(len(sets))
         self._traffic(sets, numel, t)
+        if self.scans_dense:
+            t.local_work(numel, union_size(sets))
         return t
 
     @abstractmethod
@@ -91,6 +115,12 @@ class CommScheme(ABC):
 
     @abstractmethod
     def _traffic(self, sets: list[torch.Tensor], numel: int, t: Traffic) -> None: ...
+
+
+def union_size(sets: Sequence[torch.Tensor]) -> int:
+    """Elements non-zero on at least one rank: what every scheme writes into the output."""
+    nonempty = [s for s in sets if s.numel()]
+    return int(torch.unique(torch.cat(nonempty)).numel()) if nonempty else 0
 
 
 def coo_of(x_N: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

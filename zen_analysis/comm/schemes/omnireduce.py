@@ -4,6 +4,9 @@ Push: each worker sends, to every aggregator, a bitmap over that aggregator's bl
 non-zero blocks there. Pull: each aggregator sends its bitmap and the summed non-zero blocks to every worker.
 Block sizes follow from the bitmaps, so no counts are exchanged. No per-element indices travel, but a whole
 block moves for a single non-zero, and skew sends most blocks to one aggregator (paper section 2.4).
+
+Host syncs (each fixes a size): the non-zero blocks (``nonzero`` + ``unique``); per received bitmap its block
+count (the value split sizes of the push and of the pull), the aggregator's union of blocks.
 """
 
 from __future__ import annotations

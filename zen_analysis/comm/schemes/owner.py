@@ -3,6 +3,9 @@
 Push = count exchange + ``all_to_all_single`` of COO indices and values, bucketed by owner. The owner keeps the
 set of indices it received (a value may sum to zero; the index still counts), so the pull volume depends on the
 index sets alone.
+
+Host syncs of the push (each fixes a size): the non-zero extraction (``torch.nonzero``), the exchanged counts
+(split sizes), the owner's ``torch.unique`` of what it received.
 """
 
 from __future__ import annotations

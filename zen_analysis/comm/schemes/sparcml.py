@@ -7,6 +7,9 @@ as SparCML does. Each message is one count (control; -1 announces a dense buffer
 
 Worlds that are not a power of two fold first, as MPI's recursive doubling does: rank P + j sends its tensor to
 rank j (phase ``fold``), the P ranks run the stages, and rank j sends the result back to P + j (``unfold``).
+
+Host syncs (each fixes a size): the non-zero extraction, then per stage the swapped count (a host value by
+protocol: it says how many bytes follow, or that the stream went dense) and the merge's ``torch.unique``.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@
   (the paper's C3) make the owner of the hot range the bottleneck: imbalanced Parallelism.
 * ``bp_coo`` (Balanced Parallelism with COO both ways): owners are chosen by Zen's first-level hash h0, which
   balances push and pull (paper Theorem 2).
+
+Host syncs: the push's (:mod:`~zen_analysis.comm.schemes.owner`), then the all-gathered pull counts (split
+sizes).
 """
 
 from __future__ import annotations

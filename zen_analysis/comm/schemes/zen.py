@@ -7,6 +7,8 @@ rank knows, and the number of values follows from them, so the pull needs no cou
 The implementation is Zen's own (:func:`zen_analysis.zen.sync.zen_sum`): the push buckets come from hierarchical
 hashing (Algorithm 1) or a stable grouping by server (``hashing``), which changes how they are built, not what
 goes on the wire.
+
+Host syncs: listed in :mod:`zen_analysis.zen.sync` (the push counts and the pull's value counts).
 """
 
 from __future__ import annotations
