@@ -126,6 +126,17 @@ def test_extract_is_nonzero_and_gather(n, density):
     idx, val = native.extract(x)
     ref = torch.nonzero(x, as_tuple=True)[0]
     assert torch.equal(idx, ref) and torch.equal(val.nan_to_num(7.0), x[ref].nan_to_num(7.0))
+    for servers in (1, 3, 4):  # the fused extraction + bucketing: the torch grouping, packed
+        from zen_analysis.comm.exchange import pack_coo
+        from zen_analysis.zen.hierarchical import bucket_reference
+
+        sets = static_sets(max(n, 1), servers, 5)
+        if n == 0:
+            break
+        words, counts = native.extract_pack(x, servers, 5, sets.rank_of)
+        b = bucket_reference(ref, servers, seed=5)
+        expected = pack_coo(sets.rank_of[ref[b.positions_K]].long(), x[ref[b.positions_K]], n)
+        assert torch.equal(counts, b.counts_n.long()) and torch.equal(words, expected)
 
 
 _ADVERSARIAL = textwrap.dedent(
@@ -157,8 +168,8 @@ _ADVERSARIAL = textwrap.dedent(
     words = torch.tensor([3, 0, 10**6, 0], dtype=torch.int32)
     refused(lambda: native.accumulate_packed(words, s.sizes[0], torch.zeros(s.byte_starts[1], dtype=torch.uint8), acc))
     assert not acc.any()  # checked before anything was added
-    refused(lambda: native.bucket_pack(torch.tensor([5]), torch.ones(1), 2**31, 0, s.rank_of))
-    refused(lambda: native.bucket_pack(torch.tensor([1000]), torch.ones(1), 2, 0, s.rank_of))
+    refused(lambda: native.extract_pack(torch.ones(1000), 2**31, 0, s.rank_of))
+    refused(lambda: native.extract_pack(torch.ones(1001), 2, 0, s.rank_of))  # a position table of another size
     print("refused")
     """
 )

@@ -157,10 +157,10 @@ def _library() -> tuple[ctypes.CDLL | None, str]:
     lib.zen_extract.argtypes = [_P, _I64, _P, _P, _I64]
     lib.zen_take_set.restype = _I64
     lib.zen_take_set.argtypes = [_P, _I64, _P, _P, _I64]
-    lib.zen_bucket_pack.restype = _INT
-    lib.zen_bucket_pack.argtypes = [_P, _P, _I64, _I64, _U32, _P, _I64, _P, _P, _P]
     lib.zen_accumulate_packed.restype = _INT
     lib.zen_accumulate_packed.argtypes = [_P, _I64, _I64, _P, _P]
+    lib.zen_extract_pack.restype = _I64
+    lib.zen_extract_pack.argtypes = [_P, _I64, _I64, _U32, _P, _P, _P, _P, _I64]
     lib.zen_aggregate_sorted.restype = _I64
     lib.zen_aggregate_sorted.argtypes = [_P, _P, _I64, _I64, _P, _P, _P]
     return lib, ""
@@ -348,6 +348,31 @@ def extract(x_N: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     raise AssertionError("extract: the workspace was sized by the count")
 
 
+def extract_pack(x_N: torch.Tensor, n: int, seed: int, rank_of: torch.Tensor, *, reuse: str = "zen.push.send") -> tuple[torch.Tensor, torch.Tensor]:
+    """The push message of the flat float32 CPU ``x_N``, built in one pass: (int32 words, two
+    per non-zero: its position in S_p and its value bits, grouped by server h0(idx) mod n and ascending inside a
+    group; entries per server). ``rank_of`` is the position table of (numel, n, seed). The words are a view of the
+    per-thread workspace ``reuse``, valid until the next call with that name on this thread."""
+    _cpu(x_N, torch.float32, "the tensor")
+    _cpu(rank_of, torch.int32, "rank_of")
+    if rank_of.numel() != x_N.numel() or not 1 <= n < 2**31:
+        raise ValueError("rank_of must have one entry per element, and 1 <= n < 2**31")
+    lib, numel = _lib(), x_N.numel()
+    counts = torch.empty(n, dtype=torch.int64, device="cpu")
+    cap = workspace.capacity(f"{reuse}.tmp", torch.int32) // 3
+    for _ in range(2):
+        tmp = workspace.buffer(f"{reuse}.tmp", 3 * cap, torch.int32, "cpu")
+        words = workspace.buffer(reuse, 2 * cap, torch.int32, "cpu")
+        k = lib.zen_extract_pack(x_N.data_ptr(), numel, n, seed & 0xFFFFFFFF, rank_of.data_ptr(), tmp.data_ptr() if cap else None,
+                                 counts.data_ptr(), words.data_ptr() if cap else None, cap)  # fmt: skip
+        if k >= 0:
+            if cap > 4 * k + (1 << 20):  # much too large: the next call gets buffers sized by this one
+                workspace.buffer(f"{reuse}.tmp", 3 * k, torch.int32, "cpu")
+            return words[: 2 * k], counts
+        cap = int(lib.zen_count_nonzero(x_N.data_ptr(), numel)) + 1024
+    raise AssertionError("extract_pack: the workspace was sized by the count")
+
+
 def take_set(bits_B: torch.Tensor, acc: torch.Tensor, count: int) -> torch.Tensor:
     """``acc[t]`` for each of the ``count`` set bits t, ascending, leaving ``acc`` all zero."""
     _cpu(bits_B, torch.uint8, "the bitmap")
@@ -359,30 +384,6 @@ def take_set(bits_B: torch.Tensor, acc: torch.Tensor, count: int) -> torch.Tenso
     if _lib().zen_take_set(bits_B.data_ptr(), bits_B.numel(), acc.data_ptr(), out.data_ptr(), count) != count:
         raise ValueError("count must be the bitmap's set bits")
     return out
-
-
-def bucket_pack(idx_K: torch.Tensor, val_K: torch.Tensor, n: int, seed: int, rank_of: torch.Tensor,
-                *, reuse: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """The push buffer of this rank's non-zeros: (int32 words, two per entry: position in S_p and value bits,
-    grouped by server h0(idx) mod n, ascending inside a group; entries per server). A stable counting sort.
-    ``reuse``: build the words (and scratch) in per-thread workspaces of that name (:mod:`zen_analysis.workspace`)."""
-    _cpu(idx_K, torch.int64, "the indices")
-    _cpu(val_K, torch.float32, "the values")
-    _cpu(rank_of, torch.int32, "rank_of")
-    if idx_K.numel() != val_K.numel() or not 1 <= n < 2**31:
-        raise ValueError("indices and values must match, and 1 <= n < 2**31")
-    k = idx_K.numel()
-    if reuse is None:
-        owner = torch.empty(k, dtype=torch.int32, device="cpu")
-        words = torch.empty(2 * k, dtype=torch.int32, device="cpu")
-    else:
-        owner = workspace.buffer(f"{reuse}.owner", k, torch.int32, "cpu")
-        words = workspace.buffer(reuse, 2 * k, torch.int32, "cpu")
-    counts = torch.empty(n, dtype=torch.int64, device="cpu")
-    if _lib().zen_bucket_pack(idx_K.data_ptr(), val_K.data_ptr(), k, n, seed & 0xFFFFFFFF, rank_of.data_ptr(),
-                              rank_of.numel(), owner.data_ptr(), counts.data_ptr(), words.data_ptr()) != 0:  # fmt: skip
-        raise ValueError(f"indices must lie in [0, {rank_of.numel()})")
-    return words, counts
 
 
 def accumulate_packed(words: torch.Tensor, set_size: int, bits_B: torch.Tensor, acc: torch.Tensor) -> None:
@@ -399,7 +400,7 @@ def accumulate_packed(words: torch.Tensor, set_size: int, bits_B: torch.Tensor, 
 def aggregate_sorted(words: torch.Tensor, counts_W: torch.Tensor, set_size: int, *,
                      reuse: str | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:  # fmt: skip
     """Server p's aggregate of received packed (position, value) entries, ``counts_W[s]`` from sender s, as (hash
-    bitmap over S_p, summed values in bit order) — when each sender's positions ascend (what :func:`bucket_pack`
+    bitmap over S_p, summed values in bit order) — when each sender's positions ascend (what :func:`extract_pack`
     sends), merged block by block with no |S_p|-sized buffer; None if a sender's positions do not ascend.
     ``reuse``: the results live in per-thread workspaces of that name (:mod:`zen_analysis.workspace`)."""
     _cpu(words, torch.int32, "the received words")

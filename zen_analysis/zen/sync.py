@@ -34,8 +34,8 @@ but two threads' collectives on one group would interleave anyway). A rank whose
 
 The result equals ``all_reduce`` of the dense tensors (bit for bit on integer-valued inputs). Byte and call
 accounting goes through :class:`~zen_analysis.comm.exchange.Exchange`, so the ``zen`` scheme's traffic model
-covers it; local steps are timed under ``ex.local_seconds`` (extract, hash, aggregate (with the encode), decode,
-scatter).
+covers it; local steps are timed under ``ex.local_seconds`` (extract, hash — on the CPU one fused step,
+extract+pack — aggregate (with the encode), decode, scatter).
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ from zen_analysis.zen.hierarchical import _hierarchical_hash, bucket_reference
 
 HASHINGS = ("auto", "hierarchical", "argsort")
 """How the push buckets are built (same partitions, same bytes on the wire): ``hierarchical``, Algorithm 1;
-``argsort``, a stable grouping by server (on the CPU a compiled counting sort, which also packs the message);
+``argsort``, a stable grouping by server (on the CPU a compiled counting sort fused with the extraction, which
+also packs the message);
 ``auto``, ``argsort`` on the CPU (measured faster there: ``bench zen``, ``bench hashing``), Algorithm 1 on CUDA."""
 
 
@@ -71,10 +72,12 @@ def _push_message(x_N: torch.Tensor, ex: Exchange, sets: StaticSets, *, seed: in
     position in its S_p and the value (the server needs no global index: the position is its bitmap bit)."""
     if hashing not in HASHINGS:
         raise ValueError(f"hashing must be one of {HASHINGS}, got {hashing!r}")
+    if hashing in ("auto", "argsort") and _kernel(x_N):
+        rank_of = sets.rank_of
+        with ex.local("extract+pack"):  # one compiled pass: find, hash, position and group every non-zero
+            return native.extract_pack(x_N, ex.world, seed, rank_of, reuse="zen.push.send")
     idx_K, val_K = _extract(x_N, ex)
     with ex.local("hash"):
-        if hashing in ("auto", "argsort") and _kernel(x_N):
-            return native.bucket_pack(idx_K, val_K, ex.world, seed, sets.rank_of, reuse="zen.push.send")
         if hashing == "argsort" or (hashing == "auto" and x_N.device.type == "cpu"):
             buckets = bucket_reference(idx_K, ex.world, seed=seed)
         else:

@@ -154,20 +154,59 @@ int64_t zen_take_set(const uint8_t *bits, int64_t nbytes, float *acc, float *val
     return j;
 }
 
-/* The push buffers of this rank's non-zeros (idx ascending, with values): entries grouped by server p = h0(idx)
- * mod n, in ascending idx order inside a group (a stable counting sort: two passes, no probing), each entry two
- * 32-bit words, the index's position in S_p (rank_of[idx]) and the value's bits. counts[p] receives the
- * group sizes; owner is scratch of k int32. Returns 0, or -1 for an index outside [0, numel). */
-int zen_bucket_pack(const int64_t *idx, const float *val, int64_t k, int64_t n, uint32_t seed, const int32_t *rank_of,
-                    int64_t numel, int32_t *owner, int64_t *counts, int32_t *words) {
+/* Prefetch the 64-byte lines of the 64 int32 at t whose elements the mask m marks. */
+static inline void prefetch_lines(const int32_t *t, uint64_t m) {
+    for (int q = 0; q < 4; q++)
+        if ((m >> (16 * q)) & 0xFFFF) __builtin_prefetch(t + 16 * q);
+}
+
+/* The push message in one pass over x[0..numel): each non-zero's server h0(i) mod n, its
+ * position in S_p (rank_of[i]) and its value bits go to tmp (three int32 per entry, in index order) while x
+ * streams through; a stable counting sort then groups them by server into words (two int32 per entry, ascending
+ * positions within a server). counts[p] receives the group sizes. Returns the number of non-zeros, or -1 if there
+ * are more than cap (nothing usable written: the caller retries with room for zen_count_nonzero's count). */
+int64_t zen_extract_pack(const float *x, int64_t numel, int64_t n, uint32_t seed, const int32_t *rank_of,
+                         int32_t *tmp, int64_t *counts, int32_t *words, int64_t cap) {
     for (int64_t p = 0; p < n; p++) counts[p] = 0;
     int pow2 = (n & (n - 1)) == 0;
-    for (int64_t i = 0; i < k; i++) {
-        if (idx[i] < 0 || idx[i] >= numel) return -1;
-        uint32_t h = h0(idx[i], seed);
-        int32_t p = (int32_t)(pow2 ? (h & (uint32_t)(n - 1)) : (h % (uint32_t)n));
-        owner[i] = p;
-        counts[p]++;
+    int64_t k = 0, i = 0;
+    enum { AHEAD = 8 }; /* blocks: the masks of the next AHEAD blocks are known, their rank_of entries prefetched */
+    uint64_t ring[AHEAD] = {0};
+    int64_t full = numel / 64 * 64;
+    for (int64_t a = 0; a < AHEAD && 64 * a < full; a++) {
+        ring[a] = nonzero_mask64(x + 64 * a);
+        prefetch_lines(rank_of + 64 * a, ring[a]);
+    }
+    for (; i < numel; i += 64) {
+        uint64_t m;
+        if (i + 64 <= numel) {
+            m = ring[(i / 64) % AHEAD];
+            int64_t ahead = i + 64 * AHEAD;
+            if (ahead + 64 <= numel) {
+                ring[(i / 64) % AHEAD] = nonzero_mask64(x + ahead);
+                prefetch_lines(rank_of + ahead, ring[(i / 64) % AHEAD]);
+            }
+        } else { /* the tail */
+            m = 0;
+            for (int64_t j = i; j < numel; j++) {
+                uint32_t b;
+                memcpy(&b, x + j, 4);
+                m |= (uint64_t)((b & 0x7FFFFFFFu) != 0) << (j - i);
+            }
+        }
+        if (!m) continue;
+        if (k + __builtin_popcountll(m) > cap) return -1;
+        do {
+            int64_t at = i + __builtin_ctzll(m);
+            uint32_t h = h0(at, seed);
+            int32_t p = (int32_t)(pow2 ? (h & (uint32_t)(n - 1)) : (h % (uint32_t)n));
+            tmp[3 * k] = p;
+            tmp[3 * k + 1] = rank_of[at];
+            memcpy(&tmp[3 * k + 2], x + at, 4);
+            counts[p]++;
+            k++;
+            m &= m - 1;
+        } while (m);
     }
     int64_t run = 0;
     for (int64_t p = 0; p < n; p++) { /* counts -> start offsets, restored below */
@@ -175,13 +214,13 @@ int zen_bucket_pack(const int64_t *idx, const float *val, int64_t k, int64_t n, 
         counts[p] = run;
         run += c;
     }
-    for (int64_t i = 0; i < k; i++) {
-        int64_t dst = counts[owner[i]]++;
-        words[2 * dst] = rank_of[idx[i]];
-        memcpy(&words[2 * dst + 1], &val[i], 4);
+    for (int64_t e = 0; e < k; e++) {
+        int64_t dst = counts[tmp[3 * e]]++;
+        words[2 * dst] = tmp[3 * e + 1];
+        words[2 * dst + 1] = tmp[3 * e + 2];
     }
     for (int64_t p = n - 1; p > 0; p--) counts[p] -= counts[p - 1]; /* end offsets -> sizes */
-    return 0;
+    return k;
 }
 
 /* Server p's aggregation of received packed entries (position in S_p, value bits): set bit t, acc[t] += value.
@@ -201,7 +240,7 @@ int zen_accumulate_packed(const int32_t *words, int64_t r, int64_t set_size, uin
     return 0;
 }
 
-/* Server p's aggregation when every sender's entries arrive in ascending position (what zen_bucket_pack and a
+/* Server p's aggregation when every sender's entries arrive in ascending position (what zen_extract_pack and a
  * stable grouping send): the ns streams words[2 offs[s] .. 2 offs[s+1]) are merged block by block over S_p, each
  * block's sums kept in a small accumulator that stays in cache, and the block's set bits read out at once —
  * O(received + |S_p| / 8), with no pass over an |S_p|-sized buffer. Writes the bitmap (zeroed by the caller) and
