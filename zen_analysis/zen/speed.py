@@ -4,8 +4,8 @@ local work any dense-in / dense-out sparse sum must do (``zen-analysis bench zen
 For each (numel, density) the ranks hold synthetic index sets (30% of each set shared by all ranks, the rest
 private, uniform over the tensor) with integer values, so every result is checked against ``all_reduce`` bit for
 bit. Every scheme runs one warm-up and ``repeats`` timed calls, each after a barrier, on a fresh copy of the
-input (copied outside the timing); a call's time is the slowest rank's, and the table reports the median over
-repeats. The floor is timed on each rank alone: find the non-zeros, gather their values, zero an existing output
+input (copied outside the timing), the schemes taking turns call by call (so a noisy spell of a shared machine
+hits all of them); a call's time is the slowest rank's, and the table reports the median over repeats. The floor is timed on each rank alone: find the non-zeros, gather their values, zero an existing output
 buffer and scatter the values back (:func:`local_floor`). Zen's own local work is reported per step from the
 scheme's ``last_local()`` timings.
 """
@@ -46,14 +46,13 @@ def _body(rank: int, world: int, configs: list, repeats: int, schemes: Sequence[
         ref = x.clone()
         dist.all_reduce(ref)
         work = torch.empty_like(x)
-        for rep in range(repeats + 1):
+        built = {name: build_scheme(name) for name in schemes}
+        for rep in range(repeats + 1):  # the first is a warm-up (caches, allocator)
             t0 = time.perf_counter()
             local_floor(x, work)
             if rep:
                 rows.append({"config": cfg_id, "what": "floor", "rep": rep, "rank": rank, "seconds": time.perf_counter() - t0})
-        for name in schemes:
-            scheme = build_scheme(name)
-            for rep in range(repeats + 1):  # the first is a warm-up (caches, allocator)
+            for name, scheme in built.items():  # interleaved: a slow spell of the machine hits every scheme alike
                 work.copy_(x)
                 dist.barrier()
                 t0 = time.perf_counter()
