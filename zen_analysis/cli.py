@@ -130,19 +130,24 @@ def cmd_bench_comm(args: argparse.Namespace) -> None:
             raise ValueError("give a run id or --synthetic, not both")
         df, stats = measure.replay_synthetic(numel=args.numel, density=args.density, skew=args.skew,
                                              overlap=args.overlap, ranks=args.ranks, repeats=args.repeats,
-                                             schemes=schemes, recalibrate=args.recalibrate)  # fmt: skip
+                                             schemes=schemes, recalibrate=args.recalibrate,
+                                             bandwidth_gbps=args.bandwidth_gbps)  # fmt: skip
         print(f"synthetic: {args.ranks} ranks, numel {args.numel:,}; measured " + ", ".join(f"{k} {v:.3f}" for k, v in stats.items()))
     else:
         if not args.run:
             raise ValueError("bench-comm needs a run id (see `zen-analysis traces`) or --synthetic")
         df = measure.replay_run(args.run, ranks=args.ranks, steps=args.steps, tensor=args.tensor,
-                                repeats=args.repeats, schemes=schemes, recalibrate=args.recalibrate)  # fmt: skip
+                                repeats=args.repeats, schemes=schemes, recalibrate=args.recalibrate,
+                                bandwidth_gbps=args.bandwidth_gbps)  # fmt: skip
         print(f"{df['run'].iloc[0]} / {df['tensor'].iloc[0]} ({df['numel'].iloc[0]:,} elements): {args.ranks} gloo ranks, "
               f"steps {sorted(df['step'].unique())}, {args.repeats} repeats; medians over steps")  # fmt: skip
     from zen_analysis.comm.topology import local
 
     fits = ", ".join(f"{p} {1e6 * a:.0f} us + bytes / {b / 1e9:.2f} GB/s" for p, a, b in local(args.ranks).calibrated)
     print(f"calibrated at {args.ranks} ranks: {fits}")
+    if args.bandwidth_gbps:
+        print(f"measured in the emulated network, each rank behind a {args.bandwidth_gbps:g} Gbit/s link; modelled on "
+              f"netlab-{args.bandwidth_gbps:g} (the per-call costs above, the configured bandwidth)")  # fmt: skip
     print(measure.report(measure.summarize(df)))
 
 
@@ -150,6 +155,23 @@ def cmd_bench(args: argparse.Namespace) -> None:
     from zen_analysis.bench import BENCHMARKS
 
     BENCHMARKS[args.what](args.set or [])
+
+
+def cmd_netlab(args: argparse.Namespace) -> None:
+    from zen_analysis.dist import netlab
+
+    if args.cleanup:
+        removed = netlab.cleanup()
+        print(f"removed {len(removed)} lab namespaces" + (f": {', '.join(removed)}" if removed else ""))
+        return
+    ok, why = netlab.available()
+    if not ok:
+        sys.exit(f"zen-analysis: the network lab is unavailable: {why}")
+    print("the network lab is available", end="")
+    if args.bandwidth_gbps:
+        with netlab.NetLab(2, args.bandwidth_gbps) as lab:
+            print(f"; two nodes at {args.bandwidth_gbps:g} Gbit/s measure {lab.throughput_gbps():.3f} Gbit/s over TCP", end="")
+    print()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -196,6 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--density", type=float, default=0.025)
     p.add_argument("--skew", type=float, default=1.0, help="0 uniform; larger crowds non-zeros towards index 0")
     p.add_argument("--overlap", type=float, default=0.3, help="fraction of each set shared by all ranks")
+    p.add_argument("--bandwidth-gbps", type=float,
+                   help="run the ranks in the emulated network, each behind a link of this rate (root; see `netlab`)")
     p.set_defaults(func=cmd_bench_comm)
     p = sub.add_parser("bench", help="benchmarks (ratios measured side by side, medians)")
     p.add_argument(
@@ -207,6 +231,12 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument("--set", action="append", metavar="KEY=VALUE")
     p.set_defaults(func=cmd_bench)
+    p = sub.add_parser("netlab", help="the emulated network (namespaces + shaped links): check it, or remove leftovers",
+                       description="Without options: say whether a lab can be built here (root, iproute2, veth, "
+                       "bridge, tbf). Examples: zen-analysis netlab --bandwidth-gbps 1; zen-analysis netlab --cleanup")  # fmt: skip
+    p.add_argument("--cleanup", action="store_true", help="delete every lab namespace (zl-<tag>-...) left behind")
+    p.add_argument("--bandwidth-gbps", type=float, help="also build a 2-node lab at this rate and measure it")
+    p.set_defaults(func=cmd_netlab)
     return parser
 
 

@@ -73,11 +73,13 @@ def measure(
     values: Sequence[torch.Tensor] | None = None,
     repeats: int = 5,
     schemes: Sequence[str] | None = None,
+    bandwidth_gbps: float | None = None,
 ) -> pd.DataFrame:
     """Measured side only: one row per (scheme, phase) with bytes sent, wire seconds (mean and median over
     repeats of the slowest rank), whole-phase seconds and the lossless check, one rank per index set. Phase
     ``local`` is each scheme's own work (run time outside collective calls and barriers; no bytes), its
-    seconds in the wire columns."""
+    seconds in the wire columns. ``bandwidth_gbps``: the ranks run in the emulated network
+    (:class:`~zen_analysis.dist.netlab.NetLab`), each behind a link of that rate."""
     from zen_analysis.comm import SCHEMES
     from zen_analysis.dist.launch import fork_launch
 
@@ -85,7 +87,14 @@ def measure(
     names = list(schemes or SCHEMES)
     sets = [torch.as_tensor(s, dtype=torch.long) for s in index_sets]
     vals = None if values is None else [torch.as_tensor(v, dtype=torch.float32) for v in values]
-    raw = pd.DataFrame([r for rows in fork_launch(_replay, world, sets, vals, numel, repeats, names) for r in rows])
+    if bandwidth_gbps:  # every rank behind its own shaped link (the emulated network)
+        from zen_analysis.dist.netlab import NetLab
+
+        with NetLab(world, bandwidth_gbps) as lab:
+            results = fork_launch(_replay, world, sets, vals, numel, repeats, names, lab=lab, timeout_s=600)
+    else:
+        results = fork_launch(_replay, world, sets, vals, numel, repeats, names)
+    raw = pd.DataFrame([r for rows in results for r in rows])
     per_rep = raw.groupby(["scheme", "phase", "rep"]).agg(
         bytes_sent=("bytes_sent", "sum"), wire_s=("wire_s", "max"), phase_s=("phase_s", "max"), lossless=("lossless", "all")
     )
@@ -103,19 +112,23 @@ def compare(
     repeats: int = 5,
     topology=None,
     schemes: Sequence[str] | None = None,
+    bandwidth_gbps: float | None = None,
 ) -> pd.DataFrame:
     """Measured vs modelled bytes and time per (scheme, phase) for one rank per index set; phase ``local`` is
     the ranks' own work (no bytes), modelled by the topology's fitted local costs.
 
     ``values`` (one tensor per set, aligned with its sorted indices) replays real gradient values, checked
     against ``all_reduce`` up to summation order; without them each rank holds integers, checked bit for bit.
-    The model runs on ``topology``, by default this machine calibrated at the same number of ranks.
+    The model runs on ``topology``, by default this machine calibrated at the same number of ranks (behind
+    ``bandwidth_gbps`` links when the ranks run in the emulated network: :func:`~zen_analysis.comm.topology.netlab`).
     """
     from zen_analysis.comm import build_scheme
     from zen_analysis.comm.topology import local
 
-    topo = topology or local(len(index_sets))
-    measured = measure(index_sets, numel, values=values, repeats=repeats, schemes=schemes)
+    from zen_analysis.comm.topology import netlab
+
+    topo = topology or (netlab(len(index_sets), bandwidth_gbps) if bandwidth_gbps else local(len(index_sets)))
+    measured = measure(index_sets, numel, values=values, repeats=repeats, schemes=schemes, bandwidth_gbps=bandwidth_gbps)
     out = []
     for (name, phase), m in measured.iterrows():
         scheme = build_scheme(name)
@@ -225,6 +238,7 @@ def replay_run(
     schemes: Sequence[str] | None = None,
     recalibrate: bool = False,
     progress: bool = True,
+    bandwidth_gbps: float | None = None,
 ) -> pd.DataFrame:
     """``compare`` on a run's captured tensors: rank r holds worker r's captured gradient (indices and real
     values) of ``tensor`` (default: the natural one) at each of the first ``steps`` captured steps. Writes
@@ -248,8 +262,9 @@ def replay_run(
     if ranks < 2 or steps < 1 or repeats < 1:
         raise ValueError(f"need ranks >= 2, steps >= 1 and repeats >= 1, got {ranks}, {steps}, {repeats}")
     options = {"ranks": ranks, "steps": steps, "tensor": tensor or default_tensor, "schemes": sorted(schemes or SCHEMES),
-               "repeats": repeats}  # fmt: skip
-    defaults = {"ranks": 4, "steps": 3, "tensor": default_tensor, "schemes": sorted(SCHEMES), "repeats": 25}
+               "repeats": repeats, "bandwidth_gbps": bandwidth_gbps}  # fmt: skip
+    defaults = {"ranks": 4, "steps": 3, "tensor": default_tensor, "schemes": sorted(SCHEMES), "repeats": 25,
+                "bandwidth_gbps": None}  # fmt: skip
     tensor = options["tensor"]
     if tensor not in tensors:
         raise ValueError(f"run {reader.run_id} has no captured tensor {tensor!r}; it has {sorted(tensors)}")
@@ -257,12 +272,17 @@ def replay_run(
     if reader.manifest.get("num_workers", ranks) < ranks:
         raise ValueError(f"run {reader.run_id} has {reader.manifest['num_workers']} workers; cannot replay on {ranks} ranks")
     topo = local(ranks, recalibrate=recalibrate)
+    if bandwidth_gbps:
+        from zen_analysis.comm.topology import netlab
+
+        topo = netlab(ranks, bandwidth_gbps)
     frames = []
     for step in tqdm(reader.steps()[:steps], desc=f"bench-comm {reader.run_id}", unit="step", disable=not progress):
         recs = sorted(reader.records(tensor=tensor, step=step), key=lambda r: r.worker)[:ranks]
         df = compare([r.indices_K.long() for r in recs], numel, values=[r.values_K for r in recs],
-                     repeats=repeats, topology=topo, schemes=schemes)  # fmt: skip
-        frames.append(df.assign(run=reader.run_id, tensor=tensor, step=step, numel=numel, ranks=ranks))
+                     repeats=repeats, topology=topo, schemes=schemes, bandwidth_gbps=bandwidth_gbps)  # fmt: skip
+        frames.append(df.assign(run=reader.run_id, tensor=tensor, step=step, numel=numel, ranks=ranks,
+                                bandwidth_gbps=bandwidth_gbps or float("nan")))  # fmt: skip
     out = pd.concat(frames, ignore_index=True)
     path = reader.derived_dir / f"{variant('bench_comm', options, defaults)}.parquet"
     write_table(path, out, {**options, "files": reader.fingerprint()})
@@ -298,6 +318,7 @@ def replay_synthetic(
     seed: int = 0,
     schemes: Sequence[str] | None = None,
     recalibrate: bool = False,
+    bandwidth_gbps: float | None = None,
 ) -> tuple[pd.DataFrame, dict]:
     """``compare`` on synthetic index sets (:func:`zen_analysis.sparsity.synthetic.synthetic_index_sets`) with
     integer values (bit-for-bit check); returns the table and the sets' measured characteristics."""
@@ -306,7 +327,12 @@ def replay_synthetic(
 
     sets = synthetic_index_sets(numel, ranks, density, skew=skew, overlap=overlap, seed=seed)
     stats = describe(sets, numel)
-    df = compare(sets, numel, repeats=repeats, topology=local(ranks, recalibrate=recalibrate), schemes=schemes)
+    topo = local(ranks, recalibrate=recalibrate)
+    if bandwidth_gbps:
+        from zen_analysis.comm.topology import netlab
+
+        topo = netlab(ranks, bandwidth_gbps)
+    df = compare(sets, numel, repeats=repeats, topology=topo, schemes=schemes, bandwidth_gbps=bandwidth_gbps)
     return df.assign(numel=numel, ranks=ranks, skew=skew, overlap=overlap), stats
 
 

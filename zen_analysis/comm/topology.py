@@ -9,6 +9,7 @@ Presets (each a template: ``preset(name).for_ranks(n)`` places n ranks, filling 
 * ``local`` / ``local-<n>``: this machine, alpha and bandwidth fitted per primitive (p2p swap,
   all_to_all_single, all_reduce) between n forked gloo ranks (default 2; :func:`calibrate`, stored in
   ``data/calibration/local-<n>.json``).
+* ``netlab-<B>``: this machine's ranks behind the emulated network's B Gbit/s links (:func:`netlab`).
 
 Latencies are order-of-magnitude values for NCCL-class stacks, not measurements of the paper's cluster: the
 alpha term matters for small tensors only; the paper's own model is bandwidth-only (alpha = 0).
@@ -274,11 +275,29 @@ def local(num_ranks: int = 2, *, recalibrate: bool = False) -> Topology:
     return calibrate(num_ranks)
 
 
+def netlab(num_ranks: int, bandwidth_gbps: float) -> Topology:
+    """Ranks behind the emulated network's links (:mod:`zen_analysis.dist.netlab`): each link shaped to
+    ``bandwidth_gbps`` each way, per-call costs and local work as this machine calibrated at ``num_ranks``
+    (:func:`local`: the same CPU, the same gloo). Every primitive's bandwidth is the configured rate."""
+    base = local(num_ranks)
+    bw = bandwidth_gbps * GBPS
+    return replace(base, name=f"netlab-{bandwidth_gbps:g}", intra_bandwidth=bw, inter_bandwidth=bw,
+                   calibrated=tuple((prim, alpha, bw) for prim, alpha, _ in base.calibrated))  # fmt: skip
+
+
 def preset(name: str) -> Topology:
     """A topology template by name; ``local`` (2 ranks) or ``local-<n>`` is this machine, calibrated on first
-    use (:func:`local`)."""
+    use (:func:`local`); ``netlab-<B>``, this machine's per-call costs (at 2 ranks) behind B Gbit/s links
+    (:func:`netlab`, which takes the rank count)."""
     if name == "local" or (name.startswith("local-") and name[6:].isdigit()):
         return local(int(name[6:]) if name != "local" else 2)
+    if name.startswith("netlab-"):
+        try:
+            gbps = float(name[7:])
+        except ValueError:
+            gbps = 0.0
+        if gbps > 0:
+            return netlab(2, gbps)
     if name not in PRESETS:
         raise ValueError(f"unknown topology {name!r}; available: {sorted(PRESETS) + ['local']}")
     return PRESETS[name]

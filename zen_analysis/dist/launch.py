@@ -368,7 +368,8 @@ def ensure_run(cfg: ExperimentConfig, **launch_kwargs: Any) -> str:
     return cfg.run_id
 
 
-def _fork_fn_child(rank: int, world: int, out_dir: Path, fn: Callable[..., Any], args: tuple, timeout_s: float, parent: int) -> None:
+def _fork_fn_child(rank: int, world: int, out_dir: Path, fn: Callable[..., Any], args: tuple, timeout_s: float, parent: int,
+                   lab_namespace: str | None = None) -> None:  # fmt: skip
     import datetime
     import pickle
     import traceback
@@ -383,6 +384,11 @@ def _fork_fn_child(rank: int, world: int, out_dir: Path, fn: Callable[..., Any],
     try:
         env = loopback_env(out_dir / "rendezvous")
         os.environ["GLOO_SOCKET_IFNAME"] = env["GLOO_SOCKET_IFNAME"]
+        if lab_namespace is not None:  # this rank's lab node: gloo talks over its shaped link
+            from zen_analysis.dist.netlab import enter
+
+            enter(lab_namespace)
+            os.environ["GLOO_SOCKET_IFNAME"] = "eth0"
         dist.init_process_group(
             "gloo", store=dist.FileStore(env["ZEN_ANALYSIS_FILE_STORE"], world), rank=rank, world_size=world,
             timeout=datetime.timedelta(seconds=timeout_s),
@@ -398,19 +404,25 @@ def _fork_fn_child(rank: int, world: int, out_dir: Path, fn: Callable[..., Any],
     os._exit(code)
 
 
-def fork_launch(fn: Callable[..., Any], num_ranks: int, *args: Any, timeout_s: float = 120.0) -> list[Any]:
+def fork_launch(fn: Callable[..., Any], num_ranks: int, *args: Any, timeout_s: float = 120.0, lab=None) -> list[Any]:
     """Run ``fn(rank, world, *args)`` on ``num_ranks`` forked gloo ranks; returns each rank's result.
 
     The light-weight sibling of :func:`launch` for tests, benchmarks and notebooks that exchange tensors without
     training: no config, no data preparation. A failing rank raises :class:`RankFailedError` with its traceback.
+    ``lab``: a :class:`~zen_analysis.dist.netlab.NetLab` with ``num_ranks`` ranks; each rank then runs in its lab
+    node and gloo talks over the shaped links (the rendezvous stays a file).
     """
+    if lab is not None and lab.ranks != num_ranks:
+        raise ValueError(f"the lab has {lab.ranks} ranks; fork_launch was asked for {num_ranks}")
     import pickle
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="zen-fork-") as tmp:
         out_dir = Path(tmp)
         ctx = mp.get_context("fork")
-        procs = [ctx.Process(target=_fork_fn_child, args=(r, num_ranks, out_dir, fn, args, timeout_s, os.getpid())) for r in range(num_ranks)]
+        spaces = [lab.namespace(lab.node_of(r)) if lab is not None else None for r in range(num_ranks)]
+        procs = [ctx.Process(target=_fork_fn_child, args=(r, num_ranks, out_dir, fn, args, timeout_s, os.getpid(), spaces[r]))
+                 for r in range(num_ranks)]  # fmt: skip
         for p in procs:
             p.start()
         deadline = time.monotonic() + timeout_s + 30
@@ -422,8 +434,8 @@ def fork_launch(fn: Callable[..., Any], num_ranks: int, *args: Any, timeout_s: f
         finally:
             time.sleep(0.05)
             _kill(procs)
-        errors = sorted(out_dir.glob("rank*.err"))
-        if errors:
+        errors = sorted(out_dir.glob("rank*.err"), key=lambda f: f.stat().st_mtime_ns)  # the first to fail, not
+        if errors:  # a survivor that saw its peer's connection close
             rank = int(errors[0].stem[4:])
             raise RankFailedError(f"rank {rank} failed:\n{errors[0].read_text()}", rank=rank, run_id="fork_launch", pids=[p.pid for p in procs])
         missing = [r for r in range(num_ranks) if not (out_dir / f"rank{r}.pkl").exists()]

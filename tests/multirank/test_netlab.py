@@ -1,0 +1,156 @@
+"""The emulated network (zen_analysis.dist.netlab): shaping holds, nothing is left behind however the creator
+ends, cleanup touches only lab namespaces, and without privileges the lab says why. Skipped where the lab cannot
+be built (the reason is the skip message)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from zen_analysis.dist import netlab
+
+OK, WHY = netlab.available()
+needs_lab = pytest.mark.skipif(not OK, reason=f"network lab unavailable: {WHY}")
+
+
+def _gone(tag: str, within: float = 20.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not netlab.lab_namespaces(tag):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+@needs_lab
+@pytest.mark.parametrize("gbps", [0.5, 1.0, 2.5])
+def test_point_to_point_throughput_is_the_configured_rate(gbps):
+    with netlab.NetLab(2, gbps) as lab:
+        measured = lab.throughput_gbps(0, 1, nbytes=(32 << 20) if gbps < 1 else (64 << 20))
+        back = lab.throughput_gbps(1, 0, nbytes=32 << 20)
+    assert measured == pytest.approx(gbps, rel=0.10) and back == pytest.approx(gbps, rel=0.10)
+    assert not netlab.lab_namespaces(lab.tag)
+
+
+@needs_lab
+def test_nodes_share_a_namespace_per_node_and_leave_nothing_on_an_exception():
+    with pytest.raises(KeyboardInterrupt):
+        with netlab.NetLab(4, 1.0, ranks_per_node=2) as lab:
+            names = set(netlab.lab_namespaces(lab.tag))
+            assert names == {lab.switch, lab.namespace(0), lab.namespace(1)}
+            assert [lab.node_of(r) for r in range(4)] == [0, 0, 1, 1] and lab.address_of(3) == "10.77.0.2"
+            raise KeyboardInterrupt  # as a Ctrl-C in a notebook cell would
+    assert not netlab.lab_namespaces(lab.tag)
+
+
+@needs_lab
+def test_a_creator_killed_with_sigkill_leaves_no_namespace():
+    code = "from zen_analysis.dist.netlab import NetLab; import sys, time; lab = NetLab(2, 1.0); print(lab.tag, flush=True); time.sleep(600)"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    tag = proc.stdout.readline().strip()
+    assert len(netlab.lab_namespaces(tag)) == 3
+    os.kill(proc.pid, signal.SIGKILL)  # no atexit, no finally: the guard process cleans up
+    proc.wait()
+    assert _gone(tag), f"namespaces of lab {tag} survived their creator"
+
+
+@needs_lab
+def test_cleanup_removes_only_lab_namespaces():
+    other = f"zen-analysis-test-keep-{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", other], check=True)
+    try:
+        lab = netlab.NetLab(2, 1.0)
+        lab._guard.stdin.close()  # pretend the creator vanished without closing... the guard cleans up
+        assert _gone(lab.tag)
+        leftover = netlab.NetLab(2, 1.0)
+        removed = netlab.cleanup()
+        assert set(removed) >= {leftover.switch, leftover.namespace(0), leftover.namespace(1)}
+        assert other in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        leftover.close()  # idempotent: nothing left to remove
+    finally:
+        subprocess.run(["ip", "netns", "del", other], check=False)
+
+
+def _drop_net_admin() -> None:  # in the child before exec: root without CAP_NET_ADMIN, as in a container
+    import ctypes
+
+    if ctypes.CDLL(None, use_errno=True).prctl(24, 12, 0, 0, 0) != 0:  # PR_CAPBSET_DROP, CAP_NET_ADMIN
+        raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+
+
+def test_without_privileges_the_lab_says_why():
+    code = (
+        "from zen_analysis.dist import netlab\n"
+        "ok, why = netlab.available(); print(ok, why)\n"
+        "try:\n    netlab.NetLab(2, 1.0)\nexcept RuntimeError as e:\n    print('refused:', e)\n"
+    )
+    if not netlab._has_net_admin():
+        pytest.skip("no CAP_NET_ADMIN to drop")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False,
+                          preexec_fn=_drop_net_admin)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.startswith("False ") and "CAP_NET_ADMIN" in proc.stdout
+    assert "refused: the network lab is unavailable: needs root or CAP_NET_ADMIN" in proc.stdout
+
+
+def test_the_cli_reports_the_lab(capsys):
+    from zen_analysis.cli import main
+
+    if not OK:
+        with pytest.raises(SystemExit, match="unavailable"):
+            main(["netlab"])
+        return
+    main(["netlab"])
+    assert "available" in capsys.readouterr().out
+    main(["netlab", "--cleanup"])
+    assert "removed" in capsys.readouterr().out
+
+
+def _allreduce(rank: int, world: int, numel: int) -> tuple[float, bool]:
+    import time as _time
+
+    import torch
+    import torch.distributed as dist
+
+    x = torch.full((numel,), float(rank + 1))
+    dist.barrier()
+    t0 = _time.perf_counter()
+    dist.all_reduce(x)
+    return _time.perf_counter() - t0, bool((x == world * (world + 1) / 2).all())
+
+
+def _crash(rank: int, world: int) -> None:
+    if rank == 1:
+        raise RuntimeError("rank 1 fails on purpose")
+
+
+@needs_lab
+def test_ranks_in_the_lab_talk_over_the_shaped_links_and_a_crash_leaves_nothing():
+    from zen_analysis.dist.launch import RankFailedError, fork_launch
+
+    numel = 2 << 20  # 8 MB: a ring all-reduce moves 2 (W - 1) / W of it through each rank's link
+    with netlab.NetLab(4, 1.0) as lab:
+        results = fork_launch(_allreduce, 4, numel, lab=lab)
+        assert all(ok for _, ok in results)
+        slowest = max(s for s, _ in results)
+        wire = 2 * 3 / 4 * 4 * numel * 8 / 1e9  # seconds at 1 Gbit/s
+        assert wire * 0.9 < slowest < wire * 3, (slowest, wire)  # bandwidth-bound: not loopback speed
+        with pytest.raises(RankFailedError, match="on purpose"):
+            fork_launch(_crash, 4, lab=lab)
+    assert not netlab.lab_namespaces(lab.tag)
+
+
+@needs_lab
+def test_schemes_replayed_in_the_lab_are_lossless_with_the_modelled_bytes(capsys):
+    from zen_analysis.cli import main
+
+    main(["bench-comm", "--synthetic", "--ranks", "2", "--numel", "50000", "--density", "0.05", "--repeats", "1",
+          "--bandwidth-gbps", "1"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert "behind a 1 Gbit/s link" in out and out.count("equal  True; lossless True") == 7
+    assert not netlab.lab_namespaces()
