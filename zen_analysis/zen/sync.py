@@ -89,8 +89,9 @@ def _push_message(x_N: torch.Tensor, ex: Exchange, sets: StaticSets, *, seed: in
 
 def push(x_N: torch.Tensor, ex: Exchange, *, seed: int, hashing: str = "auto") -> tuple[StaticSets, torch.Tensor, torch.Tensor]:
     """The push: this rank's non-zeros to their servers (counts, then one packed ``all_to_all_single``); returns
-    the static sets, what this rank received as server (packed position / value words, not yet summed) and how
-    many entries came from each rank."""
+    the static sets, what this rank received as server (packed position / value words, not yet summed; a view of
+    this thread's ``zen.push.recv`` workspace, valid until its next push) and how many entries came from each
+    rank."""
     sets = static_sets(x_N.numel(), ex.world, seed, x_N.device)
     words, counts_W = _push_message(x_N, ex, sets, seed=seed, hashing=hashing)
     w = coo_words(x_N.numel())
