@@ -28,6 +28,15 @@ if TYPE_CHECKING:
     from zen_analysis.comm.topology import Topology
 
 
+def model_topology(ranks: int, *, bandwidth_gbps: float | None = None, recalibrate: bool = False) -> Topology:
+    """What the replay's measurement is set beside: this machine calibrated at ``ranks`` ranks (re-fitted first
+    with ``recalibrate``), behind ``bandwidth_gbps`` links when the ranks run in the emulated network."""
+    from zen_analysis.comm.topology import local, netlab
+
+    topo = local(ranks, recalibrate=recalibrate)
+    return netlab(ranks, bandwidth_gbps) if bandwidth_gbps else topo
+
+
 def _replay(rank: int, world: int, sets: list, values: list | None, numel: int, repeats: int, names: list[str]) -> list:
     import torch.distributed as dist
 
@@ -123,11 +132,8 @@ def compare(
     ``bandwidth_gbps`` links when the ranks run in the emulated network: :func:`~zen_analysis.comm.topology.netlab`).
     """
     from zen_analysis.comm import build_scheme
-    from zen_analysis.comm.topology import local
 
-    from zen_analysis.comm.topology import netlab
-
-    topo = topology or (netlab(len(index_sets), bandwidth_gbps) if bandwidth_gbps else local(len(index_sets)))
+    topo = topology or model_topology(len(index_sets), bandwidth_gbps=bandwidth_gbps)
     measured = measure(index_sets, numel, values=values, repeats=repeats, schemes=schemes, bandwidth_gbps=bandwidth_gbps)
     out = []
     for (name, phase), m in measured.iterrows():
@@ -248,7 +254,6 @@ def replay_run(
 
     from zen_analysis.capture.traces import TraceReader
     from zen_analysis.comm import SCHEMES
-    from zen_analysis.comm.topology import local
     from zen_analysis.derived import variant, write_table
 
     reader = TraceReader(run)
@@ -271,11 +276,7 @@ def replay_run(
     numel = int(tensors[tensor]["numel"])
     if reader.manifest.get("num_workers", ranks) < ranks:
         raise ValueError(f"run {reader.run_id} has {reader.manifest['num_workers']} workers; cannot replay on {ranks} ranks")
-    topo = local(ranks, recalibrate=recalibrate)
-    if bandwidth_gbps:
-        from zen_analysis.comm.topology import netlab
-
-        topo = netlab(ranks, bandwidth_gbps)
+    topo = model_topology(ranks, bandwidth_gbps=bandwidth_gbps, recalibrate=recalibrate)
     frames = []
     for step in tqdm(reader.steps()[:steps], desc=f"bench-comm {reader.run_id}", unit="step", disable=not progress):
         recs = sorted(reader.records(tensor=tensor, step=step), key=lambda r: r.worker)[:ranks]
@@ -322,16 +323,11 @@ def replay_synthetic(
 ) -> tuple[pd.DataFrame, dict]:
     """``compare`` on synthetic index sets (:func:`zen_analysis.sparsity.synthetic.synthetic_index_sets`) with
     integer values (bit-for-bit check); returns the table and the sets' measured characteristics."""
-    from zen_analysis.comm.topology import local
     from zen_analysis.sparsity.synthetic import describe, synthetic_index_sets
 
     sets = synthetic_index_sets(numel, ranks, density, skew=skew, overlap=overlap, seed=seed)
     stats = describe(sets, numel)
-    topo = local(ranks, recalibrate=recalibrate)
-    if bandwidth_gbps:
-        from zen_analysis.comm.topology import netlab
-
-        topo = netlab(ranks, bandwidth_gbps)
+    topo = model_topology(ranks, bandwidth_gbps=bandwidth_gbps, recalibrate=recalibrate)
     df = compare(sets, numel, repeats=repeats, topology=topo, schemes=schemes, bandwidth_gbps=bandwidth_gbps)
     return df.assign(numel=numel, ranks=ranks, skew=skew, overlap=overlap), stats
 
