@@ -141,14 +141,16 @@ def cmd_bench_comm(args: argparse.Namespace) -> None:
                                 bandwidth_gbps=args.bandwidth_gbps)  # fmt: skip
         print(f"{df['run'].iloc[0]} / {df['tensor'].iloc[0]} ({df['numel'].iloc[0]:,} elements): {args.ranks} gloo ranks, "
               f"steps {sorted(df['step'].unique())}, {args.repeats} repeats; medians over steps")  # fmt: skip
-    from zen_analysis.comm.topology import local
-
-    fits = ", ".join(f"{p} {1e6 * a:.0f} us + bytes / {b / 1e9:.2f} GB/s" for p, a, b in local(args.ranks).calibrated)
-    print(f"calibrated at {args.ranks} ranks: {fits}")
+    topo = measure.model_topology(args.ranks, bandwidth_gbps=args.bandwidth_gbps)
+    fits = ", ".join(f"{p} {1e6 * a:.0f} us + bytes / {b / 1e9:.3f} GB/s" for p, a, b in topo.calibrated)
+    print(f"model {topo.name} calibrated at {args.ranks} ranks: {fits}")
     if args.bandwidth_gbps:
-        print(f"measured in the emulated network, each rank behind a {args.bandwidth_gbps:g} Gbit/s link; modelled on "
-              f"netlab-{args.bandwidth_gbps:g} (the per-call costs above, the configured bandwidth)")  # fmt: skip
+        print(f"measured in the emulated network, each rank behind a {args.bandwidth_gbps:g} Gbit/s link (alpha fitted "
+              "inside the lab, bandwidth the link's TCP payload rate)")  # fmt: skip
     print(measure.report(measure.summarize(df)))
+    if args.out:
+        measure.write_summary(df, args.out, command=" ".join(sys.argv))
+        print(f"per-scheme summary written to {args.out}")
 
 
 def cmd_bench(args: argparse.Namespace) -> None:
@@ -220,6 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overlap", type=float, default=0.3, help="fraction of each set shared by all ranks")
     p.add_argument("--bandwidth-gbps", type=float,
                    help="run the ranks in the emulated network, each behind a link of this rate (root; see `netlab`)")
+    p.add_argument("--out", metavar="PATH", help="also write the per-scheme summary as Parquet (scheme, ranks, "
+                   "bandwidth_gbps, numel, bytes_sent_max_rank, measured_s_median, modelled_s, lossless, ...)")
     p.set_defaults(func=cmd_bench_comm)
     p = sub.add_parser("bench", help="benchmarks (ratios measured side by side, medians)")
     p.add_argument(

@@ -151,15 +151,30 @@ def test_ranks_in_the_lab_talk_over_the_shaped_links_and_a_crash_leaves_nothing(
 
 
 @needs_lab
-def test_schemes_replayed_in_the_lab_are_lossless_with_the_modelled_bytes(capsys):
-    from zen_analysis.cli import main
-    from zen_analysis.comm.measure import calibrate_from_schemes
-    from zen_analysis.comm.topology import calibration_path
+def test_schemes_replayed_in_the_lab_are_lossless_with_the_modelled_bytes(capsys, tmp_path):
+    import json
 
-    if not calibration_path(2).exists():  # a small one: the model's numbers are not what this test checks
-        calibrate_from_schemes(2, numel=20_000, densities=(0.01, 0.1), repeats=2)
-    main(["bench-comm", "--synthetic", "--ranks", "2", "--numel", "50000", "--density", "0.05", "--repeats", "1",
-          "--bandwidth-gbps", "1"])  # fmt: skip
+    import pandas as pd
+
+    from zen_analysis.cli import main
+    from zen_analysis.comm.measure import SUMMARY_COLUMNS, calibrate_from_schemes
+    from zen_analysis.comm.topology import GBPS, netlab_calibration_path, preset
+
+    # alpha fitted inside the lab, the bandwidth the link's payload rate (a small calibration: the model's numbers
+    # are not what this test checks)
+    topo = calibrate_from_schemes(2, numel=20_000, densities=(0.01, 0.1), repeats=2, bandwidth_gbps=1.0)
+    assert topo.name == "netlab-1" and json.loads(netlab_calibration_path(2, 1.0).read_text())["name"] == "netlab-1"
+    assert all(a >= 0 and b == pytest.approx(GBPS * netlab.TCP_PAYLOAD_FRACTION) for _, a, b in topo.calibrated)
+    assert preset("netlab-1").for_ranks(2) == topo.for_ranks(2)  # stored: the preset does not calibrate again
+    out_path = tmp_path / "summary.parquet"
+    main(["bench-comm", "--synthetic", "--ranks", "2", "--numel", "50000", "--density", "0.05", "--repeats", "2",
+          "--bandwidth-gbps", "1", "--out", str(out_path)])  # fmt: skip
     out = capsys.readouterr().out
     assert "behind a 1 Gbit/s link" in out and out.count("equal  True; lossless True") == 7
     assert not netlab.lab_namespaces()
+    summary = pd.read_parquet(out_path)
+    assert list(summary.columns[: len(SUMMARY_COLUMNS)]) == SUMMARY_COLUMNS and len(summary) == 7
+    assert summary["lossless"].all() and (summary["ranks"] == 2).all() and (summary["bandwidth_gbps"] == 1.0).all()
+    assert (summary["measured_s_median"] > 0).all() and (summary["modelled_s"] > 0).all()
+    # two ranks: the most one rank sent is at least half of what both sent
+    assert ((summary["bytes_sent_max_rank"] * 2 >= summary["bytes_sent"]) & (summary["bytes_sent_max_rank"] <= summary["bytes_sent"])).all()

@@ -85,6 +85,15 @@ def test_fit_links_recovers_known_alpha_and_bandwidth():
     assert fits["all_reduce"][0] == pytest.approx(5e-4, rel=1e-2) and fits["all_reduce"][1] >= 1e12
 
 
+def test_fit_links_with_a_known_bandwidth_fits_alpha_alone():
+    rows = [{"primitive": "all_to_all", "calls": c, "bytes": b, "seconds": c * 3e-3 + b / 1.2e8}
+            for c, b in ((2, 1e3), (4, 5e5), (3, 2e6))]  # fmt: skip
+    rows.append({"primitive": "p2p", "calls": 2, "bytes": 1e6, "seconds": 1e6 / 1.2e8 - 1e-3})  # faster than the link
+    fits = {p: (a, b) for p, a, b in fit_links(pd.DataFrame(rows), bandwidth=1.2e8)}
+    assert fits["all_to_all"] == pytest.approx((3e-3, 1.2e8), rel=1e-9)
+    assert fits["p2p"] == (0.0, 1.2e8)  # alpha never negative
+
+
 def test_synthetic_sets_follow_their_knobs():
     N = 200_000
     flat = synthetic_index_sets(N, 4, 0.01, seed=0)

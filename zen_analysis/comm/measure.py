@@ -21,6 +21,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+import time
+from pathlib import Path
+
+import numpy as np
 import pandas as pd
 import torch
 
@@ -29,15 +33,18 @@ if TYPE_CHECKING:
 
 
 def model_topology(ranks: int, *, bandwidth_gbps: float | None = None, recalibrate: bool = False) -> Topology:
-    """What the replay's measurement is set beside: this machine calibrated at ``ranks`` ranks (re-fitted first
-    with ``recalibrate``), behind ``bandwidth_gbps`` links when the ranks run in the emulated network."""
+    """What the replay's measurement is set beside: this machine calibrated at ``ranks`` ranks on loopback, or
+    inside the emulated network when the ranks run behind ``bandwidth_gbps`` links (re-fitted first with
+    ``recalibrate``)."""
     from zen_analysis.comm.topology import local, netlab
 
-    topo = local(ranks, recalibrate=recalibrate)
-    return netlab(ranks, bandwidth_gbps) if bandwidth_gbps else topo
+    if bandwidth_gbps:
+        return netlab(ranks, bandwidth_gbps, recalibrate=recalibrate)
+    return local(ranks, recalibrate=recalibrate)
 
 
-def _replay(rank: int, world: int, sets: list, values: list | None, numel: int, repeats: int, names: list[str]) -> list:
+def _replay(rank: int, world: int, sets: list, values: list | None, numel: int, repeats: int, names: list[str],
+            end_to_end: bool = True) -> list:  # fmt: skip
     import torch.distributed as dist
 
     from zen_analysis.comm import build_scheme
@@ -72,6 +79,17 @@ def _replay(rank: int, world: int, sets: list, values: list | None, numel: int, 
                 local = scheme.last_times()["local"]
                 rows.append({"scheme": name, "rep": rep, "phase": "local", "rank": rank, "bytes_sent": 0,
                              "phase_s": local, "wire_s": local, "lossless": lossless})  # fmt: skip
+        # end to end, as training runs it: no sync before each collective, ranks aligned by a barrier only
+        scheme.sync_collectives = False
+        for rep in range(repeats if end_to_end else 0):
+            y = x.clone()
+            dist.barrier()
+            t0 = time.perf_counter()
+            out = scheme.run(y)
+            seconds = time.perf_counter() - t0
+            lossless = bool(torch.equal(out, ref)) if values is None else bool(((out - ref).abs() <= tol).all())
+            rows.append({"scheme": name, "rep": rep, "phase": "total", "rank": rank, "bytes_sent": 0,
+                         "phase_s": seconds, "wire_s": seconds, "lossless": lossless})  # fmt: skip
     return rows
 
 
@@ -83,12 +101,15 @@ def measure(
     repeats: int = 5,
     schemes: Sequence[str] | None = None,
     bandwidth_gbps: float | None = None,
+    end_to_end: bool = True,
 ) -> pd.DataFrame:
-    """Measured side only: one row per (scheme, phase) with bytes sent, wire seconds (mean and median over
-    repeats of the slowest rank), whole-phase seconds and the lossless check, one rank per index set. Phase
-    ``local`` is each scheme's own work (run time outside collective calls and barriers; no bytes), its
-    seconds in the wire columns. ``bandwidth_gbps``: the ranks run in the emulated network
-    (:class:`~zen_analysis.dist.netlab.NetLab`), each behind a link of that rate."""
+    """Measured side only: one row per (scheme, phase) with bytes sent (summed over ranks; per rank in
+    ``bytes_by_rank``), wire seconds (mean and median over repeats of the slowest rank), whole-phase seconds and
+    the lossless check, one rank per index set. Phase ``local`` is each scheme's own work (run time outside
+    collective calls and barriers; no bytes), phase ``total`` a whole run end to end as training runs it (no
+    sync before each collective; ranks aligned by a barrier before each repeat), their seconds in the wire
+    columns (``end_to_end=False`` skips those repeats). ``bandwidth_gbps``: the ranks run in the emulated
+    network (:class:`~zen_analysis.dist.netlab.NetLab`), each behind a link of that rate."""
     from zen_analysis.comm import SCHEMES
     from zen_analysis.dist.launch import fork_launch
 
@@ -100,17 +121,20 @@ def measure(
         from zen_analysis.dist.netlab import NetLab
 
         with NetLab(world, bandwidth_gbps) as lab:
-            results = fork_launch(_replay, world, sets, vals, numel, repeats, names, lab=lab, timeout_s=600)
+            results = fork_launch(_replay, world, sets, vals, numel, repeats, names, end_to_end, lab=lab, timeout_s=600)
     else:
-        results = fork_launch(_replay, world, sets, vals, numel, repeats, names)
+        results = fork_launch(_replay, world, sets, vals, numel, repeats, names, end_to_end)
     raw = pd.DataFrame([r for rows in results for r in rows])
     per_rep = raw.groupby(["scheme", "phase", "rep"]).agg(
         bytes_sent=("bytes_sent", "sum"), wire_s=("wire_s", "max"), phase_s=("phase_s", "max"), lossless=("lossless", "all")
     )
-    return per_rep.groupby(["scheme", "phase"]).agg(
+    out = per_rep.groupby(["scheme", "phase"]).agg(
         bytes_sent=("bytes_sent", "first"), wire_s=("wire_s", "mean"), wire_median_s=("wire_s", "median"),
         phase_s=("phase_s", "median"), lossless=("lossless", "all"),
     )  # fmt: skip
+    first = raw[raw["rep"] == raw.groupby(["scheme", "phase"])["rep"].transform("min")].sort_values("rank")
+    out["bytes_by_rank"] = first.groupby(["scheme", "phase"])["bytes_sent"].agg(list)
+    return out
 
 
 def compare(
@@ -138,14 +162,19 @@ def compare(
     out = []
     for (name, phase), m in measured.iterrows():
         scheme = build_scheme(name)
-        model_bytes = int(scheme.traffic(index_sets, numel).query("phase == @phase")["bytes_sent"].sum())
+        traffic = scheme.traffic(index_sets, numel)
         times = scheme.time(index_sets, numel, topo).set_index("phase")["seconds"]
-        model_s = float(times.get(phase, 0.0))  # "local" is 0 on a topology without local-work costs
+        if phase == "total":  # the whole run: every phase and the local work (its bytes are counted per phase)
+            model_bytes, model_s = 0, float(times.sum())
+        else:
+            model_bytes = int(traffic.query("phase == @phase")["bytes_sent"].sum())
+            model_s = float(times.get(phase, 0.0))  # "local" is 0 on a topology without local-work costs
         out.append({
             "scheme": name, "phase": phase, "bytes_model": model_bytes, "bytes_sent": int(m["bytes_sent"]),
             "bytes_equal": model_bytes == int(m["bytes_sent"]), "lossless": bool(m["lossless"]),
             "wire_model_s": model_s, "wire_measured_s": float(m["wire_s"]), "ratio": model_s / float(m["wire_s"]),
             "wire_measured_median_s": float(m["wire_median_s"]), "phase_measured_s": float(m["phase_s"]),
+            "bytes_by_rank": [int(b) for b in m["bytes_by_rank"]],
         })  # fmt: skip
     return pd.DataFrame(out)
 
@@ -157,6 +186,7 @@ def calibrate_from_schemes(
     densities: Sequence[float] = (0.004, 0.015, 0.06),
     repeats: int = 10,
     seed: int = 1000,
+    bandwidth_gbps: float | None = None,
 ) -> Topology:
     """Fit each primitive's alpha and bandwidth from the schemes themselves, run on synthetic index sets
     (skew 1, overlap 0.3, three densities) — so per-call costs that only show inside a scheme's call sequence
@@ -166,11 +196,16 @@ def calibrate_from_schemes(
     it is later checked on (captured traces). The same runs fit each scheme's local-work costs
     (:func:`~zen_analysis.comm.topology.fit_local_work`: per dense element scanned, byte moved, non-zero
     written) on the slowest rank's ``local`` time; two tensor sizes (``numel``) separate the per-element scan from
-    the per-non-zero work. Saved as ``local-<n>.json`` with ``method: schemes``."""
+    the per-non-zero work. Saved as ``local-<n>.json`` with ``method: schemes``.
+
+    ``bandwidth_gbps``: the same inside the emulated network, each rank behind a link of that rate; the
+    bandwidth is then the link's (TCP payload of the configured rate), only alpha is fitted; saved as
+    ``netlab-<n>-<B>.json``, named ``netlab-<B>``."""
     from zen_analysis.atomic import atomic_write_json
     from zen_analysis.comm import SCHEMES, build_scheme
     from zen_analysis.comm.cost import phase_features
-    from zen_analysis.comm.topology import calibration_path, fit_links, fit_local_work
+    from zen_analysis.comm.topology import GBPS, calibration_path, fit_links, fit_local_work, netlab_calibration_path
+    from zen_analysis.dist.netlab import TCP_PAYLOAD_FRACTION
     from zen_analysis.sparsity.synthetic import synthetic_index_sets
 
     rows, local_rows = [], []
@@ -178,7 +213,7 @@ def calibrate_from_schemes(
     for j, size in enumerate(sizes):
         for i, d in enumerate(densities):
             sets = synthetic_index_sets(size, num_ranks, d, skew=1.0, overlap=0.3, seed=seed + i + 100 * j)
-            measured = measure(sets, size, repeats=repeats)
+            measured = measure(sets, size, repeats=repeats, bandwidth_gbps=bandwidth_gbps, end_to_end=False)
             for name in SCHEMES:
                 model = build_scheme(name).model(sets, size)
                 feats = phase_features(model).set_index("phase")
@@ -191,47 +226,75 @@ def calibrate_from_schemes(
                                        **{f: float(v[r]) for f, v in model.work.items()},
                                        "seconds": float(measured.loc[(name, "local"), "wire_s"])})  # fmt: skip
     df = pd.DataFrame(rows)
-    fits = fit_links(df)
+    fits = fit_links(df, bandwidth=bandwidth_gbps * GBPS * TCP_PAYLOAD_FRACTION if bandwidth_gbps else None)
     local_df = pd.DataFrame(local_rows)
     local_work = fit_local_work(local_df) if len(local_df) else ()
     from zen_analysis.comm.topology import Topology
 
     a2a = {p: (a, b) for p, a, b in fits}.get("all_to_all", (0.0, 1e9))
-    topo = Topology(name=f"local-{num_ranks}", gpus_per_node=1 << 20, intra_alpha_s=a2a[0], intra_bandwidth=a2a[1],
+    name = f"netlab-{bandwidth_gbps:g}" if bandwidth_gbps else f"local-{num_ranks}"
+    path = netlab_calibration_path(num_ranks, bandwidth_gbps) if bandwidth_gbps else calibration_path(num_ranks)
+    topo = Topology(name=name, gpus_per_node=1 << 20, intra_alpha_s=a2a[0], intra_bandwidth=a2a[1],
                     inter_alpha_s=a2a[0], inter_bandwidth=a2a[1], num_ranks=num_ranks, calibrated=tuple(fits),
                     local_work=local_work)  # fmt: skip
-    atomic_write_json(calibration_path(num_ranks), {**topo.to_dict(), "method": "schemes", "samples": df.to_dict(orient="records"),
+    atomic_write_json(path, {**topo.to_dict(), "method": "schemes", "samples": df.to_dict(orient="records"),
                                                      "local_samples": local_df.to_dict(orient="records")})  # fmt: skip
     return topo
 
 
 def summarize(df: pd.DataFrame) -> pd.DataFrame:
-    """Per scheme (phases summed, then the median over steps): bytes modelled / sent / equal, lossless, wire
-    seconds modelled / measured (mean and median over repeats) and modelled / measured (``ratio``); the local
-    work modelled / measured (``local_*``, 0 where none was measured) and the whole run's modelled / measured
-    (``total_ratio``: wire plus local)."""
+    """Per scheme (phases summed, then the median over steps): bytes modelled / sent (over ranks) / equal, the
+    most one rank sent (``bytes_sent_max_rank``), lossless, wire seconds modelled / measured (mean and median
+    over repeats) and modelled / measured (``ratio``); the local work modelled / measured (``local_*``, 0 where
+    none was measured) and wire plus local modelled / measured (``total_ratio``); and the whole run end to end
+    (``measured_s_median``: median over repeats of the slowest rank, no sync between collectives; ``modelled_s``:
+    every phase and the local work), where measured."""
     keys = ["scheme"] + (["step"] if "step" in df.columns else [])
-    is_local = df["phase"] == "local"
+    is_local, is_total = df["phase"] == "local", df["phase"] == "total"
     local = df[is_local].groupby(keys).agg(local_model_s=("wire_model_s", "sum"), local_measured_s=("wire_measured_s", "sum"))
-    df = df[~is_local]
+    total = df[is_total].groupby(keys).agg(modelled_s=("wire_model_s", "sum"), measured_s_median=("wire_measured_median_s", "sum"))
+    df = df[~is_local & ~is_total]
     per_step = df.groupby(keys).agg(
         bytes_model=("bytes_model", "sum"), bytes_sent=("bytes_sent", "sum"), bytes_equal=("bytes_equal", "all"),
         lossless=("lossless", "all"), wire_model_s=("wire_model_s", "sum"), wire_measured_s=("wire_measured_s", "sum"),
         wire_measured_median_s=("wire_measured_median_s", "sum"), phase_measured_s=("phase_measured_s", "sum"),
     )  # fmt: skip
-    per_step = per_step.join(local).fillna({"local_model_s": 0.0, "local_measured_s": 0.0})
+    if "bytes_by_rank" in df.columns:
+        per_rank = df.groupby(keys)["bytes_by_rank"].agg(lambda col: int(np.sum(np.stack([np.asarray(b) for b in col]), axis=0).max()))
+        per_step["bytes_sent_max_rank"] = per_rank
+    per_step = per_step.join(local).fillna({"local_model_s": 0.0, "local_measured_s": 0.0}).join(total)
     per_step["ratio"] = per_step["wire_model_s"] / per_step["wire_measured_s"]
     per_step["total_ratio"] = (per_step["wire_model_s"] + per_step["local_model_s"]) / (
         per_step["wire_measured_s"] + per_step["local_measured_s"]
     )
-    out = per_step.groupby("scheme").agg(
-        bytes_model=("bytes_model", "median"), bytes_sent=("bytes_sent", "median"), bytes_equal=("bytes_equal", "all"),
-        lossless=("lossless", "all"), wire_model_s=("wire_model_s", "median"), wire_measured_s=("wire_measured_s", "median"),
-        wire_measured_median_s=("wire_measured_median_s", "median"), phase_measured_s=("phase_measured_s", "median"),
-        ratio=("ratio", "median"), local_model_s=("local_model_s", "median"), local_measured_s=("local_measured_s", "median"),
-        total_ratio=("total_ratio", "median"),
-    )  # fmt: skip
-    return out.sort_values("wire_measured_s")
+    cols = [c for c in per_step.columns if c not in ("bytes_equal", "lossless")]
+    out = per_step.groupby("scheme")[cols].median()
+    out[["bytes_equal", "lossless"]] = per_step.groupby("scheme")[["bytes_equal", "lossless"]].all()
+    end_to_end = "measured_s_median" in out and out["measured_s_median"].notna().all()
+    return out.sort_values("measured_s_median" if end_to_end else "wire_measured_s")
+
+
+SUMMARY_COLUMNS = ["scheme", "ranks", "bandwidth_gbps", "numel", "bytes_sent_max_rank", "measured_s_median", "modelled_s", "lossless"]
+"""What ``bench-comm --out`` writes first (the rest of :func:`summarize`'s columns follow)."""
+
+
+def write_summary(df: pd.DataFrame, path, **attrs) -> pd.DataFrame:
+    """The per-scheme summary of a replay (:func:`summarize` of ``df``, the ranks, bandwidth and numel of its
+    rows) written to ``path`` as Parquet, :data:`SUMMARY_COLUMNS` first; returns the table. ``attrs`` are
+    stored in the file's metadata."""
+    from zen_analysis.derived import write_table
+
+    out = summarize(df).reset_index()
+    for col in ("ranks", "bandwidth_gbps", "numel"):
+        out[col] = df[col].iloc[0] if col in df.columns else float("nan")
+    for col in ("measured_s_median", "modelled_s", "bytes_sent_max_rank"):
+        if col not in out:
+            out[col] = float("nan")
+    for col in ("bytes_model", "bytes_sent", "bytes_sent_max_rank"):
+        out[col] = out[col].round().astype("int64") if out[col].notna().all() else out[col]
+    out = out[SUMMARY_COLUMNS + [c for c in out.columns if c not in SUMMARY_COLUMNS]]
+    write_table(Path(path), out, attrs)
+    return out
 
 
 def replay_run(
@@ -329,7 +392,7 @@ def replay_synthetic(
     stats = describe(sets, numel)
     topo = model_topology(ranks, bandwidth_gbps=bandwidth_gbps, recalibrate=recalibrate)
     df = compare(sets, numel, repeats=repeats, topology=topo, schemes=schemes, bandwidth_gbps=bandwidth_gbps)
-    return df.assign(numel=numel, ranks=ranks, skew=skew, overlap=overlap), stats
+    return df.assign(numel=numel, ranks=ranks, skew=skew, overlap=overlap, bandwidth_gbps=bandwidth_gbps or float("nan")), stats
 
 
 def report(summary: pd.DataFrame) -> str:
@@ -343,5 +406,8 @@ def report(summary: pd.DataFrame) -> str:
             f"(median {1e3 * r['wire_measured_median_s']:.2f}) / ratio {r['ratio']:.2f}; whole phases {1e3 * r['phase_measured_s']:.2f} ms\n"
             f"{'':>10}  local work modelled {1e3 * r['local_model_s']:7.2f} ms / measured {1e3 * r['local_measured_s']:7.2f} ms; "
             f"wire + local modelled / measured {r['total_ratio']:.2f}"
+            + (f"\n{'':>10}  end to end modelled {1e3 * r['modelled_s']:7.2f} ms / measured {1e3 * r['measured_s_median']:7.2f} ms "
+               f"(median, slowest rank) / ratio {r['modelled_s'] / r['measured_s_median']:.2f}"
+               if pd.notna(r.get("measured_s_median", float("nan"))) else "")
         )
     return "\n".join(lines)

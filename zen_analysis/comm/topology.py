@@ -211,16 +211,22 @@ def calibrate_primitives(num_ranks: int = 2, *, repeats: int = 100) -> Topology:
     return topo
 
 
-def fit_links(samples) -> tuple[tuple[str, float, float], ...]:
+def fit_links(samples, *, bandwidth: float | None = None) -> tuple[tuple[str, float, float], ...]:
     """(primitive, alpha seconds, bytes per second) fitted per primitive to rows of ``samples`` (a DataFrame
     with ``primitive, calls, bytes, seconds``): seconds = calls x alpha + bytes / bandwidth, least squares
     on relative error. A coefficient that comes out negative (below the measurement's resolution) is dropped
-    and the other refitted alone; a bandwidth too high to resolve is reported as 1e12 bytes/s."""
+    and the other refitted alone; a bandwidth too high to resolve is reported as 1e12 bytes/s. With
+    ``bandwidth`` (bytes per second: a link of known rate) only alpha is fitted, to what the transfer leaves."""
     fits = []
     for prim, g in samples.groupby("primitive"):
         X = g[["calls", "bytes"]].to_numpy(dtype=float)
         y = g["seconds"].to_numpy(dtype=float)
         w = 1.0 / y
+        if bandwidth is not None:
+            rest = y - X[:, 1] / bandwidth
+            alpha = float(np.sum(w * w * X[:, 0] * rest) / max(np.sum((w * X[:, 0]) ** 2), 1e-300))
+            fits.append((str(prim), max(alpha, 0.0), float(bandwidth)))
+            continue
         coef = np.linalg.lstsq(X * w[:, None], y * w, rcond=None)[0]
         if coef[1] <= 0:  # transfer below resolution: latency only
             coef = np.array([float(np.sum(w * w * X[:, 0] * y) / np.sum((w * X[:, 0]) ** 2)), 1e-12])
@@ -262,27 +268,63 @@ def fit_local_work(samples) -> tuple[tuple[str, float, float, float], ...]:
 def local(num_ranks: int = 2, *, recalibrate: bool = False) -> Topology:
     """This machine calibrated at ``num_ranks`` gloo ranks (stored; calibrated on first use, and again when the
     stored file predates the local-work costs)."""
-    path = calibration_path(num_ranks)
-    if path.exists() and not recalibrate:
-        d = json.loads(path.read_text())
-        current = "local_work" in d or d.get("method") == "primitives"
-        for extra in ("samples_s", "samples", "local_samples", "method"):
-            d.pop(extra, None)
-        if "calibrated" in d and current:
-            d["calibrated"] = tuple(tuple(c) for c in d["calibrated"])
-            d["local_work"] = tuple(tuple(c) for c in d.get("local_work", ()))
-            return Topology(**d)
-    return calibrate(num_ranks)
+    topo = None if recalibrate else _load(calibration_path(num_ranks))
+    return topo or calibrate(num_ranks)
 
 
-def netlab(num_ranks: int, bandwidth_gbps: float) -> Topology:
-    """Ranks behind the emulated network's links (:mod:`zen_analysis.dist.netlab`): each link shaped to
-    ``bandwidth_gbps`` each way, per-call costs and local work as this machine calibrated at ``num_ranks``
-    (:func:`local`: the same CPU, the same gloo). Every primitive's bandwidth is the configured rate."""
-    base = local(num_ranks)
-    bw = bandwidth_gbps * GBPS
-    return replace(base, name=f"netlab-{bandwidth_gbps:g}", intra_bandwidth=bw, inter_bandwidth=bw,
-                   calibrated=tuple((prim, alpha, bw) for prim, alpha, _ in base.calibrated))  # fmt: skip
+def netlab_calibration_path(num_ranks: int, bandwidth_gbps: float):
+    return paths.data_dir() / "calibration" / f"netlab-{num_ranks}-{bandwidth_gbps:g}.json"
+
+
+def _load(path) -> Topology | None:
+    if not path.exists():
+        return None
+    d = json.loads(path.read_text())
+    if "calibrated" not in d or not ("local_work" in d or d.get("method") == "primitives"):
+        return None  # predates the local-work costs
+    for extra in ("samples_s", "samples", "local_samples", "method"):
+        d.pop(extra, None)
+    d["calibrated"] = tuple(tuple(c) for c in d["calibrated"])
+    d["local_work"] = tuple(tuple(c) for c in d.get("local_work", ()))
+    return Topology(**d)
+
+
+def netlab(num_ranks: int, bandwidth_gbps: float, *, ranks_per_node: int = 1, recalibrate: bool = False) -> Topology:
+    """Ranks behind the emulated network's links (:mod:`zen_analysis.dist.netlab`), ``bandwidth_gbps`` each way.
+
+    Bandwidth as configured, in TCP payload (:data:`~zen_analysis.dist.netlab.TCP_PAYLOAD_FRACTION` of the
+    rate); per-call costs (alpha per primitive) and local work fitted inside a lab of ``num_ranks`` single-rank
+    nodes at that bandwidth (:func:`~zen_analysis.comm.measure.calibrate_from_schemes`; stored as
+    ``netlab-<n>-<B>.json``, calibrated on first use). Where no lab can be built, this machine's loopback
+    calibration stands in for the per-call costs (with a warning): calls inside a lab cost less than on
+    loopback, so that model runs high for schemes of many small calls.
+
+    ``ranks_per_node`` > 1: nodes of that many ranks sharing one shaped link, loopback inside the node; the
+    links are then priced per path (intra: loopback all-to-all alpha and bandwidth at ``num_ranks`` ranks;
+    inter: the lab's all-to-all alpha, the link's payload rate shared by the node's ranks)."""
+    from zen_analysis.dist.netlab import TCP_PAYLOAD_FRACTION, available
+
+    bw = bandwidth_gbps * GBPS * TCP_PAYLOAD_FRACTION
+    path = netlab_calibration_path(num_ranks, bandwidth_gbps)
+    lab = None if recalibrate else _load(path)
+    if lab is None and available()[0]:
+        from zen_analysis.comm.measure import calibrate_from_schemes
+
+        lab = calibrate_from_schemes(num_ranks, bandwidth_gbps=bandwidth_gbps)
+    if lab is None:
+        import warnings
+
+        warnings.warn(f"no network lab here ({available()[1]}): netlab-{bandwidth_gbps:g} takes its per-call costs "
+                      "from the loopback calibration", stacklevel=2)  # fmt: skip
+        base = local(num_ranks)
+        lab = replace(base, name=f"netlab-{bandwidth_gbps:g}", intra_bandwidth=bw, inter_bandwidth=bw,
+                      calibrated=tuple((prim, alpha, bw) for prim, alpha, _ in base.calibrated))  # fmt: skip
+    if ranks_per_node == 1:
+        return lab
+    loop = dict((p, (a, b)) for p, a, b in local(num_ranks).calibrated).get("all_to_all", (lab.intra_alpha_s, 1e12))
+    return replace(lab, name=f"netlab-{bandwidth_gbps:g}x{ranks_per_node}", gpus_per_node=ranks_per_node,
+                   intra_alpha_s=loop[0], intra_bandwidth=loop[1], inter_alpha_s=lab.inter_alpha_s,
+                   inter_bandwidth=bw, calibrated=())  # fmt: skip
 
 
 def preset(name: str) -> Topology:
