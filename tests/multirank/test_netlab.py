@@ -178,3 +178,57 @@ def test_schemes_replayed_in_the_lab_are_lossless_with_the_modelled_bytes(capsys
     assert (summary["measured_s_median"] > 0).all() and (summary["modelled_s"] > 0).all()
     # two ranks: the most one rank sent is at least half of what both sent
     assert ((summary["bytes_sent_max_rank"] * 2 >= summary["bytes_sent"]) & (summary["bytes_sent_max_rank"] <= summary["bytes_sent"])).all()
+
+
+def _training(run_id: str, steps: int = 4, **dist):
+    import copy
+
+    from zen_analysis import recipes
+    from zen_analysis.dist.launch import launch
+
+    cfg = recipes.smoke()
+    cfg.name = cfg.run_id = run_id
+    cfg.dist.num_ranks = 4
+    cfg.train.workers_per_rank = 1
+    cfg.train.num_steps = steps
+    cfg.capture.enabled = False
+    cfg.sync.scheme = "zen"
+    for key, value in dist.items():
+        setattr(cfg.dist, key, value) if hasattr(cfg.dist, key) else setattr(cfg.sync, key, value)
+    cfg.dist.__post_init__()
+    return launch(copy.deepcopy(cfg), echo=False, progress=False).metrics()
+
+
+@needs_lab
+def test_training_in_the_lab_has_the_loopback_losses_and_torchrun_spans_lab_nodes():
+    loopback = _training("netlab-loopback", gpus_per_node=2)
+    lab = _training("netlab-fork", network="netlab", bandwidth_gbps=1.0, gpus_per_node=2)
+    # the README's multi-node recipe: one torchrun per node (2 nodes x 2 ranks), c10d rendezvous at node 0's
+    # lab address, hierarchical Zen (2 ranks per node)
+    multi = _training("netlab-torchrun", network="netlab", bandwidth_gbps=1.0, ranks_per_node=2, launcher="torchrun",
+                      gpus_per_node=2)  # fmt: skip
+    assert len(loopback) == len(lab) == len(multi) == 4
+    assert loopback["loss"].tolist() == lab["loss"].tolist() == multi["loss"].tolist()  # time changes, not numbers
+    assert not netlab.lab_namespaces()
+
+
+def _killed_on_rank_2(cfg, *, info, log):
+    import torch.distributed as dist
+
+    dist.barrier()  # every rank is up in its namespace
+    if info.rank == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.barrier()
+
+
+@needs_lab
+def test_a_rank_killed_in_a_lab_launch_raises_and_leaves_no_namespace():
+    from zen_analysis import recipes
+    from zen_analysis.dist.launch import RankFailedError, launch
+
+    cfg = recipes.smoke()
+    cfg.run_id = "netlab-killed"
+    cfg.dist.num_ranks, cfg.dist.network, cfg.dist.timeout_s = 4, "netlab", 20.0
+    with pytest.raises(RankFailedError, match="rank 2 .*killed by SIGKILL"):
+        launch(cfg, target=_killed_on_rank_2, progress=False, echo=False)
+    assert not netlab.lab_namespaces()

@@ -16,6 +16,7 @@ a hung collective fails its peers after ``dist.timeout_s``. Results are read bac
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import ctypes
 import json
@@ -105,7 +106,8 @@ def _die_with_parent(sig: int = signal.SIGTERM, parent: int | None = None) -> No
         os._exit(1)
 
 
-def _fork_child(rank: int, world: int, run_dir: Path, target: Callable[..., Any] | None, parent: int) -> None:
+def _fork_child(rank: int, world: int, run_dir: Path, target: Callable[..., Any] | None, parent: int,
+                lab_namespace: str | None = None) -> None:  # fmt: skip
     import torch
 
     torch.set_num_threads(1)  # first: fork after the parent used the thread pool deadlocks otherwise
@@ -120,6 +122,11 @@ def _fork_child(rank: int, world: int, run_dir: Path, target: Callable[..., Any]
         TOKENIZERS_PARALLELISM="false",
         **loopback_env(run_dir / ".rendezvous"),
     )
+    if lab_namespace is not None:  # this rank's lab node: gloo talks over its shaped link (the store stays a file)
+        from zen_analysis.dist.netlab import enter
+
+        enter(lab_namespace)
+        os.environ["GLOO_SOCKET_IFNAME"] = "eth0"
     os._exit(run_rank(run_dir, target))
 
 
@@ -264,17 +271,58 @@ def launch(
     cfg = copy.deepcopy(cfg)
     if _resolve_launcher(cfg) == "torchrun" and target is not None and not isinstance(target, str) and "<" in target_spec(target):
         raise ValueError("under torchrun the target must be an importable module function, not a local one")
-    with claim_run(cfg, overwrite=overwrite):  # held until every rank has stopped
-        return _launch_claimed(cfg, target=target, progress=progress, echo=echo, timeout_s=timeout_s, on_metrics=on_metrics)
+    with claim_run(cfg, overwrite=overwrite), _network(cfg) as lab:  # held until every rank has stopped
+        return _launch_claimed(cfg, target=target, progress=progress, echo=echo, timeout_s=timeout_s, on_metrics=on_metrics, lab=lab)
 
 
-def _launch_claimed(cfg: ExperimentConfig, *, target, progress, echo, timeout_s, on_metrics) -> RunResult:
+def _network(cfg: ExperimentConfig):
+    """The emulated network a launch runs in (``dist.network="netlab"``), removed when the launch ends however
+    it ends; nothing for loopback."""
+    if cfg.dist.network != "netlab":
+        return contextlib.nullcontext()
+    from zen_analysis.dist.netlab import NetLab
+
+    return NetLab(cfg.dist.num_ranks, cfg.dist.bandwidth_gbps, ranks_per_node=cfg.dist.ranks_per_node)
+
+
+def _torchrun_per_node(lab, run_dir: Path, port: int) -> list[Any]:
+    """One torchrun per lab node, each inside its node's namespace, meeting by c10d rendezvous at node 0's lab
+    address: the README's multi-node recipe, with the lab's links between the nodes."""
+    from zen_analysis.dist.netlab import address, enter
+
+    procs = []
+    for node in range(lab.nodes):
+        cmd = [
+            sys.executable, "-m", "torch.distributed.run", f"--nnodes={lab.nodes}", f"--node-rank={node}",
+            f"--nproc-per-node={lab.ranks_per_node}", "--rdzv-backend=c10d", f"--rdzv-endpoint={address(0)}:{port}",
+            # node 0 hosts the rendezvous store: torchrun decides that by host name, and the lab address is not the
+            # machine's; on a real cluster the endpoint's host is the node's own name
+            f"--rdzv-conf=is_host={str(node == 0).lower()}",
+            f"--local-addr={address(node)}",  # what the others reach this node at (not its host name's address)
+            "-m", "zen_analysis.dist.entry", "--run-dir", str(run_dir),
+        ]  # fmt: skip
+        ns = lab.namespace(node)
+
+        def start(ns: str = ns) -> None:  # in the child, before exec
+            _die_with_parent()
+            enter(ns)
+
+        with open(run_dir / "logs" / f"torchrun-node{node}.log", "w") as out:
+            procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                          preexec_fn=start, env={**os.environ, "GLOO_SOCKET_IFNAME": "eth0"}))  # fmt: skip
+    return procs
+
+
+def _launch_claimed(cfg: ExperimentConfig, *, target, progress, echo, timeout_s, on_metrics, lab=None) -> RunResult:
     from tqdm.auto import tqdm
 
     run_dir = write_run(cfg, target, progress)
     world = cfg.dist.num_ranks
     launcher = _resolve_launcher(cfg)
-    if launcher == "torchrun":
+    if launcher == "torchrun" and lab is not None:
+        (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        procs = _torchrun_per_node(lab, run_dir, cfg.dist.master_port or free_port())
+    elif launcher == "torchrun":
         port = cfg.dist.master_port or free_port()
         cmd = [
             sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={world}",
@@ -293,7 +341,9 @@ def _launch_claimed(cfg: ExperimentConfig, *, target, progress, echo, timeout_s,
         preload(cfg.model.arch)
 
         ctx = mp.get_context("fork")
-        procs = [ctx.Process(target=_fork_child, args=(r, world, run_dir, target if callable(target) else None, os.getpid())) for r in range(world)]
+        spaces = [lab.namespace(lab.node_of(r)) if lab is not None else None for r in range(world)]
+        procs = [ctx.Process(target=_fork_child, args=(r, world, run_dir, target if callable(target) else None, os.getpid(), spaces[r]))
+                 for r in range(world)]  # fmt: skip
         for p in procs:
             p.start()
     pids = [p.pid for p in procs]
@@ -325,8 +375,13 @@ def _launch_claimed(cfg: ExperimentConfig, *, target, progress, echo, timeout_s,
                 killed = [r for r, c in codes.items() if c is None]
                 _kill(procs)
                 if launcher == "torchrun":  # torchrun's exit code is not a rank's: find the ranks that wrote errors
-                    failed = sorted(int(p.stem[4:]) for p in (run_dir / "errors").glob("rank*.txt")) or failed
-                    codes, killed = {}, []
+                    ranks = sorted(int(p.stem[4:]) for p in (run_dir / "errors").glob("rank*.txt"))
+                    if not ranks:  # torchrun itself failed (rendezvous, start-up) before any rank reported
+                        logs = sorted((run_dir / "logs").glob("torchrun*.log"))
+                        tails = "\n\n".join(f"{p.name}:\n{_tail_text(p, 15).rstrip()}" for p in logs)
+                        raise RankFailedError(f"torchrun of run {cfg.run_id} failed before any rank reported an "
+                                              f"error; the end of its log:\n\n{tails}", rank=None, run_id=cfg.run_id, pids=pids)  # fmt: skip
+                    failed, codes, killed = ranks, {}, []
                 raise _failure(run_dir, cfg.run_id, failed, codes, killed, pids)
             if all(c == 0 for c in codes.values()):
                 break
