@@ -316,3 +316,84 @@ def bench_zen(overrides: list[str] | tuple[str, ...] = ()) -> dict:
 
 
 BENCHMARKS["zen"] = bench_zen
+
+
+def bench_netlab(overrides: list[str] | tuple[str, ...] = ()) -> dict:
+    """Measured on the emulated network (root; :mod:`zen_analysis.dist.experiments`), on the default run (trained
+    first if ``make reproduce`` has not): ``schemes``, every scheme replaying its natural and top-k tensors at
+    ``ranks`` x ``bandwidths`` (figure ``netlab_speedup``); ``nodes``, flat vs hierarchical Zen vs all-reduce on
+    2 nodes x 2 ranks at 1 Gbit/s; ``train``, the default recipe trained for ``train_steps`` steps per variant at
+    ``train_bandwidths`` (figure ``netlab_training``). ``--set parts=schemes,nodes,train ranks=4,8
+    bandwidths=0.5,1,2.5,10 train_bandwidths=1 train_steps=12 repeats=10``. Tables in ``data/derived/netlab/``."""
+    import pandas as pd
+    from matplotlib import pyplot as plt
+
+    from zen_analysis import paths
+    from zen_analysis.atomic import atomic_write_text
+    from zen_analysis.derived import write_table
+    from zen_analysis.dist import netlab
+    from zen_analysis.dist.experiments import node_comparison, scheme_sweep, training_sweep
+    from zen_analysis.dist.launch import ensure_run
+    from zen_analysis.plots import comm as comm_figs, style
+    from zen_analysis.reproduce import reproduce_run_id
+
+    ok, why = netlab.available()
+    if not ok:
+        raise RuntimeError(f"bench netlab needs the network lab, which is unavailable here: {why}")
+    opts: dict = {"parts": ["schemes", "nodes", "train"], "ranks": [4, 8], "bandwidths": [0.5, 1.0, 2.5, 10.0],
+                  "train_bandwidths": [1.0], "train_steps": 12, "repeats": 10}  # fmt: skip
+    for item in overrides:
+        key, _, value = item.partition("=")
+        if key not in opts:
+            raise ValueError(f"bench netlab takes --set {', '.join(opts)}=...; got {item!r}")
+        if key == "parts":
+            opts[key] = value.split(",")
+        elif key in ("ranks",):
+            opts[key] = [int(v) for v in value.split(",")]
+        elif key in ("bandwidths", "train_bandwidths"):
+            opts[key] = [float(v) for v in value.split(",")]
+        else:
+            opts[key] = int(value)
+    cfg = recipes.default()
+    cfg.run_id = reproduce_run_id("default")
+    run = ensure_run(cfg)
+    out_dir = paths.derived_dir() / "netlab"
+    result: dict = {}
+    wide = {"display.width": 250, "display.max_columns": 30}
+    if "schemes" in opts["parts"]:
+        sweep = scheme_sweep(run, ranks=opts["ranks"], bandwidths=opts["bandwidths"], repeats=opts["repeats"])
+        write_table(out_dir / "scheme_sweep.parquet", sweep, {"options": opts})
+        cols = ["kind", "ranks", "bandwidth_gbps", "scheme", "bytes_sent_max_rank", "measured_s_median", "modelled_s",
+                "speedup_measured", "speedup_modelled", "lossless"]  # fmt: skip
+        text = sweep[cols].round(4).to_string(index=False)
+        atomic_write_text(out_dir / "scheme_sweep.txt", text + "\n")
+        with pd.option_context(*[x for kv in wide.items() for x in kv]):
+            print(text)
+        fig = comm_figs.measured_speedup_vs_bandwidth(sweep)
+        style.savefig(fig, "netlab_speedup")
+        plt.close(fig)
+        result["schemes"] = sweep
+    if "nodes" in opts["parts"]:
+        nodes = node_comparison(run, repeats=opts["repeats"])
+        text = nodes.round(4).to_string(index=False)
+        atomic_write_text(out_dir / "node_comparison.txt", text + "\n")
+        print(text)
+        if not nodes["equal"].all():
+            raise RuntimeError(f"a method's sum differs from all_reduce:\n{text}")
+        result["nodes"] = nodes
+    if "train" in opts["parts"]:
+        base = recipes.default()
+        base.name = "bench-netlab"
+        train = training_sweep(base, bandwidths=opts["train_bandwidths"], steps=opts["train_steps"], progress=True)
+        write_table(out_dir / "training.parquet", train, {"options": opts})
+        text = train.drop(columns=["losses", "run_id"]).round(3).to_string(index=False)
+        atomic_write_text(out_dir / "training.txt", text + "\n")
+        print(text)
+        fig = comm_figs.training_vs_bandwidth(train)
+        style.savefig(fig, "netlab_training")
+        plt.close(fig)
+        result["train"] = train
+    return result
+
+
+BENCHMARKS["netlab"] = bench_netlab

@@ -200,7 +200,7 @@ def calibrate_from_schemes(
 
     ``bandwidth_gbps``: the same inside the emulated network, each rank behind a link of that rate; the
     bandwidth is then the link's (TCP payload of the configured rate), only alpha is fitted; saved as
-    ``netlab-<n>-<B>.json``, named ``netlab-<B>``."""
+    ``netlab-<n>.json``, named ``netlab-<B>``."""
     from zen_analysis.atomic import atomic_write_json
     from zen_analysis.comm import SCHEMES, build_scheme
     from zen_analysis.comm.cost import phase_features
@@ -233,7 +233,7 @@ def calibrate_from_schemes(
 
     a2a = {p: (a, b) for p, a, b in fits}.get("all_to_all", (0.0, 1e9))
     name = f"netlab-{bandwidth_gbps:g}" if bandwidth_gbps else f"local-{num_ranks}"
-    path = netlab_calibration_path(num_ranks, bandwidth_gbps) if bandwidth_gbps else calibration_path(num_ranks)
+    path = netlab_calibration_path(num_ranks) if bandwidth_gbps else calibration_path(num_ranks)
     topo = Topology(name=name, gpus_per_node=1 << 20, intra_alpha_s=a2a[0], intra_bandwidth=a2a[1],
                     inter_alpha_s=a2a[0], inter_bandwidth=a2a[1], num_ranks=num_ranks, calibrated=tuple(fits),
                     local_work=local_work)  # fmt: skip

@@ -272,8 +272,12 @@ def local(num_ranks: int = 2, *, recalibrate: bool = False) -> Topology:
     return topo or calibrate(num_ranks)
 
 
-def netlab_calibration_path(num_ranks: int, bandwidth_gbps: float):
-    return paths.data_dir() / "calibration" / f"netlab-{num_ranks}-{bandwidth_gbps:g}.json"
+NETLAB_CALIBRATION_GBPS = 1.0
+"""The link rate the lab's per-call costs are fitted at (:func:`netlab`)."""
+
+
+def netlab_calibration_path(num_ranks: int):
+    return paths.data_dir() / "calibration" / f"netlab-{num_ranks}.json"
 
 
 def _load(path) -> Topology | None:
@@ -294,8 +298,9 @@ def netlab(num_ranks: int, bandwidth_gbps: float, *, ranks_per_node: int = 1, re
 
     Bandwidth as configured, in TCP payload (:data:`~zen_analysis.dist.netlab.TCP_PAYLOAD_FRACTION` of the
     rate); per-call costs (alpha per primitive) and local work fitted inside a lab of ``num_ranks`` single-rank
-    nodes at that bandwidth (:func:`~zen_analysis.comm.measure.calibrate_from_schemes`; stored as
-    ``netlab-<n>-<B>.json``, calibrated on first use). Where no lab can be built, this machine's loopback
+    nodes at 1 Gbit/s (:func:`~zen_analysis.comm.measure.calibrate_from_schemes`; stored as ``netlab-<n>.json``,
+    calibrated on first use) and used at every rate: a token bucket adds no latency, so a call's fixed cost is
+    gloo's and the CPU's, not the link's. Where no lab can be built, this machine's loopback
     calibration stands in for the per-call costs (with a warning): calls inside a lab cost less than on
     loopback, so that model runs high for schemes of many small calls.
 
@@ -305,20 +310,19 @@ def netlab(num_ranks: int, bandwidth_gbps: float, *, ranks_per_node: int = 1, re
     from zen_analysis.dist.netlab import TCP_PAYLOAD_FRACTION, available
 
     bw = bandwidth_gbps * GBPS * TCP_PAYLOAD_FRACTION
-    path = netlab_calibration_path(num_ranks, bandwidth_gbps)
-    lab = None if recalibrate else _load(path)
-    if lab is None and available()[0]:
+    base = None if recalibrate else _load(netlab_calibration_path(num_ranks))
+    if base is None and available()[0]:
         from zen_analysis.comm.measure import calibrate_from_schemes
 
-        lab = calibrate_from_schemes(num_ranks, bandwidth_gbps=bandwidth_gbps)
-    if lab is None:
+        base = calibrate_from_schemes(num_ranks, bandwidth_gbps=NETLAB_CALIBRATION_GBPS)
+    if base is None:
         import warnings
 
         warnings.warn(f"no network lab here ({available()[1]}): netlab-{bandwidth_gbps:g} takes its per-call costs "
                       "from the loopback calibration", stacklevel=2)  # fmt: skip
         base = local(num_ranks)
-        lab = replace(base, name=f"netlab-{bandwidth_gbps:g}", intra_bandwidth=bw, inter_bandwidth=bw,
-                      calibrated=tuple((prim, alpha, bw) for prim, alpha, _ in base.calibrated))  # fmt: skip
+    lab = replace(base, name=f"netlab-{bandwidth_gbps:g}", intra_bandwidth=bw, inter_bandwidth=bw,
+                  calibrated=tuple((prim, alpha, bw) for prim, alpha, _ in base.calibrated))  # fmt: skip
     if ranks_per_node == 1:
         return lab
     loop = dict((p, (a, b)) for p, a, b in local(num_ranks).calibrated).get("all_to_all", (lab.intra_alpha_s, 1e12))

@@ -119,3 +119,55 @@ def model_vs_measured(measured: pd.DataFrame) -> plt.Figure:
     ranks = int(measured["ranks"].iloc[0])
     fig.suptitle(f"Alpha-beta + local-work model vs gloo on this machine, {ranks} ranks, calibrated at {ranks}", y=1.02)
     return fig
+
+
+def measured_speedup_vs_bandwidth(sweep: pd.DataFrame) -> plt.Figure:
+    """The measured Fig. 15: speedup over dense all-reduce (end to end, median of the slowest rank) per scheme vs
+    the lab's link rate, one panel per (tensor kind, ranks); the model's prediction beside each bar (hatched).
+    ``sweep``: :func:`zen_analysis.dist.experiments.scheme_sweep`."""
+    style.apply()
+    d = sweep[sweep["scheme"] != "allreduce"]
+    panels = d[["kind", "ranks"]].drop_duplicates().sort_values(["kind", "ranks"]).itertuples(index=False)
+    panels = list(panels)
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2), squeeze=False, sharey=True)
+    order = d.groupby("scheme")["speedup_measured"].median().sort_values(ascending=False).index.tolist()
+    rates = sorted(d["bandwidth_gbps"].unique())
+    colors = dict(zip(rates, sns.color_palette("viridis", len(rates))))
+    width = 0.8 / len(rates)
+    for ax, (kind, ranks) in zip(axes[0], panels):
+        p = d[(d["kind"] == kind) & (d["ranks"] == ranks)].set_index(["scheme", "bandwidth_gbps"])
+        for j, rate in enumerate(rates):
+            for i, scheme in enumerate(order):
+                if (scheme, rate) not in p.index:
+                    continue
+                r = p.loc[(scheme, rate)]
+                x = i - 0.4 + (j + 0.5) * width
+                ax.bar(x - width / 4, r["speedup_measured"], width / 2, color=colors[rate], label=f"{rate:g} Gbit/s" if i == 0 else None)
+                ax.bar(x + width / 4, r["speedup_modelled"], width / 2, color=colors[rate], alpha=0.45, hatch="//",
+                       edgecolor="0.3", lw=0)  # fmt: skip
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.set_yscale("log", base=2)
+        ax.set_xticks(range(len(order)), order, rotation=30)
+        ax.set(title=f"{kind} tensor, {ranks} ranks", ylabel="all-reduce time / scheme time")
+    axes[0, 0].legend(title="link (solid measured, hatched model)", fontsize=8, title_fontsize=8)
+    fig.suptitle("Measured speedup over dense all-reduce on the emulated network (paper Fig. 15, measured)", y=1.02)
+    return fig
+
+
+def training_vs_bandwidth(sweep: pd.DataFrame) -> plt.Figure:
+    """The measured analogue of Fig. 11-14: training throughput per variant vs link rate (left) and the median
+    step split into compute and sync (right, per rate). ``sweep``: :func:`zen_analysis.dist.experiments.training_sweep`."""
+    style.apply()
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.2))
+    sns.lineplot(data=sweep, x="bandwidth_gbps", y="tokens_per_s", hue="variant", marker="o", ax=ax)
+    ax.set_xscale("log")
+    ax.set(xlabel="link rate (Gbit/s, each rank)", ylabel="tokens / s", title="training throughput")
+    d = sweep.assign(label=sweep["variant"] + " @ " + sweep["bandwidth_gbps"].map("{:g}".format))
+    bx.barh(d["label"], d["compute_s"], color="0.6", label="compute (rank 0)")
+    bx.barh(d["label"], d["sync_s"] - d["exchange_s"], left=d["compute_s"], color="0.85", label="waiting for slower ranks")
+    bx.barh(d["label"], d["exchange_s"], left=d["compute_s"] + d["sync_s"] - d["exchange_s"], color="C3", label="exchange")
+    bx.set(xlabel="median seconds per step, rank 0", title="compute + sync (waiting + exchange)")
+    bx.legend(fontsize=8)
+    ranks = int(sweep["ranks"].iloc[0])
+    fig.suptitle(f"Training the default recipe on {ranks} ranks in the emulated network (paper Fig. 11-14, measured)", y=1.02)
+    return fig

@@ -5,7 +5,7 @@ this loop. Each step: every rank runs its V virtual workers' micro-batches (grad
 records per-worker gradients on capture steps, ``sync.synchronize`` averages gradients across ranks, then the
 optimizer steps. Rank 0 writes the run's metrics, summary and trace manifest; every rank writes its own shards.
 
-Files (``data/runs/<run_id>/``): ``metrics.jsonl`` (one line per step: loss, lr, step and capture time),
+Files (``data/runs/<run_id>/``): ``metrics.jsonl`` (one line per step: loss, lr, step, compute, sync, exchange and capture time),
 ``summary.json`` (final numbers). Traces: ``data/traces/<run_id>/``.
 """
 
@@ -43,6 +43,17 @@ def lr_at(cfg: ExperimentConfig, step: int) -> float:
         return t.lr * (step + 1) / t.warmup_steps
     progress = (step - t.warmup_steps) / max(1, t.num_steps - t.warmup_steps)
     return t.lr * (t.min_lr_ratio + (1 - t.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def _step_stats(loss: float, compute_s: float, info: RankInfo) -> tuple[float, float]:
+    """(the mean of ``loss`` over ranks, the longest ``compute_s`` of any rank) in the one collective the loss
+    mean needs anyway: rank r adds its compute time at position r + 1 of a zero vector, summed."""
+    if info.world_size == 1:
+        return loss, compute_s
+    t = torch.zeros(1 + info.world_size, dtype=torch.float64, device=info.device)
+    t[0], t[1 + info.rank] = loss, compute_s
+    dist.all_reduce(t)
+    return t[0].item() / info.world_size, t[1:].max().item()
 
 
 def _mean_over_ranks(x: float, info: RankInfo) -> float:
@@ -257,12 +268,18 @@ def train(
         if capturing:
             capture.end_step()
         straggle(step, time.perf_counter() - t0 - (getattr(sync, "sync_seconds", 0.0) - sync_s0))  # compute time only
+        t_sync = time.perf_counter()
+        compute_s = t_sync - t0
         sync.synchronize(model)
+        sync_s = time.perf_counter() - t_sync
         if t.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        loss = local_loss if local_losses else _mean_over_ranks(local_loss, info)
+        if local_losses:
+            loss, compute_max_s = local_loss, compute_s
+        else:
+            loss, compute_max_s = _step_stats(local_loss, compute_s, info)
         steps_done += 1
         step_s = time.perf_counter() - t0
         row = {
@@ -270,6 +287,10 @@ def train(
             "loss": loss,
             "lr": lr,
             "step_s": step_s,
+            "compute_s": compute_s,  # rank 0's micro-batches (and capture) before the sync
+            "sync_s": sync_s,  # rank 0's time in synchronize(): the exchange, and waiting for slower ranks to reach it
+            # the exchange alone: rank 0's sync less its wait for the slowest rank's compute
+            "exchange_s": max(sync_s - (compute_max_s - compute_s), 0.0),
             "capture_s": (capture.seconds - capture_s0) if capture else 0.0,
             "captured": capturing,
             "tokens": (step + 1) * cfg.global_batch * t.seq_len,

@@ -190,14 +190,28 @@ class NodeGroups:
                 self.inter = g
 
 
+NODE_SUMS = ("auto", "dense", "sparse")
+"""How :func:`zen_sum_hierarchical` sums inside a node: ``dense``, the paper's reduce-scatter / all-gather (cheap
+on NVLink); ``sparse``, Zen's own push and pull inside the node (on the CPU a dense 8 MB reduce-scatter over
+loopback costs more than the inter-node traffic it saves); ``auto``, dense on CUDA, sparse on the CPU."""
+
+
 def zen_sum_hierarchical(
-    x_N: torch.Tensor, groups: NodeGroups, *, seed: int = 0, hashing: str = "auto", exchanges: list | None = None
-) -> torch.Tensor:
-    """Sum over all ranks for several GPUs per node (digest section 4.7): a dense reduce-scatter inside the node
-    (an ``all_to_all_single`` of chunks, then a local sum: works on gloo and NCCL), Zen across nodes among the
-    ranks holding the same chunk, and an all-gather of the chunks inside the node; in place, like
-    :func:`zen_sum`. ``exchanges``, if given, receives the :class:`Exchange` objects used (their ``records``
-    hold the bytes per phase)."""
+    x_N: torch.Tensor, groups: NodeGroups, *, seed: int = 0, hashing: str = "auto", exchanges: list | None = None,
+    node_sum: str = "auto",
+) -> torch.Tensor:  # fmt: skip
+    """Sum over all ranks for several GPUs per node (digest section 4.7), in place like :func:`zen_sum`: the
+    node's sum split over its ranks, Zen across nodes among the ranks holding the same part, and the parts
+    gathered inside the node. ``node_sum`` (:data:`NODE_SUMS`) says how the node splits and gathers: ``dense``, a
+    dense reduce-scatter of contiguous chunks (an ``all_to_all_single``, then a local sum: works on gloo and
+    NCCL) and an all-gather; ``sparse``, Zen's push inside the node (part p = the hash set S_p of the node's
+    rank p, aggregated by p), Zen across nodes on that part as a compact |S_p| vector, then Zen's hash-bitmap pull
+    inside the node (the bitmap of what the node touched or the nodes' sum made non-zero). ``exchanges``, if given,
+    receives the :class:`Exchange` objects used (their ``records`` hold the bytes per phase)."""
+    if node_sum not in NODE_SUMS:
+        raise ValueError(f"node_sum must be one of {NODE_SUMS}, got {node_sum!r}")
+    if node_sum == "sparse" or (node_sum == "auto" and x_N.device.type == "cpu"):
+        return _hierarchical_sparse(x_N, groups, seed=seed, hashing=hashing, exchanges=exchanges)
     from zen_analysis.comm.exchange import ring_chunk_sizes
 
     N, G = x_N.numel(), groups.gpus_per_node
@@ -215,3 +229,47 @@ def zen_sum_hierarchical(
         exchanges += [ex for ex in (intra, inter) if ex is not None]
     with intra.phase("all_gather"):
         return x_N.copy_(intra.all_gather_v(chunk, torch.tensor(sizes, dtype=torch.int64)))
+
+
+def _hierarchical_sparse(x_N: torch.Tensor, groups: NodeGroups, *, seed: int, hashing: str, exchanges: list | None) -> torch.Tensor:
+    intra = Exchange(groups.intra)
+    inter = Exchange(groups.inter) if groups.num_nodes > 1 else None
+    if exchanges is not None:
+        exchanges += [ex for ex in (intra, inter) if ex is not None]
+    sets, got, recv_W = push(x_N, intra, seed=seed, hashing=hashing)
+    p = intra.rank
+    if inter is None:  # one node: plain Zen
+        with intra.local("aggregate"):
+            bitmap, values = aggregate_encode(got, sets, p, recv_W if coo_words(x_N.numel()) == 2 else None)
+        return pull(bitmap, values, intra, sets, x_N)
+    size, nbytes = sets.sizes[p], sets.byte_starts[p + 1] - sets.byte_starts[p]
+    if _kernel(x_N) and coo_words(x_N.numel()) == 2:
+        # the node's sum on S_p straight into the persistent |S_p| accumulator (the same index space on every
+        # node), summed across nodes in place, read out by the final bitmap, which leaves it zeroed
+        acc = sets.accumulator(p)
+        try:
+            with intra.local("aggregate"):
+                bitmap = torch.zeros(nbytes, dtype=torch.uint8)
+                native.accumulate_packed(got, size, bitmap, acc)
+            zen_sum(acc, inter, seed=seed, hashing=hashing)
+            with inter.local("compact"):
+                # what the node touched (its ranks' own non-zeros must be overwritten, even by a zero sum) and
+                # what the other nodes added
+                bitmap |= bits_at(native.extract(acc)[0], nbytes)
+                count = int(popcounts(bitmap, torch.tensor([0, nbytes]))[0])
+                values = native.take_set(bitmap, acc, count)
+        except BaseException:
+            acc.zero_()
+            raise
+        return pull(bitmap, values, intra, sets, x_N)
+    with intra.local("aggregate"):
+        bitmap, values = aggregate_encode(got, sets, p, recv_W if coo_words(x_N.numel()) == 2 else None)
+        bitmap = bitmap.clone()  # a workspace view: the push across nodes below reuses it
+    with inter.local("compact"):
+        part = torch.zeros(size, dtype=x_N.dtype, device=x_N.device)
+        part[set_positions(bitmap)] = values.to(x_N.device, x_N.dtype)
+    zen_sum(part, inter, seed=seed, hashing=hashing)
+    with inter.local("compact"):
+        bitmap = bitmap | bits_at(torch.nonzero(part, as_tuple=True)[0], nbytes).to(bitmap.device)
+        values = part[set_positions(bitmap)]
+    return pull(bitmap, values, intra, sets, x_N)

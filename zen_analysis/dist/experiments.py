@@ -1,0 +1,180 @@
+"""Experiments measured on the emulated network (:mod:`zen_analysis.dist.netlab`): every rank behind a shaped link.
+
+* :func:`scheme_sweep`: the measured Fig. 15 — every scheme replaying a run's captured tensors (natural and top-k)
+  at several rank counts and link rates; per scheme the end-to-end time (median over repeats of the slowest
+  rank), its model (the lab's per-call costs, the link's rate, the fitted local work) and the speedup over dense
+  all-reduce, measured and modelled.
+* :func:`training_sweep`: the measured analogue of Fig. 11-14 — the default recipe trained in the lab with dense
+  all-reduce, Zen, AGsparse and top-k + either, per link rate: median step time split into compute and sync
+  (rank 0's time inside ``synchronize``), the exchange alone (sync less the wait for the slowest rank's compute:
+  4 ranks share 2 cores here, so ranks finish their micro-batches tens of ms apart), tokens/s and the per-step
+  losses (equal to a loopback run's: the network changes time, not numbers).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+
+import pandas as pd
+
+from zen_analysis.config import ExperimentConfig
+
+TRAINING_VARIANTS = {
+    "dense": {"sync.scheme": "allreduce"},
+    "zen": {"sync.scheme": "zen"},
+    "agsparse": {"sync.scheme": "agsparse"},
+    "top-k + zen": {"sync.scheme": "zen", "sync.compress": "topk"},
+    "top-k + agsparse": {"sync.scheme": "agsparse", "sync.compress": "topk"},
+}
+"""What :func:`training_sweep` trains by default: name -> config overrides."""
+
+
+def scheme_sweep(
+    run: str,
+    *,
+    ranks: Sequence[int] = (4, 8),
+    bandwidths: Sequence[float] = (0.5, 1.0, 2.5, 10.0),
+    kinds: Sequence[str] = ("natural", "topk"),
+    steps: int = 1,
+    repeats: int = 10,
+    progress: bool = True,
+) -> pd.DataFrame:
+    """Replay ``run``'s first captured tensor of each kind in ``kinds`` through every scheme at each rank count and
+    bandwidth in the lab. One row per (kind, ranks, bandwidth, scheme): the ``bench-comm --out`` columns plus
+    ``tensor``, ``kind``, ``speedup_measured`` / ``speedup_modelled`` (dense all-reduce's time / the scheme's)."""
+    from zen_analysis.capture.traces import TraceReader
+    from zen_analysis.comm.measure import replay_run, write_summary
+    from zen_analysis.derived import variant
+
+    reader = TraceReader(run)
+    tensors = reader.manifest["tensors"]
+    frames = []
+    for kind in kinds:
+        tensor = next((t for t, info in tensors.items() if info["kind"] == kind), None)
+        if tensor is None:
+            raise ValueError(f"run {reader.run_id} captured no {kind} tensor; it has {sorted(tensors)}")
+        for n in ranks:
+            for gbps in bandwidths:
+                df = replay_run(run, ranks=n, steps=steps, tensor=tensor, repeats=repeats, bandwidth_gbps=gbps,
+                                progress=progress)  # fmt: skip
+                name = variant("netlab_summary", {"tensor": tensor, "ranks": n, "bw": gbps, "steps": steps, "repeats": repeats}, {})
+                out = write_summary(df, reader.derived_dir / f"{name}.parquet")
+                dense = out.set_index("scheme").loc["allreduce"]
+                out["speedup_measured"] = dense["measured_s_median"] / out["measured_s_median"]
+                out["speedup_modelled"] = dense["modelled_s"] / out["modelled_s"]
+                frames.append(out.assign(tensor=tensor, kind=kind))
+    return pd.concat(frames, ignore_index=True)
+
+
+def training_sweep(
+    base: ExperimentConfig,
+    *,
+    bandwidths: Sequence[float] = (1.0,),
+    variants: dict[str, dict[str, object]] | None = None,
+    steps: int = 12,
+    warmup: int = 2,
+    progress: bool = False,
+) -> pd.DataFrame:
+    """Train ``base`` for ``steps`` steps in the lab at each bandwidth with each variant (name -> overrides;
+    default :data:`TRAINING_VARIANTS`), capture off. One row per (bandwidth, variant): medians over the steps
+    after ``warmup`` of rank 0's step, compute, sync (its time in ``synchronize``) and exchange (sync less the wait
+    for the slowest rank's compute) seconds, tokens/s at the median step, and the per-step losses."""
+    from zen_analysis.config import apply_overrides
+    from zen_analysis.dist.launch import launch
+
+    rows = []
+    for gbps in bandwidths:
+        for name, sets in (variants or TRAINING_VARIANTS).items():
+            cfg = apply_overrides(copy.deepcopy(base), [f"{k}={v}" for k, v in sets.items()] + [
+                "dist.network=netlab", f"dist.bandwidth_gbps={gbps}", f"train.num_steps={steps}", "capture.enabled=false"])  # fmt: skip
+            cfg.name = f"{base.name}-netlab"
+            cfg.run_id = f"{base.name}-netlab-{gbps:g}-{name.replace(' + ', '-')}"
+            m = launch(cfg, overwrite=True, progress=progress, echo=False).metrics()
+            timed = m.iloc[warmup:]
+            step_s = float(timed["step_s"].median())
+            rows.append({
+                "bandwidth_gbps": gbps, "variant": name, "scheme": cfg.sync.scheme, "compress": cfg.sync.compress,
+                "ranks": cfg.dist.num_ranks, "step_s": step_s, "sync_s": float(timed["sync_s"].median()),
+                "exchange_s": float(timed["exchange_s"].median()), "compute_s": float(timed["compute_s"].median()),
+                "tokens_per_s": cfg.global_batch * cfg.train.seq_len / step_s, "losses": m["loss"].tolist(),
+                "run_id": cfg.run_id,
+            })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def _node_replay(rank: int, world: int, sets: list, numel: int, ranks_per_node: int, repeats: int, seed: int) -> list[dict]:
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    from zen_analysis.comm.exchange import Exchange
+    from zen_analysis.zen.sync import NodeGroups, zen_sum, zen_sum_hierarchical
+
+    gen = torch.Generator().manual_seed(rank)
+    x = torch.zeros(numel)
+    idx = torch.as_tensor(sets[rank], dtype=torch.long)
+    x[idx] = torch.randint(1, 5, (idx.numel(),), generator=gen).float()  # integers: every sum bit for bit
+    ref = x.clone()
+    dist.all_reduce(ref)
+    groups = NodeGroups(ranks_per_node)
+    flat = Exchange()
+    methods = {
+        "allreduce": lambda y: (dist.all_reduce(y), y)[1],
+        "zen": lambda y: zen_sum(y, flat, seed=seed),
+        "zen hierarchical, dense in node": lambda y: zen_sum_hierarchical(y, groups, seed=seed, node_sum="dense"),
+        "zen hierarchical, sparse in node": lambda y: zen_sum_hierarchical(y, groups, seed=seed, node_sum="sparse"),
+    }
+    rows = []
+    for name, fn in methods.items():
+        for rep in range(repeats + 2):  # 2 warm-up runs
+            y = x.clone()
+            dist.barrier()
+            t0 = time.perf_counter()
+            out = fn(y)
+            seconds = time.perf_counter() - t0
+            if rep >= 2:
+                rows.append({"method": name, "rep": rep, "rank": rank, "seconds": seconds, "equal": bool(torch.equal(out, ref))})
+    return rows
+
+
+def node_comparison(
+    run: str,
+    *,
+    nodes: int = 2,
+    ranks_per_node: int = 2,
+    bandwidth_gbps: float = 1.0,
+    step: int | None = None,
+    tensor: str | None = None,
+    repeats: int = 10,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Zen's hierarchical mode where it belongs: ``nodes`` lab nodes of ``ranks_per_node`` ranks (loopback inside a
+    node, a ``bandwidth_gbps`` link per node), rank r holding worker r's captured index set of ``tensor`` (default
+    the natural one) at ``step`` (default the first captured) with integer values. Dense all-reduce, flat Zen and
+    hierarchical Zen (the node's sum split over its ranks, Zen across nodes, gathered in the node; the node's part
+    dense, as the paper on NVLink, or by Zen's own push and pull), each end to end:
+    one row per method with the median over repeats of the slowest rank, the speedup over all-reduce and whether
+    every rank's result equals ``all_reduce`` bit for bit."""
+    from zen_analysis.capture.traces import TraceReader
+    from zen_analysis.dist.launch import fork_launch
+    from zen_analysis.dist.netlab import NetLab
+
+    reader = TraceReader(run)
+    tensors = reader.manifest["tensors"]
+    tensor = tensor or next(t for t, info in tensors.items() if info["kind"] == "natural")
+    world = nodes * ranks_per_node
+    step = reader.steps()[0] if step is None else step
+    recs = sorted(reader.records(tensor=tensor, step=step), key=lambda r: r.worker)[:world]
+    if len(recs) < world:
+        raise ValueError(f"run {reader.run_id} has {len(recs)} workers at step {step}; need {world}")
+    numel = int(tensors[tensor]["numel"])
+    with NetLab(world, bandwidth_gbps, ranks_per_node=ranks_per_node) as lab:
+        results = fork_launch(_node_replay, world, [r.indices_K.long() for r in recs], numel, ranks_per_node, repeats,
+                              seed, lab=lab, timeout_s=600)  # fmt: skip
+    raw = pd.DataFrame([row for rows in results for row in rows])
+    per_rep = raw.groupby(["method", "rep"]).agg(seconds=("seconds", "max"), equal=("equal", "all"))
+    out = per_rep.groupby("method").agg(measured_s_median=("seconds", "median"), equal=("equal", "all")).reset_index()
+    out["speedup"] = float(out.set_index("method").loc["allreduce", "measured_s_median"]) / out["measured_s_median"]
+    return out.assign(nodes=nodes, ranks_per_node=ranks_per_node, bandwidth_gbps=bandwidth_gbps, numel=numel, tensor=tensor)
