@@ -322,7 +322,7 @@ def bench_netlab(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     """Measured on the emulated network (root; :mod:`zen_analysis.dist.experiments`), on the default run (trained
     first if ``make reproduce`` has not): ``schemes``, every scheme replaying its natural and top-k tensors at
     ``ranks`` x ``bandwidths`` (figure ``netlab_speedup``); ``nodes``, flat vs hierarchical Zen vs all-reduce on
-    2 nodes x 2 ranks at 1 Gbit/s; ``train``, the default recipe trained for ``train_steps`` steps per variant at
+    2 nodes x 2 ranks at ``node_bandwidths``; ``train``, the default recipe trained for ``train_steps`` steps per variant at
     ``train_bandwidths`` (figure ``netlab_training``). ``--set parts=schemes,nodes,train ranks=4,8
     bandwidths=0.5,1,2.5,10 train_bandwidths=1 train_steps=12 repeats=10``. Tables in ``data/derived/netlab/``."""
     import pandas as pd
@@ -341,7 +341,7 @@ def bench_netlab(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     if not ok:
         raise RuntimeError(f"bench netlab needs the network lab, which is unavailable here: {why}")
     opts: dict = {"parts": ["schemes", "nodes", "train"], "ranks": [4, 8], "bandwidths": [0.5, 1.0, 2.5, 10.0],
-                  "train_bandwidths": [1.0], "train_steps": 12, "repeats": 10}  # fmt: skip
+                  "node_bandwidths": [1.0, 0.25], "train_bandwidths": [1.0], "train_steps": 12, "repeats": 10}  # fmt: skip
     for item in overrides:
         key, _, value = item.partition("=")
         if key not in opts:
@@ -350,7 +350,7 @@ def bench_netlab(overrides: list[str] | tuple[str, ...] = ()) -> dict:
             opts[key] = value.split(",")
         elif key in ("ranks",):
             opts[key] = [int(v) for v in value.split(",")]
-        elif key in ("bandwidths", "train_bandwidths"):
+        elif key in ("bandwidths", "node_bandwidths", "train_bandwidths"):
             opts[key] = [float(v) for v in value.split(",")]
         else:
             opts[key] = int(value)
@@ -374,7 +374,8 @@ def bench_netlab(overrides: list[str] | tuple[str, ...] = ()) -> dict:
         plt.close(fig)
         result["schemes"] = sweep
     if "nodes" in opts["parts"]:
-        nodes = node_comparison(run, repeats=opts["repeats"])
+        nodes = pd.concat([node_comparison(run, bandwidth_gbps=b, repeats=opts["repeats"]) for b in opts["node_bandwidths"]],
+                          ignore_index=True)  # fmt: skip
         text = nodes.round(4).to_string(index=False)
         atomic_write_text(out_dir / "node_comparison.txt", text + "\n")
         print(text)
