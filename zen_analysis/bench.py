@@ -341,7 +341,8 @@ def bench_netlab(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     if not ok:
         raise RuntimeError(f"bench netlab needs the network lab, which is unavailable here: {why}")
     opts: dict = {"parts": ["schemes", "nodes", "train"], "ranks": [4, 8], "bandwidths": [0.5, 1.0, 2.5, 10.0],
-                  "node_bandwidths": [1.0, 0.25], "train_bandwidths": [1.0], "train_steps": 12, "repeats": 10}  # fmt: skip
+                  "node_bandwidths": [1.0, 0.25], "train_bandwidths": [1.0], "train_steps": 12, "repeats": 10,
+                  "train_workers_per_rank": 8, "edit_bandwidth": 0.5, "edit_steps": 40}  # fmt: skip
     for item in overrides:
         key, _, value = item.partition("=")
         if key not in opts:
@@ -352,6 +353,8 @@ def bench_netlab(overrides: list[str] | tuple[str, ...] = ()) -> dict:
             opts[key] = [int(v) for v in value.split(",")]
         elif key in ("bandwidths", "node_bandwidths", "train_bandwidths"):
             opts[key] = [float(v) for v in value.split(",")]
+        elif key == "edit_bandwidth":
+            opts[key] = float(value)
         else:
             opts[key] = int(value)
     cfg = recipes.default()
@@ -384,16 +387,35 @@ def bench_netlab(overrides: list[str] | tuple[str, ...] = ()) -> dict:
         result["nodes"] = nodes
     if "train" in opts["parts"]:
         base = recipes.default()
-        base.name = "bench-netlab"
+        workers = opts["train_workers_per_rank"]
+        suffix = "" if workers == base.train.workers_per_rank else f"-w{workers}"
+        base.name = f"bench-netlab{suffix}"
+        base.train.workers_per_rank = workers
         train = training_sweep(base, bandwidths=opts["train_bandwidths"], steps=opts["train_steps"], progress=True)
-        write_table(out_dir / "training.parquet", train, {"options": opts})
+        write_table(out_dir / f"training{suffix}.parquet", train, {"options": opts})
         text = train.drop(columns=["losses", "run_id"]).round(3).to_string(index=False)
-        atomic_write_text(out_dir / "training.txt", text + "\n")
+        atomic_write_text(out_dir / f"training{suffix}.txt", text + "\n")
         print(text)
         fig = comm_figs.training_vs_bandwidth(train)
-        style.savefig(fig, "netlab_training")
+        style.savefig(fig, f"netlab_training{suffix}")
         plt.close(fig)
         result["train"] = train
+    if "edit" in opts["parts"]:
+        from zen_analysis.local_sgd.experiments import slow_network_check
+
+        base = recipes.default()
+        base.name = "bench-netlab-edit"
+        base.train.workers_per_rank = 1
+        base.train.num_steps = opts["edit_steps"]
+        base.train.eval_every = 0
+        check = slow_network_check(base, bandwidth_gbps=opts["edit_bandwidth"], **{"local_sgd.warmup_steps": 4,
+                                   "local_sgd.interval": 8, "local_sgd.ewma_warmup": 3})  # fmt: skip
+        text = check.round(3).to_string(index=False)
+        atomic_write_text(out_dir / "edit_slow_network.txt", text + "\n")
+        print(f"EDiT with every rank behind a {opts['edit_bandwidth']:g} Gbit/s link: the perturb.bandwidth_gbps sleep "
+              f"emulation vs the lab (loopback, no slow link: {check.attrs['loopback_tokens_per_s']:.0f} tokens/s)")  # fmt: skip
+        print(text)
+        result["edit"] = check
     return result
 
 

@@ -7,7 +7,8 @@ each, so the figures reach n = 128) and write a capture summary to
 and imbalance into ``figures/``; (3) model every communication scheme on the captured traces (Fig. 8, the
 modelled half of Fig. 15, Fig. 17a), model a 1024-worker capture (the scale mode), and replay the default run's
 embedding through every scheme on 4 gloo ranks (calibrated first) for the measured half of Fig. 15 and the
-model-vs-measured figure; (4) Zen: hashing cost (Fig. 16), the Theorem 2 imbalance check, COO vs hash-bitmap
+model-vs-measured figure, and, where the emulated network can be built (root), the same replay with each rank
+behind a 1 Gbit/s link plus flat vs hierarchical Zen on 2 lab nodes (skipped with the reason otherwise); (4) Zen: hashing cost (Fig. 16), the Theorem 2 imbalance check, COO vs hash-bitmap
 pull (Fig. 17b), and dense / Zen / top-k AGsparse / top-k Zen trainings of the default model on 4 ranks for
 loss parity (Fig. 18); (5) EDiT: synchronous training, Post-Local SGD, DiLoCo, EDiT and A-EDiT on the default
 Llama at equal tokens (loss curves, validation loss and its gap to synchronous training, tokens/s, bytes), and
@@ -29,6 +30,33 @@ REPLAY_RANKS = 4
 
 def reproduce_run_id(recipe: str) -> str:
     return f"reproduce-{recipe}"
+
+
+def _netlab_stage(run_id: str) -> None:
+    """Every scheme measured with each of 4 ranks behind a 1 Gbit/s link (natural and top-k tensors), and flat vs
+    hierarchical Zen on 2 nodes x 2 ranks; skipped, with the reason, where the lab cannot be built."""
+    from matplotlib import pyplot as plt
+
+    from zen_analysis.dist import netlab
+
+    ok, why = netlab.available()
+    if not ok:
+        print(f"== the emulated network: skipped ({why})")
+        return
+    print(f"== the emulated network: {run_id} replayed on {REPLAY_RANKS} ranks behind 1 Gbit/s links; flat vs "
+          "hierarchical Zen on 2 nodes x 2 ranks (the full sweep: `zen-analysis bench netlab`)")  # fmt: skip
+    from zen_analysis.dist.experiments import node_comparison, scheme_sweep
+    from zen_analysis.plots import comm as comm_figs, style
+
+    sweep = scheme_sweep(run_id, ranks=(REPLAY_RANKS,), bandwidths=(1.0,), repeats=5)
+    nodes = node_comparison(run_id, bandwidth_gbps=1.0, repeats=5)
+    cols = ["kind", "scheme", "bytes_sent_max_rank", "measured_s_median", "modelled_s", "speedup_measured", "lossless"]
+    text = sweep[cols].round(4).to_string(index=False) + "\n\n" + nodes.round(4).to_string(index=False)
+    atomic_write_text(paths.derived_dir() / "reproduce" / "netlab.txt", text + "\n")
+    print(text)
+    fig = comm_figs.measured_speedup_vs_bandwidth(sweep)
+    style.savefig(fig, "netlab_speedup_reproduce")
+    plt.close(fig)
 
 
 def reproduce(overrides: list[str] | tuple[str, ...] = ()) -> None:
@@ -104,6 +132,8 @@ def reproduce(overrides: list[str] | tuple[str, ...] = ()) -> None:
         plt.close(fig)
     print(f"scheme figures written to {paths.figures_dir()}: fig8_normalized_time, fig8_scale_1024, fig15_speedup, "
           "fig17a_wire_size, model_vs_measured")  # fmt: skip
+
+    _netlab_stage(run_ids[0])
 
     print("== Zen: hashing cost (Fig. 16), Theorem 2 check, COO vs hash-bitmap pull (Fig. 17b), training parity (Fig. 18)")
     from zen_analysis.plots import zen as zen_figs

@@ -232,3 +232,28 @@ def test_a_rank_killed_in_a_lab_launch_raises_and_leaves_no_namespace():
     with pytest.raises(RankFailedError, match="rank 2 .*killed by SIGKILL"):
         launch(cfg, target=_killed_on_rank_2, progress=False, echo=False)
     assert not netlab.lab_namespaces()
+
+
+@needs_lab
+def test_an_interrupted_lab_launch_leaves_no_namespace(tmp_path):
+    code = (
+        "import time\n"
+        "from zen_analysis import recipes\n"
+        "from zen_analysis.dist.launch import launch\n"
+        "def slow(cfg, *, info, log):\n"
+        "    time.sleep(600)\n"
+        "cfg = recipes.smoke(); cfg.run_id = 'netlab-interrupted'; cfg.dist.network = 'netlab'\n"
+        "launch(cfg, target=slow, progress=False, echo=False)\n"
+    )
+    before = set(netlab.lab_namespaces())
+    env = {**os.environ, "ZEN_ANALYSIS_DATA": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(set(netlab.lab_namespaces()) - before) < 3:  # switch + 2 nodes
+        time.sleep(0.2)
+    assert len(set(netlab.lab_namespaces()) - before) == 3, proc.communicate(timeout=30)[0][-2000:]
+    time.sleep(2)  # the ranks are up in their namespaces
+    proc.send_signal(signal.SIGINT)  # Ctrl-C in the terminal (a notebook's interrupt raises the same)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode != 0 and "KeyboardInterrupt" in out, out[-2000:]
+    assert not set(netlab.lab_namespaces()) - before

@@ -100,7 +100,9 @@ def training_sweep(
                 "tokens_per_s": cfg.global_batch * cfg.train.seq_len / step_s, "losses": m["loss"].tolist(),
                 "run_id": cfg.run_id,
             })  # fmt: skip
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    out.attrs["workers_per_rank"] = base.train.workers_per_rank
+    return out
 
 
 def _node_replay(rank: int, world: int, sets: list, numel: int, ranks_per_node: int, repeats: int, seed: int) -> list[dict]:

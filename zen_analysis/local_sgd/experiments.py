@@ -162,3 +162,30 @@ def penalty_ablation(base, *, spikes: dict, variants: dict[str, str] | None = No
     summary["above_spike_free"] = summary["max_spike"] > summary["max_spike"].iloc[0]
     out.attrs["summary"] = summary
     return out
+
+
+def slow_network_check(base, *, bandwidth_gbps: float = 0.5, methods=("allreduce", "edit", "a_edit"), progress: bool = False,
+                       **settings) -> pd.DataFrame:  # fmt: skip
+    """The ``perturb.bandwidth_gbps`` emulation (each all-reduce of the sync sleeps ring bytes / bandwidth on top of
+    the real loopback one) against the emulated network (``dist.network=netlab``: the ranks really behind links
+    of that rate), per method, the same steps: tokens/s of both, their ratio and whether they agree within 20%.
+    ``settings`` apply to every run; A-EDiT's sync time is EDiT's interval x the synchronous loopback run's median
+    step time (measured first, with no slow link)."""
+    interval = int(settings.get("local_sgd.interval", 8))
+    fast = method_run(base, "allreduce", tag="net-loopback", progress=progress, **settings)
+    t_sync = round(interval * float(fast["metrics"]["step_s"].median()), 3)
+    rows = []
+    for method in methods:
+        extra = {**settings, **({"local_sgd.sync_time_s": t_sync, "train.eval_every": 0} if method == "a_edit" else {})}
+        emulated = method_run(base, method, tag="net-emulated", progress=progress, **extra,
+                              **{"perturb.bandwidth_gbps": bandwidth_gbps})  # fmt: skip
+        lab = method_run(base, method, tag="net-lab", progress=progress, **extra,
+                         **{"dist.network": "netlab", "dist.bandwidth_gbps": bandwidth_gbps})  # fmt: skip
+        rows.append({"method": method, "bandwidth_gbps": bandwidth_gbps, "emulated_tokens_per_s": emulated["tokens_per_s"],
+                     "lab_tokens_per_s": lab["tokens_per_s"], "emulated_val_loss": emulated["val_loss"],
+                     "lab_val_loss": lab["val_loss"]})  # fmt: skip
+    out = pd.DataFrame(rows)
+    out["emulated_over_lab"] = out["emulated_tokens_per_s"] / out["lab_tokens_per_s"]
+    out["agrees_within_20pct"] = (out["emulated_over_lab"] - 1).abs() <= 0.2
+    out.attrs["loopback_tokens_per_s"] = fast["tokens_per_s"]
+    return out

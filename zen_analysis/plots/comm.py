@@ -129,12 +129,16 @@ def measured_speedup_vs_bandwidth(sweep: pd.DataFrame) -> plt.Figure:
     d = sweep[sweep["scheme"] != "allreduce"]
     panels = d[["kind", "ranks"]].drop_duplicates().sort_values(["kind", "ranks"]).itertuples(index=False)
     panels = list(panels)
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2), squeeze=False, sharey=True)
+    cols = min(2, len(panels))
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(6.2 * cols, 3.9 * rows), squeeze=False, sharey=True)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
     order = d.groupby("scheme")["speedup_measured"].median().sort_values(ascending=False).index.tolist()
     rates = sorted(d["bandwidth_gbps"].unique())
     colors = dict(zip(rates, sns.color_palette("viridis", len(rates))))
     width = 0.8 / len(rates)
-    for ax, (kind, ranks) in zip(axes[0], panels):
+    for ax, (kind, ranks) in zip(axes.flat, panels):
         p = d[(d["kind"] == kind) & (d["ranks"] == ranks)].set_index(["scheme", "bandwidth_gbps"])
         for j, rate in enumerate(rates):
             for i, scheme in enumerate(order):
@@ -147,31 +151,39 @@ def measured_speedup_vs_bandwidth(sweep: pd.DataFrame) -> plt.Figure:
                        edgecolor="0.3", lw=0)  # fmt: skip
         ax.axhline(1.0, color="k", lw=0.8)
         ax.set_yscale("log", base=2)
-        ax.set_xticks(range(len(order)), order, rotation=30)
+        ax.set_xticks(range(len(order)), order, rotation=20)
         ax.set(title=f"{kind} tensor, {ranks} ranks", ylabel="all-reduce time / scheme time")
-    axes[0, 0].legend(title="link (solid measured, hatched model)", fontsize=8, title_fontsize=8)
-    fig.suptitle("Measured speedup over dense all-reduce on the emulated network (paper Fig. 15, measured)", y=1.02)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, title="link rate (solid: measured; hatched: the model)", loc="lower center",
+               bbox_to_anchor=(0.5, -0.06), ncol=len(rates), fontsize=9, title_fontsize=9)  # fmt: skip
+    fig.suptitle("Measured speedup over dense all-reduce on the emulated network (paper Fig. 15, measured)", y=1.01)
+    fig.tight_layout()
     return fig
 
 
 def training_vs_bandwidth(sweep: pd.DataFrame) -> plt.Figure:
-    """The measured analogue of Fig. 11-14: training throughput per variant vs link rate (left) and the median
-    step split into compute and sync (right, per rate). ``sweep``: :func:`zen_analysis.dist.experiments.training_sweep`."""
+    """The measured analogue of Fig. 11-14: per variant vs link rate, the exchange per step (what the network
+    changes; left) and the training throughput (middle), and each median step split into compute, waiting for the
+    slowest rank and the exchange (right). ``sweep``: :func:`zen_analysis.dist.experiments.training_sweep`."""
     style.apply()
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.2))
-    sns.lineplot(data=sweep, x="bandwidth_gbps", y="tokens_per_s", hue="variant", marker="o", ax=ax)
-    ax.set_xscale("log")
+    fig, (ax, cx, bx) = plt.subplots(1, 3, figsize=(17, 4.6), gridspec_kw={"width_ratios": [1, 1, 1.3]})
     rates = sorted(sweep["bandwidth_gbps"].unique())
-    ax.set_xticks(rates, [f"{r:g}" for r in rates])
-    ax.minorticks_off()
-    ax.set(xlabel="link rate (Gbit/s, each rank)", ylabel="tokens / s", title="training throughput")
+    for axis, col, label, title in ((ax, "exchange_s", "seconds per step", "exchange (rank 0, median)"),
+                                    (cx, "tokens_per_s", "tokens / s", "training throughput (median step)")):  # fmt: skip
+        sns.lineplot(data=sweep, x="bandwidth_gbps", y=col, hue="variant", marker="o", ax=axis, legend=axis is ax)
+        axis.set_xscale("log")
+        axis.set_xticks(rates, [f"{r:g}" for r in rates])
+        axis.minorticks_off()
+        axis.set(xlabel="link rate (Gbit/s, each rank)", ylabel=label, title=title)
     sns.move_legend(ax, "upper left", bbox_to_anchor=(0, -0.18), ncol=3, fontsize=8, title=None)
     d = sweep.assign(label=sweep["variant"] + " @ " + sweep["bandwidth_gbps"].map("{:g}".format))
     bx.barh(d["label"], d["compute_s"], color="0.6", label="compute (rank 0)")
     bx.barh(d["label"], d["sync_s"] - d["exchange_s"], left=d["compute_s"], color="0.85", label="waiting for slower ranks")
     bx.barh(d["label"], d["exchange_s"], left=d["compute_s"] + d["sync_s"] - d["exchange_s"], color="C3", label="exchange")
     bx.set(xlabel="median seconds per step, rank 0", title="compute + sync (waiting + exchange)")
-    bx.legend(fontsize=8)
-    ranks = int(sweep["ranks"].iloc[0])
-    fig.suptitle(f"Training the default recipe on {ranks} ranks in the emulated network (paper Fig. 11-14, measured)", y=1.02)
+    bx.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0, -0.2), ncol=3)
+    ranks, workers = int(sweep["ranks"].iloc[0]), sweep.attrs.get("workers_per_rank")
+    per_rank = f" x {workers} micro-batches" if workers else ""
+    fig.suptitle(f"Training the default model on {ranks} ranks{per_rank} in the emulated network (paper Fig. 11-14, measured)", y=1.02)
+    fig.tight_layout()
     return fig
