@@ -330,7 +330,7 @@ def bench_netlab(overrides: list[str] | tuple[str, ...] = ()) -> dict:
 
     from zen_analysis import paths
     from zen_analysis.atomic import atomic_write_text
-    from zen_analysis.derived import write_table
+    from zen_analysis.derived import read_table, write_table
     from zen_analysis.dist import netlab
     from zen_analysis.dist.experiments import node_comparison, scheme_sweep, training_sweep
     from zen_analysis.dist.launch import ensure_run
@@ -400,6 +400,25 @@ def bench_netlab(overrides: list[str] | tuple[str, ...] = ()) -> dict:
         style.savefig(fig, f"netlab_training{suffix}")
         plt.close(fig)
         result["train"] = train
+    if "figures" in opts["parts"]:  # redraw from the stored tables
+        for table, draw, name in (("scheme_sweep", comm_figs.measured_speedup_vs_bandwidth, "netlab_speedup"),
+                                  ("training", comm_figs.training_vs_bandwidth, "netlab_training"),
+                                  ("training-w1", comm_figs.training_vs_bandwidth, "netlab_training-w1")):  # fmt: skip
+            if (out_dir / f"{table}.parquet").exists():
+                fig = draw(read_table(out_dir / f"{table}.parquet"))
+                style.savefig(fig, name)
+                plt.close(fig)
+                print(f"{name} redrawn from {table}.parquet")
+    if "twins" in opts["parts"]:  # the trainings at 1 Gbit/s again on loopback: the same losses?
+        from zen_analysis.dist.experiments import loopback_twins
+
+        suffix = "" if opts["train_workers_per_rank"] == 8 else f"-w{opts['train_workers_per_rank']}"
+        trained = read_table(out_dir / f"training{suffix}.parquet")
+        twins = loopback_twins(trained.loc[trained["bandwidth_gbps"] == 1.0, "run_id"].tolist())
+        text = twins.to_string(index=False)
+        atomic_write_text(out_dir / f"loopback_twins{suffix}.txt", text + "\n")
+        print(text)
+        result["twins"] = twins
     if "edit" in opts["parts"]:
         from zen_analysis.local_sgd.experiments import slow_network_check
 

@@ -95,14 +95,12 @@ def training_sweep(
             step_s = float(timed["step_s"].median())
             rows.append({
                 "bandwidth_gbps": gbps, "variant": name, "scheme": cfg.sync.scheme, "compress": cfg.sync.compress,
-                "ranks": cfg.dist.num_ranks, "step_s": step_s, "sync_s": float(timed["sync_s"].median()),
+                "ranks": cfg.dist.num_ranks, "workers_per_rank": cfg.train.workers_per_rank, "step_s": step_s, "sync_s": float(timed["sync_s"].median()),
                 "exchange_s": float(timed["exchange_s"].median()), "compute_s": float(timed["compute_s"].median()),
                 "tokens_per_s": cfg.global_batch * cfg.train.seq_len / step_s, "losses": m["loss"].tolist(),
                 "run_id": cfg.run_id,
             })  # fmt: skip
-    out = pd.DataFrame(rows)
-    out.attrs["workers_per_rank"] = base.train.workers_per_rank
-    return out
+    return pd.DataFrame(rows)
 
 
 def _node_replay(rank: int, world: int, sets: list, numel: int, ranks_per_node: int, repeats: int, seed: int) -> list[dict]:
@@ -180,3 +178,22 @@ def node_comparison(
     out = per_rep.groupby("method").agg(measured_s_median=("seconds", "median"), equal=("equal", "all")).reset_index()
     out["speedup"] = float(out.set_index("method").loc["allreduce", "measured_s_median"]) / out["measured_s_median"]
     return out.assign(nodes=nodes, ranks_per_node=ranks_per_node, bandwidth_gbps=bandwidth_gbps, numel=numel, tensor=tensor)
+
+
+def loopback_twins(run_ids: Sequence[str], *, progress: bool = False) -> pd.DataFrame:
+    """Each finished lab run of ``run_ids`` trained again with the same config on loopback (run id
+    ``<id>-loopback``): whether the per-step losses are identical (the network changes time, not numbers), and the
+    largest difference."""
+    from zen_analysis import paths
+    from zen_analysis.config import ExperimentConfig
+    from zen_analysis.dist.launch import launch
+
+    rows = []
+    for run_id in run_ids:
+        cfg = ExperimentConfig.from_json((paths.run_dir(run_id) / "config.json").read_text())
+        lab = pd.read_json(paths.run_dir(run_id) / "metrics.jsonl", lines=True)["loss"].tolist()
+        cfg.dist.network, cfg.run_id = "loopback", f"{run_id}-loopback"
+        loop = launch(cfg, overwrite=True, progress=progress, echo=False).metrics()["loss"].tolist()
+        diff = max((abs(a - b) for a, b in zip(lab, loop)), default=0.0)
+        rows.append({"run_id": run_id, "steps": len(lab), "identical": lab == loop, "max_abs_diff": diff})
+    return pd.DataFrame(rows)

@@ -182,8 +182,9 @@ def training_vs_bandwidth(sweep: pd.DataFrame) -> plt.Figure:
     bx.barh(d["label"], d["exchange_s"], left=d["compute_s"] + d["sync_s"] - d["exchange_s"], color="C3", label="exchange")
     bx.set(xlabel="median seconds per step, rank 0", title="compute + sync (waiting + exchange)")
     bx.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0, -0.2), ncol=3)
-    ranks, workers = int(sweep["ranks"].iloc[0]), sweep.attrs.get("workers_per_rank")
-    per_rank = f" x {workers} micro-batches" if workers else ""
+    ranks = int(sweep["ranks"].iloc[0])
+    workers = int(sweep["workers_per_rank"].iloc[0]) if "workers_per_rank" in sweep else None
+    per_rank = f" x {workers} micro-batch{'es' if workers > 1 else ''}" if workers else ""
     fig.suptitle(f"Training the default model on {ranks} ranks{per_rank} in the emulated network (paper Fig. 11-14, measured)", y=1.02)
     fig.tight_layout()
     return fig
