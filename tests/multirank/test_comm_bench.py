@@ -45,8 +45,14 @@ def test_calibration_replay_and_synthetic_cli(capsys):
     # every scheme with local work of its own has a measured and a modelled local term; the dense one has none
     local = df[df["phase"] == "local"]
     assert set(local["scheme"]) == set(SCHEMES) - {"allreduce"} and (local["wire_measured_s"] > 0).all()
-    assert (summary.drop(index="allreduce")["local_model_s"] > 0).all() and summary.loc["allreduce", "local_model_s"] == 0
+    # fitted on whole runs less their modelled wire: on this tiny calibration a scheme's runs may all take less than
+    # the modelled wire, and its local costs then stay 0 (unresolved), never negative
+    assert all(topo.local_costs(name) is not None for name in set(SCHEMES) - {"allreduce"})
+    assert all(c >= 0 for _, *costs in topo.local_work for c in costs) and topo.local_costs("allreduce") is None
+    assert (summary["local_model_s"] >= 0).all() and summary.loc["allreduce", "local_model_s"] == 0
     assert (summary["total_ratio"] > 0).all()
+    # end to end, as training runs each scheme: measured and modelled for every scheme
+    assert (summary["measured_s_median"] > 0).all() and (summary["modelled_s"] > 0).all()
 
     from zen_analysis.cli import main
 
