@@ -1,6 +1,15 @@
-"""Compression sparsity: DGC top-k with error feedback per gradient bucket, then a sparse scheme (Zen by default).
+"""Zen in a user's own DDP training, and compression sparsity for the toolkit's loop.
 
-Two entry points share one function, :func:`compress_and_sum`:
+:func:`register` is the one public entry point for DDP (``register(ddp_model, mode="natural")``):
+
+* ``mode="natural"`` (the paper's main case): the gradients of the sparse parameters (by default every
+  ``nn.Embedding``'s weight, tied ones excepted) are summed losslessly with a sparse scheme (Zen by default) over
+  their non-zeros; every other gradient goes the stock all-reduce way, asynchronously, so dense buckets still
+  overlap backward. A bucket holding a sparse parameter is summed inside the hook (the sparse part with the
+  scheme, the rest of that bucket densely) and returns a completed future.
+* ``mode="topk"``: DGC top-k per bucket with error feedback, then the scheme (:func:`comm_hook`).
+
+Compression sparsity for the toolkit's own loop and the DDP top-k hook share :func:`compress_and_sum`:
 
 * :func:`comm_hook` for PyTorch DDP (``ddp_model.register_comm_hook(HookState(...), comm_hook)``), as the Zen
   paper integrates with DDP: each bucket is top-k sparsified with its own residual, summed with the scheme and
@@ -67,6 +76,117 @@ def comm_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future
     fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
     fut.set_result(out)
     return fut
+
+
+@dataclass
+class NaturalState:
+    """Per-rank state of the natural-sparsity hook: the scheme, the parameters whose gradients it sums (by
+    identity), and what it did: bytes the scheme sent, buckets summed by the scheme / densely."""
+
+    params: tuple = ()
+    scheme: str = "zen"
+    group: dist.ProcessGroup | None = None
+    seed: int = 0
+    bytes_sent: int = 0
+    sparse_buckets: int = 0
+    dense_buckets: int = 0
+    _scheme: object = field(default=None, repr=False)
+    _ids: frozenset = field(default=frozenset(), repr=False)
+
+    def __post_init__(self) -> None:
+        from zen_analysis.comm import build_scheme
+
+        self._scheme = build_scheme(self.scheme, **({"seed": self.seed} if self.scheme in ("zen", "bp_coo") else {}))
+        self._ids = frozenset(id(p) for p in self.params)
+
+
+def _offsets(bucket: dist.GradBucket) -> list[tuple[torch.Tensor, int, int]]:
+    """(parameter, start, end) of each parameter's gradient inside the bucket's flat buffer."""
+    buffer = bucket.buffer()
+    base, size = buffer.data_ptr(), buffer.element_size()
+    out = []
+    for p, g in zip(bucket.parameters(), bucket.gradients()):
+        start = (g.data_ptr() - base) // size
+        out.append((p, start, start + g.numel()))
+    return out
+
+
+def natural_hook(state: NaturalState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """DDP communication hook of natural sparsity: the state's parameters' gradients summed with its sparse
+    scheme (lossless), the rest of the bucket all-reduced densely; averaged over the group, as DDP does."""
+    buffer = bucket.buffer()
+    world = dist.get_world_size(state.group)
+    parts = _offsets(bucket)
+    sparse = [(s, e) for p, s, e in parts if id(p) in state._ids]
+    if not sparse:  # the stock path, asynchronous: overlaps the rest of backward
+        state.dense_buckets += 1
+        work = dist.all_reduce(buffer, group=state.group, async_op=True)
+        return work.get_future().then(lambda fut: fut.value()[0].div_(world))
+    state.sparse_buckets += 1
+    for s, e in sparse:
+        state._scheme.run(buffer[s:e], group=state.group)  # in place, over the non-zeros only
+        state.bytes_sent += int(state._scheme.last_measured()["bytes_sent"].sum())
+    dense = [(s, e) for p, s, e in parts if id(p) not in state._ids]
+    if dense:  # the bucket's other gradients: one dense all-reduce of them packed together
+        packed = torch.cat([buffer[s:e] for s, e in dense])
+        dist.all_reduce(packed, group=state.group)
+        at = 0
+        for s, e in dense:
+            buffer[s:e].copy_(packed[at : at + e - s])
+            at += e - s
+    buffer.div_(world)
+    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+    fut.set_result(buffer)
+    return fut
+
+
+def sparse_parameters(module: nn.Module) -> tuple[nn.Parameter, ...]:
+    """The parameters natural sparsity applies to: every ``nn.Embedding``'s weight whose gradient is row-sparse,
+    i.e. not also used elsewhere (a weight tied to an output layer gets a dense gradient: skipped, with a
+    warning naming it)."""
+    import warnings
+
+    embeddings = [(name, m.weight) for name, m in module.named_modules() if isinstance(m, nn.Embedding)]
+    owners: dict[int, list[str]] = {}
+    for name, m in module.named_modules():
+        for pname, p in m.named_parameters(recurse=False):
+            owners.setdefault(id(p), []).append(f"{name}.{pname}" if name else pname)
+    out = []
+    for name, w in embeddings:
+        if len(owners.get(id(w), [])) > 1:
+            warnings.warn(f"{name}.weight is tied to {[o for o in owners[id(w)] if o != name + '.weight']}: its gradient "
+                          "is dense, so it goes the dense way", stacklevel=3)  # fmt: skip
+            continue
+        if w.requires_grad:
+            out.append(w)
+    return tuple(out)
+
+
+def register(ddp_model: nn.Module, *, mode: str = "natural", scheme: str = "zen", params=None, group=None, seed: int = 0,
+             ratio: float = 0.05):  # fmt: skip
+    """Put Zen (or another scheme of :mod:`zen_analysis.comm`) into a ``DistributedDataParallel`` model; returns the
+    hook's state (bytes sent, buckets by path).
+
+    ``mode="natural"``: the gradients of ``params`` (default :func:`sparse_parameters`: the untied embeddings) are
+    summed losslessly by ``scheme``, everything else by DDP's own all-reduce. ``mode="topk"``: DGC top-``ratio``
+    of every bucket with error feedback, then ``scheme`` (lossy as the sparsifier is; :func:`comm_hook`)."""
+    module = getattr(ddp_model, "module", None)
+    if module is None:
+        raise ValueError("register() takes a torch.nn.parallel.DistributedDataParallel model")
+    if mode == "natural":
+        chosen = tuple(params) if params is not None else sparse_parameters(module)
+        if not chosen:
+            raise ValueError("natural mode found no untied nn.Embedding to sum sparsely; pass params=[...]")
+        if any(getattr(m, "sparse", False) for m in module.modules() if isinstance(m, nn.Embedding)):
+            raise ValueError("nn.Embedding(sparse=True) is not supported by the natural hook yet; use dense gradients")
+        state = NaturalState(params=chosen, scheme=scheme, group=group, seed=seed)
+        ddp_model.register_comm_hook(state, natural_hook)
+        return state
+    if mode == "topk":
+        state = HookState(scheme=scheme, ratio=ratio, group=group, seed=seed)
+        ddp_model.register_comm_hook(state, comm_hook)
+        return state
+    raise ValueError(f"mode must be 'natural' or 'topk', got {mode!r}")
 
 
 class CompressedSync:
