@@ -14,6 +14,7 @@ losses, step times and bytes as JSON.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import time
@@ -85,6 +86,13 @@ def main() -> None:
     if rank == 0 and args.out:
         with open(args.out, "w") as f:
             json.dump({"zen": args.zen, "ranks": world, "backend": dist.get_backend(), "steps": rows}, f)
+    # the DDP model first, while the process group lives on: a Python comm hook's last asynchronous all-reduce may
+    # still be releasing its tensors on gloo's worker thread, which needs the GIL, and a process group destroyed
+    # with the model (the Reducer holds the last reference after destroy_process_group) joins that thread while
+    # holding the GIL: a deadlock at exit
+    del model, opt, state
+    gc.collect()
+    dist.barrier()
     dist.destroy_process_group()
 
 

@@ -162,6 +162,12 @@ def cmd_bench(args: argparse.Namespace) -> None:
 def cmd_netlab(args: argparse.Namespace) -> None:
     from zen_analysis.dist import netlab
 
+    if args.program:
+        from zen_analysis.dist.launch import run_in_lab
+
+        program = args.program[1:] if args.program[0] == "--" else args.program
+        sys.exit(run_in_lab(program, nodes=args.nodes, ranks_per_node=args.ranks_per_node,
+                            bandwidth_gbps=args.bandwidth_gbps or 1.0))  # fmt: skip
     if args.cleanup:
         removed = netlab.cleanup()
         print(f"removed {len(removed)} lab namespaces" + (f": {', '.join(removed)}" if removed else ""))
@@ -238,9 +244,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_bench)
     p = sub.add_parser("netlab", help="the emulated network (namespaces + shaped links): check it, or remove leftovers",
                        description="Without options: say whether a lab can be built here (root, iproute2, veth, "
-                       "bridge, tbf). Examples: zen-analysis netlab --bandwidth-gbps 1; zen-analysis netlab --cleanup")  # fmt: skip
+                       "bridge, tbf). Examples: zen-analysis netlab --bandwidth-gbps 1; zen-analysis netlab --cleanup; "
+                       "zen-analysis netlab --nodes 4 --bandwidth-gbps 1 -- scripts/ddp_transformers.py --zen natural "
+                       "(one torchrun per lab node running that program)")  # fmt: skip
     p.add_argument("--cleanup", action="store_true", help="delete every lab namespace (zl-<tag>-...) left behind")
     p.add_argument("--bandwidth-gbps", type=float, help="also build a 2-node lab at this rate and measure it")
+    p.add_argument("--nodes", type=int, default=2, help="with a program: lab nodes, one torchrun each")
+    p.add_argument("--ranks-per-node", type=int, default=1, help="with a program: torchrun's --nproc-per-node")
+    p.add_argument("program", nargs=argparse.REMAINDER, help="-- script.py [args] (or -- -m module [args]): run it "
+                   "under torchrun across the lab's nodes")
     p.set_defaults(func=cmd_netlab)
     return parser
 

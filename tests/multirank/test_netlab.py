@@ -257,3 +257,21 @@ def test_an_interrupted_lab_launch_leaves_no_namespace(tmp_path):
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode != 0 and "KeyboardInterrupt" in out, out[-2000:]
     assert not set(netlab.lab_namespaces()) - before
+
+
+@needs_lab
+def test_a_users_torchrun_script_runs_across_lab_nodes(tmp_path):
+    """`zen-analysis netlab --nodes 2 -- scripts/ddp_transformers.py ...`: one torchrun per lab node."""
+    import json
+    from pathlib import Path
+
+    from zen_analysis.dist.launch import run_in_lab
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "ddp_transformers.py"
+    out = tmp_path / "m.json"
+    code = run_in_lab([str(script), "--size", "smoke", "--steps", "3", "--batch", "4", "--zen", "natural", "--out", str(out)],
+                      nodes=2, bandwidth_gbps=1.0, log_dir=tmp_path / "logs")  # fmt: skip
+    assert code == 0, (tmp_path / "logs" / "torchrun-node1.log").read_text()[-3000:]
+    result = json.loads(out.read_text())
+    assert result["ranks"] == 2 and len(result["steps"]) == 3 and result["steps"][-1]["zen_bytes_sent_so_far"] > 0
+    assert not netlab.lab_namespaces()

@@ -285,11 +285,14 @@ def _network(cfg: ExperimentConfig):
     return NetLab(cfg.dist.num_ranks, cfg.dist.bandwidth_gbps, ranks_per_node=cfg.dist.ranks_per_node)
 
 
-def _torchrun_per_node(lab, run_dir: Path, port: int) -> list[Any]:
-    """One torchrun per lab node, each inside its node's namespace, meeting by c10d rendezvous at node 0's lab
-    address: the README's multi-node recipe, with the lab's links between the nodes."""
+def torchrun_per_node(lab, program: list[str], port: int, log_dir: Path, *, node0_inherits_output: bool = False) -> list[Any]:
+    """One ``torchrun`` per lab node running ``program`` (``["-m", "module", ...]`` or ``["script.py", ...]``),
+    each inside its node's namespace with ``ranks_per_node`` processes, meeting by c10d rendezvous at node 0's lab
+    address: the README's multi-node recipe, with the lab's links between the nodes. Node i's output goes to
+    ``log_dir/torchrun-node<i>.log`` (node 0's to this process's stdout and stderr with ``node0_inherits_output``)."""
     from zen_analysis.dist.netlab import address, enter
 
+    log_dir.mkdir(parents=True, exist_ok=True)
     procs = []
     for node in range(lab.nodes):
         cmd = [
@@ -299,7 +302,7 @@ def _torchrun_per_node(lab, run_dir: Path, port: int) -> list[Any]:
             # machine's; on a real cluster the endpoint's host is the node's own name
             f"--rdzv-conf=is_host={str(node == 0).lower()}",
             f"--local-addr={address(node)}",  # what the others reach this node at (not its host name's address)
-            "-m", "zen_analysis.dist.entry", "--run-dir", str(run_dir),
+            *program,
         ]  # fmt: skip
         ns = lab.namespace(node)
 
@@ -307,9 +310,13 @@ def _torchrun_per_node(lab, run_dir: Path, port: int) -> list[Any]:
             _die_with_parent()
             enter(ns)
 
-        with open(run_dir / "logs" / f"torchrun-node{node}.log", "w") as out:
+        env = {**os.environ, "GLOO_SOCKET_IFNAME": "eth0"}
+        if node == 0 and node0_inherits_output:
+            procs.append(subprocess.Popen(cmd, start_new_session=True, preexec_fn=start, env=env))
+            continue
+        with open(log_dir / f"torchrun-node{node}.log", "w") as out:
             procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                          preexec_fn=start, env={**os.environ, "GLOO_SOCKET_IFNAME": "eth0"}))  # fmt: skip
+                                          preexec_fn=start, env=env))  # fmt: skip
     return procs
 
 
@@ -320,8 +327,8 @@ def _launch_claimed(cfg: ExperimentConfig, *, target, progress, echo, timeout_s,
     world = cfg.dist.num_ranks
     launcher = _resolve_launcher(cfg)
     if launcher == "torchrun" and lab is not None:
-        (run_dir / "logs").mkdir(parents=True, exist_ok=True)
-        procs = _torchrun_per_node(lab, run_dir, cfg.dist.master_port or free_port())
+        program = ["-m", "zen_analysis.dist.entry", "--run-dir", str(run_dir)]
+        procs = torchrun_per_node(lab, program, cfg.dist.master_port or free_port(), run_dir / "logs")
     elif launcher == "torchrun":
         port = cfg.dist.master_port or free_port()
         cmd = [
@@ -497,3 +504,33 @@ def fork_launch(fn: Callable[..., Any], num_ranks: int, *args: Any, timeout_s: f
         if missing:
             raise RankFailedError(f"ranks {missing} produced no result (killed or timed out)", rank=missing[0], run_id="fork_launch", pids=[p.pid for p in procs])
         return [pickle.loads((out_dir / f"rank{r}.pkl").read_bytes()) for r in range(num_ranks)]
+
+
+def run_in_lab(program: list[str], *, nodes: int, ranks_per_node: int = 1, bandwidth_gbps: float = 1.0,
+               log_dir: Path | None = None) -> int:  # fmt: skip
+    """Run a user's torchrun program (``["script.py", "--flag", ...]`` or ``["-m", "module", ...]``) on ``nodes``
+    lab nodes of ``ranks_per_node`` ranks behind ``bandwidth_gbps`` links; node 0's output on this process's
+    stdout, the others' in ``log_dir`` (a temporary folder by default). Returns the first non-zero exit code
+    (0 if every node succeeded); the lab is removed however it ends, and Ctrl-C stops every node."""
+    import tempfile
+
+    from zen_analysis.dist.netlab import NetLab
+
+    with contextlib.ExitStack() as stack:
+        logs = Path(log_dir) if log_dir else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="zen-netlab-")))
+        lab = stack.enter_context(NetLab(nodes * ranks_per_node, bandwidth_gbps, ranks_per_node=ranks_per_node))
+        procs = torchrun_per_node(lab, program, free_port(), logs, node0_inherits_output=True)
+        try:
+            while any(p.poll() is None for p in procs):
+                if any(p.poll() not in (None, 0) for p in procs):
+                    time.sleep(1.0)  # let the others notice and report
+                    break
+                time.sleep(_POLL_S)
+        finally:
+            _kill(procs)
+        codes = [p.poll() for p in procs]
+        failed = [i for i, c in enumerate(codes) if c not in (0, None)]
+        for i in failed[:2]:
+            if i:
+                print(f"--- node {i} (exit {codes[i]}):\n{_tail_text(logs / f'torchrun-node{i}.log').rstrip()}", file=sys.stderr)
+        return next((codes[i] for i in failed), 0)

@@ -169,7 +169,12 @@ def register(ddp_model: nn.Module, *, mode: str = "natural", scheme: str = "zen"
 
     ``mode="natural"``: the gradients of ``params`` (default :func:`sparse_parameters`: the untied embeddings) are
     summed losslessly by ``scheme``, everything else by DDP's own all-reduce. ``mode="topk"``: DGC top-``ratio``
-    of every bucket with error feedback, then ``scheme`` (lossy as the sparsifier is; :func:`comm_hook`)."""
+    of every bucket with error feedback, then ``scheme`` (lossy as the sparsifier is; :func:`comm_hook`).
+
+    At the end, delete the DDP model before ``dist.destroy_process_group()`` (``scripts/ddp_transformers.py``): a
+    Python hook's last asynchronous gloo all-reduce may still be releasing its tensors on gloo's worker thread,
+    which needs the GIL; a process group whose last reference is the model's Reducer joins that thread from the
+    model's destructor, GIL held, and the process hangs at exit (2 runs in 5 here before the script did so)."""
     module = getattr(ddp_model, "module", None)
     if module is None:
         raise ValueError("register() takes a torch.nn.parallel.DistributedDataParallel model")
