@@ -123,10 +123,9 @@ def _fork_child(rank: int, world: int, run_dir: Path, target: Callable[..., Any]
         **loopback_env(run_dir / ".rendezvous"),
     )
     if lab_namespace is not None:  # this rank's lab node: gloo talks over its shaped link (the store stays a file)
-        from zen_analysis.dist.netlab import enter
+        from zen_analysis.dist.netlab import enter_node
 
-        enter(lab_namespace)
-        os.environ["GLOO_SOCKET_IFNAME"] = "eth0"
+        enter_node(lab_namespace)
     os._exit(run_rank(run_dir, target))
 
 
@@ -290,7 +289,7 @@ def torchrun_per_node(lab, program: list[str], port: int, log_dir: Path, *, node
     each inside its node's namespace with ``ranks_per_node`` processes, meeting by c10d rendezvous at node 0's lab
     address: the README's multi-node recipe, with the lab's links between the nodes. Node i's output goes to
     ``log_dir/torchrun-node<i>.log`` (node 0's to this process's stdout and stderr with ``node0_inherits_output``)."""
-    from zen_analysis.dist.netlab import address, enter
+    from zen_analysis.dist.netlab import LAB_INTERFACE, address, enter
 
     log_dir.mkdir(parents=True, exist_ok=True)
     procs = []
@@ -310,7 +309,7 @@ def torchrun_per_node(lab, program: list[str], port: int, log_dir: Path, *, node
             _die_with_parent()
             enter(ns)
 
-        env = {**os.environ, "GLOO_SOCKET_IFNAME": "eth0"}
+        env = {**os.environ, "GLOO_SOCKET_IFNAME": LAB_INTERFACE}
         if node == 0 and node0_inherits_output:
             procs.append(subprocess.Popen(cmd, start_new_session=True, preexec_fn=start, env=env))
             continue
@@ -447,10 +446,9 @@ def _fork_fn_child(rank: int, world: int, out_dir: Path, fn: Callable[..., Any],
         env = loopback_env(out_dir / "rendezvous")
         os.environ["GLOO_SOCKET_IFNAME"] = env["GLOO_SOCKET_IFNAME"]
         if lab_namespace is not None:  # this rank's lab node: gloo talks over its shaped link
-            from zen_analysis.dist.netlab import enter
+            from zen_analysis.dist.netlab import enter_node
 
-            enter(lab_namespace)
-            os.environ["GLOO_SOCKET_IFNAME"] = "eth0"
+            enter_node(lab_namespace)
         dist.init_process_group(
             "gloo", store=dist.FileStore(env["ZEN_ANALYSIS_FILE_STORE"], world), rank=rank, world_size=world,
             timeout=datetime.timedelta(seconds=timeout_s),

@@ -127,6 +127,17 @@ def enter(namespace: str) -> None:
         os.close(fd)
 
 
+LAB_INTERFACE = "eth0"
+"""Every lab node's link to the switch (gloo binds to it: ``GLOO_SOCKET_IFNAME``)."""
+
+
+def enter_node(namespace: str) -> None:
+    """Make this (freshly forked) rank a process of lab node ``namespace``: its network, and gloo bound to the
+    node's link."""
+    enter(namespace)
+    os.environ["GLOO_SOCKET_IFNAME"] = LAB_INTERFACE
+
+
 class NetLab:
     """``nodes`` namespaces behind links of ``bandwidth_gbps`` Gbit/s each way, joined by a bridge.
 
