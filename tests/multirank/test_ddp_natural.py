@@ -1,5 +1,7 @@
-"""Zen as a drop-in for DDP (issue 14): the natural-sparsity hook gives stock DDP's parameters after every step,
-with the embedding in a bucket of its own or sharing one with dense parameters, on 2 and 4 gloo ranks."""
+"""Zen as a drop-in for DDP: the natural-sparsity hook gives stock DDP's parameters after every step (dense and
+``sparse=True`` embeddings, the embedding in a bucket of its own or sharing one, 2 and 4 gloo ranks); the top-k hook
+equals top-k + AGsparse under the same masks, with either threshold, inline or overlapped; its residuals follow
+their parameters through DDP's bucket rebuild."""
 
 import pytest
 import torch
@@ -9,9 +11,9 @@ from zen_analysis.dist.launch import fork_launch
 
 
 class _LM(nn.Module):
-    def __init__(self, tie: bool = False) -> None:
+    def __init__(self, tie: bool = False, sparse: bool = False) -> None:
         super().__init__()
-        self.embed = nn.Embedding(600, 16)
+        self.embed = nn.Embedding(600, 16, sparse=sparse)
         self.hidden = nn.Linear(16, 16)
         self.head = nn.Linear(16, 600, bias=False)
         if tie:
@@ -21,7 +23,7 @@ class _LM(nn.Module):
         return self.head(torch.tanh(self.hidden(self.embed(x))))
 
 
-def _train(rank, world, bucket_cap_mb, scheme):
+def _train(rank, world, bucket_cap_mb, scheme, sparse=False):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -30,7 +32,7 @@ def _train(rank, world, bucket_cap_mb, scheme):
     out = {}
     for hook in ("stock", "natural"):
         torch.manual_seed(0)
-        model = DDP(_LM(), bucket_cap_mb=bucket_cap_mb)
+        model = DDP(_LM(sparse=sparse), bucket_cap_mb=bucket_cap_mb)
         state = register(model, mode="natural", scheme=scheme) if hook == "natural" else None
         opt = torch.optim.SGD(model.parameters(), lr=0.5)
         params = []
@@ -40,6 +42,8 @@ def _train(rank, world, bucket_cap_mb, scheme):
             nn.functional.cross_entropy(model(x[:, :-1]).reshape(-1, 600), x[:, 1:].reshape(-1)).backward()
             opt.step()
             params.append(torch.cat([p.detach().reshape(-1) for p in model.parameters()]).clone())
+            if sparse:
+                assert model.module.embed.weight.grad.is_sparse  # what DDP expects back for a sparse bucket
         out[hook] = torch.stack(params)
         if state is not None:
             out["state"] = (state.sparse_buckets, state.dense_buckets, state.bytes_sent)
@@ -55,6 +59,97 @@ def test_natural_hook_gives_stock_ddp_parameters_every_step(world, bucket_cap_mb
         assert sparse_buckets == 4 and sent > 0  # the embedding went through the scheme every step
         # small buckets: the dense layers in buckets of their own (async stock path); one big bucket: shared
         assert (dense_buckets > 0) == (bucket_cap_mb < 1)
+
+
+@pytest.mark.parametrize("world, scheme", [(2, "zen"), (4, "zen"), (4, "sparcml")])
+def test_natural_hook_sums_sparse_embedding_gradients_as_stock_ddp_does(world, scheme):
+    """nn.Embedding(sparse=True): stock DDP all-gathers the sparse gradient on gloo (and has no sparse all-reduce on
+    NCCL); the hook sums its rows with the scheme and returns a sparse gradient, with the same parameters."""
+    for r in fork_launch(_train, world, 25.0, scheme, True):
+        torch.testing.assert_close(r["natural"], r["stock"], rtol=1e-5, atol=1e-6)
+        sparse_buckets, dense_buckets, sent = r["state"]
+        assert sparse_buckets == 4 and dense_buckets == 4 and sent > 0  # its own bucket; the dense ones stock
+
+
+class _Shuffled(nn.Module):
+    """Layers registered in another order than they run: DDP's first buckets (reverse registration order) differ
+    from those it rebuilds after step 0 (the order gradients arrived)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c, self.a, self.d, self.b = (nn.Linear(24, 24) for _ in range(4))
+        self.embed = nn.Embedding(300, 24)
+
+    def forward(self, x):
+        h = self.embed(x)
+        for layer in (self.a, self.b, self.c, self.d):
+            h = torch.tanh(layer(h))
+        return h @ self.embed.weight.detach().T
+
+
+def _topk(rank, world, schemes, threshold, overlap, steps=5):
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from zen_analysis.zen.ddp import register
+
+    out = {}
+    for scheme in schemes:
+        torch.manual_seed(0)
+        model = DDP(_Shuffled(), bucket_cap_mb=0.004)
+        ref = _Shuffled()  # the same model without DDP: this rank's own gradients
+        state = register(model, mode="topk", scheme=scheme, ratio=0.1, threshold=threshold, overlap=overlap)
+        opt = torch.optim.SGD(model.parameters(), lr=1.0)
+        p0 = [p.detach().clone() for p in model.parameters()]
+        local = [torch.zeros_like(p) for p in p0]  # this rank's gradients summed over steps
+        params, layouts = [], []
+        for step in range(steps):
+            x = torch.randint(0, 300, (4, 6), generator=torch.Generator().manual_seed(100 * step + rank))
+            ref.load_state_dict(model.module.state_dict())
+            ref.zero_grad()
+            ref(x).pow(2).mean().backward()
+            for acc, p in zip(local, ref.parameters()):
+                acc += p.grad
+            opt.zero_grad()
+            model(x).pow(2).mean().backward()
+            opt.step()
+            params.append(torch.cat([p.detach().reshape(-1) for p in model.parameters()]).clone())
+            layouts.append([tuple(row["params"]) for row in state.last_step])
+        # error feedback conserves every gradient: what all ranks sent (= world x the parameters' change, lr 1)
+        # plus what they still hold back, per parameter, is the sum of their gradients
+        held = [g - state.residual(p).view_as(p) for g, p in zip(local, model.parameters())]
+        for h in held:
+            dist.all_reduce(h)
+        moved = [world * (a - p.detach()) for a, p in zip(p0, model.parameters())]
+        out[scheme] = {"params": torch.stack(params), "held": held, "moved": moved, "layouts": layouts,
+                       "bytes": state.bytes_sent, "sync_s": state.sync_s, "exposed_s": state.exposed_s}  # fmt: skip
+        del model, state
+        dist.barrier()
+    return out
+
+
+@pytest.mark.parametrize("world, threshold, overlap", [(2, "local", False), (4, "global", False), (4, "local", True)])
+def test_topk_hook_equals_agsparse_and_residuals_follow_parameters_through_a_bucket_rebuild(world, threshold, overlap):
+    for r in fork_launch(_topk, world, ("zen", "agsparse"), threshold, overlap):
+        zen, ag = r["zen"], r["agsparse"]
+        torch.testing.assert_close(zen["params"], ag["params"], rtol=1e-5, atol=1e-6)  # same masks, same sums
+        assert zen["bytes"] > 0 and ag["bytes"] > 0
+        first, rebuilt = zen["layouts"][0], zen["layouts"][1]
+        assert first != rebuilt and rebuilt == zen["layouts"][-1]  # DDP rebuilt its buckets once, after step 0
+        for held, moved in zip(zen["held"], zen["moved"]):
+            torch.testing.assert_close(held, moved, rtol=1e-4, atol=1e-5)
+        if overlap:
+            assert zen["sync_s"] > 0 and zen["exposed_s"] > 0  # exposed can exceed the work: GIL, queueing
+
+
+def test_overlapped_topk_hook_gives_the_inline_hook_parameters():
+    def run(rank, world):
+        inline = _topk(rank, world, ("zen",), "local", False, steps=3)["zen"]["params"]
+        overlapped = _topk(rank, world, ("zen",), "local", True, steps=3)["zen"]["params"]
+        return inline, overlapped
+
+    for inline, overlapped in fork_launch(run, 2):
+        torch.testing.assert_close(overlapped, inline, rtol=0, atol=0)
 
 
 def test_sparse_parameters_skip_a_tied_embedding_with_a_warning():

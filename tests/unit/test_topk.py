@@ -56,3 +56,17 @@ def test_selection_is_reproducible_across_instances():
     a = make().compress(g, worker=2, tensor="w", step=4)
     b = make().compress(g, worker=2, tensor="w", step=4)
     assert torch.equal(a[0], b[0])
+
+
+def test_a_global_threshold_lets_the_worker_with_larger_gradients_send_more():
+    """As the Zen paper's DGC: one threshold from every worker's samples (here two workers, gathered by hand)."""
+    comp = make()
+    small, large = torch.randn(40_000, generator=torch.Generator().manual_seed(1)), None
+    large = 4 * torch.randn(40_000, generator=torch.Generator().manual_seed(2))
+    pool = lambda s: torch.cat([small.abs(), large.abs()])  # noqa: E731 - every worker's magnitudes (exact size)
+    kept_small = comp.select(small, gather=pool).numel()
+    kept_large = comp.select(large, gather=pool).numel()
+    k = int(40_000 * comp.ratio)
+    assert kept_small < k < kept_large  # local thresholds would keep k each
+    assert kept_small + kept_large == 2 * k  # the top ratio of the pool, split by magnitude
+    assert comp.select(small).numel() == k

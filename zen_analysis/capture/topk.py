@@ -28,32 +28,50 @@ class TopKCompressor:
         self.seed = seed
         self._residuals: dict[tuple[int, str], torch.Tensor] = {}
 
-    def select(self, acc_N: torch.Tensor, *, generator: torch.Generator | None = None) -> torch.Tensor:
-        """Indices (int64, sorted) of about ``ratio * N`` largest-magnitude non-zero entries of ``acc_N``."""
+    def select(self, acc_N: torch.Tensor, *, generator: torch.Generator | None = None, gather=None) -> torch.Tensor:
+        """Indices (int64, sorted) of about ``ratio * N`` largest-magnitude non-zero entries of ``acc_N``.
+
+        ``gather`` makes the threshold global, as the Zen paper does for DGC: it maps this worker's sample of
+        magnitudes (all of them below ``exact_below`` elements) to every worker's samples concatenated (e.g. an
+        all-gather), the threshold is the top ``ratio`` of that pool, and each worker keeps its entries above it
+        (uncapped: the paper applies the global threshold locally): a worker with larger gradients sends more."""
         numel = acc_N.numel()
         k = max(1, int(numel * self.ratio))
         mag_N = acc_N.abs()
-        if numel < self.exact_below or k * 2 > numel:
+        if gather is not None:
+            exact = numel < self.exact_below
+            sample_S = mag_N if exact else mag_N[self._sample_positions(numel, k, generator, acc_N.device)]
+            pool_P = gather(sample_S.contiguous())
+            threshold = torch.topk(pool_P, max(1, int(pool_P.numel() * self.ratio)), sorted=False).values.min()
+            idx_K = torch.nonzero(mag_N >= threshold, as_tuple=True)[0]  # no per-worker cap: the budget is global
+        elif numel < self.exact_below or k * 2 > numel:
             idx_K = torch.topk(mag_N, k, sorted=False).indices
         else:
-            num_samples = max(k, int(numel * self.sample_ratio), 1024)
-            sample_S = mag_N[torch.randint(0, numel, (num_samples,), generator=generator, device=acc_N.device)]
-            threshold = torch.topk(sample_S, max(1, int(num_samples * self.ratio)), sorted=False).values.min()
+            sample_S = mag_N[self._sample_positions(numel, k, generator, acc_N.device)]
+            threshold = torch.topk(sample_S, max(1, int(sample_S.numel() * self.ratio)), sorted=False).values.min()
             idx_K = torch.nonzero(mag_N >= threshold, as_tuple=True)[0]
             if idx_K.numel() > k * 13 // 10:  # DGC: too many candidates, select exactly among them
                 idx_K = idx_K[torch.topk(mag_N[idx_K], k, sorted=False).indices]
         idx_K = idx_K[acc_N[idx_K] != 0]
         return idx_K.sort().values
 
+    def _sample_positions(self, numel: int, k: int, generator, device) -> torch.Tensor:
+        num_samples = max(k, int(numel * self.sample_ratio), 1024)
+        return torch.randint(0, numel, (num_samples,), generator=generator, device=device)
+
+    def generator(self, *, worker: int, tensor: str, step: int, device: torch.device | str = "cpu") -> torch.Generator:
+        """The sampling generator of (worker, tensor, step): identical across runs and processes."""
+        gen = torch.Generator(device=device)
+        # str hashes are salted per process; crc32 keeps the sample identical across runs
+        gen.manual_seed((self.seed * 1_000_003 + step * 10_007 + worker) * 2**20 + zlib.crc32(tensor.encode()) % 2**20)
+        return gen
+
     def compress(self, grad: torch.Tensor, *, worker: int, tensor: str, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(indices_K, values_K) sent by ``worker`` for ``grad``; the unsent remainder becomes its residual."""
         grad_N = grad.detach().reshape(-1).float()
         key = (worker, tensor)
         acc_N = grad_N + self._residuals[key] if self.error_feedback and key in self._residuals else grad_N.clone()
-        gen = torch.Generator(device=acc_N.device)
-        # str hashes are salted per process; crc32 keeps the sample identical across runs
-        gen.manual_seed((self.seed * 1_000_003 + step * 10_007 + worker) * 2**20 + zlib.crc32(tensor.encode()) % 2**20)
-        idx_K = self.select(acc_N, generator=gen)
+        idx_K = self.select(acc_N, generator=self.generator(worker=worker, tensor=tensor, step=step, device=acc_N.device))
         val_K = acc_N[idx_K].clone()
         if self.error_feedback:
             acc_N[idx_K] = 0

@@ -1,29 +1,34 @@
 """Zen in a user's own DDP training, and compression sparsity for the toolkit's loop.
 
-:func:`register` is the one public entry point for DDP (``register(ddp_model, mode="natural")``):
+:func:`register` is the one public entry point for DDP (``state = register(ddp_model, mode="natural")``):
 
-* ``mode="natural"`` (the paper's main case): the gradients of the sparse parameters (by default every
-  ``nn.Embedding``'s weight, tied ones excepted) are summed losslessly with a sparse scheme (Zen by default) over
-  their non-zeros; every other gradient goes the stock all-reduce way, asynchronously, so dense buckets still
-  overlap backward. A bucket holding a sparse parameter is summed inside the hook (the sparse part with the
-  scheme, the rest of that bucket densely) and returns a completed future.
-* ``mode="topk"``: DGC top-k per bucket with error feedback, then the scheme (:func:`comm_hook`).
+* ``mode="natural"`` (the paper's main case, lossless): the gradients of the sparse parameters (by default every
+  untied ``nn.Embedding``'s weight) are summed with a sparse scheme (Zen by default) over their non-zeros; every
+  other gradient goes the stock all-reduce way, asynchronously, so dense buckets still overlap backward. Both kinds
+  of embedding gradient: dense ``.grad`` (the transformers default; a bucket holding it is summed inside the hook,
+  the rest of that bucket densely) and ``nn.Embedding(sparse=True)`` (DDP gives it a bucket of its own holding a
+  sparse COO tensor; the hook returns the summed rows as one: on NCCL, where a sparse all-reduce does not exist,
+  this is one).
+* ``mode="topk"``: DGC top-k of every bucket with error feedback, then the scheme (:func:`comm_hook`). Residuals
+  are kept per parameter, so they follow their parameters when DDP rebuilds its buckets after the first step;
+  the threshold is each rank's own (``threshold="local"``) or, as the paper does, one from every rank's samples
+  (``"global"``); ``overlap=True`` runs the buckets' compression and sums on a worker thread over a process group of
+  its own, so they proceed while backward computes the next buckets (the hook returns a pending future).
 
-Compression sparsity for the toolkit's own loop and the DDP top-k hook share :func:`compress_and_sum`:
+Both states report what they did: ``bytes_sent`` (by the scheme), ``sync_s`` (seconds spent summing),
+``exposed_s`` (of those, seconds backward waited for), ``last_step`` (one row per bucket of the last step: its
+parameters, size, path and what it sent).
 
-* :func:`comm_hook` for PyTorch DDP (``ddp_model.register_comm_hook(HookState(...), comm_hook)``), as the Zen
-  paper integrates with DDP: each bucket is top-k sparsified with its own residual, summed with the scheme and
-  averaged. The collectives run inside the hook and it returns an already completed future: chaining them in
-  future callbacks deadlocks on gloo.
-* :class:`CompressedSync`, the training loop's :class:`~zen_analysis.train.sync.GradSync` (``sync.compress=topk``):
-  the same per-bucket compression at the loop's synchronization point, over buckets of ``bucket_mb``.
-
-Top-k masks are each rank's own (DGC); error feedback keeps what was not sent for the next step. Zen adds no loss
-beyond the sparsifier: for the same masks the result equals AGsparse's and a dense all-reduce of the sparsified
-tensors (tested).
+The toolkit's own loop uses the same compression through :class:`CompressedSync` (``sync.compress=topk``): fixed
+buckets of ``bucket_mb`` at the loop's synchronization point. Zen adds no loss beyond the sparsifier: for the same
+masks the result equals AGsparse's and a dense all-reduce of the sparsified tensors (tested).
 """
 
 # no ``from __future__ import annotations`` here: DDP checks the hook's annotations at runtime
+import time
+import warnings
+import zlib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import torch
@@ -32,54 +37,166 @@ from torch import nn
 
 from zen_analysis.capture.topk import TopKCompressor
 
+THRESHOLDS = ("local", "global")
+
 
 def _compressor(ratio: float, seed: int) -> TopKCompressor:
     return TopKCompressor(ratio=ratio, exact_below=65_536, sample_ratio=0.01, error_feedback=True, seed=seed)
 
 
+def _build(scheme: str, seed: int):
+    from zen_analysis.comm import build_scheme
+
+    return build_scheme(scheme, **({"seed": seed} if scheme in ("zen", "bp_coo") else {}))
+
+
 @dataclass
-class HookState:
-    """Per-rank state of the DDP hook: the scheme, the top-k ratio and the residuals (one per bucket)."""
+class _Stats:
+    """What a hook did, summed over steps, and its last step bucket by bucket."""
+
+    step: int = 0
+    bytes_sent: int = 0
+    sync_s: float = 0.0
+    exposed_s: float = 0.0
+    last_step: list = field(default_factory=list)
+    _pending: list = field(default_factory=list, repr=False)
+
+    def _finish_bucket(self, row: dict, last: bool) -> None:
+        self._pending.append(row)
+        if last:
+            self.last_step, self._pending = self._pending, []
+            self.step += 1
+
+
+@dataclass
+class HookState(_Stats):
+    """Per-rank state of the top-k hook: the scheme, the top-k ratio, the threshold kind and the residuals, one per
+    parameter (:meth:`residual`)."""
 
     scheme: str = "zen"
     ratio: float = 0.05
     group: dist.ProcessGroup | None = None
     seed: int = 0
-    step: int = 0
-    bytes_sent: int = 0
+    threshold: str = "local"
+    overlap: bool = False
+    threshold_bytes_sent: int = 0
+    names: dict = field(default_factory=dict, repr=False)
     compressor: TopKCompressor | None = field(default=None, repr=False)
+    _residuals: dict = field(default_factory=dict, repr=False)
     _scheme: object = field(default=None, repr=False)
+    _executor: ThreadPoolExecutor | None = field(default=None, repr=False)
+    _worker_group: dist.ProcessGroup | None = field(default=None, repr=False)
+    _last_call: float = field(default=0.0, repr=False)
 
     def __post_init__(self) -> None:
-        from zen_analysis.comm import build_scheme
-
+        if self.threshold not in THRESHOLDS:
+            raise ValueError(f"threshold must be one of {THRESHOLDS}, got {self.threshold!r}")
         self.compressor = self.compressor or _compressor(self.ratio, self.seed)
-        self._scheme = build_scheme(self.scheme, **({"seed": self.seed} if self.scheme in ("zen", "bp_coo") else {}))
+        self._scheme = _build(self.scheme, self.seed)
+        if self.overlap:
+            # collectives issued from the worker go over a group of their own: the main thread may use the
+            # user's group meanwhile (DDP's own collectives, a loss all-reduce)
+            ranks = None if self.group is None else dist.get_process_group_ranks(self.group)
+            self._worker_group = dist.new_group(ranks=ranks, backend=dist.get_backend(self.group))
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="zen-ddp")  # keeps bucket order
+
+    def residual(self, param: nn.Parameter) -> torch.Tensor | None:
+        """What error feedback holds back for ``param`` (flat, float32), or None before its first step."""
+        return self._residuals.get(id(param))
+
+    def residual_norm(self) -> float:
+        """The L2 norm of every residual of this rank together."""
+        return float(sum(r.double().pow(2).sum() for r in self._residuals.values()) ** 0.5)
+
+    def close(self) -> None:
+        """Stop the worker thread (``overlap=True``); the state takes no more buckets."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
 
 
-def compress_and_sum(flat_N: torch.Tensor, state: HookState, key: str) -> torch.Tensor:
-    """Top-k of ``flat_N`` (+ this key's residual) summed over the group with the state's scheme, averaged."""
-    rank = dist.get_rank(state.group)
-    idx_K, val_K = state.compressor.compress(flat_N, worker=rank, tensor=key, step=state.step)
-    sparse_N = torch.zeros(flat_N.numel(), dtype=torch.float32, device=flat_N.device)
-    sparse_N[idx_K] = val_K
-    summed_N = state._scheme.run(sparse_N, group=state.group)
-    state.bytes_sent += int(state._scheme.last_measured()["bytes_sent"].sum())
-    return (summed_N / dist.get_world_size(state.group)).to(flat_N.dtype)
+def _sparsify(state: HookState, flat_N: torch.Tensor, parts, key: str, step: int, group) -> tuple[torch.Tensor, int]:
+    """Top-k of ``flat_N`` plus its parameters' residuals (``parts``: (parameter, start, end)); the unsent rest
+    becomes their new residuals. Returns the sparse float32 tensor to sum and the count kept."""
+    rank = dist.get_rank(group)
+    acc_N = flat_N.detach().to(torch.float32, copy=True).reshape(-1)
+    for p, s, e in parts:
+        r = state._residuals.get(id(p))
+        if r is not None:
+            acc_N[s:e] += r
+    gather = None
+    if state.threshold == "global":
+        def gather(sample_S):
+            pieces = [torch.empty_like(sample_S) for _ in range(dist.get_world_size(group))]
+            dist.all_gather(pieces, sample_S, group=group)
+            state.threshold_bytes_sent += sample_S.numel() * sample_S.element_size() * (len(pieces) - 1)
+            return torch.cat(pieces)
+    gen = state.compressor.generator(worker=rank, tensor=key, step=step, device=acc_N.device)
+    idx_K = state.compressor.select(acc_N, generator=gen, gather=gather)
+    sparse_N = torch.zeros_like(acc_N)
+    sparse_N[idx_K] = acc_N[idx_K]
+    acc_N[idx_K] = 0
+    for p, s, e in parts:  # views of one tensor per bucket: freed once every parameter has a newer residual
+        state._residuals[id(p)] = acc_N[s:e]
+    return sparse_N, int(idx_K.numel())
+
+
+def compress_and_sum(flat_N: torch.Tensor, state: HookState, key: str, parts, *, step: int | None = None,
+                     group=None) -> tuple[torch.Tensor, dict]:  # fmt: skip
+    """Top-k of ``flat_N`` (+ its parameters' residuals) summed over the group with the state's scheme and
+    averaged, in ``flat_N``'s dtype; and the bucket's row for ``last_step``."""
+    group = state.group if group is None else group
+    t0 = time.perf_counter()
+    sparse_N, kept = _sparsify(state, flat_N, parts, key, state.step if step is None else step, group)
+    summed_N = state._scheme.run(sparse_N, group=group)
+    sent = int(state._scheme.last_measured()["bytes_sent"].sum())
+    state.bytes_sent += sent
+    seconds = time.perf_counter() - t0
+    state.sync_s += seconds
+    row = {"key": key, "params": [state.names.get(id(p), "?") for p, _, _ in parts], "numel": flat_N.numel(),
+           "path": f"topk+{state.scheme}", "kept": kept, "bytes_sent": sent, "seconds": seconds}  # fmt: skip
+    return (summed_N / dist.get_world_size(group)).to(flat_N.dtype).view(flat_N.shape), row
+
+
+def _bucket_key(state: _Stats, parts) -> str:
+    """A bucket's name from its parameters: the same after DDP rebuilds its buckets, unlike ``bucket.index()``."""
+    names = ",".join(state.names.get(id(p), f"{tuple(p.shape)}@{s}") for p, s, _ in parts)
+    return f"bucket-{zlib.crc32(names.encode()):08x}"
 
 
 def comm_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """DDP communication hook: DGC top-k per bucket, then the state's sparse scheme."""
-    out = compress_and_sum(bucket.buffer(), state, f"bucket{bucket.index()}")
-    if bucket.is_last():
-        state.step += 1
+    """DDP communication hook: DGC top-k per bucket (residuals per parameter), then the state's sparse scheme; on
+    a worker thread when ``state.overlap``."""
+    buffer = bucket.buffer()
+    if buffer.is_sparse:
+        raise ValueError("mode='topk' needs dense gradients; sum nn.Embedding(sparse=True) with mode='natural'")
+    parts, last, step = _offsets(bucket), bucket.is_last(), state.step
+    key = _bucket_key(state, parts)
     fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-    fut.set_result(out)
+    if not state.overlap:
+        out, row = compress_and_sum(buffer, state, key, parts, step=step)
+        state.exposed_s += row["seconds"]
+        state._finish_bucket(row, last)
+        fut.set_result(out)
+        return fut
+    called = time.perf_counter()
+
+    def work() -> None:
+        try:
+            out, row = compress_and_sum(buffer, state, key, parts, step=step, group=state._worker_group)
+            if last:  # the last bucket's hook runs as backward ends: what follows it, backward waits for
+                state.exposed_s += time.perf_counter() - called
+            state._finish_bucket(row, last)
+            fut.set_result(out)
+        except BaseException as e:  # noqa: BLE001 - DDP re-raises it from backward
+            fut.set_exception(e)
+
+    state._executor.submit(work)
     return fut
 
 
 @dataclass
-class NaturalState:
+class NaturalState(_Stats):
     """Per-rank state of the natural-sparsity hook: the scheme, the parameters whose gradients it sums (by
     identity), and what it did: bytes the scheme sent, buckets summed by the scheme / densely."""
 
@@ -87,16 +204,14 @@ class NaturalState:
     scheme: str = "zen"
     group: dist.ProcessGroup | None = None
     seed: int = 0
-    bytes_sent: int = 0
     sparse_buckets: int = 0
     dense_buckets: int = 0
+    names: dict = field(default_factory=dict, repr=False)
     _scheme: object = field(default=None, repr=False)
     _ids: frozenset = field(default=frozenset(), repr=False)
 
     def __post_init__(self) -> None:
-        from zen_analysis.comm import build_scheme
-
-        self._scheme = build_scheme(self.scheme, **({"seed": self.seed} if self.scheme in ("zen", "bp_coo") else {}))
+        self._scheme = _build(self.scheme, self.seed)
         self._ids = frozenset(id(p) for p in self.params)
 
 
@@ -111,32 +226,71 @@ def _offsets(bucket: dist.GradBucket) -> list[tuple[torch.Tensor, int, int]]:
     return out
 
 
+def _sum_sparse_rows(state: NaturalState, grad: torch.Tensor) -> torch.Tensor:
+    """The average over the group of a sparse COO gradient (``nn.Embedding(sparse=True)``): summed by the scheme
+    over its non-zeros, returned as the rows whose sum is non-zero."""
+    g = grad.coalesce()
+    flat_N = torch.zeros(g.shape.numel(), dtype=torch.float32, device=g.device)
+    rows_R, vals_RD = g.indices()[0], g.values().reshape(g.indices().shape[1], -1)
+    flat_N.view(g.shape[0], -1).index_copy_(0, rows_R, vals_RD.float())  # coalesced: each row once
+    state._scheme.run(flat_N, group=state.group)  # in place, over the non-zeros only
+    state.bytes_sent += int(state._scheme.last_measured()["bytes_sent"].sum())
+    sum_VD = flat_N.view(g.shape[0], -1)
+    rows = torch.nonzero(sum_VD.ne(0).any(dim=1), as_tuple=True)[0]
+    values = (sum_VD[rows] / dist.get_world_size(state.group)).to(g.dtype).reshape(-1, *g.shape[1:])
+    return torch.sparse_coo_tensor(rows[None], values, g.shape, is_coalesced=True)
+
+
 def natural_hook(state: NaturalState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP communication hook of natural sparsity: the state's parameters' gradients summed with its sparse
     scheme (lossless), the rest of the bucket all-reduced densely; averaged over the group, as DDP does."""
     buffer = bucket.buffer()
     world = dist.get_world_size(state.group)
-    parts = _offsets(bucket)
-    sparse = [(s, e) for p, s, e in parts if id(p) in state._ids]
-    if not sparse:  # the stock path, asynchronous: overlaps the rest of backward
+    if buffer.is_sparse:  # nn.Embedding(sparse=True): a bucket of its own, one sparse COO gradient
+        (p,) = bucket.parameters()
+        if id(p) in state._ids:
+            return _completed(state, bucket, [p], buffer.numel(), lambda: _sum_sparse_rows(state, buffer))
+        parts = [(p, 0, buffer.numel())]
+    else:
+        parts = _offsets(bucket)
+    if not any(id(p) in state._ids for p, _, _ in parts):  # the stock path, asynchronous: overlaps backward
         state.dense_buckets += 1
+        state._finish_bucket({"params": [state.names.get(id(p), "?") for p, _, _ in parts], "numel": buffer.numel(),
+                              "path": "allreduce", "bytes_sent": None, "seconds": None}, bucket.is_last())  # fmt: skip
         work = dist.all_reduce(buffer, group=state.group, async_op=True)
         return work.get_future().then(lambda fut: fut.value()[0].div_(world))
+
+    def mixed() -> torch.Tensor:
+        for p, s, e in parts:
+            if id(p) in state._ids:
+                state._scheme.run(buffer[s:e], group=state.group)  # in place, over the non-zeros only
+                state.bytes_sent += int(state._scheme.last_measured()["bytes_sent"].sum())
+        dense = [(s, e) for p, s, e in parts if id(p) not in state._ids]
+        if dense:  # the bucket's other gradients: one dense all-reduce of them packed together
+            packed = torch.cat([buffer[s:e] for s, e in dense])
+            dist.all_reduce(packed, group=state.group)
+            at = 0
+            for s, e in dense:
+                buffer[s:e].copy_(packed[at : at + e - s])
+                at += e - s
+        return buffer.div_(world)
+
+    return _completed(state, bucket, [p for p, _, _ in parts], buffer.numel(), mixed)
+
+
+def _completed(state: NaturalState, bucket, params, numel: int, fn) -> torch.futures.Future[torch.Tensor]:
+    """Run ``fn`` inside the hook (a bucket holding a sparse parameter) and return its result as a done future."""
     state.sparse_buckets += 1
-    for s, e in sparse:
-        state._scheme.run(buffer[s:e], group=state.group)  # in place, over the non-zeros only
-        state.bytes_sent += int(state._scheme.last_measured()["bytes_sent"].sum())
-    dense = [(s, e) for p, s, e in parts if id(p) not in state._ids]
-    if dense:  # the bucket's other gradients: one dense all-reduce of them packed together
-        packed = torch.cat([buffer[s:e] for s, e in dense])
-        dist.all_reduce(packed, group=state.group)
-        at = 0
-        for s, e in dense:
-            buffer[s:e].copy_(packed[at : at + e - s])
-            at += e - s
-    buffer.div_(world)
+    sent0, t0 = state.bytes_sent, time.perf_counter()
+    out = fn()
+    seconds = time.perf_counter() - t0
+    state.sync_s += seconds
+    state.exposed_s += seconds
+    state._finish_bucket({"params": [state.names.get(id(p), "?") for p in params], "numel": numel,
+                          "path": state.scheme, "bytes_sent": state.bytes_sent - sent0, "seconds": seconds},
+                         bucket.is_last())  # fmt: skip
     fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-    fut.set_result(buffer)
+    fut.set_result(out)
     return fut
 
 
@@ -144,8 +298,6 @@ def sparse_parameters(module: nn.Module) -> tuple[nn.Parameter, ...]:
     """The parameters natural sparsity applies to: every ``nn.Embedding``'s weight whose gradient is row-sparse,
     i.e. not also used elsewhere (a weight tied to an output layer gets a dense gradient: skipped, with a
     warning naming it)."""
-    import warnings
-
     embeddings = [(name, m.weight) for name, m in module.named_modules() if isinstance(m, nn.Embedding)]
     owners: dict[int, list[str]] = {}
     for name, m in module.named_modules():
@@ -163,40 +315,45 @@ def sparse_parameters(module: nn.Module) -> tuple[nn.Parameter, ...]:
 
 
 def register(ddp_model: nn.Module, *, mode: str = "natural", scheme: str = "zen", params=None, group=None, seed: int = 0,
-             ratio: float = 0.05):  # fmt: skip
+             ratio: float = 0.05, threshold: str = "local", overlap: bool = False):  # fmt: skip
     """Put Zen (or another scheme of :mod:`zen_analysis.comm`) into a ``DistributedDataParallel`` model; returns the
-    hook's state (bytes sent, buckets by path).
+    hook's state (:class:`NaturalState` or :class:`HookState`: bytes sent, seconds, per-bucket rows).
 
-    ``mode="natural"``: the gradients of ``params`` (default :func:`sparse_parameters`: the untied embeddings) are
-    summed losslessly by ``scheme``, everything else by DDP's own all-reduce. ``mode="topk"``: DGC top-``ratio``
-    of every bucket with error feedback, then ``scheme`` (lossy as the sparsifier is; :func:`comm_hook`).
+    ``mode="natural"``: the gradients of ``params`` (default :func:`sparse_parameters`: the untied embeddings, dense
+    or ``sparse=True``) are summed losslessly by ``scheme``, everything else by DDP's own all-reduce.
+    ``mode="topk"``: DGC top-``ratio`` of every bucket with error feedback per parameter, then ``scheme`` (lossy as
+    the sparsifier is; :func:`comm_hook`); ``threshold="local" | "global"``; ``overlap=True`` sums on a worker
+    thread while backward goes on (creates a process group: call ``register`` on every rank).
 
-    At the end, delete the DDP model before ``dist.destroy_process_group()`` (``scripts/ddp_transformers.py``): a
-    Python hook's last asynchronous gloo all-reduce may still be releasing its tensors on gloo's worker thread,
-    which needs the GIL; a process group whose last reference is the model's Reducer joins that thread from the
-    model's destructor, GIL held, and the process hangs at exit (2 runs in 5 here before the script did so)."""
+    At the end, delete the DDP model (and the state) before ``dist.destroy_process_group()``
+    (``scripts/ddp_transformers.py``): a Python hook's last asynchronous gloo all-reduce may still be releasing its
+    tensors on gloo's worker thread, which needs the GIL; a process group whose last reference is the model's
+    Reducer joins that thread from the model's destructor, GIL held, and the process hangs at exit (2 runs in 5
+    here before the script did so)."""
     module = getattr(ddp_model, "module", None)
     if module is None:
         raise ValueError("register() takes a torch.nn.parallel.DistributedDataParallel model")
+    names = {id(p): n for n, p in module.named_parameters()}
     if mode == "natural":
         chosen = tuple(params) if params is not None else sparse_parameters(module)
         if not chosen:
             raise ValueError("natural mode found no untied nn.Embedding to sum sparsely; pass params=[...]")
-        if any(getattr(m, "sparse", False) for m in module.modules() if isinstance(m, nn.Embedding)):
-            raise ValueError("nn.Embedding(sparse=True) is not supported by the natural hook yet; use dense gradients")
-        state = NaturalState(params=chosen, scheme=scheme, group=group, seed=seed)
+        state = NaturalState(params=chosen, scheme=scheme, group=group, seed=seed, names=names)
         ddp_model.register_comm_hook(state, natural_hook)
         return state
     if mode == "topk":
-        state = HookState(scheme=scheme, ratio=ratio, group=group, seed=seed)
+        if any(getattr(m, "sparse", False) for m in module.modules() if isinstance(m, nn.Embedding)):
+            raise ValueError("mode='topk' needs dense gradients; nn.Embedding(sparse=True) goes with mode='natural'")
+        state = HookState(scheme=scheme, ratio=ratio, group=group, seed=seed, threshold=threshold, overlap=overlap,
+                          names=names)  # fmt: skip
         ddp_model.register_comm_hook(state, comm_hook)
         return state
     raise ValueError(f"mode must be 'natural' or 'topk', got {mode!r}")
 
 
 class CompressedSync:
-    """Every gradient, flattened into buckets of ``bucket_mb``, top-k sparsified per bucket (error feedback)
-    and summed with a sparse scheme; the training loop's counterpart of :func:`comm_hook`."""
+    """Every gradient, flattened into buckets of ``bucket_mb``, top-k sparsified per bucket (error feedback per
+    parameter) and summed with a sparse scheme; the training loop's counterpart of :func:`comm_hook`."""
 
     def __init__(self, scheme: str = "zen", *, ratio: float = 0.05, bucket_mb: float = 25.0, seed: int = 0,
                  group: dist.ProcessGroup | None = None) -> None:  # fmt: skip
@@ -213,6 +370,7 @@ class CompressedSync:
 
     def attach(self, model: nn.Module) -> None:
         self._layout.attach(model)
+        self.state.names = {id(p): n for n, p in model.named_parameters()}
 
     def synchronize(self, model: nn.Module) -> None:
         if self._layout._world() == 1:
@@ -220,5 +378,10 @@ class CompressedSync:
         from zen_analysis.train.sync import flatten_grads, unflatten_into_grads
 
         for b, bucket in enumerate(self._layout._buckets):
-            unflatten_into_grads(bucket, compress_and_sum(flatten_grads(bucket), self.state, f"bucket{b}"))
-        self.state.step += 1
+            parts, at = [], 0
+            for p in bucket:
+                parts.append((p, at, at + p.numel()))
+                at += p.numel()
+            summed_N, row = compress_and_sum(flatten_grads(bucket), self.state, f"bucket{b}", parts)
+            unflatten_into_grads(bucket, summed_N)
+            self.state._finish_bucket(row, b == len(self._layout._buckets) - 1)
