@@ -439,3 +439,52 @@ def bench_netlab(overrides: list[str] | tuple[str, ...] = ()) -> dict:
 
 
 BENCHMARKS["netlab"] = bench_netlab
+
+
+def bench_ddp(overrides: list[str] | tuple[str, ...] = ()) -> dict:
+    """A user's own DDP training (``scripts/ddp_transformers.py``, the default Llama under torchrun) as stock DDP,
+    with Zen's natural hook and with top-k + Zen, inline and overlapped
+    (:func:`~zen_analysis.dist.experiments.ddp_script_sweep`): median step time and bytes per step of rank 0, on
+    loopback and, as root, behind 1 Gbit/s links. ``--set ranks=4 bandwidths=loopback,1 steps=12 rounds=2
+    bucket_mb=25 variants=...``. Table in ``data/derived/ddp/ddp_script.txt``."""
+    from zen_analysis import paths
+    from zen_analysis.atomic import atomic_write_text
+    from zen_analysis.derived import write_table
+    from zen_analysis.dist import netlab
+    from zen_analysis.dist.experiments import DDP_VARIANTS, ddp_script_sweep
+
+    opts: dict = {"ranks": 4, "bandwidths": [None, 1.0], "steps": 12, "rounds": 2, "warmup": 2, "batch": 8,
+                  "size": "default", "variants": list(DDP_VARIANTS), "bucket_mb": 25.0}  # fmt: skip
+    for item in overrides:
+        key, _, value = item.partition("=")
+        if key not in opts:
+            raise ValueError(f"bench ddp takes --set {', '.join(opts)}=...; got {item!r}")
+        if key == "bandwidths":
+            opts[key] = [None if v == "loopback" else float(v) for v in value.split(",")]
+        elif key == "variants":
+            opts[key] = value.split(",")
+        elif key == "size":
+            opts[key] = value
+        elif key == "bucket_mb":
+            opts[key] = float(value)
+        else:
+            opts[key] = int(value)
+    if any(b is not None for b in opts["bandwidths"]):
+        ok, why = netlab.available()
+        if not ok:
+            print(f"no network lab here ({why}): loopback only")
+            opts["bandwidths"] = [b for b in opts["bandwidths"] if b is None]
+    summary, steps = ddp_script_sweep(**opts)
+    out_dir = paths.derived_dir() / "ddp"
+    stamp = {"options": {k: str(v) for k, v in opts.items()}}
+    write_table(out_dir / "ddp_script.parquet", summary, stamp)
+    write_table(out_dir / "ddp_script_steps.parquet", steps, stamp)
+    cols = ["network", "variant", "step_s_median", "speedup_vs_stock", "bytes_per_step", "sync_s_median",
+            "exposed_s_median", "loss_max_diff_vs_stock"]  # fmt: skip
+    text = summary[cols].round(4).to_string(index=False)
+    atomic_write_text(out_dir / "ddp_script.txt", text + "\n")
+    print(text)
+    return {"ddp": summary}
+
+
+BENCHMARKS["ddp"] = bench_ddp

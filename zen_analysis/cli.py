@@ -233,8 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_bench_comm)
     p = sub.add_parser("bench", help="benchmarks (ratios measured side by side, medians)")
     p.add_argument(
-        "what", choices=["capture", "characterize", "comm", "evaluate", "hashing", "netlab", "stragglers", "zen"],
-        help="capture: capture overhead; characterize: 16M x 128 workers x 20 steps; comm: schemes measured vs "
+        "what", choices=["capture", "characterize", "comm", "ddp", "evaluate", "hashing", "netlab", "stragglers", "zen"],
+        help="capture: capture overhead; characterize: 16M x 128 workers x 20 steps; ddp: the example DDP script "
+        "(stock, natural Zen, top-k + Zen) on loopback and 1 Gbit/s links; comm: schemes measured vs "
         "modelled on the default run's embedding at 4 ranks; evaluate: modelling speed at 16M x 128 workers; "
         "hashing: Algorithm 1 vs argsort on 10M indices; netlab: schemes, hierarchical Zen and training measured on "
         "the emulated network (root); stragglers: EDiT vs A-EDiT with a 2x straggler; "

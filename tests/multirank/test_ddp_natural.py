@@ -161,24 +161,28 @@ def test_sparse_parameters_skip_a_tied_embedding_with_a_warning():
         assert sparse_parameters(_LM(tie=True)) == ()
 
 
-def test_the_example_script_under_torchrun_matches_stock_ddp(tmp_path):
-    """scripts/ddp_transformers.py, as a user runs it: torchrun, 2 gloo ranks, a transformers Llama."""
+@pytest.mark.parametrize("model, flags", [("llama", []), ("gpt2", ["--sparse-embedding"])])
+def test_the_example_script_under_torchrun_matches_stock_ddp(tmp_path, model, flags):
+    """scripts/ddp_transformers.py, as a user runs it: torchrun, 2 gloo ranks, a transformers Llama (dense embedding
+    gradient) or GPT-2 with an nn.Embedding(sparse=True) (stock DDP all-gathers it; the hook sums it with Zen)."""
     import json
     import subprocess
     import sys
     from pathlib import Path
 
     script = Path(__file__).resolve().parents[2] / "scripts" / "ddp_transformers.py"
-    losses = {}
+    results = {}
     for zen in ("off", "natural"):
         out = tmp_path / f"{zen}.json"
         proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script),
-                               "--size", "smoke", "--steps", "4", "--batch", "4", "--zen", zen, "--out", str(out)],
-                              capture_output=True, text=True, timeout=300)  # fmt: skip
+                               "--size", "smoke", "--steps", "4", "--batch", "4", "--zen", zen, "--model", model,
+                               "--out", str(out), *flags], capture_output=True, text=True, timeout=300)  # fmt: skip
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         result = json.loads(out.read_text())
         assert result["ranks"] == 2 and result["backend"] == "gloo" and len(result["steps"]) == 4
-        losses[zen] = [s["loss"] for s in result["steps"]]
-        if zen == "natural":
-            assert result["steps"][-1]["zen_bytes_sent_so_far"] > 0
-    torch.testing.assert_close(torch.tensor(losses["natural"]), torch.tensor(losses["off"]), rtol=1e-4, atol=1e-5)
+        assert result["model"] == model and result["sparse_embedding"] == bool(flags)
+        results[zen] = result["steps"]
+    assert all(s["sparse_bytes"] > 0 and s["dense_bytes"] > 0 for s in results["natural"])  # Zen + stock all-reduce
+    assert all(s["sparse_bytes"] == 0 for s in results["off"]) != bool(flags)  # sparse=True: stock all-gathers rows
+    losses = {zen: torch.tensor([s["loss"] for s in steps]) for zen, steps in results.items()}
+    torch.testing.assert_close(losses["natural"], losses["off"], rtol=1e-4, atol=1e-5)

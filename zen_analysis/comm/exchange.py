@@ -287,3 +287,9 @@ def ring_chunk_sizes(numel: int, world: int) -> list[int]:
     """Chunk sizes of ``torch.tensor_split(range(numel), world)``: the first numel % world are one larger."""
     base, extra = divmod(numel, world)
     return [base + (1 if r < extra else 0) for r in range(world)]
+
+
+def ring_bytes_sent(numel: int, element_bytes: int, world: int, rank: int) -> int:
+    """Bytes ``rank`` sends in a ring all-reduce of ``numel`` elements: every chunk but its own, twice
+    (reduce-scatter, then all-gather): about 2 (W - 1) / W x the buffer."""
+    return 2 * (numel - ring_chunk_sizes(numel, world)[rank]) * element_bytes if world > 1 else 0

@@ -9,12 +9,16 @@
   (rank 0's time inside ``synchronize``), the exchange alone (sync less the wait for the slowest rank's compute:
   4 ranks share 2 cores here, so ranks finish their micro-batches tens of ms apart), tokens/s and the per-step
   losses (equal to a loopback run's: the network changes time, not numbers).
+* :func:`ddp_script_sweep`: a user's own DDP training — ``scripts/ddp_transformers.py`` (torchrun, DDP, a
+  transformers Llama) as stock DDP, with Zen's natural hook and with top-k + Zen (inline and overlapped) — on
+  loopback and behind shaped links: step time and bytes per step.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
+from pathlib import Path
 
 import pandas as pd
 
@@ -101,6 +105,96 @@ def training_sweep(
                 "run_id": cfg.run_id,
             })  # fmt: skip
     return pd.DataFrame(rows)
+
+
+DDP_VARIANTS = {
+    "stock": ["--zen", "off"],
+    "natural": ["--zen", "natural"],
+    "topk": ["--zen", "topk"],
+    "topk-overlap": ["--zen", "topk", "--overlap"],
+}
+"""What :func:`ddp_script_sweep` runs by default: name -> the example script's flags (stock DDP; Zen's natural
+hook; DGC top-5% + Zen inline; the same on the hook's worker thread)."""
+
+
+def example_script() -> Path:
+    """``scripts/ddp_transformers.py`` of this checkout (it is an example to read, not part of the package)."""
+    script = Path(__file__).resolve().parents[2] / "scripts" / "ddp_transformers.py"
+    if not script.exists():
+        raise FileNotFoundError(f"{script} is missing: the DDP example lives in the repository's scripts/, run from a clone")
+    return script
+
+
+def ddp_script_sweep(
+    *,
+    ranks: int = 4,
+    bandwidths: Sequence[float | None] = (None, 1.0),
+    variants: Sequence[str] = tuple(DDP_VARIANTS),
+    steps: int = 12,
+    warmup: int = 2,
+    rounds: int = 1,
+    size: str = "default",
+    batch: int = 8,
+    bucket_mb: float = 25.0,
+    progress: bool = True,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The example DDP script per variant and link rate (``None``: loopback, one ``torchrun --standalone``; a rate:
+    one torchrun per lab node, :func:`~zen_analysis.dist.launch.run_in_lab`), ``rounds`` times interleaved. One row
+    per (network, variant): rank 0's median step time and bytes per step (the hooks' measured sparse bytes + the
+    dense all-reduces' ring volume) after ``warmup`` steps, the sum's seconds and the part backward waited for
+    (top-k), and the largest per-step loss difference from stock DDP's (natural: float noise only). Returns that
+    summary and every measured step."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    from zen_analysis.dist.launch import run_in_lab
+
+    unknown = set(variants) - set(DDP_VARIANTS)
+    if unknown:
+        raise ValueError(f"unknown variants {sorted(unknown)}; choose from {list(DDP_VARIANTS)}")
+    script, rows, losses = example_script(), [], {}
+    with tempfile.TemporaryDirectory(prefix="zen-ddp-sweep-") as tmp:
+        for bw in bandwidths:
+            network = "loopback" if bw is None else f"{bw:g} Gbit/s"
+            for rnd in range(rounds):
+                for variant in variants:
+                    out = Path(tmp) / f"{len(rows)}.json"
+                    program = [str(script), "--size", size, "--steps", str(steps), "--batch", str(batch), "--out", str(out),
+                               "--bucket-mb", str(bucket_mb),
+                               *DDP_VARIANTS[variant]]  # fmt: skip
+                    if progress:
+                        print(f"[ddp sweep] {network}, round {rnd + 1}/{rounds}: {variant}", flush=True)
+                    if bw is None:
+                        proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                               f"--nproc-per-node={ranks}", *program], capture_output=True, text=True)  # fmt: skip
+                        code, tail = proc.returncode, (proc.stdout + proc.stderr)[-3000:]
+                    else:
+                        log = Path(tmp) / f"logs-{len(rows)}"
+                        code, tail = run_in_lab(program, nodes=ranks, bandwidth_gbps=bw, log_dir=log), f"(logs in {log})"
+                    if code:
+                        raise RuntimeError(f"{variant} at {network} exited with {code}:\n{tail}")
+                    result = json.loads(out.read_text())
+                    losses.setdefault((network, variant), []).append([s["loss"] for s in result["steps"]])
+                    for s in result["steps"][warmup:]:
+                        rows.append({"network": network, "bandwidth_gbps": bw, "variant": variant, "round": rnd, **s})
+    steps_df = pd.DataFrame(rows)
+    summary = (
+        steps_df.groupby(["network", "variant"], sort=False)
+        .agg(step_s_median=("step_s", "median"), bytes_per_step=("bytes", "median"), sparse_bytes=("sparse_bytes", "median"),
+             dense_bytes=("dense_bytes", "median"), sync_s_median=("sync_s", "median"),
+             exposed_s_median=("exposed_s", "median"), bandwidth_gbps=("bandwidth_gbps", "first"))  # fmt: skip
+        .reset_index()
+    )
+    diffs = []
+    for network, variant in zip(summary["network"], summary["variant"]):
+        mine, stock = losses[(network, variant)][0], losses.get((network, "stock"), [None])[0]
+        diffs.append(max(abs(a - b) for a, b in zip(mine, stock)) if stock is not None else float("nan"))
+    summary["loss_max_diff_vs_stock"] = diffs
+    stock = summary[summary["variant"] == "stock"].set_index("network")["step_s_median"]
+    summary["speedup_vs_stock"] = summary["network"].map(stock) / summary["step_s_median"]
+    return summary, steps_df
 
 
 def _node_replay(rank: int, world: int, sets: list, numel: int, ranks_per_node: int, repeats: int, seed: int) -> list[dict]:

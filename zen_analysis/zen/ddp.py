@@ -36,6 +36,7 @@ import torch.distributed as dist
 from torch import nn
 
 from zen_analysis.capture.topk import TopKCompressor
+from zen_analysis.comm.exchange import ring_bytes_sent
 
 THRESHOLDS = ("local", "global")
 
@@ -204,6 +205,8 @@ class NaturalState(_Stats):
     scheme: str = "zen"
     group: dist.ProcessGroup | None = None
     seed: int = 0
+    dense_bytes_sent: int = 0
+    """Bytes of the stock all-reduces (ring volume, :func:`~zen_analysis.comm.exchange.ring_bytes_sent`)."""
     sparse_buckets: int = 0
     dense_buckets: int = 0
     names: dict = field(default_factory=dict, repr=False)
@@ -238,7 +241,8 @@ def _sum_sparse_rows(state: NaturalState, grad: torch.Tensor) -> torch.Tensor:
     sum_VD = flat_N.view(g.shape[0], -1)
     rows = torch.nonzero(sum_VD.ne(0).any(dim=1), as_tuple=True)[0]
     values = (sum_VD[rows] / dist.get_world_size(state.group)).to(g.dtype).reshape(-1, *g.shape[1:])
-    return torch.sparse_coo_tensor(rows[None], values, g.shape, is_coalesced=True)
+    # sorted unique rows by construction: coalesced, nothing to check
+    return torch.sparse_coo_tensor(rows[None], values, g.shape, is_coalesced=True, check_invariants=False)
 
 
 def natural_hook(state: NaturalState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -257,6 +261,7 @@ def natural_hook(state: NaturalState, bucket: dist.GradBucket) -> torch.futures.
         state.dense_buckets += 1
         state._finish_bucket({"params": [state.names.get(id(p), "?") for p, _, _ in parts], "numel": buffer.numel(),
                               "path": "allreduce", "bytes_sent": None, "seconds": None}, bucket.is_last())  # fmt: skip
+        state.dense_bytes_sent += _ring(buffer.numel(), buffer.element_size(), state.group)
         work = dist.all_reduce(buffer, group=state.group, async_op=True)
         return work.get_future().then(lambda fut: fut.value()[0].div_(world))
 
@@ -269,6 +274,7 @@ def natural_hook(state: NaturalState, bucket: dist.GradBucket) -> torch.futures.
         if dense:  # the bucket's other gradients: one dense all-reduce of them packed together
             packed = torch.cat([buffer[s:e] for s, e in dense])
             dist.all_reduce(packed, group=state.group)
+            state.dense_bytes_sent += _ring(packed.numel(), packed.element_size(), state.group)
             at = 0
             for s, e in dense:
                 buffer[s:e].copy_(packed[at : at + e - s])
@@ -276,6 +282,10 @@ def natural_hook(state: NaturalState, bucket: dist.GradBucket) -> torch.futures.
         return buffer.div_(world)
 
     return _completed(state, bucket, [p for p, _, _ in parts], buffer.numel(), mixed)
+
+
+def _ring(numel: int, element_bytes: int, group) -> int:
+    return ring_bytes_sent(numel, element_bytes, dist.get_world_size(group), dist.get_rank(group))
 
 
 def _completed(state: NaturalState, bucket, params, numel: int, fn) -> torch.futures.Future[torch.Tensor]:
