@@ -52,60 +52,111 @@ def _step_sets(run: str, tensor: str, step: int, granularity: str) -> tuple[int,
     return numel, dict(sorted(sets.items()))
 
 
+MAX_MAP_ROWS = 64
+"""Worker rows of the heatmaps at most (more workers are averaged in consecutive groups: a screen shows no more)."""
+MAX_OVERLAP_WORKERS = 64
+"""Pairwise overlap among the first this many workers (2,016 pairs): all pairs of 1,024 workers are 523,776."""
+
+
+def _grouped(rows_WB: np.ndarray, max_rows: int) -> tuple[np.ndarray, int]:
+    """Rows averaged in consecutive groups so at most ``max_rows`` remain; returns them and the group size."""
+    group = -(-rows_WB.shape[0] // max_rows)
+    if group == 1:
+        return rows_WB, 1
+    pad = (-rows_WB.shape[0]) % group
+    padded = np.concatenate([rows_WB, np.full((pad, rows_WB.shape[1]), np.nan)]) if pad else rows_WB
+    return np.nanmean(padded.reshape(-1, group, rows_WB.shape[1]), axis=1), group
+
+
 def explore_stats(run: str, tensor: str, step: int, num_workers: int, num_partitions: int, granularity: str) -> dict:
-    """Everything the four plots show, for the first ``num_workers`` workers."""
+    """Everything the four plots show, for the first ``num_workers`` workers (heatmaps averaged over groups of
+    workers beyond :data:`MAX_MAP_ROWS` rows; overlap among the first :data:`MAX_OVERLAP_WORKERS`)."""
     numel, sets = _step_sets(run, tensor, step, granularity)
     workers = list(sets)[:num_workers]
     chosen = [sets[w] for w in workers]
     union = torch.unique(torch.cat(chosen)) if chosen else torch.zeros(0, dtype=torch.long)
     edges = np.linspace(0, numel, NUM_BINS + 1)
-    density_map = np.stack([np.histogram(s.numpy(), bins=edges)[0] / np.diff(edges) for s in chosen + [union]])
+    per_worker = np.stack([np.histogram(s.numpy(), bins=edges)[0] / np.diff(edges) for s in chosen])
+    worker_map, group = _grouped(per_worker, MAX_MAP_ROWS)
+    union_row = np.histogram(union.numpy(), bins=edges)[0] / np.diff(edges)
     shares = np.stack([partition_shares(s, numel, num_partitions) for s in chosen])
     ns = [1] + worker_counts(len(chosen))
     gammas = [densification_ratio(chosen[:n]) for n in ns]
     return {
         "workers": workers,
         "numel": numel,
+        "granularity": granularity,
         "density": [s.numel() / numel for s in chosen],
         "union_density": union.numel() / numel,
-        "density_map": density_map,
+        "density_map": np.vstack([worker_map, union_row[None]]),
+        "map_group": group,
         "shares": shares,
+        "shares_map": _grouped(shares, MAX_MAP_ROWS)[0],
         "gamma_n": ns,
         "gamma": gammas,
-        "overlaps": pairwise_overlap_ratios(chosen),
+        "overlaps": pairwise_overlap_ratios(chosen[:MAX_OVERLAP_WORKERS]),
+        "overlap_workers": min(len(chosen), MAX_OVERLAP_WORKERS),
     }
+
+
+def _worker_ticks(ax: plt.Axes, rows: int, group: int, *, union: bool) -> None:
+    """Integer worker labels on a heatmap's rows (groups when averaged), the last row named "union"."""
+    step = max(1, rows // 8)
+    ticks = list(range(0, rows, step))
+    labels = [str(t * group) if group == 1 else f"{t * group}-{(t + 1) * group - 1}" for t in ticks]
+    if union:
+        ticks, labels = ticks + [rows], labels + ["union"]
+    ax.set_yticks(ticks, labels)
+    ax.grid(False)
 
 
 def draw(stats: dict, *, title: str = "") -> plt.Figure:
     """The four explorer plots for ``stats`` (from :func:`explore_stats`)."""
     style.apply()
-    fig, axes = plt.subplots(2, 2, figsize=(11, 7))
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
+    row_mode = stats.get("granularity") == "row"
+    group = stats.get("map_group", 1)
+    who = "worker" if group == 1 else f"workers (mean of {group})"
     ax = axes[0, 0]
-    im = ax.imshow(stats["density_map"], aspect="auto", cmap="magma_r", interpolation="nearest",
-                   extent=(0, stats["numel"], len(stats["workers"]) + 0.5, -0.5))  # fmt: skip
-    ax.set(xlabel="flat index", ylabel="worker (last row: union)", title="density map of the index space")
+    m = stats["density_map"]
+    im = ax.imshow(m, aspect="auto", cmap="magma_r", interpolation="nearest", extent=(0, stats["numel"], m.shape[0] - 0.5, -0.5))
+    ax.axhline(m.shape[0] - 1.5, color="0.4", lw=0.8)
+    _worker_ticks(ax, m.shape[0] - 1, group, union=True)
+    ax.set(xlabel="token id (embedding row)" if row_mode else "flat index", ylabel=who,
+           title="density map of the index space")  # fmt: skip
     fig.colorbar(im, ax=ax, label="density per bin")
     ax = axes[0, 1]
-    P = stats["shares"].shape[1]
-    im = ax.imshow(100 * stats["shares"], aspect="auto", cmap="rocket_r", vmin=0, interpolation="nearest")
-    ax.set(xlabel=f"contiguous partition (of {P})", ylabel="worker", title="% of non-zeros per partition")
+    shares = stats.get("shares_map", stats["shares"])
+    P = shares.shape[1]
+    im = ax.imshow(100 * shares, aspect="auto", cmap="rocket_r", vmin=0, interpolation="nearest")
+    _worker_ticks(ax, shares.shape[0], group, union=False)
+    ax.set(xlabel=f"contiguous partition (of {P})", ylabel=who, title="% of a worker's non-zeros per partition (C3)")
     fig.colorbar(im, ax=ax, label="%")
     ax = axes[1, 0]
-    ax.plot(stats["gamma_n"], stats["gamma"], "o-", label="γⁿ")
-    ax.plot(stats["gamma_n"], stats["gamma_n"], "k--", lw=1, label="y = n")
-    ax.set(xlabel="workers n", ylabel="densification ratio", title="densification")
+    ax.plot(stats["gamma_n"], stats["gamma"], "o-", label="γⁿ = |union| / mean |set|")
+    ax.plot(stats["gamma_n"], stats["gamma_n"], "k--", lw=1, label="y = n (no overlap)")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(stats["gamma_n"], [str(n) for n in stats["gamma_n"]])
+    ax.set(xlabel="workers n", ylabel="densification ratio γⁿ", title="densification (C2)")
     ax.legend()
     ax = axes[1, 1]
     ov = stats["overlaps"][~np.isnan(stats["overlaps"])]
     ax.hist(ov, bins=np.linspace(0, 1, 26), color="C2")
-    ax.set(xlabel="overlap ratio", ylabel="worker pairs", title=f"pairwise overlap ({len(ov)} pairs)")
+    among = stats.get("overlap_workers", len(stats["workers"]))
+    first = f" among the first {among} workers" if among < len(stats["workers"]) else ""
+    ax.set(xlabel="overlap ratio |A∩B| / min(|A|, |B|)", ylabel="worker pairs",
+           title=f"pairwise overlap (C1): {len(ov):,} pairs{first}")  # fmt: skip
     fig.suptitle(title)
     fig.tight_layout()
     return fig
 
 
 class DensityExplorer:
-    """ipywidgets controls + an output area redrawn on every change."""
+    """ipywidgets controls + an output area; every user action redraws exactly once.
+
+    A change first brings the dependent controls in line (a new run resets tensor, step and worker count; a new
+    tensor its granularities) with every callback muted, then draws once from the final values, so the title always
+    matches the controls. While it computes, the controls are disabled and the status line says so."""
 
     def __init__(self, run: str | None = None) -> None:
         import ipywidgets as w
@@ -116,62 +167,106 @@ class DensityExplorer:
         run = run or runs[0]
         self.controls = {
             "run": w.Dropdown(options=runs, value=run, description="run"),
-            "tensor": w.Dropdown(description="tensor"),
+            "tensor": w.Dropdown(description="tensor", layout=w.Layout(width="360px")),
             "step": w.Dropdown(description="step"),
-            "num_workers": w.IntSlider(min=2, max=2, value=2, description="workers"),
+            "num_workers": w.IntSlider(min=2, max=2, value=2, description="workers", continuous_update=False),
             "num_partitions": w.Dropdown(options=[2, 4, 8, 16, 32, 64, 128], value=8, description="partitions"),
             "granularity": w.ToggleButtons(options=["row", "element"], value="row", description="granularity"),
         }
+        self.status = w.HTML()
         self.output = w.Output()
-        self.widget = w.VBox([w.HBox(list(self.controls.values())[:3]), w.HBox(list(self.controls.values())[3:]), self.output])
+        self.widget = w.VBox([w.HBox(list(self.controls.values())[:3]), w.HBox(list(self.controls.values())[3:]),
+                              self.status, self.output])  # fmt: skip
         self.stats: dict = {}
         self.figure: plt.Figure | None = None
+        self.title = ""
         self.num_updates = 0
+        self.busy = False
+        self.history: list[str] = []  # every status shown, in order (tests read it)
         self._syncing = False
-        self._on_run()
-        self.controls["run"].observe(lambda _: self._on_run(), names="value")
-        self.controls["tensor"].observe(lambda _: self._on_tensor(), names="value")
-        for name in ("step", "num_workers", "num_partitions", "granularity"):
-            self.controls[name].observe(lambda _: self.update(), names="value")
-
-    def _on_run(self) -> None:
-        reader = _reader(self.controls["run"].value)
-        self._syncing = True
-        self.controls["tensor"].options = reader.tensors()
-        self.controls["tensor"].value = reader.tensors()[0]
-        self.controls["step"].options = reader.steps()
-        self.controls["step"].value = reader.steps()[0]
-        W = len(reader.workers())
-        self.controls["num_workers"].max = max(2, W)
-        self.controls["num_workers"].value = W
-        self._syncing = False
-        self._on_tensor()
-
-    def _on_tensor(self) -> None:
-        reader = _reader(self.controls["run"].value)
-        kind = reader.manifest["tensors"][self.controls["tensor"].value]["kind"]
-        self._syncing = True
-        options = ["row", "element"] if kind == "natural" else ["element"]
-        keep = self.controls["granularity"].value
-        self.controls["granularity"].options = options
-        self.controls["granularity"].value = keep if keep in options else options[0]
-        self._syncing = False
+        self._drawn: tuple | None = None
+        self._sync("run")
         self.update()
+        for name, control in self.controls.items():
+            control.observe(lambda change, name=name: self._changed(name), names="value")
 
-    def update(self) -> None:
-        """Recompute and redraw for the current control values."""
+    def _changed(self, name: str) -> None:
         if self._syncing:
             return
+        self._sync(name)
+        self.update()
+
+    def _sync(self, name: str) -> None:
+        """Dependent controls follow ``name``'s new value, callbacks muted (no intermediate draws)."""
+        self._syncing = True
+        try:
+            reader = _reader(self.controls["run"].value)
+            if name == "run":
+                self.controls["tensor"].options = reader.tensors()
+                self.controls["tensor"].value = reader.tensors()[0]
+                self.controls["step"].options = reader.steps()
+                self.controls["step"].value = reader.steps()[0]
+                W = len(reader.workers())
+                self.controls["num_workers"].max = max(2, W)
+                self.controls["num_workers"].value = W
+            if name in ("run", "tensor"):
+                kind = reader.manifest["tensors"][self.controls["tensor"].value]["kind"]
+                options = ["row", "element"] if kind == "natural" else ["element"]
+                keep = self.controls["granularity"].value
+                self.controls["granularity"].options = options
+                self.controls["granularity"].value = keep if keep in options else options[0]
+        finally:
+            self._syncing = False
+
+    def _set_status(self, text: str) -> None:
+        self.status.value = text
+        self.history.append(text)
+
+    def update(self) -> None:
+        """Recompute and redraw for the current control values (once; nothing if they are what is drawn)."""
+        import time
+        import warnings
+
         from IPython.display import clear_output, display
 
         c = {k: v.value for k, v in self.controls.items()}
-        self.stats = explore_stats(c["run"], c["tensor"], c["step"], c["num_workers"], c["num_partitions"], c["granularity"])
-        title = f"{c['run']} · {c['tensor']} · step {c['step']} · {len(self.stats['workers'])} workers · {c['granularity']}"
-        if self.figure is not None:
-            plt.close(self.figure)
-        self.figure = draw(self.stats, title=title)
-        plt.close(self.figure)  # shown only through the output area, not again by the inline backend
-        with self.output:
-            clear_output(wait=True)
-            display(self.figure)
-        self.num_updates += 1
+        key = tuple(c.values())
+        if key == self._drawn:
+            return
+        self.busy = True
+        for control in self.controls.values():
+            control.disabled = True
+        self._set_status("<b>computing…</b> " + _cost_note(c, self._worker_count(c)))
+        t0 = time.perf_counter()
+        try:
+            with self.output, warnings.catch_warnings():  # nothing of a redraw lands in JupyterLab's log console
+                warnings.simplefilter("ignore")
+                self.stats = explore_stats(c["run"], c["tensor"], c["step"], c["num_workers"], c["num_partitions"], c["granularity"])
+                tensor = c["tensor"].removeprefix("model.")
+                self.title = f"{c['run']} · {tensor} · step {c['step']} · {len(self.stats['workers'])} workers · {c['granularity']}"
+                if self.figure is not None:
+                    plt.close(self.figure)
+                self.figure = draw(self.stats, title=self.title)
+                plt.close(self.figure)  # shown only through the output area, not again by the inline backend
+                clear_output(wait=True)
+                display(self.figure)
+            self._drawn = key
+            self.num_updates += 1
+            self._set_status(f"ready ({time.perf_counter() - t0:.1f} s)")
+        except Exception as e:
+            self._set_status(f"<b>failed</b>: {type(e).__name__}: {e}")
+            raise
+        finally:
+            for control in self.controls.values():
+                control.disabled = False
+            self.busy = False
+
+    def _worker_count(self, c: dict) -> int:
+        return min(c["num_workers"], len(_reader(c["run"]).workers()))
+
+
+def _cost_note(c: dict, workers: int) -> str:
+    """What the redraw will take, roughly: element granularity over many workers is the slow case."""
+    if c["granularity"] == "element" and workers > 128:
+        return f"(element granularity over {workers} workers: tens of seconds)"
+    return ""

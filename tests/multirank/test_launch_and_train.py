@@ -45,10 +45,19 @@ def test_replicas_stay_identical_and_traces_cover_every_worker(num_ranks):
 
 
 def test_two_ranks_train_like_one_rank_on_the_same_global_batch():
+    from zen_analysis.dist.observe import forward
+    from zen_analysis.plots.training import LiveLoss
+
     one = launch(_smoke(dist__num_ranks=1, train__workers_per_rank=4, capture__enabled=False), progress=False, echo=False)
-    two = launch(_smoke(dist__num_ranks=2, train__workers_per_rank=2, capture__enabled=False), progress=False, echo=False)
+    live, sent = LiveLoss(every_s=1e9), []  # draws the first step, then only at the end
+    two = launch(_smoke(dist__num_ranks=2, train__workers_per_rank=2, capture__enabled=False), progress=False, echo=False,
+                 on_metrics=[live, forward(lambda name, value, step: sent.append((name, step)))])  # fmt: skip
     l1, l2 = one.metrics()["loss"].to_numpy(), two.metrics()["loss"].to_numpy()
     assert len(l1) == len(l2) == 6
+    # the launcher's finish: the live view's last redraw has every step and the final validation loss
+    assert live.draws == 2 and len(live.rows) == 6 and live.title.startswith("finished: 6 steps")
+    assert [s for n, s in sent if n == "train/loss"] == list(range(6)) and ("final/val_loss", 5) in sent
+    assert [s for n, s in sent if n == "train/tokens_per_s"] == list(range(6))
     assert abs(l1[-1] - l1[0]) > 1e-3  # it actually trained
     torch.testing.assert_close(torch.tensor(l2), torch.tensor(l1), rtol=1e-4, atol=1e-5)
 
@@ -96,9 +105,19 @@ def _ok(cfg, *, info, log):
 
 def test_a_raising_rank_fails_the_launch_fast_naming_it():
     t0 = time.monotonic()
+    ended = []
+
+    class Watcher:
+        def __call__(self, rows):
+            pass
+
+        def finish(self, summary, error):
+            ended.append((summary, error))
+
     with pytest.raises(RankFailedError) as err:
-        launch(_smoke(dist__num_ranks=3), target=_raise_on_rank_1, progress=False, echo=False)
+        launch(_smoke(dist__num_ranks=3), target=_raise_on_rank_1, progress=False, echo=False, on_metrics=Watcher())
     assert time.monotonic() - t0 < 60
+    assert len(ended) == 1 and ended[0][0] is None and ended[0][1] is err.value  # told once, with the error
     e = err.value
     assert e.rank == 1
     assert "rank 1 of run" in str(e) and "ValueError: boom from rank one" in str(e)

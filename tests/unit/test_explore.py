@@ -16,22 +16,30 @@ def _rows(step, w):
     return torch.tensor(sorted({(3 * w + k * (step + 1)) % R for k in range(5)}))
 
 
-@pytest.fixture(scope="module")
-def run_id():
-    rid = "synthetic-explore"
+def _write(rid, steps, workers):
     tdir = paths.trace_dir(rid)
     wr = TraceWriter(tdir, rank=0, run_id=rid, world_size=1, steps_per_shard=4)
-    for step in range(2):
-        for w in range(W):
+    for step in steps:
+        for w in range(workers):
             g = torch.zeros(R, D)
             g[_rows(step, w)] = 1.0
             wr.add(SparseGrad.from_dense(g, step=step, worker=w, rank=0, tensor="emb", kind="natural"))
-            wr.add(SparseGrad(step, w, 0, "lin", "topk", (8, 8), torch.tensor([w, 10 + w, 63]), torch.ones(3)))
+            wr.add(SparseGrad(step, w, 0, "lin", "topk", (8, 8), torch.tensor(sorted({w % 60, (10 + w) % 60, 63})), torch.ones(3)))
         wr.end_step()
     wr.close()
     tensors = {"emb": {"kind": "natural", "shape": [R, D], "numel": R * D}, "lin": {"kind": "topk", "shape": [8, 8], "numel": 64}}
     write_manifest(tdir, {"run_id": rid, "tensors": tensors})
     return rid
+
+
+@pytest.fixture(scope="module")
+def run_id():
+    return _write("synthetic-explore", range(2), W)
+
+
+@pytest.fixture(scope="module")
+def other_run():
+    return _write("synthetic-explore-b", (0, 5, 10), 200)
 
 
 def test_stats_follow_the_definitions(run_id):
@@ -58,3 +66,40 @@ def test_widget_callbacks_recompute_in_place(run_id):
     assert list(ex.controls["granularity"].options) == ["element"] and ex.stats["numel"] == 64
     ex.controls["step"].value = 1
     assert ex.figure is not None and ex.num_updates > n0 + 3
+
+
+def _title_matches(ex):
+    c = {k: v.value for k, v in ex.controls.items()}
+    expected = f"{c['run']} · {c['tensor']} · step {c['step']} · {min(c['num_workers'], len(ex.stats['workers']))} workers"
+    return ex.title.startswith(expected) and ex.title.endswith(c["granularity"])
+
+
+def test_every_action_redraws_once_and_the_title_matches_the_controls(run_id, other_run):
+    ex = DensityExplorer(run_id)
+    actions = [("num_workers", 3), ("step", 1), ("run", other_run), ("step", 10), ("tensor", "lin"), ("run", run_id),
+               ("granularity", "row"), ("num_partitions", 16)]  # fmt: skip
+    for name, value in actions:
+        before = ex.num_updates
+        ex.controls[name].value = value
+        assert ex.num_updates == before + 1, f"{name}={value} drew {ex.num_updates - before} times"
+        assert _title_matches(ex), (name, value, ex.title)
+        assert ex.history[-2].startswith("<b>computing") and ex.history[-1].startswith("ready")
+        assert not ex.busy and not any(c.disabled for c in ex.controls.values())
+    # a run switch resets what depends on it: its first tensor and step, all its workers
+    ex.controls["run"].value = other_run
+    assert ex.controls["step"].value == 0 and ex.controls["num_workers"].value == 200 and ex.stats["workers"] == list(range(200))
+
+
+def test_many_workers_are_grouped_on_screen_and_overlap_is_sampled_among_the_first(other_run):
+    from zen_analysis.explore import MAX_MAP_ROWS, MAX_OVERLAP_WORKERS, draw
+
+    s = explore_stats(other_run, "emb", 0, 200, 8, "row")
+    assert s["map_group"] == 4 and s["density_map"].shape == (50 + 1, 128)  # 200 workers in 50 rows, + the union
+    assert s["density_map"].shape[0] <= MAX_MAP_ROWS + 1 and s["shares_map"].shape == (50, 8)
+    assert len(s["overlaps"]) == MAX_OVERLAP_WORKERS * (MAX_OVERLAP_WORKERS - 1) // 2
+    fig = draw(s)
+    density, shares, gamma = fig.axes[:3]  # then the colorbars
+    labels = [t.get_text() for t in density.get_yticklabels()]
+    assert labels[-1] == "union" and labels[0] == "0-3" and density.get_xlabel() == "token id (embedding row)"
+    assert gamma.get_xscale() == "log" and [t.get_text() for t in gamma.get_xticklabels()][-1] == "200"
+    assert all(float(t.get_position()[1]).is_integer() for t in shares.get_yticklabels())

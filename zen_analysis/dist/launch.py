@@ -36,6 +36,7 @@ import pandas as pd
 
 from zen_analysis import paths
 from zen_analysis.config import ExperimentConfig
+from zen_analysis.dist import observe
 from zen_analysis.dist.entry import TIMEOUT_HINT, is_timeout, run_rank
 from zen_analysis.dist.env import loopback_env
 from zen_analysis.dist.rundir import RunInUseError, claim_run, prepare_run, target_spec, write_run
@@ -244,7 +245,7 @@ def launch(
     progress: bool = True,
     echo: bool = True,
     timeout_s: float | None = None,
-    on_metrics: Callable[[list[dict]], None] | None = None,
+    on_metrics: Callable[[list[dict]], None] | list | None = None,
     overwrite: bool = False,
 ) -> RunResult:
     """Run ``cfg`` on ``cfg.dist.num_ranks`` ranks and wait for them.
@@ -256,7 +257,9 @@ def launch(
         progress: show a progress bar over training steps.
         echo: print rank 0's log lines as they appear.
         timeout_s: stop everything and raise if the ranks run longer than this.
-        on_metrics: called with each batch of new rows of rank 0's ``metrics.jsonl`` (live plots).
+        on_metrics: an observer or a list of them (:mod:`zen_analysis.dist.observe`): called with each batch of
+            new rows of rank 0's ``metrics.jsonl`` (live plots, TensorBoard); an observer's ``finish(summary,
+            error)`` is called once at the end, also when the run fails or is interrupted.
         overwrite: replace an earlier run of the same id (without it, an existing id is an error).
 
     Returns:
@@ -270,8 +273,16 @@ def launch(
     cfg = copy.deepcopy(cfg)
     if _resolve_launcher(cfg) == "torchrun" and target is not None and not isinstance(target, str) and "<" in target_spec(target):
         raise ValueError("under torchrun the target must be an importable module function, not a local one")
-    with claim_run(cfg, overwrite=overwrite), _network(cfg) as lab:  # held until every rank has stopped
-        return _launch_claimed(cfg, target=target, progress=progress, echo=echo, timeout_s=timeout_s, on_metrics=on_metrics, lab=lab)
+    watchers = observe.observers(on_metrics)
+    try:
+        with claim_run(cfg, overwrite=overwrite), _network(cfg) as lab:  # held until every rank has stopped
+            result = _launch_claimed(cfg, target=target, progress=progress, echo=echo, timeout_s=timeout_s,
+                                     on_metrics=watchers, lab=lab)  # fmt: skip
+    except BaseException as e:
+        observe.finish(watchers, None, e)
+        raise
+    observe.finish(watchers, result.results.get(0), None)
+    return result
 
 
 def _network(cfg: ExperimentConfig):
@@ -362,8 +373,7 @@ def _launch_claimed(cfg: ExperimentConfig, *, target, progress, echo, timeout_s,
         if rows:
             bar.update(len(rows))
             bar.set_postfix(loss=f"{rows[-1]['loss']:.3f}")
-            if on_metrics:
-                on_metrics(rows)
+            observe.notify(on_metrics, rows)
         if echo:
             for line in log_tail.lines():
                 bar.write(f"[rank 0] {line}")
