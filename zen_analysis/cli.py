@@ -63,8 +63,37 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
 def cmd_recipes(args: argparse.Namespace) -> None:
     for name, fn in recipes.RECIPES.items():
         cfg = fn()
-        doc = (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else ""
-        print(f"{name:12s} {cfg.model.arch:6s} W={cfg.num_workers:<4d} steps={cfg.train.num_steps:<4d} {doc}")
+        print(f"{name:12s} {cfg.model.arch:6s} W={cfg.num_workers:<4d} steps={cfg.train.num_steps:<4d} {_first_sentence(fn.__doc__)}")
+
+
+def _first_sentence(doc: str | None) -> str:
+    """The docstring's first sentence, whole (joined across lines), not its first line."""
+    text = " ".join((doc or "").split())
+    end = text.find(". ")
+    return text if end < 0 else text[: end + 1]
+
+
+def cmd_runs(args: argparse.Namespace) -> None:
+    from zen_analysis import paths
+    from zen_analysis.dist.rundir import delete_run, list_runs, prune_runs
+
+    if args.delete:
+        for run_id in args.delete:
+            print(f"deleted {run_id} ({delete_run(run_id) / 1e6:.1f} MB)")
+        return
+    if args.prune:
+        deleted = prune_runs()
+        print(f"deleted {len(deleted)} runs" + (f": {', '.join(deleted)}" if deleted else "") + " (kept reproduce-*)")
+        return
+    rows = list_runs()
+    if not rows:
+        print(f"no runs under {paths.data_dir()}")
+        return
+    print(f"{'run id':40s} {'recipe':12s} {'ranks x w':>9s} {'steps':>5s} {'size':>9s} {'finished':>8s}  started")
+    for r in rows:
+        print(f"{r['run_id']:40s} {r['recipe']:12s} {r['ranks_x_workers']:>9s} {r['steps'] if r['steps'] is not None else '?':>5} "
+              f"{r['bytes'] / 1e6:>7.1f}MB {'yes' if r['finished'] else 'no':>8s}  {r['started']}")  # fmt: skip
+    print(f"{len(rows)} runs, {sum(r['bytes'] for r in rows) / 1e6:.1f} MB under {paths.data_dir()}")
 
 
 def cmd_config(args: argparse.Namespace) -> None:
@@ -118,7 +147,11 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 def cmd_reproduce(args: argparse.Namespace) -> None:
     from zen_analysis.reproduce import reproduce
 
-    reproduce(args.set or [])
+    reproduce(args.set or [], only=_stages(args.only), skip=_stages(args.skip))
+
+
+def _stages(values: list[str] | None) -> list[str]:
+    return [v for item in values or [] for v in item.split(",") if v]
 
 
 def cmd_bench_comm(args: argparse.Namespace) -> None:
@@ -182,9 +215,48 @@ def cmd_netlab(args: argparse.Namespace) -> None:
     print()
 
 
+class _Help(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Every option's default in --help (unless it is None, False or already written), examples kept as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.default in (None, False, argparse.SUPPRESS) or "default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
+EXAMPLES = {
+    "recipes": "zen-analysis recipes",
+    "config": "zen-analysis config default --set train.num_steps=10",
+    "train": "zen-analysis train smoke\n  zen-analysis train default --set dist.num_ranks=4 --set sync.scheme=zen --run-id my-zen",
+    "prepare": "zen-analysis prepare default --run-id my-run --set dist.num_ranks=16",
+    "runs": "zen-analysis runs\n  zen-analysis runs --delete smoke-20261201-101500\n  zen-analysis runs --prune",
+    "traces": "zen-analysis traces reproduce-default",
+    "characterize": "zen-analysis characterize reproduce-default --natural-granularity element",
+    "evaluate": "zen-analysis evaluate reproduce-workers1024 --max-workers 1024",
+    "reproduce": "zen-analysis reproduce\n  zen-analysis reproduce --only zen\n  zen-analysis reproduce --skip netlab,edit",
+    "bench-comm": "zen-analysis bench-comm reproduce-default --ranks 4\n"
+                  "  zen-analysis bench-comm --synthetic --density 0.01 --skew 2 --overlap 0.5\n"
+                  "  zen-analysis bench-comm reproduce-default --bandwidth-gbps 1   # root: the emulated network",
+    "bench": "zen-analysis bench zen\n  zen-analysis bench ddp --set bandwidths=loopback,1 --set rounds=2\n"
+             "  zen-analysis bench netlab --set parts=schemes --set ranks=4",
+    "netlab": "zen-analysis netlab --bandwidth-gbps 1\n  zen-analysis netlab --cleanup\n"
+              "  zen-analysis netlab --nodes 4 --bandwidth-gbps 1 -- scripts/ddp_transformers.py --zen natural",
+}  # fmt: skip
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="zen-analysis", description="Sparse gradient synchronization toolkit.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(prog="zen-analysis", description="Sparse gradient synchronization toolkit.",
+                                     epilog="examples:\n  " + "\n  ".join(v.split("\n")[0] for v in EXAMPLES.values()),
+                                     formatter_class=_Help)  # fmt: skip
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add = sub.add_parser
+
+    def command(name: str, help: str, **kw) -> argparse.ArgumentParser:  # noqa: A002 - argparse's own name
+        return add(name, help=help, description=kw.pop("description", help), formatter_class=_Help,
+                   epilog="examples:\n  " + EXAMPLES[name] if name in EXAMPLES else None, **kw)  # fmt: skip
+
+    sub.add_parser = command  # every subcommand gets the defaults formatter and its examples
     sub.add_parser("recipes", help="list the named recipes").set_defaults(func=cmd_recipes)
     p = sub.add_parser("config", help="print a recipe's full config as JSON")
     _add_config_args(p)
@@ -195,12 +267,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("prepare", help="write a run directory and data caches for a manual torchrun launch")
     _add_config_args(p)
     p.set_defaults(func=cmd_prepare)
+    p = sub.add_parser("runs", help="list the runs under the data root (id, recipe, size, finished), delete or prune them")
+    p.add_argument("--delete", nargs="+", metavar="RUN_ID", help="delete these runs (directory, traces, derived tables)")
+    p.add_argument("--prune", action="store_true", help="delete every run but make reproduce's (reproduce-*)")
+    p.set_defaults(func=cmd_runs)
     p = sub.add_parser("traces", help="summarise the captured traces of a run")
-    p.add_argument("run", help="run id under data/traces, or a trace directory")
+    p.add_argument("run", help="run id under data/traces (`zen-analysis runs` lists them), or a trace directory")
     p.set_defaults(func=cmd_traces)
     p = sub.add_parser("characterize", help="overlap, densification, skew, drift and imbalance tables of a run")
     p.add_argument("run", help="run id under data/traces, or a trace directory")
-    p.add_argument("--natural-granularity", choices=["row", "element"], default="row")
+    p.add_argument("--natural-granularity", choices=["row", "element"], default="row",
+                   help="embedding gradients by rows (token ids) or by elements")  # fmt: skip
     p.add_argument("--hash-seed", type=int, default=0, help="seed of Zen's h0 for the hash owner")
     p.add_argument("--force", action="store_true", help="recompute even if the tables are up to date")
     p.set_defaults(func=cmd_characterize)
@@ -210,8 +287,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-workers", type=int, default=128, help="largest n modelled (up to the run's virtual workers)")
     p.add_argument("--force", action="store_true", help="recompute even if the table is up to date")
     p.set_defaults(func=cmd_evaluate)
-    p = sub.add_parser("reproduce", help="the main job: train + capture on the default data, then summarise")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field of every run")
+    p = sub.add_parser("reproduce", help="the main job: train + capture on the default data, then summarise",
+                       description="The main job, stage by stage: train, characterize, schemes, netlab, zen, edit "
+                       "(the README's table says what each writes).")  # fmt: skip
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field of every trained run")
+    p.add_argument("--only", action="append", metavar="STAGE", help="run only these stages (comma-separated or repeated)")
+    p.add_argument("--skip", action="append", metavar="STAGE", help="skip these stages")
     p.set_defaults(func=cmd_reproduce)
     p = sub.add_parser("bench-comm", help="every scheme on real gloo ranks, replaying a run's captured tensors")
     p.add_argument("run", nargs="?", help="run id under data/traces (or use --synthetic)")
@@ -222,8 +303,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--schemes", help="comma-separated scheme names (default: all)")
     p.add_argument("--recalibrate", action="store_true", help="re-fit this machine's alpha and bandwidth first")
     p.add_argument("--synthetic", action="store_true", help="generated index sets instead of a run")
-    p.add_argument("--numel", type=int, default=2_000_000)
-    p.add_argument("--density", type=float, default=0.025)
+    p.add_argument("--numel", type=int, default=2_000_000, help="--synthetic: elements of the tensor")
+    p.add_argument("--density", type=float, default=0.025, help="--synthetic: non-zeros per rank / elements")
     p.add_argument("--skew", type=float, default=1.0, help="0 uniform; larger crowds non-zeros towards index 0")
     p.add_argument("--overlap", type=float, default=0.3, help="fraction of each set shared by all ranks")
     p.add_argument("--bandwidth-gbps", type=float,
@@ -241,7 +322,8 @@ def build_parser() -> argparse.ArgumentParser:
         "the emulated network (root); stragglers: EDiT vs A-EDiT with a 2x straggler; "
         "zen: zen_sum vs dense all-reduce and sparse schemes up to 128M elements, with the local-work floor",
     )  # fmt: skip
-    p.add_argument("--set", action="append", metavar="KEY=VALUE")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="a benchmark option (each names its own; "
+                   "an unknown one lists them)")
     p.set_defaults(func=cmd_bench)
     p = sub.add_parser("netlab", help="the emulated network (namespaces + shaped links): check it, or remove leftovers",
                        description="Without options: say whether a lab can be built here (root, iproute2, veth, "

@@ -1,21 +1,28 @@
 """``make reproduce``: the main job on the embedded default data, stage by stage.
 
-Stages: (1) train and capture the reproduction workloads on several ranks (the small Llama: natural + top-k
-sparsity; the 32k-vocabulary LSTM LM: natural sparsity; a short Llama run with 128 workers of one sequence
-each, so the figures reach n = 128) and write a capture summary to
-``data/derived/reproduce/``; (2) characterize their sparsity and draw the paper's Fig. 2-3 analogues plus drift
-and imbalance into ``figures/``; (3) model every communication scheme on the captured traces (Fig. 8, the
-modelled half of Fig. 15, Fig. 17a), model a 1024-worker capture (the scale mode), and replay the default run's
-embedding through every scheme on 4 gloo ranks (calibrated first) for the measured half of Fig. 15 and the
-model-vs-measured figure, and, where the emulated network can be built (root), the same replay with each rank
-behind a 1 Gbit/s link plus flat vs hierarchical Zen on 2 lab nodes (skipped with the reason otherwise); (4) Zen: hashing cost (Fig. 16), the Theorem 2 imbalance check, COO vs hash-bitmap
-pull (Fig. 17b), and dense / Zen / top-k AGsparse / top-k Zen trainings of the default model on 4 ranks for
-loss parity (Fig. 18); (5) EDiT: synchronous training, Post-Local SGD, DiLoCo, EDiT and A-EDiT on the default
-Llama at equal tokens (loss curves, validation loss and its gap to synchronous training, tokens/s, bytes), and
-EDiT's penalty ablation with injected loss spikes.
+Stages (:data:`STAGES`; ``zen-analysis reproduce --only STAGE`` / ``--skip STAGE``):
+
+1. ``train``: train and capture the reproduction workloads on several ranks (the small Llama: natural + top-k
+   sparsity; the 32k-vocabulary LSTM LM: natural sparsity; a short Llama run with 128 workers of one sequence
+   each, so the figures reach n = 128; a 1024-worker capture for the scale mode) and write a capture summary to
+   ``data/derived/reproduce/``;
+2. ``characterize``: their sparsity, the paper's Fig. 2-3 analogues plus drift and imbalance into ``figures/``,
+   and the claims table;
+3. ``schemes``: every communication scheme modelled on the captured traces (Fig. 8, the modelled half of Fig. 15,
+   Fig. 17a, the 1024-worker scale mode), and the default run's embedding replayed through every scheme on 4 gloo
+   ranks (calibrated first) for the measured half of Fig. 15 and the model-vs-measured figure;
+4. ``netlab``: where the emulated network can be built (root), the same replay with each rank behind a 1 Gbit/s
+   link plus flat vs hierarchical Zen on 2 lab nodes (skipped with the reason otherwise);
+5. ``zen``: hashing cost (Fig. 16), the Theorem 2 imbalance check, COO vs hash-bitmap pull (Fig. 17b), and dense /
+   Zen / top-k AGsparse / top-k Zen trainings of the default model on 4 ranks for loss parity (Fig. 18);
+6. ``edit``: synchronous training, Post-Local SGD, DiLoCo, EDiT and A-EDiT on the default Llama at equal tokens
+   (loss curves, validation loss and its gap to synchronous training, tokens/s, bytes), and EDiT's penalty
+   ablation with injected loss spikes.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from zen_analysis import paths, recipes
 from zen_analysis.atomic import atomic_write_text
@@ -32,8 +39,8 @@ def reproduce_run_id(recipe: str) -> str:
     return f"reproduce-{recipe}"
 
 
-def _netlab_stage(run_id: str) -> None:
-    """Every scheme measured with each of 4 ranks behind a 1 Gbit/s link (natural and top-k tensors), and flat vs
+def _stage_netlab(overrides) -> None:
+    """Stage 4: every scheme measured with each of 4 ranks behind a 1 Gbit/s link (natural and top-k tensors), and flat vs
     hierarchical Zen on 2 nodes x 2 ranks; skipped, with the reason, where the lab cannot be built."""
     from matplotlib import pyplot as plt
 
@@ -43,6 +50,7 @@ def _netlab_stage(run_id: str) -> None:
     if not ok:
         print(f"== the emulated network: skipped ({why})")
         return
+    run_id = _run_ids()[0]
     print(f"== the emulated network: {run_id} replayed on {REPLAY_RANKS} ranks behind 1 Gbit/s links; flat vs "
           "hierarchical Zen on 2 nodes x 2 ranks (the full sweep: `zen-analysis bench netlab`)")  # fmt: skip
     from zen_analysis.dist.experiments import node_comparison, scheme_sweep
@@ -59,7 +67,8 @@ def _netlab_stage(run_id: str) -> None:
     plt.close(fig)
 
 
-def reproduce(overrides: list[str] | tuple[str, ...] = ()) -> None:
+def _stage_train(overrides) -> None:
+    """Stage 1: train and capture the reproduction workloads."""
     from zen_analysis.capture.summary import describe_run
     from zen_analysis.dist.launch import launch
 
@@ -75,12 +84,23 @@ def reproduce(overrides: list[str] | tuple[str, ...] = ()) -> None:
     atomic_write_text(out, "\n\n".join(reports) + "\n")
     print(f"summary written to {out}")
 
+
+def _run_ids() -> list[str]:
+    run_ids = [reproduce_run_id(name) for name in REPRODUCE_RUNS]
+    missing = [r for r in run_ids if not (paths.trace_dir(r) / "manifest.json").exists()]
+    if missing:
+        raise ValueError(f"runs {missing} are not captured yet: run the train stage first (`zen-analysis reproduce --only train`)")
+    return run_ids
+
+
+def _stage_characterize(overrides) -> None:
+    """Stage 2: characterize the sparsity (Fig. 2-3, drift, imbalance) and the claims table."""
     from zen_analysis.plots.sparsity import write_all
     from zen_analysis.sparsity.characterize import characterize
     from zen_analysis.sparsity.report import claims_table, to_markdown
     from zen_analysis.sparsity.workloads import combined_tables
 
-    run_ids = [reproduce_run_id(name) for name in REPRODUCE_RUNS]
+    run_ids = _run_ids()
     for run_id in run_ids:
         characterize(run_id)
     tables = combined_tables(run_ids)
@@ -91,9 +111,16 @@ def reproduce(overrides: list[str] | tuple[str, ...] = ()) -> None:
     atomic_write_text(claims_path, to_markdown(claims) + "\n")
     print(claims.to_string(index=False))
 
+
+def _stage_schemes(overrides) -> None:
+    """Stage 3: every scheme modelled on the traces (Fig. 8, 15 left, 17a, the 1024-worker scale mode) and
+    replayed on 4 gloo ranks (Fig. 15 right, model vs measured)."""
     from matplotlib import pyplot as plt
 
     from zen_analysis.comm.evaluate import evaluate_runs, normalized
+    from zen_analysis.derived import write_table
+
+    run_ids = _run_ids()
     from zen_analysis.plots import comm as comm_figs, style
 
     schemes = evaluate_runs(run_ids)
@@ -118,6 +145,7 @@ def reproduce(overrides: list[str] | tuple[str, ...] = ()) -> None:
 
     print(f"== replaying {run_ids[0]} through every scheme on {REPLAY_RANKS} gloo ranks (calibrating first if needed)")
     measured = replay_run(run_ids[0], ranks=REPLAY_RANKS, steps=3)
+    write_table(paths.derived_dir() / "reproduce" / "schemes_measured.parquet", measured, {"run": run_ids[0]})
     lines = report(summarize(measured))
     atomic_write_text(paths.derived_dir() / "reproduce" / "schemes_measured.txt", lines + "\n")
     print(lines)
@@ -133,13 +161,24 @@ def reproduce(overrides: list[str] | tuple[str, ...] = ()) -> None:
     print(f"scheme figures written to {paths.figures_dir()}: fig8_normalized_time, fig8_scale_1024, fig15_speedup, "
           "fig17a_wire_size, model_vs_measured")  # fmt: skip
 
-    _netlab_stage(run_ids[0])
 
+def _stage_zen(overrides) -> None:
+    """Stage 5: Zen's hashing cost (Fig. 16), Theorem 2, COO vs hash-bitmap pull (Fig. 17b), loss parity (Fig. 18)."""
     print("== Zen: hashing cost (Fig. 16), Theorem 2 check, COO vs hash-bitmap pull (Fig. 17b), training parity (Fig. 18)")
-    from zen_analysis.plots import zen as zen_figs
+    from matplotlib import pyplot as plt
+
+    from zen_analysis.comm.evaluate import evaluate_runs, speedups
+    from zen_analysis.derived import read_table
+    from zen_analysis.plots import style, zen as zen_figs
     from zen_analysis.zen.experiments import parity_config, parity_runs, parity_summary, theorem2_table
     from zen_analysis.zen.profile import hashing_cost
 
+    run_ids = _run_ids()
+    schemes = evaluate_runs(run_ids)  # the tables stage 3 wrote (recomputed only if stale)
+    measured_path = paths.derived_dir() / "reproduce" / "schemes_measured.parquet"
+    if not measured_path.exists():
+        raise ValueError("the measured replay is missing: run the schemes stage first (`zen-analysis reproduce --only schemes`)")
+    measured = read_table(measured_path)
     cost = hashing_cost(numel=1 << 24)
     balance = theorem2_table(run_ids)
     parity = parity_runs(parity_config("default"), progress=True)
@@ -158,6 +197,14 @@ def reproduce(overrides: list[str] | tuple[str, ...] = ()) -> None:
     print(f"Zen figures written to {paths.figures_dir()}: fig16_hashing_cost, theorem2_imbalance, fig17b_pull_format, "
           f"fig18_loss_parity; tables in {out_dir}")  # fmt: skip
 
+
+def _stage_edit(overrides) -> None:
+    """Stage 6: EDiT and A-EDiT against synchronous training and other local SGD, and the penalty ablation."""
+    from matplotlib import pyplot as plt
+
+    from zen_analysis.plots import style
+
+    out_dir = paths.derived_dir() / "reproduce"
     print("== EDiT: sync, Post-Local SGD, DiLoCo, EDiT and A-EDiT on the default Llama (4 ranks x 8 micro-batches), "
           "60 steps each; the penalty ablation with injected spikes")  # fmt: skip
     from zen_analysis.local_sgd.experiments import ABLATION_SPIKES, ABLATION_SYNC, EDIT_TUNED, compare_methods, penalty_ablation
@@ -176,7 +223,7 @@ def reproduce(overrides: list[str] | tuple[str, ...] = ()) -> None:
     abl_base.name = "reproduce-ablation"
     abl_base.train.workers_per_rank = 1
     abl_base.train.num_steps = 160
-    ablation = penalty_ablation(abl_base, spikes=ABLATION_SPIKES, variants={"full": "default", "no penalty": "none"},
+    ablation = penalty_ablation(abl_base, spikes=ABLATION_SPIKES, variants={"full penalty": "default", "no penalty": "none"},
                                 progress=True, **ABLATION_SYNC)  # fmt: skip
     knobs = apply_overrides(abl_base, [f"{k}={v}" for k, v in ABLATION_SPIKES.items()]).perturb
     fig = lsgd_figs.penalty_ablation(ablation, spike_steps=[t for t in range(abl_base.train.num_steps) if spike_step(knobs, t)])
@@ -187,3 +234,26 @@ def reproduce(overrides: list[str] | tuple[str, ...] = ()) -> None:
     table = runs.attrs["summary"]
     atomic_write_text(out_dir / "edit_methods.txt", table.to_string(index=False) + "\n")
     print(table.to_string(index=False))
+
+
+STAGES = {
+    "train": _stage_train,
+    "characterize": _stage_characterize,
+    "schemes": _stage_schemes,
+    "netlab": _stage_netlab,
+    "zen": _stage_zen,
+    "edit": _stage_edit,
+}
+"""``make reproduce``'s stages in order (README: "What `make reproduce` does"); each reads what the earlier ones
+wrote, so ``--only zen`` works on a data root where the train and schemes stages have run."""
+
+
+def reproduce(overrides: list[str] | tuple[str, ...] = (), *, only: Sequence[str] = (), skip: Sequence[str] = ()) -> None:
+    """Run the stages of :data:`STAGES` in order: all of them, or ``only`` these, less ``skip``."""
+    unknown = sorted((set(only) | set(skip)) - set(STAGES))
+    if unknown:
+        raise ValueError(f"unknown stages {unknown}; the stages are {', '.join(STAGES)}")
+    chosen = [name for name in STAGES if (not only or name in only) and name not in skip]
+    for i, name in enumerate(chosen, 1):
+        print(f"=== stage {list(STAGES).index(name) + 1}/{len(STAGES)}: {name} ({i} of {len(chosen)} chosen)")
+        STAGES[name](overrides)

@@ -1,34 +1,62 @@
+"""The command line as a user meets it: help with defaults and examples, listing and deleting runs, reproduce's
+stages by name."""
+
 import json
-import subprocess
-import sys
+
+import pytest
+
+from zen_analysis import paths
+from zen_analysis.cli import EXAMPLES, build_parser, main
 
 
-def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "zen_analysis", *args], capture_output=True, text=True, timeout=120)
+def _fake_run(run_id, *, finished, trace_bytes=1000):
+    run = paths.run_dir(run_id)
+    (run / "results").mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"name": "smoke", "dist": {"num_ranks": 2}, "train": {"workers_per_rank": 2, "num_steps": 6}}))
+    if finished:
+        (run / "results" / "rank0.json").write_text("{}")
+    traces = paths.trace_dir(run_id)
+    traces.mkdir(parents=True)
+    (traces / "shard.parquet").write_bytes(b"x" * trace_bytes)
 
 
-def test_config_prints_the_recipe_with_overrides():
-    out = _cli("config", "smoke", "--set", "train.num_steps=3", "--set", "dist.num_ranks=4")
-    assert out.returncode == 0, out.stderr
-    cfg = json.loads(out.stdout)
-    assert cfg["train"]["num_steps"] == 3 and cfg["dist"]["num_ranks"] == 4 and cfg["name"] == "smoke"
+def test_every_subcommand_shows_its_defaults_and_examples(capsys):
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    assert set(EXAMPLES) <= set(sub.choices)
+    for name, p in sub.choices.items():
+        text = p.format_help()
+        assert "examples:" in text or name not in EXAMPLES
+        for action in p._actions:
+            if action.default not in (None, False) and action.help and action.dest != "help":
+                assert "default" in (action.help + p.formatter_class("x")._get_help_string(action)), (name, action.dest)
+    assert "(default: 4)" in sub.choices["bench-comm"].format_help()  # --ranks
 
 
-def test_bad_override_is_one_clear_line_not_a_traceback():
-    out = _cli("config", "smoke", "--set", "train.bogus=1")
-    assert out.returncode != 0
-    assert "zen-analysis: error: unknown config key 'train.bogus'" in out.stderr
-    assert "Traceback" not in out.stderr
+def test_runs_lists_deletes_and_prunes_but_keeps_reproduce_runs(capsys):
+    _fake_run("smoke-a", finished=True)
+    _fake_run("smoke-b", finished=False, trace_bytes=5000)
+    _fake_run("reproduce-x", finished=True)
+    main(["runs"])
+    out = capsys.readouterr().out
+    assert "smoke-a" in out and "smoke-b" in out and "reproduce-x" in out and "2 x 2" in out
+    row_b = next(line for line in out.splitlines() if line.startswith("smoke-b"))
+    assert " no " in row_b
+    main(["runs", "--delete", "smoke-a"])
+    assert not paths.run_dir("smoke-a").exists() and not paths.trace_dir("smoke-a").exists()
+    main(["runs", "--prune"])
+    assert not paths.trace_dir("smoke-b").exists() and paths.trace_dir("reproduce-x").exists()
+    with pytest.raises(SystemExit, match="no run 'smoke-a'"):
+        main(["runs", "--delete", "smoke-a"])
+    main(["runs", "--delete", "reproduce-x"])  # named: deleted
+    assert not paths.run_dir("reproduce-x").exists()
 
 
-def test_unknown_run_is_a_clear_error():
-    out = _cli("traces", "no-such-run")
-    assert out.returncode != 0 and "no trace directory for run 'no-such-run'" in out.stderr
-    assert "Traceback" not in out.stderr
+def test_reproduce_names_its_stages():
+    from zen_analysis.reproduce import STAGES
 
-
-def test_recipes_lists_every_recipe():
-    out = _cli("recipes")
-    assert out.returncode == 0
-    for name in ("default", "smoke", "lstm", "gpt2", "llama-32k", "workers128"):
-        assert name in out.stdout
+    assert list(STAGES) == ["train", "characterize", "schemes", "netlab", "zen", "edit"]
+    with pytest.raises(SystemExit, match="unknown stages \\['tran'\\]; the stages are train, characterize"):
+        main(["reproduce", "--only", "tran"])
+    with pytest.raises(SystemExit, match="not captured yet: run the train stage first"):
+        main(["reproduce", "--only", "characterize", "--skip", "train"])

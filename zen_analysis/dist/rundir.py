@@ -135,3 +135,79 @@ def prepare_run(
     """
     with claim_run(cfg, overwrite=overwrite):
         return write_run(cfg, target, progress)
+
+
+KEEP_PREFIX = "reproduce-"
+"""Runs ``prune_runs`` keeps unless named: ``make reproduce``'s, which the notebooks and figures read."""
+
+
+def _size(path: Path) -> int:
+    if not path.exists():
+        return 0
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def list_runs() -> list[dict]:
+    """Every run under the data root (a run directory or a trace directory), newest first: id, recipe, ranks x
+    workers per rank, steps, bytes on disk (run + traces + derived tables), whether it finished, and when it
+    started."""
+    import datetime
+    import json
+
+    ids = {p.name for root in (paths.runs_dir(), paths.traces_dir()) if root.is_dir() for p in root.iterdir()
+           if p.is_dir() and paths.RUN_ID.fullmatch(p.name)}  # fmt: skip
+    rows = []
+    for run_id in ids:
+        run, traces = paths.run_dir(run_id), paths.trace_dir(run_id)
+        cfg_file = run / "config.json"
+        try:
+            cfg = json.loads(cfg_file.read_text())
+        except (OSError, ValueError):
+            cfg = {}
+        train, dist_cfg = cfg.get("train", {}), cfg.get("dist", {})
+        started = cfg_file.stat().st_mtime if cfg_file.exists() else (run if run.exists() else traces).stat().st_mtime
+        rows.append({
+            "run_id": run_id,
+            "recipe": cfg.get("name", "?"),
+            "ranks_x_workers": f"{dist_cfg.get('num_ranks', '?')} x {train.get('workers_per_rank', '?')}",
+            "steps": train.get("num_steps"),
+            "bytes": _size(run) + _size(traces) + _size(paths.derived_run_dir(run_id)),
+            "finished": (run / "results" / "rank0.json").exists() or (traces / "manifest.json").exists()
+            and json.loads((traces / "manifest.json").read_text()).get("finished", False),
+            "started": datetime.datetime.fromtimestamp(started).strftime("%Y-%m-%d %H:%M"),
+        })  # fmt: skip
+    return sorted(rows, key=lambda r: r["started"], reverse=True)
+
+
+def delete_run(run_id: str) -> int:
+    """Remove a run's directory, traces and derived tables; returns the bytes freed. A run in use (its launch
+    still holds the lock) is refused with :class:`RunInUseError`."""
+    dirs = [paths.run_dir(run_id), paths.trace_dir(run_id), paths.derived_run_dir(run_id)]
+    if not any(d.exists() for d in dirs):
+        raise ValueError(f"no run {run_id!r} under {paths.data_dir()} (`zen-analysis runs` lists them)")
+    freed = sum(_size(d) for d in dirs)
+    with RunLock(run_id):  # refuses while a launch holds it
+        for d in dirs[1:]:
+            if d.exists():
+                shutil.rmtree(d)
+        for p in dirs[0].iterdir():
+            if p.name != LOCK_NAME:
+                shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+    shutil.rmtree(dirs[0], ignore_errors=True)
+    return freed
+
+
+def prune_runs(keep: tuple[str, ...] = ()) -> list[str]:
+    """Delete every run except ``make reproduce``'s (``reproduce-*``) and those in ``keep``; returns the ids
+    deleted (runs in use are skipped)."""
+    deleted = []
+    for row in list_runs():
+        run_id = row["run_id"]
+        if run_id.startswith(KEEP_PREFIX) or run_id in keep:
+            continue
+        try:
+            delete_run(run_id)
+        except RunInUseError:
+            continue
+        deleted.append(run_id)
+    return deleted

@@ -114,7 +114,7 @@ starting once the anomaly detector is armed (warm-up 10 steps, then 3 syncs of 1
 ABLATION_SYNC = {"local_sgd.warmup_steps": 10, "local_sgd.interval": 16, "local_sgd.ewma_warmup": 3}
 
 ABLATIONS = {
-    "full": "default",
+    "full penalty": "default",
     "no anomaly elimination": "weighting,clip",
     "no weighting": "anomaly,clip",
     "no clipping": "anomaly,weighting",

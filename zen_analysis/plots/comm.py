@@ -18,7 +18,8 @@ def normalized_time(schemes_df: pd.DataFrame, *, topology: str = "paper-tcp25") 
     df = relative_to_allreduce(schemes_df, topology=topology)
     g = df.groupby(["workload", "scheme", "n"], as_index=False)["normalized"].mean()
     grid = sns.relplot(data=g, x="n", y="normalized", hue="scheme", col="workload", kind="line", marker="o",
-                       col_wrap=min(3, g["workload"].nunique()), height=3.4, aspect=1.1)  # fmt: skip
+                       col_wrap=min(3, g["workload"].nunique()), height=3.4, aspect=1.1,
+                       palette=style.palette(g["scheme"].unique()))  # fmt: skip
     ratio_axes(grid, sorted(g["n"].unique()), xlabel="workers n", ylabel="time / dense all-reduce")
     grid.set_titles("{col_name}")
     grid.figure.suptitle(f"Modelled synchronization time relative to all-reduce ({topology}; paper Fig. 8)", y=1.03)
@@ -41,6 +42,7 @@ def speedup(model: pd.DataFrame, measured: pd.DataFrame | None = None, *, topolo
     sns.barplot(data=m, x="scheme", y="speedup", hue="workload", order=order, ax=ax)
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_yscale("log", base=2)
+    style.readable_log_ticks(ax)
     ax.set(xlabel="", ylabel="all-reduce time / scheme time", title=f"modelled, {topology}")
     ax.tick_params(axis="x", rotation=30)
     sns.move_legend(ax, "upper center", bbox_to_anchor=(0.5, -0.25), ncol=2, fontsize=8, title=None)
@@ -55,6 +57,7 @@ def speedup(model: pd.DataFrame, measured: pd.DataFrame | None = None, *, topolo
         sns.barplot(data=pd.DataFrame(rows), x="scheme", y="speedup", hue="source", order=order, ax=ax)
         ax.axhline(1.0, color="k", lw=0.8)
         ax.set_yscale("log", base=2)
+        style.readable_log_ticks(ax)
         ranks = int(measured["ranks"].iloc[0])
         ax.set(xlabel="", ylabel="all-reduce time / scheme time",
                title=f"gloo, {ranks} ranks: {measured['run'].iloc[0]} replayed")  # fmt: skip
@@ -79,6 +82,8 @@ def wire_size(sizes: pd.DataFrame) -> plt.Figure:
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_xscale("log")
     ax.set_yscale("log")
+    style.readable_log_ticks(ax, "x")
+    style.readable_log_ticks(ax)
     n = int(sizes["num_partitions"].iloc[0])
     ax.set(xlabel="density after aggregation", ylabel="wire size / dense",
            title=f"Pull wire size by format, {n} servers (paper Fig. 17a; X = captured tensors)")  # fmt: skip
@@ -95,7 +100,8 @@ def model_vs_measured(measured: pd.DataFrame) -> plt.Figure:
     style.apply()
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.2))
     d = measured.assign(model_ms=1e3 * measured["wire_model_s"], measured_ms=1e3 * measured["wire_measured_s"])
-    sns.scatterplot(data=d, x="measured_ms", y="model_ms", hue="scheme", style="phase", s=60, ax=ax)
+    sns.scatterplot(data=d, x="measured_ms", y="model_ms", hue="scheme", style="phase", s=60, ax=ax,
+                    palette=style.palette(d["scheme"].unique()))  # fmt: skip
     lo, hi = 0.7 * min(d["model_ms"].min(), d["measured_ms"].min()), 1.4 * max(d["model_ms"].max(), d["measured_ms"].max())
     xs = [lo, hi]
     ax.plot(xs, xs, color="k", lw=0.8)
@@ -103,11 +109,8 @@ def model_vs_measured(measured: pd.DataFrame) -> plt.Figure:
     ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="measured time (ms, mean)",
            ylabel="modelled (ms)", title="per scheme and phase ('local': own work), every replayed step")  # fmt: skip
     ax.legend(fontsize=7, ncol=2, loc="upper left")
-    from matplotlib.ticker import FormatStrFormatter
-
-    for axis in (ax.xaxis, ax.yaxis):
-        axis.set_major_formatter(FormatStrFormatter("%g"))
-        axis.set_minor_formatter(FormatStrFormatter(""))
+    style.readable_log_ticks(ax, "x")
+    style.readable_log_ticks(ax)
     s = summarize(measured).reset_index()
     s = pd.concat([s.assign(term="wire", r=s["ratio"]), s.assign(term="wire + local work", r=s["total_ratio"])])
     sns.barplot(data=s, x="scheme", y="r", hue="term", ax=bx)
@@ -151,6 +154,7 @@ def measured_speedup_vs_bandwidth(sweep: pd.DataFrame) -> plt.Figure:
                        edgecolor="0.3", lw=0)  # fmt: skip
         ax.axhline(1.0, color="k", lw=0.8)
         ax.set_yscale("log", base=2)
+        style.readable_log_ticks(ax)
         ax.set_xticks(range(len(order)), order, rotation=20)
         ax.set(title=f"{kind} tensor, {ranks} ranks", ylabel="all-reduce time / scheme time")
     handles, labels = axes[0, 0].get_legend_handles_labels()
@@ -170,8 +174,10 @@ def training_vs_bandwidth(sweep: pd.DataFrame) -> plt.Figure:
     rates = sorted(sweep["bandwidth_gbps"].unique())
     for axis, col, label, title in ((ax, "exchange_s", "seconds per step", "exchange (rank 0, median)"),
                                     (cx, "tokens_per_s", "tokens / s", "training throughput (median step)")):  # fmt: skip
-        sns.lineplot(data=sweep, x="bandwidth_gbps", y=col, hue="variant", marker="o", ax=axis, legend=axis is ax)
-        axis.set_xscale("log")
+        sns.lineplot(data=sweep, x="bandwidth_gbps", y=col, hue="variant", marker="o", ax=axis, legend=axis is ax,
+                     palette=style.palette(sweep["variant"].unique()))  # fmt: skip
+        if len(rates) >= 3:  # a log axis only where there are enough rates to label it
+            axis.set_xscale("log")
         axis.set_xticks(rates, [f"{r:g}" for r in rates])
         axis.minorticks_off()
         axis.set(xlabel="link rate (Gbit/s, each rank)", ylabel=label, title=title)
@@ -179,7 +185,8 @@ def training_vs_bandwidth(sweep: pd.DataFrame) -> plt.Figure:
     d = sweep.assign(label=sweep["variant"] + " @ " + sweep["bandwidth_gbps"].map("{:g}".format))
     bx.barh(d["label"], d["compute_s"], color="0.6", label="compute (rank 0)")
     bx.barh(d["label"], d["sync_s"] - d["exchange_s"], left=d["compute_s"], color="0.85", label="waiting for slower ranks")
-    bx.barh(d["label"], d["exchange_s"], left=d["compute_s"] + d["sync_s"] - d["exchange_s"], color="C3", label="exchange")
+    bx.barh(d["label"], d["exchange_s"], left=d["compute_s"] + d["sync_s"] - d["exchange_s"], color=style.color("zen"),
+            label="exchange")  # fmt: skip
     bx.set(xlabel="median seconds per step, rank 0", title="compute + sync (waiting + exchange)")
     bx.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0, -0.2), ncol=3)
     ranks = int(sweep["ranks"].iloc[0])

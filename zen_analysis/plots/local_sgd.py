@@ -14,8 +14,9 @@ def loss_curves(metrics: pd.DataFrame, *, title: str = "Local SGD methods at equ
     """Rank 0's training loss vs step and vs wall-clock, one line per ``method`` (a ``compare_methods`` table)."""
     style.apply()
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 3.8), sharey=True)
-    sns.lineplot(data=metrics, x="step", y="loss", hue="method", ax=a)
-    sns.lineplot(data=metrics, x="elapsed_s", y="loss", hue="method", ax=b, legend=False)
+    colors = style.palette(metrics["method"].unique())
+    sns.lineplot(data=metrics, x="step", y="loss", hue="method", ax=a, palette=colors)
+    sns.lineplot(data=metrics, x="elapsed_s", y="loss", hue="method", ax=b, legend=False, palette=colors)
     a.set(ylabel="training loss (rank 0's worker)", title="vs step")
     b.set(xlabel="wall-clock (s)", title="vs time")
     fig.suptitle(title, y=1.03)
@@ -26,7 +27,7 @@ def throughput(table: pd.DataFrame) -> plt.Figure:
     """Tokens/s per method under each scenario (rows of method, scenario, tokens_per_s)."""
     style.apply()
     fig, ax = plt.subplots(figsize=(9, 3.8))
-    sns.barplot(data=table, x="scenario", y="tokens_per_s", hue="method", ax=ax)
+    sns.barplot(data=table, x="scenario", y="tokens_per_s", hue="method", ax=ax, palette=style.palette(table["method"].unique()))
     ax.set(xlabel="", ylabel="tokens / s (all workers)", title="Throughput under perturbations")
     return fig
 
@@ -37,6 +38,7 @@ def tau_sweep(table: pd.DataFrame) -> plt.Figure:
     fig, a = plt.subplots(figsize=(6.5, 3.8))
     a.plot(table["tau"], table["val_loss"], "o-", color="C0")
     a.set(xlabel="sync interval tau (steps)", ylabel="validation loss", xscale="log", title="EDiT: sync interval sweep")
+    style.readable_log_ticks(a, "x")
     b = a.twinx()
     b.plot(table["tau"], table["sync_bytes_per_rank"] / 1e6, "s--", color="C1")
     b.set_ylabel("MB sent per rank", color="C1")
@@ -57,4 +59,6 @@ def penalty_ablation(runs: pd.DataFrame, *, spike_steps: list[int] | None = None
     sns.barplot(data=summary, y="variant", x="max_spike", ax=b, color="C0", orient="h")
     b.axvline(float(summary["max_spike"].iloc[0]), color="k", ls="--", lw=1)
     b.set(xlabel="largest spike (loss above its 8-step median)", ylabel="", title="dashed: spike-free run")
+    fig.suptitle("EDiT's pseudo-gradient penalty under injected loss spikes (EDiT paper's ablation): \"full penalty\" = "
+                 "anomaly elimination + weighting + clipping", y=1.03)  # fmt: skip
     return fig

@@ -27,6 +27,7 @@ def ratio_axes(grid: sns.FacetGrid, ns, *, xlabel: str, ylabel: str) -> None:
         ax.set_yscale("log", base=2)
         ax.axhline(1.0, color="k", lw=0.8)
         ax.set(xlabel=xlabel, ylabel=ylabel)
+        style.readable_log_ticks(ax)
 
 
 def overlap_pdf(overlap: pd.DataFrame) -> plt.Figure:
@@ -53,8 +54,9 @@ def densification(dens: pd.DataFrame) -> plt.Figure:
     ax.plot(ns, ns, "k--", lw=1, label="y = n (no overlap)")
     _log2_axis(ax, ns)
     ax.set_yscale("log", base=2)
-    ax.set(xlabel="number of workers n", ylabel="densification ratio γⁿ")
-    ax.legend()
+    style.readable_log_ticks(ax)
+    ax.set(xlabel="number of workers n", ylabel="densification ratio γⁿ = |union of n sets| / mean |set|")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8)
     ax.set_title("Tensors densify when aggregated (paper Fig. 2b)")
     return fig
 
@@ -85,8 +87,9 @@ def skewness(skew: pd.DataFrame) -> plt.Figure:
     ax.plot(ps, ps, "k--", lw=1, label="y = n (all in one partition)")
     _log2_axis(ax, ps)
     ax.set_yscale("log", base=2)
-    ax.set(xlabel="number of partitions n", ylabel="skewness ratio")
-    ax.legend()
+    style.readable_log_ticks(ax)
+    ax.set(xlabel="number of contiguous partitions n", ylabel="skewness ratio\nn x largest partition's share")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8)
     ax.set_title("Non-zeros are skewed over the index space (paper Fig. 3b)")
     return fig
 

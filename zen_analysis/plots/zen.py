@@ -17,13 +17,16 @@ def hashing_cost(cost: pd.DataFrame) -> plt.Figure:
     argsort reference (and Algorithm 1 in torch rounds, on CPU) on both panels (a
     :func:`zen_analysis.zen.profile.hashing_cost` table)."""
     style.apply()
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.6), sharey=True)
     ref = cost[cost["sweep"].isin(["argsort", "torch_rounds"])]
+    colors = style.palette(cost["setting"].unique())  # one colour per setting on both panels
     for ax, sweep, title in zip(axes, ("r1", "k"), ("(a) parallel region r1 (x non-zeros), k = 3", "(b) second-level hashes k, r1 = 2x")):
         d = pd.concat([cost[cost["sweep"] == sweep], ref])
-        sns.lineplot(data=d, x="density", y="seconds", hue="setting", style="sweep", marker="o", ax=ax)
+        sns.lineplot(data=d, x="density", y="seconds", hue="setting", style="sweep", marker="o", ax=ax, palette=colors)
         ax.set(xscale="log", yscale="log", xlabel="density", ylabel="seconds (median)", title=title)
-        ax.legend(fontsize=8, loc="upper left")
+        style.readable_log_ticks(ax, "x")
+        style.readable_log_ticks(ax)
+        sns.move_legend(ax, "upper center", bbox_to_anchor=(0.5, -0.18), ncol=3, fontsize=8, title=None)
     numel, dev = int(cost["numel"].iloc[0]), cost["device"].iloc[0]
     fig.suptitle(f"Hierarchical hashing (Algorithm 1) vs argsort bucketing, {numel / 1e6:.1f}M elements, "
                  f"{int(cost['num_partitions'].iloc[0])} partitions, {dev} (paper Fig. 16)", y=1.02)  # fmt: skip
@@ -44,9 +47,11 @@ def pull_format_speedup(model: pd.DataFrame, measured: pd.DataFrame | None = Non
         for name in ("bp_coo", "zen"):
             rows.append({"workload": f"gloo {int(measured['ranks'].iloc[0])} ranks, {measured['run'].iloc[0]}", "variant": name,
                          "speedup": s.loc["allreduce", "wire_measured_s"] / s.loc[name, "wire_measured_s"], "source": "measured"})  # fmt: skip
-    d = pd.DataFrame(rows).replace({"variant": {"bp_coo": "Algorithm 1 + COO", "zen": "Algorithm 1 + hash bitmap"}})
+    names = {"bp_coo": "Algorithm 1 + COO", "zen": "Algorithm 1 + hash bitmap"}
+    d = pd.DataFrame(rows).replace({"variant": names})
     fig, ax = plt.subplots(figsize=(9, 4))
-    sns.barplot(data=d, y="workload", x="speedup", hue="variant", ax=ax, orient="h")
+    sns.barplot(data=d, y="workload", x="speedup", hue="variant", ax=ax, orient="h",
+                palette={label: style.color(scheme) for scheme, label in names.items()})  # fmt: skip
     ax.axvline(1.0, color="k", lw=0.8)
     ax.set(xlabel="all-reduce time / scheme time", ylabel="", title="COO pull vs hash-bitmap pull (paper Fig. 17b; "
            "modelled on paper-tcp25, measured on gloo)")  # fmt: skip
