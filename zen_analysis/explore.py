@@ -17,6 +17,7 @@ from functools import lru_cache
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.ticker import MaxNLocator
 import torch
 
 from zen_analysis import paths
@@ -130,6 +131,7 @@ def draw(stats: dict, *, title: str = "") -> plt.Figure:
     P = shares.shape[1]
     im = ax.imshow(100 * shares, aspect="auto", cmap="rocket_r", vmin=0, interpolation="nearest")
     _worker_ticks(ax, shares.shape[0], group, union=False)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set(xlabel=f"contiguous partition (of {P})", ylabel=who, title="% of a worker's non-zeros per partition (C3)")
     fig.colorbar(im, ax=ax, label="%")
     ax = axes[1, 0]
@@ -249,10 +251,10 @@ class DensityExplorer:
                 self.figure = draw(self.stats, title=self.title)
                 plt.close(self.figure)  # shown only through the output area, not again by the inline backend
                 clear_output(wait=True)
-                display(self.figure)
+                display(style.as_image(self.figure))
             self._drawn = key
             self.num_updates += 1
-            self._set_status(f"ready ({time.perf_counter() - t0:.1f} s)")
+            self._set_status(f"ready ({time.perf_counter() - t0:.1f} s) · {self.title}")
         except Exception as e:
             self._set_status(f"<b>failed</b>: {type(e).__name__}: {e}")
             raise

@@ -273,5 +273,5 @@ def test_a_users_torchrun_script_runs_across_lab_nodes(tmp_path):
                       nodes=2, bandwidth_gbps=1.0, log_dir=tmp_path / "logs")  # fmt: skip
     assert code == 0, (tmp_path / "logs" / "torchrun-node1.log").read_text()[-3000:]
     result = json.loads(out.read_text())
-    assert result["ranks"] == 2 and len(result["steps"]) == 3 and result["steps"][-1]["zen_bytes_sent_so_far"] > 0
+    assert result["ranks"] == 2 and len(result["steps"]) == 3 and result["steps"][-1]["sparse_bytes"] > 0
     assert not netlab.lab_namespaces()

@@ -110,3 +110,15 @@ def readable_log_ticks(ax: plt.Axes, which: str = "y") -> None:
     axis.set_major_locator(FixedLocator(ticks))
     axis.set_minor_locator(NullLocator())
     axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+
+
+def as_image(fig: plt.Figure):
+    """``fig`` as a PNG ``IPython.display.Image``: what live views display, so they show whatever matplotlib's
+    backend is (under ``MPLBACKEND=Agg`` a displayed Figure is only its text repr)."""
+    import io
+
+    from IPython.display import Image
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=plt.rcParams["figure.dpi"], bbox_inches="tight")
+    return Image(data=buf.getvalue(), format="png")

@@ -99,11 +99,12 @@ class LiveLoss:
 
         self.title = title
         fig = live_view(self.rows, title=title, final=final)
-        if self._handle is None:
-            self._handle = display(fig, display_id=True)
-        else:
-            self._handle.update(fig)
+        image = style.as_image(fig)
         plt.close(fig)
+        if self._handle is None:
+            self._handle = display(image, display_id=True)
+        else:
+            self._handle.update(image)
         self.draws += 1
 
 
