@@ -185,7 +185,7 @@ def training_vs_bandwidth(sweep: pd.DataFrame) -> plt.Figure:
     d = sweep.assign(label=sweep["variant"] + " @ " + sweep["bandwidth_gbps"].map("{:g}".format))
     bx.barh(d["label"], d["compute_s"], color="0.6", label="compute (rank 0)")
     bx.barh(d["label"], d["sync_s"] - d["exchange_s"], left=d["compute_s"], color="0.85", label="waiting for slower ranks")
-    bx.barh(d["label"], d["exchange_s"], left=d["compute_s"] + d["sync_s"] - d["exchange_s"], color=style.color("zen"),
+    bx.barh(d["label"], d["exchange_s"], left=d["compute_s"] + d["sync_s"] - d["exchange_s"], color="0.2",
             label="exchange")  # fmt: skip
     bx.set(xlabel="median seconds per step, rank 0", title="compute + sync (waiting + exchange)")
     bx.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0, -0.2), ncol=3)
