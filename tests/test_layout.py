@@ -31,3 +31,91 @@ def test_notebooks_are_committed_clean_and_valid():
         for cell in nb.cells:
             if cell.cell_type == "code":
                 assert not cell.outputs and cell.execution_count is None, f"{path.name}: committed with outputs"
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the package modules it imports, at the top or inside functions (``ast``; relative imports
+    resolved; ``from pkg import name`` points at ``pkg.name`` when that is a module, else at ``pkg``)."""
+    import ast
+
+    root = TESTS.parent / "zen_analysis"
+    files = {}
+    for path in root.rglob("*.py"):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {m: set() for m in files}
+    for mod, path in files.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                stem = node.module or ""
+                if node.level:
+                    base = mod.split(".") if path.name == "__init__.py" else mod.split(".")[:-1]
+                    stem = ".".join(base[: len(base) - node.level + 1] + ([node.module] if node.module else []))
+                targets = [f"{stem}.{a.name}" if f"{stem}.{a.name}" in files else stem for a in node.names]
+            else:
+                continue
+            for t in targets:
+                while t not in files and "." in t:
+                    t = t.rsplit(".", 1)[0]
+                if t in files and t != mod:
+                    graph[mod].add(t)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index, low, on, stack, out, counter = {}, {}, set(), [], [], 0
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, children = work[-1]
+            w = next(children, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = set()
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.add(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(comp)
+    return out
+
+
+KNOWN_CYCLE = {f"zen_analysis.{m}" for m in (
+    "comm", "comm.cost", "comm.measure", "comm.schemes", "comm.schemes.agsparse", "comm.schemes.allreduce",
+    "comm.schemes.base", "comm.schemes.omnireduce", "comm.schemes.owner", "comm.schemes.sparcml", "comm.schemes.sparse_ps",
+    "comm.schemes.zen", "comm.topology", "dist.launch", "local_sgd", "local_sgd.engine", "train.loop", "train.sync",
+    "zen.ddp", "zen.planner",
+)}  # fmt: skip
+"""The one import cycle the package still has (20 modules: a topology preset calibrates by launching ranks; the sync
+registry, local SGD and the DDP hooks import each other). The layering work removes it; this set may only shrink."""
+
+
+def test_no_new_import_cycle():
+    found = _cycles(_import_graph())
+    assert all(c <= KNOWN_CYCLE for c in found), [sorted(c - KNOWN_CYCLE) for c in found if not c <= KNOWN_CYCLE]
+    # the check itself sees cycles: the known one is there (shrink KNOWN_CYCLE when a module leaves it)
+    assert found and set().union(*found) == KNOWN_CYCLE, sorted(KNOWN_CYCLE - set().union(*found))

@@ -168,7 +168,7 @@ def cmd_bench_comm(args: argparse.Namespace) -> None:
         print(f"synthetic: {args.ranks} ranks, numel {args.numel:,}; measured " + ", ".join(f"{k} {v:.3f}" for k, v in stats.items()))
     else:
         if not args.run:
-            raise ValueError("bench-comm needs a run id (see `zen-analysis traces`) or --synthetic")
+            raise ValueError("bench-comm needs a run id (`zen-analysis runs` lists them) or --synthetic")
         df = measure.replay_run(args.run, ranks=args.ranks, steps=args.steps, tensor=args.tensor,
                                 repeats=args.repeats, schemes=schemes, recalibrate=args.recalibrate,
                                 bandwidth_gbps=args.bandwidth_gbps)  # fmt: skip

@@ -24,7 +24,7 @@ from zen_analysis import paths
 from zen_analysis.capture.traces import TraceReader
 from zen_analysis.plots import style
 from zen_analysis.sparsity.characterize import worker_counts
-from zen_analysis.sparsity.metrics import densification_ratio, pairwise_overlap_ratios, partition_shares, rows_of
+from zen_analysis.sparsity.metrics import densification_curve, pairwise_overlap_ratios, partition_shares, rows_of
 
 NUM_BINS = 128
 
@@ -82,7 +82,7 @@ def explore_stats(run: str, tensor: str, step: int, num_workers: int, num_partit
     union_row = np.histogram(union.numpy(), bins=edges)[0] / np.diff(edges)
     shares = np.stack([partition_shares(s, numel, num_partitions) for s in chosen])
     ns = [1] + worker_counts(len(chosen))
-    gammas = [densification_ratio(chosen[:n]) for n in ns]
+    gammas = densification_curve(chosen, ns, numel)
     return {
         "workers": workers,
         "numel": numel,
@@ -144,6 +144,7 @@ def draw(stats: dict, *, title: str = "") -> plt.Figure:
     ax = axes[1, 1]
     ov = stats["overlaps"][~np.isnan(stats["overlaps"])]
     ax.hist(ov, bins=np.linspace(0, 1, 26), color="C2")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     among = stats.get("overlap_workers", len(stats["workers"]))
     first = f" among the first {among} workers" if among < len(stats["workers"]) else ""
     ax.set(xlabel="overlap ratio |A∩B| / min(|A|, |B|)", ylabel="worker pairs",
@@ -270,5 +271,5 @@ class DensityExplorer:
 def _cost_note(c: dict, workers: int) -> str:
     """What the redraw will take, roughly: element granularity over many workers is the slow case."""
     if c["granularity"] == "element" and workers > 128:
-        return f"(element granularity over {workers} workers: about 15 s on 2 cores)"
+        return f"(element granularity over {workers} workers: a few seconds)"
     return ""

@@ -153,6 +153,25 @@ def densification_ratio(index_sets: Sequence[torch.Tensor]) -> float:
     return union_of(sets, max(int(s[-1]) for s in sets if s.numel()) + 1).numel() / mean  # sets are sorted
 
 
+def densification_curve(index_sets: Sequence[torch.Tensor], ns: Sequence[int], numel: int) -> list[float]:
+    """``densification_ratio(index_sets[:n])`` for each n of ascending ``ns``, in one pass: the union grows in a
+    mask of ``numel`` flags as workers are added, instead of being rebuilt for every n."""
+    if list(ns) != sorted(ns) or not ns or ns[0] < 1 or ns[-1] > len(index_sets):
+        raise ValueError(f"ns must ascend within 1..{len(index_sets)}, got {list(ns)}")
+    seen = torch.zeros(numel, dtype=torch.bool)
+    union = total = done = 0
+    out = []
+    for n in ns:
+        for s in index_sets[done:n]:
+            s = index_set(s, numel)
+            union += int((~seen[s]).sum())
+            seen[s] = True
+            total += s.numel()
+        done = n
+        out.append(union / (total / n) if total else _NAN)
+    return out
+
+
 def partition_of(indices: torch.Tensor, numel: int, num_partitions: int) -> torch.Tensor:
     """Contiguous partition id of each index: p such that p*numel//n <= idx < (p+1)*numel//n."""
     if num_partitions < 1 or numel < 1:
