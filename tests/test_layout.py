@@ -119,3 +119,17 @@ def test_no_new_import_cycle():
     assert all(c <= KNOWN_CYCLE for c in found), [sorted(c - KNOWN_CYCLE) for c in found if not c <= KNOWN_CYCLE]
     # the check itself sees cycles: the known one is there (shrink KNOWN_CYCLE when a module leaves it)
     assert found and set().union(*found) == KNOWN_CYCLE, sorted(KNOWN_CYCLE - set().union(*found))
+
+
+def test_the_loop_calls_only_what_the_sync_contract_declares():
+    """train/loop.py reads its sync object only through GradSync's declared hooks: no getattr / hasattr probing."""
+    import ast
+
+    from zen_analysis.train.sync import GradSync
+
+    tree = ast.parse((TESTS.parent / "zen_analysis" / "train" / "loop.py").read_text())
+    probes = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", None) in ("getattr", "hasattr")
+              and n.args and getattr(n.args[0], "id", None) == "sync"]  # fmt: skip
+    assert not probes, f"loop.py probes the sync object at lines {probes}"
+    used = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and getattr(n.value, "id", None) == "sync"}
+    assert used <= set(dir(GradSync)), f"loop.py uses undeclared sync members {sorted(used - set(dir(GradSync)))}"

@@ -36,6 +36,7 @@ from zen_analysis.local_sgd.penalty import (
     clip_coefficient,
     softmax_weights,
 )
+from zen_analysis.train.sync import GradSync
 
 
 @dataclass(kw_only=True)
@@ -86,7 +87,7 @@ def method_config(method: str, **overrides) -> LocalSGDConfig:
     return LocalSGDConfig(**{**presets[method], **overrides})
 
 
-class LocalSGD:
+class LocalSGD(GradSync):
     """The loop's ``sync`` object for local SGD methods (see the module docstring)."""
 
     def __init__(self, config: LocalSGDConfig, *, name: str = "local_sgd", collective: Collective | None = None) -> None:

@@ -192,8 +192,8 @@ def train(
     model.train()
     sync = sync or build_sync(cfg.sync, cfg.local_sgd)
     if cfg.perturb.bandwidth_gbps > 0:  # every cross-worker all-reduce of the sync also pays a slow link
-        sync.delay = lambda nbytes: network_delay(cfg, nbytes, info.world_size)
-        sync.link_seconds = lambda nbytes: network_seconds(cfg, nbytes, info.world_size)  # asynchronous syncs (EDiT)
+        sync.set_link(lambda nbytes: network_delay(cfg, nbytes, info.world_size),
+                      lambda nbytes: network_seconds(cfg, nbytes, info.world_size))  # fmt: skip
     sync.attach(model)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
@@ -242,8 +242,8 @@ def train(
     # ---- the loop
     t_start = time.perf_counter()
     loss = float("nan")
-    max_steps = sync.max_local_steps(t.num_steps) if hasattr(sync, "max_local_steps") else t.num_steps
-    local_losses = getattr(sync, "local", False)  # local SGD: no per-step loss all-reduce (it would be a rendezvous)
+    max_steps = sync.max_local_steps(t.num_steps)
+    local_losses = sync.local  # local SGD: no per-step loss all-reduce (it would be a rendezvous)
     straggle = _straggler(cfg, info)
     steps_done = 0
     for step in range(max_steps):
@@ -253,8 +253,8 @@ def train(
             group["lr"] = lr
         capturing = capture is not None and capture.is_capture_step(step)
         capture_s0 = capture.seconds if capture else 0.0
-        sync_bytes0 = getattr(sync, "sparse_bytes_sent", 0)
-        sync_s0 = getattr(sync, "sync_seconds", 0.0)
+        sync_bytes0 = sync.sparse_bytes_sent or 0
+        sync_s0 = sync.sync_seconds
         local_loss = 0.0
         for v in range(V):
             worker = info.rank * V + v
@@ -267,7 +267,7 @@ def train(
             local_loss += micro_loss.item()
         if capturing:
             capture.end_step()
-        straggle(step, time.perf_counter() - t0 - (getattr(sync, "sync_seconds", 0.0) - sync_s0))  # compute time only
+        straggle(step, time.perf_counter() - t0 - (sync.sync_seconds - sync_s0))  # compute time only
         t_sync = time.perf_counter()
         compute_s = t_sync - t0
         sync.synchronize(model)
@@ -295,7 +295,7 @@ def train(
             "captured": capturing,
             "tokens": (step + 1) * cfg.global_batch * t.seq_len,
         }
-        if hasattr(sync, "sparse_bytes_sent"):  # a sparse scheme syncs the embedding: its bytes this step
+        if sync.sparse_bytes_sent is not None:  # a sparse scheme syncs the embedding: its bytes this step
             row["sparse_bytes_sent_rank0"] = sync.sparse_bytes_sent - sync_bytes0
         if t.eval_every and (step + 1) % t.eval_every == 0 and step + 1 < t.num_steps:
             row["val_loss"] = evaluate(model, data, cfg, info)
@@ -303,12 +303,11 @@ def train(
             row["loss_is_rank0_only"] = True
         if metrics_f:
             metrics_f.write(json.dumps(row) + "\n")
-        if getattr(sync, "should_stop", lambda: False)():
+        if sync.should_stop():
             break
     if capture:
         capture.close()  # writes the last shard: part of the capture cost, so inside the timed span
-    if hasattr(sync, "finalize"):  # local SGD: one last sync, so the final model is the global one
-        sync.finalize(model)
+    sync.finalize(model)  # local SGD: one last sync, so the final model is the global one
     elapsed = time.perf_counter() - t_start
     total_steps = int(round(_mean_over_ranks(float(steps_done), info) * info.world_size))  # workers may differ (A-EDiT)
     val_loss = evaluate(model, data, cfg, info)
@@ -321,17 +320,17 @@ def train(
         "elapsed_s": elapsed,
         "tokens_per_s": total_steps * V * t.batch_per_worker * t.seq_len / elapsed,
         "total_steps_all_ranks": total_steps,
-        "sync_bytes_rank": getattr(sync, "bytes_sent", None),
+        "sync_bytes_rank": sync.bytes_sent,
         "steps_done": steps_done,
         "capture_s_rank0": capture.seconds if capture else 0.0,
         "trace_bytes_rank0": capture.writer.bytes_written if capture else 0,
         "param_sha256": parameter_digest(model),
     }
-    if getattr(sync, "decisions", None):  # Zen's planner: what it chose per tensor, and why
+    if sync.decisions:  # Zen's planner: what it chose per tensor, and why
         summary["planner"] = sync.decisions
-    if hasattr(sync, "describe"):
+    if sync.describe() is not None:
         summary["sync"] = sync.describe()
-    if getattr(sync, "log", None):  # local SGD: per sync and group, each worker's norm, weight, clip, skip
+    if sync.log:  # local SGD: per sync and group, each worker's norm, weight, clip, skip
         with atomic_path(run_dir / "local_sgd" / f"rank{info.rank}.jsonl") as tmp:
             tmp.write_text("".join(json.dumps(row) + "\n" for row in sync.log))
     if info.is_main:

@@ -9,7 +9,7 @@ through the same two calls (``build_sync``), not by forking the loop.
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -18,15 +18,58 @@ from torch import nn
 from zen_analysis.config import SyncConfig
 
 
-class GradSync(Protocol):
-    name: str
+class GradSync:
+    """The loop's contract with a synchronization: every hook and counter the training loop reads, declared here
+    with its default, so the loop calls methods and reads attributes instead of probing for them.
 
-    def attach(self, model: nn.Module) -> None: ...
+    A subclass implements :meth:`attach` and :meth:`synchronize`; the rest is optional."""
 
-    def synchronize(self, model: nn.Module) -> None: ...
+    name: str = "sync"
+    local: bool = False
+    """True: the loop logs rank-local losses (a per-step loss all-reduce would make every step a rendezvous)."""
+    sparse_bytes_sent: int | None = None
+    """Bytes the sparse path has sent so far (None: there is no sparse path, and the metrics say nothing of it)."""
+    bytes_sent: int | None = None
+    """Bytes this rank has sent in all (None where not counted)."""
+    sync_seconds: float = 0.0
+    """Seconds spent in syncs and rendezvous (the loop's stragglers scale compute time only)."""
+    decisions: dict | None = None
+    """Zen's planner: what it chose per tensor, and why (the run summary's ``planner``)."""
+    log: list | tuple = ()
+    """Per-sync rows the loop writes to ``local_sgd/rank<r>.jsonl`` (local SGD)."""
+    delay: Callable[[int], None] | None = None
+    """Under ``perturb.bandwidth_gbps``: sleeps as long as an all-reduce of n bytes takes on the slow link."""
+    link_seconds: Callable[[int], float] | None = None
+    """Under ``perturb.bandwidth_gbps``: seconds an all-reduce of n bytes takes on the slow link (asynchronous
+    syncs keep their own link clock)."""
+
+    def attach(self, model: nn.Module) -> None:
+        raise NotImplementedError
+
+    def synchronize(self, model: nn.Module) -> None:
+        raise NotImplementedError
+
+    def set_link(self, delay: Callable[[int], None], link_seconds: Callable[[int], float]) -> None:
+        """The emulated slow link of ``perturb.bandwidth_gbps`` (before :meth:`attach`)."""
+        self.delay, self.link_seconds = delay, link_seconds
+
+    def max_local_steps(self, num_steps: int) -> int:
+        """How many loop iterations this rank runs for ``num_steps`` configured steps (A-EDiT: more or fewer)."""
+        return num_steps
+
+    def should_stop(self) -> bool:
+        """Whether the loop ends after the current step (A-EDiT's time budget)."""
+        return False
+
+    def finalize(self, model: nn.Module) -> None:
+        """After the last step (local SGD: one last sync, so the final model is the global one)."""
+
+    def describe(self) -> dict | None:
+        """The run summary's ``sync`` entry (None: none)."""
+        return None
 
 
-class DenseAllReduce:
+class DenseAllReduce(GradSync):
     """Bucketed dense all-reduce of every gradient, averaged over ranks (the baseline)."""
 
     name = "allreduce"
@@ -68,7 +111,7 @@ class DenseAllReduce:
             flat_N = flatten_grads(bucket)
             dist.all_reduce(flat_N, group=self.group)
             self.bytes_sent += int(2 * (world - 1) / world * flat_N.numel() * flat_N.element_size())
-            if getattr(self, "delay", None):
+            if self.delay:
                 self.delay(flat_N.numel() * flat_N.element_size())
             flat_N /= world
             unflatten_into_grads(bucket, flat_N)
@@ -90,7 +133,7 @@ def unflatten_into_grads(bucket: list[nn.Parameter], flat_N: torch.Tensor) -> No
         offset += n
 
 
-class SparseSync:
+class SparseSync(GradSync):
     """Natural sparsity: the input embedding's gradient (rows of the tokens seen, the rest exactly zero) is
     summed by a sparse scheme of :mod:`zen_analysis.comm` — ``zen`` by default — and averaged; every other
     parameter goes through the dense bucketed all-reduce, as the Zen paper does (sparse path for the embedding

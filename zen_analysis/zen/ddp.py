@@ -37,6 +37,7 @@ from torch import nn
 
 from zen_analysis.capture.topk import TopKCompressor
 from zen_analysis.comm.exchange import ring_bytes_sent
+from zen_analysis.train.sync import GradSync
 
 THRESHOLDS = ("local", "global")
 
@@ -361,7 +362,7 @@ def register(ddp_model: nn.Module, *, mode: str = "natural", scheme: str = "zen"
     raise ValueError(f"mode must be 'natural' or 'topk', got {mode!r}")
 
 
-class CompressedSync:
+class CompressedSync(GradSync):
     """Every gradient, flattened into buckets of ``bucket_mb``, top-k sparsified per bucket (error feedback per
     parameter) and summed with a sparse scheme; the training loop's counterpart of :func:`comm_hook`."""
 
