@@ -328,8 +328,9 @@ def train(
     }
     if sync.decisions:  # Zen's planner: what it chose per tensor, and why
         summary["planner"] = sync.decisions
-    if sync.describe() is not None:
-        summary["sync"] = sync.describe()
+    described = sync.describe()
+    if described is not None:
+        summary["sync"] = described
     if sync.log:  # local SGD: per sync and group, each worker's norm, weight, clip, skip
         with atomic_path(run_dir / "local_sgd" / f"rank{info.rank}.jsonl") as tmp:
             tmp.write_text("".join(json.dumps(row) + "\n" for row in sync.log))

@@ -230,7 +230,7 @@ class SparseSync(GradSync):
         choice = self.planner.observe("embedding", list(everyone), grad.numel())
         if choice is not None:
             self.name = choice
-            self.scheme = build_scheme(choice, **(self.options if choice in ("zen", "bp_coo") else {}))
+            self.scheme = build_scheme(choice, **self.options)  # the seed reaches the hashed schemes only
 
     @property
     def decisions(self) -> dict:
@@ -268,6 +268,5 @@ def build_sync(cfg: SyncConfig, local_sgd=None) -> GradSync:
         planner = Planner(topology=cfg.planner_topology, profile_steps=cfg.planner_steps)
         return SparseSync("auto", bucket_mb=cfg.bucket_mb, planner=planner, seed=cfg.hash_seed)
     if cfg.scheme in SPARSE_SCHEMES:
-        options = {"seed": cfg.hash_seed} if cfg.scheme in ("zen", "bp_coo") else {}
-        return SparseSync(cfg.scheme, bucket_mb=cfg.bucket_mb, gpus_per_node=cfg.gpus_per_node, **options)
+        return SparseSync(cfg.scheme, bucket_mb=cfg.bucket_mb, gpus_per_node=cfg.gpus_per_node, seed=cfg.hash_seed)
     raise ValueError(f"sync.scheme={cfg.scheme!r} is unknown; available: {sorted([*SYNCS, *SPARSE_SCHEMES, 'auto', *METHODS])}")

@@ -36,6 +36,7 @@ import torch.distributed as dist
 from torch import nn
 
 from zen_analysis.capture.topk import TopKCompressor
+from zen_analysis.comm import build_scheme
 from zen_analysis.comm.exchange import ring_bytes_sent
 from zen_analysis.train.sync import GradSync
 
@@ -44,12 +45,6 @@ THRESHOLDS = ("local", "global")
 
 def _compressor(ratio: float, seed: int) -> TopKCompressor:
     return TopKCompressor(ratio=ratio, exact_below=65_536, sample_ratio=0.01, error_feedback=True, seed=seed)
-
-
-def _build(scheme: str, seed: int):
-    from zen_analysis.comm import build_scheme
-
-    return build_scheme(scheme, **({"seed": seed} if scheme in ("zen", "bp_coo") else {}))
 
 
 @dataclass
@@ -88,13 +83,12 @@ class HookState(_Stats):
     _scheme: object = field(default=None, repr=False)
     _executor: ThreadPoolExecutor | None = field(default=None, repr=False)
     _worker_group: dist.ProcessGroup | None = field(default=None, repr=False)
-    _last_call: float = field(default=0.0, repr=False)
 
     def __post_init__(self) -> None:
         if self.threshold not in THRESHOLDS:
             raise ValueError(f"threshold must be one of {THRESHOLDS}, got {self.threshold!r}")
         self.compressor = self.compressor or _compressor(self.ratio, self.seed)
-        self._scheme = _build(self.scheme, self.seed)
+        self._scheme = build_scheme(self.scheme, seed=self.seed)
         if self.overlap:
             # collectives issued from the worker go over a group of their own: the main thread may use the
             # user's group meanwhile (DDP's own collectives, a loss all-reduce)
@@ -215,7 +209,7 @@ class NaturalState(_Stats):
     _ids: frozenset = field(default=frozenset(), repr=False)
 
     def __post_init__(self) -> None:
-        self._scheme = _build(self.scheme, self.seed)
+        self._scheme = build_scheme(self.scheme, seed=self.seed)
         self._ids = frozenset(id(p) for p in self.params)
 
 

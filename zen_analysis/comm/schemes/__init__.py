@@ -17,10 +17,14 @@ SCHEMES: dict[str, type[CommScheme]] = {
 }
 
 
-def build_scheme(name: str, **options: Any) -> CommScheme:
-    """An instance of the scheme called ``name``; unknown names and options raise ``ValueError``."""
+def build_scheme(name: str, *, seed: int | None = None, **options: Any) -> CommScheme:
+    """An instance of the scheme called ``name``; unknown names and options raise ``ValueError``. ``seed``, the
+    hash seed (h0), goes to the schemes that hash indices (``hashed``) and is ignored by the others, so a caller
+    can pass it whatever the scheme."""
     if name not in SCHEMES:
         raise ValueError(f"unknown scheme {name!r}; available: {sorted(SCHEMES)}")
+    if seed is not None and SCHEMES[name].hashed:
+        options["seed"] = seed
     try:
         return SCHEMES[name](**options)
     except TypeError as exc:

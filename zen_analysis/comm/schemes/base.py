@@ -28,6 +28,8 @@ class CommScheme(ABC):
     scans_dense: ClassVar[bool] = True
     """Whether ``run`` does local work per element (finds the non-zeros, writes the sum); the dense all-reduce
     leaves everything to the collective."""
+    hashed: ClassVar[bool] = False
+    """Whether the scheme places indices by Zen's hash h0 (takes a ``seed``; :func:`build_scheme` passes it)."""
     sync_collectives: bool = False
     """Benchmarks set this: a barrier before each collective, so measured wire time excludes peer skew."""
 

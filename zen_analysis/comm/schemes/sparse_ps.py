@@ -52,6 +52,7 @@ class SparsePS(_PushPullCOO):
 
 class BPCOO(_PushPullCOO):
     name = "bp_coo"
+    hashed = True
 
     def __init__(self, *, seed: int = 0) -> None:
         super().__init__()

@@ -25,6 +25,7 @@ from zen_analysis.zen.sync import HASHINGS, zen_sum
 
 
 class Zen(CommScheme):
+    hashed = True
     name = "zen"
 
     def __init__(self, *, seed: int = 0, hashing: str = "auto") -> None:
