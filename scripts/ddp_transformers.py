@@ -29,7 +29,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausa
 from zen_analysis import recipes
 from zen_analysis.comm.exchange import ring_bytes_sent
 from zen_analysis.train.data import TokenData, prepare
-from zen_analysis.zen.ddp import register
+from zen_analysis.sync.ddp import register
 
 SIZES = {"smoke": recipes.smoke, "default": recipes.default}
 

@@ -11,11 +11,17 @@ in a fresh process, whose wall time and peak RSS are reported.
 step's wall time and the time spent inside capture code (isolating per-worker gradients, top-k, buffering,
 writing Parquet shards) are logged by rank 0; the overhead is rank 0's total capture time over the whole run /
 the run's time without it. The median step time of captured vs plain steps is printed beside it as a check.
+
+The benchmarks on the emulated network (``netlab``, ``ddp``) are in :mod:`zen_analysis.bench_net`; every benchmark's
+``--set key=value`` options are parsed by :func:`zen_analysis.bench_options.parse_sets`. :data:`BENCHMARKS` maps
+each name to its function.
 """
 
 from __future__ import annotations
 
 from zen_analysis import recipes
+from zen_analysis.bench_net import bench_ddp, bench_netlab
+from zen_analysis.bench_options import floats, ints, parse_sets
 from zen_analysis.config import apply_overrides
 
 
@@ -87,8 +93,7 @@ def bench_characterize(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     import sys
     import time
 
-    if overrides:
-        raise ValueError("bench characterize takes no --set overrides")
+    parse_sets("characterize", overrides, {})
     run_id = "bench-characterize-16M-128w-20s"
     t0 = time.perf_counter()
     _synthetic_embedding_run(run_id, num_rows=65536, width=256, num_workers=128, num_steps=20)
@@ -113,27 +118,19 @@ def bench_characterize(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     return out
 
 
-BENCHMARKS = {"capture": bench_capture, "characterize": bench_characterize}
-
-
 def bench_comm(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     """Every scheme on 4 real gloo ranks replaying the default run's captured embedding gradients, against
     its alpha-beta model on this machine calibrated at 4 ranks (``zen-analysis bench-comm`` with the
     reproduce run; trains it first if ``make reproduce`` has not)."""
-    from zen_analysis.comm import measure
+    from zen_analysis.comm import measure, replay
     from zen_analysis.dist.launch import ensure_run
     from zen_analysis.reproduce import reproduce_run_id
 
-    opts = {"ranks": 4, "steps": 3, "repeats": 25}
-    for item in overrides:
-        key, _, value = item.partition("=")
-        if key not in opts:
-            raise ValueError(f"bench comm takes --set {', '.join(opts)}=...; got {item!r}")
-        opts[key] = int(value)
+    opts = parse_sets("comm", overrides, {"ranks": 4, "steps": 3, "repeats": 25})
     cfg = recipes.default()
     cfg.run_id = reproduce_run_id("default")
     run = ensure_run(cfg)
-    df = measure.replay_run(run, ranks=opts["ranks"], steps=opts["steps"], repeats=opts["repeats"], recalibrate=True)
+    df = replay.replay_run(run, ranks=opts["ranks"], steps=opts["steps"], repeats=opts["repeats"], recalibrate=True)
     summary = measure.summarize(df)
     print(f"{run} embedding ({df['numel'].iloc[0]:,} elements), {opts['ranks']} gloo ranks, {opts['steps']} steps, "
           f"{opts['repeats']} repeats")  # fmt: skip
@@ -150,10 +147,9 @@ def bench_evaluate(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     from zen_analysis.capture.traces import TraceReader
     from zen_analysis.comm.evaluate import DEFAULT_TOPOLOGIES, _rows, evaluate
     from zen_analysis.comm.schemes import SCHEMES
-    from zen_analysis.comm.topology import preset
+    from zen_analysis.comm.calibrate import preset
 
-    if overrides:
-        raise ValueError("bench evaluate takes no --set overrides")
+    parse_sets("evaluate", overrides, {})
     run_id = "bench-characterize-16M-128w-20s"
     _synthetic_embedding_run(run_id, num_rows=65536, width=256, num_workers=128, num_steps=20)
     t0 = time.perf_counter()
@@ -172,10 +168,6 @@ def bench_evaluate(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     return {"per_step_s": per_step, "n128_s": at128}
 
 
-BENCHMARKS["comm"] = bench_comm
-BENCHMARKS["evaluate"] = bench_evaluate
-
-
 def bench_hashing(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     """Algorithm 1 at the paper's Fig. 16 size on this CPU: ``hierarchical_hash`` of 10M distinct indices of a
     214M-element tensor (about 5% density) into 16 partitions — the compiled kernel (``backend="native"``, one
@@ -188,12 +180,7 @@ def bench_hashing(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     from zen_analysis.zen import native
     from zen_analysis.zen.hierarchical import bucket_reference, hierarchical_hash
 
-    opts = {"numel": 214_000_000, "nnz": 10_000_000, "partitions": 16, "repeats": 5}
-    for item in overrides:
-        key, _, value = item.partition("=")
-        if key not in opts:
-            raise ValueError(f"bench hashing takes --set {', '.join(opts)}=...; got {item!r}")
-        opts[key] = int(value)
+    opts = parse_sets("hashing", overrides, {"numel": 214_000_000, "nnz": 10_000_000, "partitions": 16, "repeats": 5})
     gen = torch.Generator().manual_seed(0)
     idx = torch.unique(torch.randint(0, opts["numel"], (int(opts["nnz"] * 1.03),), generator=gen))
     idx = idx[torch.randperm(idx.numel(), generator=gen)[: opts["nnz"]]]  # distinct, unsorted (as nonzero() of a bucket)
@@ -229,9 +216,6 @@ def bench_hashing(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     return out
 
 
-BENCHMARKS["hashing"] = bench_hashing
-
-
 def bench_stragglers(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     """EDiT vs A-EDiT with one consistent 2x straggler, on 2 ranks (one per core here) and on 4 (two per core):
     the default Llama, one worker per rank, 60 steps per rank (the same total step budget), sync every 8 steps
@@ -239,17 +223,11 @@ def bench_stragglers(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     and of the local phase after the synchronous warm-up. ``--set ranks=4`` runs one world size."""
     import pandas as pd
 
-    from zen_analysis.config import apply_overrides
-    from zen_analysis.local_sgd.experiments import straggler_table
+    from zen_analysis.experiments.local_sgd import straggler_table
 
-    worlds = [2, 4]
-    rest = []
-    for item in overrides:
-        key, _, value = item.partition("=")
-        if key == "ranks":
-            worlds = [int(v) for v in value.split(",")]
-        else:
-            rest.append(item)
+    ours = [item for item in overrides if item.partition("=")[0] == "ranks"]  # the rest are config fields
+    rest = [item for item in overrides if item.partition("=")[0] != "ranks"]
+    worlds = parse_sets("stragglers", ours, {"ranks": [2, 4]}, {"ranks": ints})["ranks"]
     tables, ratios = [], {}
     for world in worlds:
         base = recipes.default()
@@ -276,26 +254,17 @@ def bench_stragglers(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     return {"table": out, "ratios": ratios}
 
 
-BENCHMARKS["stragglers"] = bench_stragglers
-
-
 def bench_zen(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     """``zen_sum`` vs dense all-reduce, AGsparse and BP-COO on 2 gloo ranks (one per core), at 4M / 32M / 128M
     elements and 0.5% / 1% / 5% density with 30% overlap, beside the local-work floor and Zen's local steps
-    (:mod:`zen_analysis.zen.speed`), medians of 9. ``--set sizes=4000000,32000000 densities=0.01 repeats=5``."""
+    (:mod:`zen_analysis.experiments.zen_speed`), medians of 9. ``--set sizes=4000000,32000000 densities=0.01 repeats=5``."""
     import pandas as pd
 
-    from zen_analysis.zen.speed import DENSITIES, SIZES, model_check, speed_table, summary
+    from zen_analysis.experiments import zen_speed
+    from zen_analysis.experiments.zen_speed import model_check, speed_table, summary
 
-    opts: dict = {"sizes": list(SIZES), "densities": list(DENSITIES), "repeats": 9, "ranks": 2}
-    for item in overrides:
-        key, _, value = item.partition("=")
-        if key in ("sizes", "densities"):
-            opts[key] = [(int if key == "sizes" else float)(v) for v in value.split(",")]
-        elif key in ("repeats", "ranks"):
-            opts[key] = int(value)
-        else:
-            raise ValueError(f"bench zen takes --set sizes=..., densities=..., repeats=N, ranks=N; got {item!r}")
+    defaults = {"sizes": list(zen_speed.SIZES), "densities": list(zen_speed.DENSITIES), "repeats": 9, "ranks": 2}
+    opts = parse_sets("zen", overrides, defaults, {"sizes": ints, "densities": floats})
     table = speed_table(**opts)
     wrong = table[(table.get("exact") == False)]  # noqa: E712 - NaN for the local rows
     if len(wrong):
@@ -315,176 +284,15 @@ def bench_zen(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     return {"table": table, "summary": summ, "model": check}
 
 
-BENCHMARKS["zen"] = bench_zen
 
-
-def bench_netlab(overrides: list[str] | tuple[str, ...] = ()) -> dict:
-    """Measured on the emulated network (root; :mod:`zen_analysis.dist.experiments`), on the default run (trained
-    first if ``make reproduce`` has not): ``schemes``, every scheme replaying its natural and top-k tensors at
-    ``ranks`` x ``bandwidths`` (figure ``netlab_speedup``); ``nodes``, flat vs hierarchical Zen vs all-reduce on
-    2 nodes x 2 ranks at ``node_bandwidths``; ``train``, the default recipe trained for ``train_steps`` steps per variant at
-    ``train_bandwidths`` (figure ``netlab_training``). ``--set parts=schemes,nodes,train ranks=4,8
-    bandwidths=0.5,1,2.5,10 train_bandwidths=1 train_steps=12 repeats=10``. Tables in ``data/derived/netlab/``."""
-    import pandas as pd
-    from matplotlib import pyplot as plt
-
-    from zen_analysis import paths
-    from zen_analysis.atomic import atomic_write_text
-    from zen_analysis.derived import read_table, write_table
-    from zen_analysis.dist import netlab
-    from zen_analysis.dist.experiments import node_comparison, scheme_sweep, training_sweep
-    from zen_analysis.dist.launch import ensure_run
-    from zen_analysis.plots import comm as comm_figs, style
-    from zen_analysis.reproduce import reproduce_run_id
-
-    ok, why = netlab.available()
-    if not ok:
-        raise RuntimeError(f"bench netlab needs the network lab, which is unavailable here: {why}")
-    opts: dict = {"parts": ["schemes", "nodes", "train"], "ranks": [4, 8], "bandwidths": [0.5, 1.0, 2.5, 10.0],
-                  "node_bandwidths": [1.0, 0.25], "train_bandwidths": [1.0], "train_steps": 12, "repeats": 10,
-                  "train_workers_per_rank": 8, "edit_bandwidth": 0.5, "edit_steps": 40}  # fmt: skip
-    for item in overrides:
-        key, _, value = item.partition("=")
-        if key not in opts:
-            raise ValueError(f"bench netlab takes --set {', '.join(opts)}=...; got {item!r}")
-        if key == "parts":
-            opts[key] = value.split(",")
-        elif key in ("ranks",):
-            opts[key] = [int(v) for v in value.split(",")]
-        elif key in ("bandwidths", "node_bandwidths", "train_bandwidths"):
-            opts[key] = [float(v) for v in value.split(",")]
-        elif key == "edit_bandwidth":
-            opts[key] = float(value)
-        else:
-            opts[key] = int(value)
-    cfg = recipes.default()
-    cfg.run_id = reproduce_run_id("default")
-    run = ensure_run(cfg)
-    out_dir = paths.derived_dir() / "netlab"
-    result: dict = {}
-    wide = {"display.width": 250, "display.max_columns": 30}
-    if "schemes" in opts["parts"]:
-        sweep = scheme_sweep(run, ranks=opts["ranks"], bandwidths=opts["bandwidths"], repeats=opts["repeats"])
-        write_table(out_dir / "scheme_sweep.parquet", sweep, {"options": opts})
-        cols = ["kind", "ranks", "bandwidth_gbps", "scheme", "bytes_sent_max_rank", "measured_s_median", "modelled_s",
-                "speedup_measured", "speedup_modelled", "lossless"]  # fmt: skip
-        text = sweep[cols].round(4).to_string(index=False)
-        atomic_write_text(out_dir / "scheme_sweep.txt", text + "\n")
-        with pd.option_context(*[x for kv in wide.items() for x in kv]):
-            print(text)
-        fig = comm_figs.measured_speedup_vs_bandwidth(sweep)
-        style.savefig(fig, "netlab_speedup")
-        plt.close(fig)
-        result["schemes"] = sweep
-    if "nodes" in opts["parts"]:
-        nodes = pd.concat([node_comparison(run, bandwidth_gbps=b, repeats=opts["repeats"]) for b in opts["node_bandwidths"]],
-                          ignore_index=True)  # fmt: skip
-        text = nodes.round(4).to_string(index=False)
-        atomic_write_text(out_dir / "node_comparison.txt", text + "\n")
-        print(text)
-        if not nodes["equal"].all():
-            raise RuntimeError(f"a method's sum differs from all_reduce:\n{text}")
-        result["nodes"] = nodes
-    if "train" in opts["parts"]:
-        base = recipes.default()
-        workers = opts["train_workers_per_rank"]
-        suffix = "" if workers == base.train.workers_per_rank else f"-w{workers}"
-        base.name = f"bench-netlab{suffix}"
-        base.train.workers_per_rank = workers
-        train = training_sweep(base, bandwidths=opts["train_bandwidths"], steps=opts["train_steps"], progress=True)
-        write_table(out_dir / f"training{suffix}.parquet", train, {"options": opts})
-        text = train.drop(columns=["losses", "run_id"]).round(3).to_string(index=False)
-        atomic_write_text(out_dir / f"training{suffix}.txt", text + "\n")
-        print(text)
-        fig = comm_figs.training_vs_bandwidth(train)
-        style.savefig(fig, f"netlab_training{suffix}")
-        plt.close(fig)
-        result["train"] = train
-    if "figures" in opts["parts"]:  # redraw from the stored tables
-        for table, draw, name in (("scheme_sweep", comm_figs.measured_speedup_vs_bandwidth, "netlab_speedup"),
-                                  ("training", comm_figs.training_vs_bandwidth, "netlab_training"),
-                                  ("training-w1", comm_figs.training_vs_bandwidth, "netlab_training-w1")):  # fmt: skip
-            if (out_dir / f"{table}.parquet").exists():
-                fig = draw(read_table(out_dir / f"{table}.parquet"))
-                style.savefig(fig, name)
-                plt.close(fig)
-                print(f"{name} redrawn from {table}.parquet")
-    if "twins" in opts["parts"]:  # the trainings at 1 Gbit/s again on loopback: the same losses?
-        from zen_analysis.dist.experiments import loopback_twins
-
-        suffix = "" if opts["train_workers_per_rank"] == 8 else f"-w{opts['train_workers_per_rank']}"
-        trained = read_table(out_dir / f"training{suffix}.parquet")
-        twins = loopback_twins(trained.loc[trained["bandwidth_gbps"] == 1.0, "run_id"].tolist())
-        text = twins.to_string(index=False)
-        atomic_write_text(out_dir / f"loopback_twins{suffix}.txt", text + "\n")
-        print(text)
-        result["twins"] = twins
-    if "edit" in opts["parts"]:
-        from zen_analysis.local_sgd.experiments import slow_network_check
-
-        base = recipes.default()
-        base.name = "bench-netlab-edit"
-        base.train.workers_per_rank = 1
-        base.train.num_steps = opts["edit_steps"]
-        base.train.eval_every = 0
-        check = slow_network_check(base, bandwidth_gbps=opts["edit_bandwidth"], **{"local_sgd.warmup_steps": 4,
-                                   "local_sgd.interval": 8, "local_sgd.ewma_warmup": 3})  # fmt: skip
-        text = check.round(3).to_string(index=False)
-        atomic_write_text(out_dir / "edit_slow_network.txt", text + "\n")
-        print(f"EDiT with every rank behind a {opts['edit_bandwidth']:g} Gbit/s link: the perturb.bandwidth_gbps sleep "
-              f"emulation vs the lab (loopback, no slow link: {check.attrs['loopback_tokens_per_s']:.0f} tokens/s)")  # fmt: skip
-        print(text)
-        result["edit"] = check
-    return result
-
-
-BENCHMARKS["netlab"] = bench_netlab
-
-
-def bench_ddp(overrides: list[str] | tuple[str, ...] = ()) -> dict:
-    """A user's own DDP training (``scripts/ddp_transformers.py``, the default Llama under torchrun) as stock DDP,
-    with Zen's natural hook and with top-k + Zen, inline and overlapped
-    (:func:`~zen_analysis.dist.experiments.ddp_script_sweep`): median step time and bytes per step of rank 0, on
-    loopback and, as root, behind 1 Gbit/s links. ``--set ranks=4 bandwidths=loopback,1 steps=12 rounds=2
-    bucket_mb=25 variants=...``. Table in ``data/derived/ddp/ddp_script.txt``."""
-    from zen_analysis import paths
-    from zen_analysis.atomic import atomic_write_text
-    from zen_analysis.derived import write_table
-    from zen_analysis.dist import netlab
-    from zen_analysis.dist.experiments import DDP_VARIANTS, ddp_script_sweep
-
-    opts: dict = {"ranks": 4, "bandwidths": [None, 1.0], "steps": 12, "rounds": 2, "warmup": 2, "batch": 8,
-                  "size": "default", "variants": list(DDP_VARIANTS), "bucket_mb": 25.0}  # fmt: skip
-    for item in overrides:
-        key, _, value = item.partition("=")
-        if key not in opts:
-            raise ValueError(f"bench ddp takes --set {', '.join(opts)}=...; got {item!r}")
-        if key == "bandwidths":
-            opts[key] = [None if v == "loopback" else float(v) for v in value.split(",")]
-        elif key == "variants":
-            opts[key] = value.split(",")
-        elif key == "size":
-            opts[key] = value
-        elif key == "bucket_mb":
-            opts[key] = float(value)
-        else:
-            opts[key] = int(value)
-    if any(b is not None for b in opts["bandwidths"]):
-        ok, why = netlab.available()
-        if not ok:
-            print(f"no network lab here ({why}): loopback only")
-            opts["bandwidths"] = [b for b in opts["bandwidths"] if b is None]
-    summary, steps = ddp_script_sweep(**opts)
-    out_dir = paths.derived_dir() / "ddp"
-    stamp = {"options": {k: str(v) for k, v in opts.items()}}
-    write_table(out_dir / "ddp_script.parquet", summary, stamp)
-    write_table(out_dir / "ddp_script_steps.parquet", steps, stamp)
-    cols = ["network", "variant", "step_s_median", "speedup_vs_stock", "bytes_per_step", "sync_s_median",
-            "exposed_s_median", "loss_max_diff_vs_stock"]  # fmt: skip
-    text = summary[cols].round(4).to_string(index=False)
-    atomic_write_text(out_dir / "ddp_script.txt", text + "\n")
-    print(text)
-    return {"ddp": summary}
-
-
-BENCHMARKS["ddp"] = bench_ddp
+BENCHMARKS = {
+    "capture": bench_capture,
+    "characterize": bench_characterize,
+    "comm": bench_comm,
+    "evaluate": bench_evaluate,
+    "hashing": bench_hashing,
+    "stragglers": bench_stragglers,
+    "zen": bench_zen,
+    "netlab": bench_netlab,
+    "ddp": bench_ddp,
+}

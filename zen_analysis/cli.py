@@ -155,13 +155,13 @@ def _stages(values: list[str] | None) -> list[str]:
 
 
 def cmd_bench_comm(args: argparse.Namespace) -> None:
-    from zen_analysis.comm import measure
+    from zen_analysis.comm import calibrate, measure, replay
 
     schemes = args.schemes.split(",") if args.schemes else None
     if args.synthetic:
         if args.run:
             raise ValueError("give a run id or --synthetic, not both")
-        df, stats = measure.replay_synthetic(numel=args.numel, density=args.density, skew=args.skew,
+        df, stats = replay.replay_synthetic(numel=args.numel, density=args.density, skew=args.skew,
                                              overlap=args.overlap, ranks=args.ranks, repeats=args.repeats,
                                              schemes=schemes, recalibrate=args.recalibrate,
                                              bandwidth_gbps=args.bandwidth_gbps)  # fmt: skip
@@ -169,12 +169,12 @@ def cmd_bench_comm(args: argparse.Namespace) -> None:
     else:
         if not args.run:
             raise ValueError("bench-comm needs a run id (`zen-analysis runs` lists them) or --synthetic")
-        df = measure.replay_run(args.run, ranks=args.ranks, steps=args.steps, tensor=args.tensor,
+        df = replay.replay_run(args.run, ranks=args.ranks, steps=args.steps, tensor=args.tensor,
                                 repeats=args.repeats, schemes=schemes, recalibrate=args.recalibrate,
                                 bandwidth_gbps=args.bandwidth_gbps)  # fmt: skip
         print(f"{df['run'].iloc[0]} / {df['tensor'].iloc[0]} ({df['numel'].iloc[0]:,} elements): {args.ranks} gloo ranks, "
               f"steps {sorted(df['step'].unique())}, {args.repeats} repeats; medians over steps")  # fmt: skip
-    topo = measure.model_topology(args.ranks, bandwidth_gbps=args.bandwidth_gbps)
+    topo = calibrate.model_topology(args.ranks, bandwidth_gbps=args.bandwidth_gbps)
     fits = ", ".join(f"{p} {1e6 * a:.0f} us + bytes / {b / 1e9:.3f} GB/s" for p, a, b in topo.calibrated)
     print(f"model {topo.name} calibrated at {args.ranks} ranks: {fits}")
     if args.bandwidth_gbps:
@@ -196,7 +196,7 @@ def cmd_netlab(args: argparse.Namespace) -> None:
     from zen_analysis.dist import netlab
 
     if args.program:
-        from zen_analysis.dist.launch import run_in_lab
+        from zen_analysis.dist.procs import run_in_lab
 
         program = args.program[1:] if args.program[0] == "--" else args.program
         sys.exit(run_in_lab(program, nodes=args.nodes, ranks_per_node=args.ranks_per_node,
@@ -246,6 +246,7 @@ EXAMPLES = {
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``zen-analysis`` parser: one subcommand per ``cmd_*`` function, each with its examples."""
     parser = argparse.ArgumentParser(prog="zen-analysis", description="Sparse gradient synchronization toolkit.",
                                      epilog="examples:\n  " + "\n  ".join(v.split("\n")[0] for v in EXAMPLES.values()),
                                      formatter_class=_Help)  # fmt: skip
@@ -257,6 +258,15 @@ def build_parser() -> argparse.ArgumentParser:
                    epilog="examples:\n  " + EXAMPLES[name] if name in EXAMPLES else None, **kw)  # fmt: skip
 
     sub.add_parser = command  # every subcommand gets the defaults formatter and its examples
+    for add_parsers in (_add_config_parsers, _add_runs_parser, _add_traces_parser, _add_characterize_parser,
+                        _add_evaluate_parser, _add_reproduce_parser, _add_bench_comm_parser, _add_bench_parser,
+                        _add_netlab_parser):  # fmt: skip
+        add_parsers(sub)  # in this order: the order of --help's list
+    return parser
+
+
+def _add_config_parsers(sub: argparse._SubParsersAction) -> None:
+    """``recipes``, and ``config``, ``train``, ``prepare``: the commands that take a recipe and ``--set``."""
     sub.add_parser("recipes", help="list the named recipes").set_defaults(func=cmd_recipes)
     p = sub.add_parser("config", help="print a recipe's full config as JSON")
     _add_config_args(p)
@@ -267,13 +277,22 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("prepare", help="write a run directory and data caches for a manual torchrun launch")
     _add_config_args(p)
     p.set_defaults(func=cmd_prepare)
+
+
+def _add_runs_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("runs", help="list the runs under the data root (id, recipe, size, finished), delete or prune them")
     p.add_argument("--delete", nargs="+", metavar="RUN_ID", help="delete these runs (directory, traces, derived tables)")
     p.add_argument("--prune", action="store_true", help="delete every run but make reproduce's (reproduce-*)")
     p.set_defaults(func=cmd_runs)
+
+
+def _add_traces_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("traces", help="summarise the captured traces of a run")
     p.add_argument("run", help="run id under data/traces (`zen-analysis runs` lists them), or a trace directory")
     p.set_defaults(func=cmd_traces)
+
+
+def _add_characterize_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("characterize", help="overlap, densification, skew, drift and imbalance tables of a run")
     p.add_argument("run", help="run id under data/traces, or a trace directory")
     p.add_argument("--natural-granularity", choices=["row", "element"], default="row",
@@ -281,12 +300,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hash-seed", type=int, default=0, help="seed of Zen's h0 for the hash owner")
     p.add_argument("--force", action="store_true", help="recompute even if the tables are up to date")
     p.set_defaults(func=cmd_characterize)
+
+
+def _add_evaluate_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("evaluate", help="modelled bytes and time of every scheme on a run's traces")
     p.add_argument("run", help="run id under data/traces, or a trace directory")
     p.add_argument("--topology", action="append", help="topology preset (repeatable; default: the paper's and h200-node)")
     p.add_argument("--max-workers", type=int, default=128, help="largest n modelled (up to the run's virtual workers)")
     p.add_argument("--force", action="store_true", help="recompute even if the table is up to date")
     p.set_defaults(func=cmd_evaluate)
+
+
+def _add_reproduce_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("reproduce", help="the main job: train + capture on the default data, then summarise",
                        description="The main job, stage by stage: train, characterize, schemes, netlab, zen, edit "
                        "(the README's table says what each writes).")  # fmt: skip
@@ -294,6 +319,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--only", action="append", metavar="STAGE", help="run only these stages (comma-separated or repeated)")
     p.add_argument("--skip", action="append", metavar="STAGE", help="skip these stages")
     p.set_defaults(func=cmd_reproduce)
+
+
+def _add_bench_comm_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench-comm", help="every scheme on real gloo ranks, replaying a run's captured tensors")
     p.add_argument("run", nargs="?", help="run id under data/traces (or use --synthetic)")
     p.add_argument("--ranks", type=int, default=4, help="gloo ranks; rank r replays worker r")
@@ -312,6 +340,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="PATH", help="also write the per-scheme summary as Parquet (scheme, ranks, "
                    "bandwidth_gbps, numel, bytes_sent_max_rank, measured_s_median, modelled_s, lossless, ...)")
     p.set_defaults(func=cmd_bench_comm)
+
+
+def _add_bench_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="benchmarks (ratios measured side by side, medians)")
     p.add_argument(
         "what", choices=["capture", "characterize", "comm", "ddp", "evaluate", "hashing", "netlab", "stragglers", "zen"],
@@ -325,6 +356,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="a benchmark option (each names its own; "
                    "an unknown one lists them)")
     p.set_defaults(func=cmd_bench)
+
+
+def _add_netlab_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("netlab", help="the emulated network (namespaces + shaped links): check it, or remove leftovers",
                        description="Without options: say whether a lab can be built here (root, iproute2, veth, "
                        "bridge, tbf). Examples: zen-analysis netlab --bandwidth-gbps 1; zen-analysis netlab --cleanup; "
@@ -337,7 +371,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("program", nargs=argparse.REMAINDER, help="-- script.py [args] (or -- -m module [args]): run it "
                    "under torchrun across the lab's nodes")
     p.set_defaults(func=cmd_netlab)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> None:

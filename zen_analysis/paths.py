@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import re
+import time
+import uuid
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -47,6 +49,12 @@ def derived_dir() -> Path:
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 """What a run id may be: a name (letters, digits, '.', '_', '-'; not starting with '.', '_' or '-'), never a
 path: ``.``, ``..``, ``a/b`` and absolute paths are refused, so no id can point a delete or a write elsewhere."""
+
+
+def new_run_id(name: str) -> str:
+    """A fresh run id for a config called ``name``: ``<name>-<YYYYmmdd-HHMMSS>-<4 hex>`` (the suffix keeps two
+    launches in the same second apart)."""
+    return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
 
 
 def check_run_id(run_id: object, *, what: str = "run id") -> str:

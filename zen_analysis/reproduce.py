@@ -53,7 +53,7 @@ def _stage_netlab(overrides) -> None:
     run_id = _run_ids()[0]
     print(f"== the emulated network: {run_id} replayed on {REPLAY_RANKS} ranks behind 1 Gbit/s links; flat vs "
           "hierarchical Zen on 2 nodes x 2 ranks (the full sweep: `zen-analysis bench netlab`)")  # fmt: skip
-    from zen_analysis.dist.experiments import node_comparison, scheme_sweep
+    from zen_analysis.experiments.netlab import node_comparison, scheme_sweep
     from zen_analysis.plots import comm as comm_figs, style
 
     sweep = scheme_sweep(run_id, ranks=(REPLAY_RANKS,), bandwidths=(1.0,), repeats=5)
@@ -133,7 +133,8 @@ def _stage_schemes(overrides) -> None:
     print(summary.to_string())
 
     from zen_analysis.comm.evaluate import evaluate, speedups, wire_size_table
-    from zen_analysis.comm.measure import replay_run, report, summarize
+    from zen_analysis.comm.measure import report, summarize
+    from zen_analysis.comm.replay import replay_run
 
     scale = evaluate(reproduce_run_id(SCALE_RUN), max_workers=1024)
     scale["workload"] = "workers1024: " + scale["kind"].map({"natural": "llama embedding", "topk": "llama top-5%"})
@@ -170,8 +171,8 @@ def _stage_zen(overrides) -> None:
     from zen_analysis.comm.evaluate import evaluate_runs, speedups
     from zen_analysis.derived import read_table
     from zen_analysis.plots import style, zen as zen_figs
-    from zen_analysis.zen.experiments import parity_config, parity_runs, parity_summary, theorem2_table
-    from zen_analysis.zen.profile import hashing_cost
+    from zen_analysis.experiments.zen import parity_config, parity_runs, parity_summary, theorem2_table
+    from zen_analysis.experiments.hashing_cost import hashing_cost
 
     run_ids = _run_ids()
     schemes = evaluate_runs(run_ids)  # the tables stage 3 wrote (recomputed only if stale)
@@ -207,9 +208,9 @@ def _stage_edit(overrides) -> None:
     out_dir = paths.derived_dir() / "reproduce"
     print("== EDiT: sync, Post-Local SGD, DiLoCo, EDiT and A-EDiT on the default Llama (4 ranks x 8 micro-batches), "
           "60 steps each; the penalty ablation with injected spikes")  # fmt: skip
-    from zen_analysis.local_sgd.experiments import ABLATION_SPIKES, ABLATION_SYNC, EDIT_TUNED, compare_methods, penalty_ablation
+    from zen_analysis.experiments.local_sgd import ABLATION_SPIKES, ABLATION_SYNC, EDIT_TUNED, compare_methods, penalty_ablation
     from zen_analysis.plots import local_sgd as lsgd_figs
-    from zen_analysis.train.loop import spike_step
+    from zen_analysis.train.perturb import spike_step
 
     base = recipes.default()
     base.name = "reproduce-edit"

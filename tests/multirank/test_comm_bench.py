@@ -8,8 +8,9 @@ import torch
 from zen_analysis import paths
 from zen_analysis.capture.traces import SparseGrad, TraceWriter, write_manifest
 from zen_analysis.comm import SCHEMES
-from zen_analysis.comm.measure import calibrate_from_schemes, replay_run, summarize
-from zen_analysis.comm.topology import calibration_path, preset
+from zen_analysis.comm.calibrate import calibrate, calibration_path, preset
+from zen_analysis.comm.measure import summarize
+from zen_analysis.comm.replay import replay_run
 
 N = 6000
 
@@ -29,7 +30,7 @@ def _captured_run(rid: str) -> str:
 
 
 def test_calibration_replay_and_synthetic_cli(capsys):
-    topo = calibrate_from_schemes(2, numel=20_000, densities=(0.01, 0.1), repeats=2)
+    topo = calibrate(2, numel=20_000, densities=(0.01, 0.1), repeats=2)
     assert {p for p, _, _ in topo.calibrated} == {"all_to_all", "p2p", "all_reduce"}
     assert all(a >= 0 and b > 0 for _, a, b in topo.calibrated)
     assert json.loads(calibration_path(2).read_text())["method"] == "schemes" and preset("local-2") == topo

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from zen_analysis.comm import SCHEMES, build_scheme
-from zen_analysis.dist.launch import fork_launch
+from zen_analysis.dist.procs import fork_launch
 
 KINDS = ["random", "empty", "full", "same_as_0", "first_partition", "endpoints", "disjoint"]
 
@@ -101,13 +101,14 @@ def test_sparcml_folds_non_power_of_two_worlds_and_unknown_schemes_are_errors():
         build_scheme("zen", bogus=1)
 
 
-def test_local_calibration_fits_alpha_and_bandwidth_from_a_gloo_ping_pong():
-    from zen_analysis.comm.topology import calibrate, calibration_path, preset
+def test_local_calibration_fits_alpha_and_bandwidth_from_the_schemes_phases():
+    from zen_analysis.comm.calibrate import calibrate, calibration_path, preset
 
-    topo = calibrate(method="primitives", repeats=3)
+    small = {"numel": 200_000, "densities": (0.01, 0.1), "repeats": 2}
+    topo = calibrate(**small)
     assert topo.intra_bandwidth > 1e7 and topo.intra_alpha_s >= 0  # loopback moves well over 10 MB/s
     assert calibration_path().exists() and preset("local") == topo
-    three = calibrate(3, method="primitives", repeats=3)
+    three = calibrate(3, **small)
     assert {p for p, _, _ in three.calibrated} == {"p2p", "all_to_all", "all_reduce"}
     assert all(bw > 1e7 for _, _, bw in three.calibrated) and preset("local-3") == three
 

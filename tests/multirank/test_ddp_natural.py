@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from zen_analysis.dist.launch import fork_launch
+from zen_analysis.dist.procs import fork_launch
 
 
 class _LM(nn.Module):
@@ -27,7 +27,7 @@ def _train(rank, world, bucket_cap_mb, scheme, sparse=False):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from zen_analysis.zen.ddp import register
+    from zen_analysis.sync.ddp import register
 
     out = {}
     for hook in ("stock", "natural"):
@@ -91,7 +91,7 @@ def _topk(rank, world, schemes, threshold, overlap, steps=5):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from zen_analysis.zen.ddp import register
+    from zen_analysis.sync.ddp import register
 
     out = {}
     for scheme in schemes:
@@ -153,7 +153,7 @@ def test_overlapped_topk_hook_gives_the_inline_hook_parameters():
 
 
 def test_sparse_parameters_skip_a_tied_embedding_with_a_warning():
-    from zen_analysis.zen.ddp import sparse_parameters
+    from zen_analysis.sync.ddp import sparse_parameters
 
     untied = _LM()
     assert sparse_parameters(untied) == (untied.embed.weight,)

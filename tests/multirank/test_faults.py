@@ -27,8 +27,9 @@ import torch.distributed as dist
 from zen_analysis import paths, recipes
 from zen_analysis.capture.traces import TraceError, TraceReader
 from zen_analysis.comm.evaluate import evaluate
-from zen_analysis.dist.launch import RankFailedError, RunInUseError, launch, prepare_run
-from zen_analysis.sparsity.characterize import characterize, derived_dir
+from zen_analysis.dist.launch import RunInUseError, launch, prepare_run
+from zen_analysis.dist.procs import RankFailedError
+from zen_analysis.sparsity.characterize import characterize
 
 VICTIM = "victim"
 
@@ -133,7 +134,7 @@ def test_characterizing_a_copied_run_leaves_the_original_tables_alone(lab, copy_
     copy_of_victim("copied")
     before = snapshot(lab)
     out = characterize("copied", progress=False)
-    assert out.is_relative_to(derived_dir("copied"))
+    assert out.is_relative_to(paths.derived_run_dir("copied"))
     evaluate("copied", progress=False)
     assert_preserved(before, lab)
 
@@ -300,7 +301,7 @@ def test_a_data_root_with_url_characters_still_rendezvouses_in_its_own_run_direc
 
 
 def test_fork_launch_listens_on_loopback_only():
-    from zen_analysis.dist.launch import fork_launch
+    from zen_analysis.dist.procs import fork_launch
 
     def fn(rank, world):
         t = torch.ones(1)
@@ -390,7 +391,7 @@ def test_the_same_run_id_cannot_be_launched_twice_at_once(lab):
 
 
 def test_the_root_cause_is_a_fatal_signal_then_a_real_error_then_an_abort(tmp_path):
-    from zen_analysis.dist.launch import _failure
+    from zen_analysis.dist.procs import _failure
 
     (tmp_path / "errors").mkdir()
     (tmp_path / "errors" / "rank0.txt").write_text("Traceback...\nValueError: the real error\n")

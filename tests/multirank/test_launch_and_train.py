@@ -9,7 +9,8 @@ import torch
 import torch.distributed as dist
 
 from zen_analysis import recipes
-from zen_analysis.dist.launch import RankFailedError, launch
+from zen_analysis.dist.launch import launch
+from zen_analysis.dist.procs import RankFailedError
 
 
 def _smoke(**fields):

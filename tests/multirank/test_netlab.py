@@ -136,7 +136,7 @@ def _crash(rank: int, world: int) -> None:
 
 @needs_lab
 def test_ranks_in_the_lab_talk_over_the_shaped_links_and_a_crash_leaves_nothing():
-    from zen_analysis.dist.launch import RankFailedError, fork_launch
+    from zen_analysis.dist.procs import RankFailedError, fork_launch
 
     numel = 2 << 20  # 8 MB: a ring all-reduce moves 2 (W - 1) / W of it through each rank's link
     with netlab.NetLab(4, 1.0) as lab:
@@ -157,12 +157,13 @@ def test_schemes_replayed_in_the_lab_are_lossless_with_the_modelled_bytes(capsys
     import pandas as pd
 
     from zen_analysis.cli import main
-    from zen_analysis.comm.measure import SUMMARY_COLUMNS, calibrate_from_schemes
-    from zen_analysis.comm.topology import GBPS, netlab_calibration_path, preset
+    from zen_analysis.comm.calibrate import calibrate, netlab_calibration_path, preset
+    from zen_analysis.comm.measure import SUMMARY_COLUMNS
+    from zen_analysis.comm.topology import GBPS
 
     # alpha fitted inside the lab, the bandwidth the link's payload rate (a small calibration: the model's numbers
     # are not what this test checks)
-    topo = calibrate_from_schemes(2, numel=20_000, densities=(0.01, 0.1), repeats=2, bandwidth_gbps=1.0)
+    topo = calibrate(2, numel=20_000, densities=(0.01, 0.1), repeats=2, bandwidth_gbps=1.0)
     assert topo.name == "netlab-1" and json.loads(netlab_calibration_path(2).read_text())["name"] == "netlab-1"
     assert all(a >= 0 and b == pytest.approx(GBPS * netlab.TCP_PAYLOAD_FRACTION) for _, a, b in topo.calibrated)
     assert preset("netlab-1").for_ranks(2) == topo.for_ranks(2)  # stored: the preset does not calibrate again
@@ -224,7 +225,8 @@ def _killed_on_rank_2(cfg, *, info, log):
 @needs_lab
 def test_a_rank_killed_in_a_lab_launch_raises_and_leaves_no_namespace():
     from zen_analysis import recipes
-    from zen_analysis.dist.launch import RankFailedError, launch
+    from zen_analysis.dist.launch import launch
+    from zen_analysis.dist.procs import RankFailedError
 
     cfg = recipes.smoke()
     cfg.run_id = "netlab-killed"
@@ -265,7 +267,7 @@ def test_a_users_torchrun_script_runs_across_lab_nodes(tmp_path):
     import json
     from pathlib import Path
 
-    from zen_analysis.dist.launch import run_in_lab
+    from zen_analysis.dist.procs import run_in_lab
 
     script = Path(__file__).resolve().parents[2] / "scripts" / "ddp_transformers.py"
     out = tmp_path / "m.json"

@@ -3,7 +3,7 @@ node's sum dense or by Zen's own push and pull), on values that cancel to exact 
 
 import torch
 
-from zen_analysis.dist.launch import fork_launch
+from zen_analysis.dist.procs import fork_launch
 
 
 def _body(rank, world, numel):

@@ -66,7 +66,7 @@ def _ddp_hook_body(rank, world):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from zen_analysis.zen.ddp import HookState, comm_hook
+    from zen_analysis.sync.ddp import HookState, comm_hook
 
     out = {}
     for scheme in ("zen", "agsparse", "allreduce"):
@@ -86,7 +86,7 @@ def _ddp_hook_body(rank, world):
 
 
 def test_ddp_comm_hook_gives_the_same_gradients_for_every_scheme():
-    from zen_analysis.dist.launch import fork_launch
+    from zen_analysis.dist.procs import fork_launch
 
     results = fork_launch(_ddp_hook_body, 4)
     for r in results:

@@ -10,7 +10,8 @@ import torch
 from zen_analysis.comm import build_scheme
 from zen_analysis.comm.cost import t_agsparse, t_allreduce, t_bp, t_hc
 from zen_analysis.comm.formats import hash_partitions, pack_bits, unpack_bits
-from zen_analysis.comm.topology import PRESETS, Topology, preset
+from zen_analysis.comm.calibrate import preset
+from zen_analysis.comm.topology import PRESETS, Topology
 from zen_analysis.zen import owner
 
 N_RANKS, M, K = 8, 80_000, 8_000  # K non-zeros per rank: density 0.1, spread evenly over the 8 ranges
@@ -96,7 +97,7 @@ def test_local_work_costs_are_fitted_per_scheme_and_priced_per_rank():
     import numpy as np
     import pandas as pd
 
-    from zen_analysis.comm.topology import fit_local_work
+    from zen_analysis.comm.calibrate import fit_local_work
 
     truth = {"zen": (2e-9, 1e-9, 3e-8), "agsparse": (4e-9, 0.0, 6e-8)}
     rows = []

@@ -59,3 +59,35 @@ def test_worker_counts():
     cfg = recipes.default()
     assert cfg.num_workers == cfg.dist.num_ranks * cfg.train.workers_per_rank == 32
     assert recipes.workers128().num_workers == 128
+
+
+def test_a_stored_config_with_the_removed_capture_fields_still_loads():
+    """``capture.planner_topology``, ``gpus_per_node`` and ``planner_steps`` (unread copies of ``sync``'s) were
+    removed; the config.json of an older run still holds them."""
+    d = recipes.smoke().to_dict()
+    d["capture"].update(planner_topology="paper-tcp25", gpus_per_node=0, planner_steps=3)
+    assert ExperimentConfig.from_json(json.dumps(d)) == recipes.smoke()
+    d["capture"]["nope"] = 1
+    with pytest.raises(ValueError, match=r"unknown CaptureConfig fields \['nope'\]"):
+        ExperimentConfig.from_dict(d)
+    with pytest.raises(ValueError, match="unknown config key"):
+        apply_overrides(recipes.smoke(), ["capture.planner_steps=3"])
+
+
+def test_the_config_package_is_the_bottom_layer():
+    """``zen_analysis.config`` imports the standard library, ``zen_analysis.paths`` and itself only."""
+    import ast
+    import sys
+    from pathlib import Path
+
+    import zen_analysis.config
+
+    outside = []
+    for path in sorted(Path(zen_analysis.config.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []  # fmt: skip
+            for name in names:
+                ok = name == "zen_analysis.paths" or name.startswith("zen_analysis.config") or name == "__future__"
+                if not ok and name.split(".")[0] not in sys.stdlib_module_names:
+                    outside.append(f"{path.name}: {name}")
+    assert not outside, outside

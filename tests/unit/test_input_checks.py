@@ -17,7 +17,7 @@ from zen_analysis.comm.schemes import SCHEMES, build_scheme
 from zen_analysis.config import SYNC_SCHEMES, ExperimentConfig, apply_overrides
 from zen_analysis.indices import check_indices
 from zen_analysis.sparsity import metrics
-from zen_analysis.zen import hashing, hierarchical, native
+from zen_analysis.zen import build, hashing, hierarchical, native
 
 # ---- index sets
 
@@ -109,10 +109,18 @@ def test_unknown_sync_scheme_is_rejected_by_the_config_before_any_rank_starts():
 
 def test_the_config_list_of_schemes_is_the_registries():
     from zen_analysis.local_sgd import METHODS
-    from zen_analysis.train.sync import SPARSE_SCHEMES, SYNCS
+    from zen_analysis.sync.registry import SPARSE_SCHEMES, SYNCS
 
     assert set(SYNC_SCHEMES) == {*SYNCS, *SPARSE_SCHEMES, "auto", *METHODS}
     assert set(SPARSE_SCHEMES) | {"allreduce"} == set(SCHEMES)
+    # the enums every list derives from are the registries: the scheme classes' names, the local SGD methods
+    from zen_analysis.config import MethodName, PlannerName, SchemeName
+    from zen_analysis.local_sgd import method_config
+
+    assert {s.value for s in SchemeName} == set(SCHEMES)
+    assert tuple(m.value for m in MethodName) == METHODS
+    assert SYNC_SCHEMES == (*SchemeName, *PlannerName, *MethodName)
+    assert all(method_config(m).interval >= 1 for m in METHODS)  # a preset for every method
 
 
 @pytest.mark.parametrize(
@@ -159,43 +167,43 @@ def test_a_bad_config_file_is_named_in_one_line(tmp_path, content, message):
 
 
 def test_the_kernel_cache_is_private(tmp_path, monkeypatch):
-    if native.compiler() is None:
+    if build.compiler() is None:
         pytest.skip("no C compiler")
     monkeypatch.setenv("ZEN_ANALYSIS_CACHE", str(tmp_path / "cache"))
-    lib = native._build()
+    lib = build.build()
     folder = lib.parent
     st = folder.stat()
     assert st.st_uid == os.getuid() and stat.S_IMODE(st.st_mode) == 0o700
-    assert native._build() == lib  # reused
+    assert build.build() == lib  # reused
 
 
 def test_a_kernel_not_owned_by_the_user_is_never_loaded(tmp_path, monkeypatch):
-    if native.compiler() is None or os.getuid() != 0:
+    if build.compiler() is None or os.getuid() != 0:
         pytest.skip("needs a compiler and root (to plant a file owned by someone else)")
     monkeypatch.setenv("ZEN_ANALYSIS_CACHE", str(tmp_path / "cache"))
-    lib = native._build()
+    lib = build.build()
     planted = lib.read_bytes()
     lib.unlink()
     lib.write_bytes(planted)
     os.chown(lib, 65534, 65534)
-    again = native._build()
+    again = build.build()
     assert again.stat().st_uid == os.getuid()
     # a cache directory someone else owns is not used at all
     monkeypatch.setenv("ZEN_ANALYSIS_CACHE", str(tmp_path / "theirs"))
     (tmp_path / "theirs" / "native").mkdir(parents=True)
     os.chown(tmp_path / "theirs" / "native", 65534, 65534)
-    assert not native._build().is_relative_to(tmp_path / "theirs")
+    assert not build.build().is_relative_to(tmp_path / "theirs")
 
 
 def test_an_unwritable_cache_falls_back_to_a_fresh_private_directory(tmp_path, monkeypatch):
-    if native.compiler() is None:
+    if build.compiler() is None:
         pytest.skip("no C compiler")
     blocker = tmp_path / "file-not-dir"
     blocker.write_text("")
     monkeypatch.setenv("ZEN_ANALYSIS_CACHE", str(blocker))  # cache_dir() cannot be created below a file
-    a = native._build()
+    a = build.build()
     folder = a.parent
     assert folder.stat().st_uid == os.getuid() and stat.S_IMODE(folder.stat().st_mode) == 0o700
     assert folder.name != "zen_analysis-native" and not folder.is_relative_to(blocker)
-    b = native._build()
+    b = build.build()
     assert b.parent != folder  # a new unpredictable directory every time, never a fixed shared name

@@ -201,7 +201,7 @@ def test_softmax_weights_and_clip_coefficient():
 
 
 def test_a_edit_time_rule_minimum_steps_rule_and_budget():
-    cfg = method_config("a_edit", warmup_steps=1, time_interval_s=10.0, min_total_steps=5)
+    cfg = method_config("a_edit", warmup_steps=1, sync_time_s=10.0, min_total_steps=5)
     schedule = [(0, 0.0, False), (1, 0.0, True), (3, 5.0, False), (4, 11.0, True), (5, 22.0, False), (6, 25.0, False),
                 (9, 33.0, True)]  # fmt: skip
 
@@ -232,10 +232,28 @@ def test_config_section_overrides_and_time_based_guard():
         apply_overrides(cfg, ["sync.scheme=edit", "local_sgd.sync_time_s=2", "train.eval_every=5"])
 
 
+def test_the_config_section_and_the_engine_config_name_a_setting_alike():
+    """The ``local_sgd`` section holds overrides (sentinels: the method's default), ``LocalSGDConfig`` the resolved
+    values; every setting of the section but ``penalty`` (anomaly, weighting, clip) is the engine field of that name."""
+    from dataclasses import fields
+
+    from zen_analysis.config import LocalSGDSection
+    from zen_analysis.local_sgd import LocalSGDConfig
+
+    section = {f.name for f in fields(LocalSGDSection)}
+    engine = {f.name for f in fields(LocalSGDConfig)}
+    assert section - {"penalty"} <= engine
+    full = LocalSGDSection(warmup_steps=1, interval=2, outer_lr=0.5, outer_momentum=0.5, clip=1.0, penalty="anomaly,clip",
+                           granularity="tensor", ewma_warmup=2, sync_time_s=3.0, min_total_steps=4, step_weight=0.5)  # fmt: skip
+    assert set(full.overrides()) <= engine
+    assert method_config("a_edit", **full.overrides()).sync_time_s == 3.0
+    assert method_config("edit").clip == method_config("a_edit").clip == LocalSGDSection(penalty="clip").overrides()["clip"]
+
+
 def test_spike_schedule_and_ideal_straggler_speedup():
     from zen_analysis.config import PerturbConfig
-    from zen_analysis.local_sgd.experiments import ideal_straggler_speedup
-    from zen_analysis.train.loop import spike_step
+    from zen_analysis.experiments.local_sgd import ideal_straggler_speedup
+    from zen_analysis.train.perturb import spike_step
 
     every = PerturbConfig(spikes="random", spike_every=10)
     assert [s for s in range(35) if spike_step(every, s)] == [10, 20, 30]  # never step 0

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
-from zen_analysis.capture.topk import TopKCompressor
+from zen_analysis.sparsity.topk import TopKCompressor
 from zen_analysis.capture.traces import SparseGrad, TraceWriter
 from zen_analysis.config import CaptureConfig
 from zen_analysis.train.model import input_embedding_name

@@ -343,6 +343,14 @@ class TraceReader:
                     table = table.filter(pa.array(mask))
                 yield from _table_records(table)
 
+    def index_sets(self, step: int) -> dict[str, list[torch.Tensor]]:
+        """Per tensor, every worker's index set (int64) at ``step``, in worker order: what the analyses of one
+        step start from."""
+        by_tensor: dict[str, dict[int, torch.Tensor]] = {}
+        for rec in self.records(step=step, with_values=False):
+            by_tensor.setdefault(rec.tensor, {})[rec.worker] = rec.indices_K.long()
+        return {t: [by_worker[w] for w in sorted(by_worker)] for t, by_worker in by_tensor.items()}
+
 
 def _table_records(table: pa.Table) -> Iterator[SparseGrad]:
     cols = {name: table.column(name) for name in table.column_names}

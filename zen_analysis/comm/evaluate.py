@@ -22,7 +22,8 @@ import torch
 from zen_analysis.capture.traces import TraceReader
 from zen_analysis.comm.cost import phase_times
 from zen_analysis.comm.schemes import SCHEMES, build_scheme
-from zen_analysis.comm.topology import Topology, preset
+from zen_analysis.comm.calibrate import preset
+from zen_analysis.comm.topology import Topology
 from zen_analysis.derived import (
     read_stamp,
     read_table,
@@ -113,11 +114,7 @@ def evaluate(
     tensors = reader.manifest["tensors"]
     rows: list[dict] = []
     for step in tqdm(reader.steps()[:steps], desc=f"evaluate {reader.run_id}", unit="step", disable=not progress):
-        sets: dict[str, dict[int, torch.Tensor]] = {}
-        for rec in reader.records(step=step, with_values=False):
-            sets.setdefault(rec.tensor, {})[rec.worker] = rec.indices_K.long()
-        for tensor, by_worker in sets.items():
-            ordered = [by_worker[w] for w in sorted(by_worker)]
+        for tensor, ordered in reader.index_sets(step).items():
             for n in (k for k in worker_counts(len(ordered)) if k <= max_workers):
                 info = tensors[tensor]
                 rows += _rows(tensor, info["kind"], step, int(info["numel"]), ordered[:n], topos, names)
@@ -211,11 +208,8 @@ def wire_size_table(
         reader = TraceReader(run)
         labels = workload_labels(reader)
         step = reader.steps()[0]
-        by_tensor: dict[str, list[torch.Tensor]] = {}
-        for rec in reader.records(step=step, with_values=False):
-            if rec.worker < num_partitions:
-                by_tensor.setdefault(rec.tensor, []).append(rec.indices_K.long())
-        for tensor, sets in by_tensor.items():
+        for tensor, ordered in reader.index_sets(step).items():
+            sets = ordered[:num_partitions]
             n_el = int(reader.manifest["tensors"][tensor]["numel"])
             add(union_of(sets, n_el), n_el, f"captured: {labels.get(tensor, tensor)}")
     return pd.DataFrame(rows)

@@ -289,6 +289,12 @@ def ring_chunk_sizes(numel: int, world: int) -> list[int]:
     return [base + (1 if r < extra else 0) for r in range(world)]
 
 
+def ring_volume(nbytes: float, world: int) -> float:
+    """Bytes each rank sends in a ring all-reduce of an ``nbytes`` buffer, in the model's continuous form:
+    2 (W - 1) / W x nbytes (:func:`ring_bytes_sent` is the exact per-rank count)."""
+    return 2 * (world - 1) / world * nbytes
+
+
 def ring_bytes_sent(numel: int, element_bytes: int, world: int, rank: int) -> int:
     """Bytes ``rank`` sends in a ring all-reduce of ``numel`` elements: every chunk but its own, twice
     (reduce-scatter, then all-gather): about 2 (W - 1) / W x the buffer."""

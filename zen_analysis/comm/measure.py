@@ -1,47 +1,31 @@
-"""Rank side of the scheme evaluation: replay index sets through every scheme on real gloo ranks and set the
-measurement beside the model.
+"""The instrument of the scheme evaluation: run every scheme on real gloo ranks, one rank per index set, and
+measure what it does.
 
-``compare(index_sets, numel)`` forks one rank per set, fills each rank's tensor with integer values on its
-set (or replays given values), runs every scheme (2 warm-up runs, then repeats), checks the result against
-``all_reduce``, and returns one row per (scheme, phase): bytes modelled / bytes sent (summed over ranks,
-payload and control) and whether they are equal, wire seconds modelled (alpha-beta on this machine calibrated
-at the same rank count) / measured (slowest rank of each repeat, sync before each collective; mean over
-repeats, the median beside it) and their ratio, plus the whole phase's wall time (local encode/decode
-included, median).
+``measure(index_sets, numel)`` forks one rank per set, fills each rank's tensor with integer values on its set (or
+replays given values), runs every scheme (2 warm-up runs, then repeats), checks the result against ``all_reduce``,
+and returns one row per (scheme, phase): bytes sent (summed over ranks, payload and control), wire seconds (slowest
+rank of each repeat, sync before each collective; mean over repeats, the median beside it), the whole phase's wall
+time (local encode/decode included, median) and the lossless check. :mod:`zen_analysis.comm.replay` sets it beside
+the model, :mod:`zen_analysis.comm.calibrate` fits the model to it.
 
 Why the mean: on a shared CPU a gloo call takes either ~0.3 ms or a 4 ms scheduler tick longer; the mean is
 what adds up over a scheme's calls the way the model's calls x alpha does (the calibration uses it too).
-
-``replay_run`` feeds it a run's captured per-worker tensors (``zen-analysis bench-comm <run> --ranks 4``);
-``replay_synthetic`` generated sets with a chosen density, skew and overlap (``--synthetic``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
-
 import time
-from dataclasses import replace
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 
-if TYPE_CHECKING:
-    from zen_analysis.comm.topology import Topology
-
-
-def model_topology(ranks: int, *, bandwidth_gbps: float | None = None, recalibrate: bool = False) -> Topology:
-    """What the replay's measurement is set beside: this machine calibrated at ``ranks`` ranks on loopback, or
-    inside the emulated network when the ranks run behind ``bandwidth_gbps`` links (re-fitted first with
-    ``recalibrate``)."""
-    from zen_analysis.comm.topology import local, netlab
-
-    if bandwidth_gbps:
-        return netlab(ranks, bandwidth_gbps, recalibrate=recalibrate)
-    return local(ranks, recalibrate=recalibrate)
+from zen_analysis.comm import SCHEMES
+from zen_analysis.derived import write_table
+from zen_analysis.dist.netlab import NetLab
+from zen_analysis.dist.procs import fork_launch
 
 
 def _replay(rank: int, world: int, sets: list, values: list | None, numel: int, repeats: int, names: list[str],
@@ -111,16 +95,11 @@ def measure(
     sync before each collective; ranks aligned by a barrier before each repeat), their seconds in the wire
     columns (``end_to_end=False`` skips those repeats). ``bandwidth_gbps``: the ranks run in the emulated
     network (:class:`~zen_analysis.dist.netlab.NetLab`), each behind a link of that rate."""
-    from zen_analysis.comm import SCHEMES
-    from zen_analysis.dist.launch import fork_launch
-
     world = len(index_sets)
     names = list(schemes or SCHEMES)
     sets = [torch.as_tensor(s, dtype=torch.long) for s in index_sets]
     vals = None if values is None else [torch.as_tensor(v, dtype=torch.float32) for v in values]
     if bandwidth_gbps:  # every rank behind its own shaped link (the emulated network)
-        from zen_analysis.dist.netlab import NetLab
-
         with NetLab(world, bandwidth_gbps) as lab:
             results = fork_launch(_replay, world, sets, vals, numel, repeats, names, end_to_end, lab=lab, timeout_s=600)
     else:
@@ -136,119 +115,6 @@ def measure(
     first = raw[raw["rep"] == raw.groupby(["scheme", "phase"])["rep"].transform("min")].sort_values("rank")
     out["bytes_by_rank"] = first.groupby(["scheme", "phase"])["bytes_sent"].agg(list)
     return out
-
-
-def compare(
-    index_sets: Sequence[torch.Tensor],
-    numel: int,
-    *,
-    values: Sequence[torch.Tensor] | None = None,
-    repeats: int = 5,
-    topology=None,
-    schemes: Sequence[str] | None = None,
-    bandwidth_gbps: float | None = None,
-) -> pd.DataFrame:
-    """Measured vs modelled bytes and time per (scheme, phase) for one rank per index set; phase ``local`` is
-    the ranks' own work (no bytes), modelled by the topology's fitted local costs.
-
-    ``values`` (one tensor per set, aligned with its sorted indices) replays real gradient values, checked
-    against ``all_reduce`` up to summation order; without them each rank holds integers, checked bit for bit.
-    The model runs on ``topology``, by default this machine calibrated at the same number of ranks (behind
-    ``bandwidth_gbps`` links when the ranks run in the emulated network: :func:`~zen_analysis.comm.topology.netlab`).
-    """
-    from zen_analysis.comm import build_scheme
-
-    topo = topology or model_topology(len(index_sets), bandwidth_gbps=bandwidth_gbps)
-    measured = measure(index_sets, numel, values=values, repeats=repeats, schemes=schemes, bandwidth_gbps=bandwidth_gbps)
-    out = []
-    for (name, phase), m in measured.iterrows():
-        scheme = build_scheme(name)
-        traffic = scheme.traffic(index_sets, numel)
-        times = scheme.time(index_sets, numel, topo).set_index("phase")["seconds"]
-        if phase == "total":  # the whole run: every phase and the local work (its bytes are counted per phase)
-            model_bytes, model_s = 0, float(times.sum())
-        else:
-            model_bytes = int(traffic.query("phase == @phase")["bytes_sent"].sum())
-            model_s = float(times.get(phase, 0.0))  # "local" is 0 on a topology without local-work costs
-        out.append({
-            "scheme": name, "phase": phase, "bytes_model": model_bytes, "bytes_sent": int(m["bytes_sent"]),
-            "bytes_equal": model_bytes == int(m["bytes_sent"]), "lossless": bool(m["lossless"]),
-            "wire_model_s": model_s, "wire_measured_s": float(m["wire_s"]), "ratio": model_s / float(m["wire_s"]),
-            "wire_measured_median_s": float(m["wire_median_s"]), "phase_measured_s": float(m["phase_s"]),
-            "bytes_by_rank": [int(b) for b in m["bytes_by_rank"]],
-        })  # fmt: skip
-    return pd.DataFrame(out)
-
-
-def calibrate_from_schemes(
-    num_ranks: int = 4,
-    *,
-    numel: int | Sequence[int] = (1_000_000, 4_000_000),
-    densities: Sequence[float] = (0.004, 0.015, 0.06),
-    repeats: int = 10,
-    seed: int = 1000,
-    bandwidth_gbps: float | None = None,
-) -> Topology:
-    """Fit each primitive's alpha and bandwidth from the schemes themselves, run on synthetic index sets
-    (skew 1, overlap 0.3, three densities) — so per-call costs that only show inside a scheme's call sequence
-    (waking ranks that idled through local work, scheduler ticks on a shared CPU) are in alpha. For every
-    measured (scheme, phase) the model's slowest-rank calls and bytes (:func:`~zen_analysis.comm.cost.phase_features`)
-    are regressed on its mean wire time, per primitive, on relative error. The fit never sees the workload
-    it is later checked on (captured traces). The same runs fit each scheme's local-work costs
-    (:func:`~zen_analysis.comm.topology.fit_local_work`: per dense element scanned, byte moved, non-zero
-    written) on what a whole run takes end to end (median of the slowest rank, no sync between collectives)
-    beyond its modelled wire time — not on the local time of the synced runs, which on a shared CPU counts the
-    ranks' contention after every barrier (4 ranks woken together on 2 cores) and priced SparCML's local work
-    1.6x too high end to end; two tensor sizes (``numel``) separate the per-element scan from the per-non-zero
-    work. Saved as ``local-<n>.json`` with ``method: schemes``.
-
-    ``bandwidth_gbps``: the same inside the emulated network, each rank behind a link of that rate; the
-    bandwidth is then the link's (TCP payload of the configured rate), only alpha is fitted; saved as
-    ``netlab-<n>.json``, named ``netlab-<B>``."""
-    from zen_analysis.atomic import atomic_write_json
-    from zen_analysis.comm import SCHEMES, build_scheme
-    from zen_analysis.comm.cost import phase_features
-    from zen_analysis.comm.topology import GBPS, calibration_path, fit_links, fit_local_work, netlab_calibration_path
-    from zen_analysis.dist.netlab import TCP_PAYLOAD_FRACTION
-    from zen_analysis.sparsity.synthetic import synthetic_index_sets
-
-    rows, local_rows, cases = [], [], []
-    sizes = [numel] if isinstance(numel, int) else list(numel)
-    for j, size in enumerate(sizes):
-        for i, d in enumerate(densities):
-            sets = synthetic_index_sets(size, num_ranks, d, skew=1.0, overlap=0.3, seed=seed + i + 100 * j)
-            measured = measure(sets, size, repeats=repeats, bandwidth_gbps=bandwidth_gbps)
-            cases.append((size, d, sets, measured))
-            for name in SCHEMES:
-                feats = phase_features(build_scheme(name).model(sets, size)).set_index("phase")
-                for phase, f in feats.iterrows():
-                    rows.append({"numel": size, "density": d, "scheme": name, "phase": phase, **f.to_dict(),
-                                 "seconds": float(measured.loc[(name, phase), "wire_s"])})  # fmt: skip
-    df = pd.DataFrame(rows)
-    fits = fit_links(df, bandwidth=bandwidth_gbps * GBPS * TCP_PAYLOAD_FRACTION if bandwidth_gbps else None)
-    from zen_analysis.comm.topology import Topology
-
-    a2a = {p: (a, b) for p, a, b in fits}.get("all_to_all", (0.0, 1e9))
-    name = f"netlab-{bandwidth_gbps:g}" if bandwidth_gbps else f"local-{num_ranks}"
-    path = netlab_calibration_path(num_ranks) if bandwidth_gbps else calibration_path(num_ranks)
-    topo = Topology(name=name, gpus_per_node=1 << 20, intra_alpha_s=a2a[0], intra_bandwidth=a2a[1],
-                    inter_alpha_s=a2a[0], inter_bandwidth=a2a[1], num_ranks=num_ranks, calibrated=tuple(fits))  # fmt: skip
-    for size, d, sets, measured in cases:  # local work: what a whole run takes beyond its modelled wire time
-        for name_ in SCHEMES:
-            scheme = build_scheme(name_)
-            model = scheme.model(sets, size)
-            if not model.work:
-                continue
-            wire = float(scheme.time(sets, size, topo)["seconds"].sum())
-            r = int(model.work["bytes"].argmax())  # the rank with the most bytes stands for the slowest one
-            local_rows.append({"numel": size, "density": d, "scheme": name_, **{f: float(v[r]) for f, v in model.work.items()},
-                               "seconds": float(measured.loc[(name_, "total"), "wire_median_s"]) - wire,
-                               "synced_local_s": float(measured.loc[(name_, "local"), "wire_s"])})  # fmt: skip
-    local_df = pd.DataFrame(local_rows)
-    topo = replace(topo, local_work=fit_local_work(local_df) if len(local_df) else ())
-    atomic_write_json(path, {**topo.to_dict(), "method": "schemes", "samples": df.to_dict(orient="records"),
-                                                     "local_samples": local_df.to_dict(orient="records")})  # fmt: skip
-    return topo
 
 
 def summarize(df: pd.DataFrame) -> pd.DataFrame:
@@ -291,8 +157,6 @@ def write_summary(df: pd.DataFrame, path, **attrs) -> pd.DataFrame:
     """The per-scheme summary of a replay (:func:`summarize` of ``df``, the ranks, bandwidth and numel of its
     rows) written to ``path`` as Parquet, :data:`SUMMARY_COLUMNS` first; returns the table. ``attrs`` are
     stored in the file's metadata."""
-    from zen_analysis.derived import write_table
-
     out = summarize(df).reset_index()
     for col in ("ranks", "bandwidth_gbps", "numel"):
         out[col] = df[col].iloc[0] if col in df.columns else float("nan")
@@ -304,104 +168,6 @@ def write_summary(df: pd.DataFrame, path, **attrs) -> pd.DataFrame:
     out = out[SUMMARY_COLUMNS + [c for c in out.columns if c not in SUMMARY_COLUMNS]]
     write_table(Path(path), out, attrs)
     return out
-
-
-def replay_run(
-    run,
-    *,
-    ranks: int = 4,
-    steps: int = 3,
-    tensor: str | None = None,
-    repeats: int = 25,
-    schemes: Sequence[str] | None = None,
-    recalibrate: bool = False,
-    progress: bool = True,
-    bandwidth_gbps: float | None = None,
-) -> pd.DataFrame:
-    """``compare`` on a run's captured tensors: rank r holds worker r's captured gradient (indices and real
-    values) of ``tensor`` (default: the natural one) at each of the first ``steps`` captured steps. Writes
-    ``data/derived/<run>/bench_comm.parquet`` (``bench_comm-<hash>.parquet`` for other ranks, steps, tensor,
-    schemes or repeats than the defaults) and returns it (one row per step, scheme and phase)."""
-    from tqdm.auto import tqdm
-
-    from zen_analysis.capture.traces import TraceReader
-    from zen_analysis.comm import SCHEMES
-    from zen_analysis.derived import variant, write_table
-
-    reader = TraceReader(run)
-    tensors = reader.manifest["tensors"]
-    if not tensors:
-        raise ValueError(f"run {reader.run_id} captured no tensor")
-    default_tensor = next((t for t, i in tensors.items() if i["kind"] == "natural"), next(iter(tensors)))
-    unknown = sorted(set(schemes or ()) - set(SCHEMES))
-    if unknown:
-        raise ValueError(f"unknown schemes {unknown}; choose from {sorted(SCHEMES)}")
-    if ranks < 2 or steps < 1 or repeats < 1:
-        raise ValueError(f"need ranks >= 2, steps >= 1 and repeats >= 1, got {ranks}, {steps}, {repeats}")
-    options = {"ranks": ranks, "steps": steps, "tensor": tensor or default_tensor, "schemes": sorted(schemes or SCHEMES),
-               "repeats": repeats, "bandwidth_gbps": bandwidth_gbps}  # fmt: skip
-    defaults = {"ranks": 4, "steps": 3, "tensor": default_tensor, "schemes": sorted(SCHEMES), "repeats": 25,
-                "bandwidth_gbps": None}  # fmt: skip
-    tensor = options["tensor"]
-    if tensor not in tensors:
-        raise ValueError(f"run {reader.run_id} has no captured tensor {tensor!r}; it has {sorted(tensors)}")
-    numel = int(tensors[tensor]["numel"])
-    if reader.manifest.get("num_workers", ranks) < ranks:
-        raise ValueError(f"run {reader.run_id} has {reader.manifest['num_workers']} workers; cannot replay on {ranks} ranks")
-    topo = model_topology(ranks, bandwidth_gbps=bandwidth_gbps, recalibrate=recalibrate)
-    frames = []
-    for step in tqdm(reader.steps()[:steps], desc=f"bench-comm {reader.run_id}", unit="step", disable=not progress):
-        recs = sorted(reader.records(tensor=tensor, step=step), key=lambda r: r.worker)[:ranks]
-        df = compare([r.indices_K.long() for r in recs], numel, values=[r.values_K for r in recs],
-                     repeats=repeats, topology=topo, schemes=schemes, bandwidth_gbps=bandwidth_gbps)  # fmt: skip
-        frames.append(df.assign(run=reader.run_id, tensor=tensor, step=step, numel=numel, ranks=ranks,
-                                bandwidth_gbps=bandwidth_gbps or float("nan")))  # fmt: skip
-    out = pd.concat(frames, ignore_index=True)
-    path = reader.derived_dir / f"{variant('bench_comm', options, defaults)}.parquet"
-    write_table(path, out, {**options, "files": reader.fingerprint()})
-    out.attrs["path"] = path
-    return out
-
-
-def load_replay(run) -> pd.DataFrame | None:
-    """The measured replay of ``run`` a figure should show: the default options' ``bench_comm.parquet`` if it
-    exists, else the newest ``bench_comm-<hash>.parquet`` (its options in ``df.attrs["stamp"]``); None if the run
-    was never replayed."""
-    from zen_analysis.capture.traces import TraceReader
-    from zen_analysis.derived import read_stamp, read_table
-
-    folder = TraceReader(run).derived_dir
-    default = folder / "bench_comm.parquet"
-    found = [default] if default.exists() else sorted(folder.glob("bench_comm-*.parquet"), key=lambda p: p.stat().st_mtime)[-1:]
-    if not found:
-        return None
-    df = read_table(found[0])
-    df.attrs.update(path=found[0], stamp=read_stamp(found[0]))
-    return df
-
-
-def replay_synthetic(
-    *,
-    numel: int = 2_000_000,
-    density: float = 0.025,
-    skew: float = 1.0,
-    overlap: float = 0.3,
-    ranks: int = 4,
-    repeats: int = 25,
-    seed: int = 0,
-    schemes: Sequence[str] | None = None,
-    recalibrate: bool = False,
-    bandwidth_gbps: float | None = None,
-) -> tuple[pd.DataFrame, dict]:
-    """``compare`` on synthetic index sets (:func:`zen_analysis.sparsity.synthetic.synthetic_index_sets`) with
-    integer values (bit-for-bit check); returns the table and the sets' measured characteristics."""
-    from zen_analysis.sparsity.synthetic import describe, synthetic_index_sets
-
-    sets = synthetic_index_sets(numel, ranks, density, skew=skew, overlap=overlap, seed=seed)
-    stats = describe(sets, numel)
-    topo = model_topology(ranks, bandwidth_gbps=bandwidth_gbps, recalibrate=recalibrate)
-    df = compare(sets, numel, repeats=repeats, topology=topo, schemes=schemes, bandwidth_gbps=bandwidth_gbps)
-    return df.assign(numel=numel, ranks=ranks, skew=skew, overlap=overlap, bandwidth_gbps=bandwidth_gbps or float("nan")), stats
 
 
 def report(summary: pd.DataFrame) -> str:

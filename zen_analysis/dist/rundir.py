@@ -27,10 +27,6 @@ class RunInUseError(ValueError):
     """Another live launch holds this run id (its lock file); nothing of either run was touched."""
 
 
-def new_run_id(name: str) -> str:
-    return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
-
-
 def target_spec(target: Callable[..., Any] | str | None) -> str:
     if target is None:
         return DEFAULT_TARGET
@@ -91,7 +87,7 @@ def claim_run(cfg: ExperimentConfig, *, overwrite: bool) -> RunLock:
     """Check the run id, lock the run, and clear a previous run of that id (only with ``overwrite``)."""
     cfg.validate()
     if not cfg.run_id:
-        cfg.run_id = new_run_id(cfg.name)
+        cfg.run_id = paths.new_run_id(cfg.name)
     run_dir, trace_dir = paths.run_dir(cfg.run_id), paths.trace_dir(cfg.run_id)  # both check the id
     lock = RunLock(cfg.run_id).acquire()
     try:

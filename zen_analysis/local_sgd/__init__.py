@@ -2,8 +2,7 @@
 pseudo-gradient penalty, and A-EDiT (time-based syncs). ``sync.scheme`` = ``post_local_sgd`` | ``diloco`` |
 ``edit`` | ``a_edit`` selects them."""
 
+from zen_analysis.config.names import METHODS  # the names of config.names.MethodName, in its order
 from zen_analysis.local_sgd.engine import LocalSGD, LocalSGDConfig, method_config
-
-METHODS = ("post_local_sgd", "diloco", "edit", "a_edit")
 
 __all__ = ["METHODS", "LocalSGD", "LocalSGDConfig", "method_config"]

@@ -29,6 +29,8 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
+from zen_analysis.config.local_sgd import EDIT_CLIP, GRANULARITIES
+from zen_analysis.config.names import MethodName
 from zen_analysis.local_sgd.collective import Collective, TorchCollective
 from zen_analysis.local_sgd.penalty import (
     ANOMALY_PENALTY,
@@ -36,11 +38,16 @@ from zen_analysis.local_sgd.penalty import (
     clip_coefficient,
     softmax_weights,
 )
-from zen_analysis.train.sync import GradSync
+from zen_analysis.sync.base import GradSync
 
 
 @dataclass(kw_only=True)
 class LocalSGDConfig:
+    """The resolved settings the engine runs on: ``method_config(method, **overrides)``, a method's preset with
+    the user's overrides applied. Users do not write this class: they write the ``local_sgd`` config section
+    (:class:`zen_analysis.config.LocalSGDSection`, whose sentinels mean "the method's default" and whose
+    ``overrides()`` gives the overrides). A setting both classes hold has the same name in both."""
+
     warmup_steps: int = 0
     interval: int = 8
     outer_lr: float = 0.7
@@ -58,7 +65,7 @@ class LocalSGDConfig:
     layerwise: bool = True
     prefetch: bool = True
     """Layer-wise only: start unit l+1's all-reduce asynchronously when unit l syncs (EDiT's prefetch)."""
-    time_interval_s: float = 0.0
+    sync_time_s: float = 0.0
     """A-EDiT when > 0: sync when this much wall-clock time has passed since the last (instead of every
     ``interval`` steps), after a rendezvous that all-reduces the workers' step counters."""
     min_total_steps: int = 0
@@ -69,21 +76,21 @@ class LocalSGDConfig:
     def __post_init__(self) -> None:
         if self.interval < 1 or self.warmup_steps < 0:
             raise ValueError("local SGD needs interval >= 1 and warmup_steps >= 0")
-        if self.granularity not in ("module", "tensor", "global"):
+        if self.granularity not in GRANULARITIES:
             raise ValueError(f"granularity must be module, tensor or global, got {self.granularity!r}")
 
 
 def method_config(method: str, **overrides) -> LocalSGDConfig:
     """The documented defaults of each method (override any field)."""
     presets = {
-        "post_local_sgd": dict(warmup_steps=10, interval=8, outer_lr=1.0, outer_momentum=0.0, nesterov=False, granularity="global", layerwise=False),
-        "diloco": dict(warmup_steps=0, interval=8, outer_lr=0.7, outer_momentum=0.9, granularity="global", layerwise=False),
-        "edit": dict(warmup_steps=10, interval=8, outer_lr=0.7, outer_momentum=0.9, anomaly=True, weighting=True, clip=10.0),
-        "a_edit": dict(warmup_steps=10, outer_lr=0.7, outer_momentum=0.9, anomaly=True, weighting=True, clip=10.0,
-                       time_interval_s=5.0, min_total_steps=4),
+        MethodName.POST_LOCAL_SGD: dict(warmup_steps=10, interval=8, outer_lr=1.0, outer_momentum=0.0, nesterov=False, granularity="global", layerwise=False),
+        MethodName.DILOCO: dict(warmup_steps=0, interval=8, outer_lr=0.7, outer_momentum=0.9, granularity="global", layerwise=False),
+        MethodName.EDIT: dict(warmup_steps=10, interval=8, outer_lr=0.7, outer_momentum=0.9, anomaly=True, weighting=True, clip=EDIT_CLIP),
+        MethodName.A_EDIT: dict(warmup_steps=10, outer_lr=0.7, outer_momentum=0.9, anomaly=True, weighting=True, clip=EDIT_CLIP,
+                                sync_time_s=5.0, min_total_steps=4),
     }  # fmt: skip
     if method not in presets:
-        raise ValueError(f"unknown local SGD method {method!r}; available: {sorted(presets)}")
+        raise ValueError(f"unknown local SGD method {method!r}; available: {sorted(m.value for m in presets)}")
     return LocalSGDConfig(**{**presets[method], **overrides})
 
 
@@ -127,7 +134,7 @@ class LocalSGD(GradSync):
 
     # ---- attachment
     def attach(self, model: nn.Module) -> None:
-        from zen_analysis.train.sync import DenseAllReduce
+        from zen_analysis.sync.base import DenseAllReduce
 
         self.collective = self.collective or TorchCollective()
         self._dense = DenseAllReduce()
@@ -173,7 +180,7 @@ class LocalSGD(GradSync):
     def _decide(self, now: float | None = None) -> bool:
         """Whether this step syncs (called once per step, at its first training forward)."""
         c = self.config
-        if c.time_interval_s <= 0:
+        if c.sync_time_s <= 0:
             return self.due(self.step)
         if self.step < c.warmup_steps:
             return False
@@ -183,7 +190,7 @@ class LocalSGD(GradSync):
             self._last_sync_time = now
             self._total_at_sync = self._total_steps()
             return True
-        if now - self._last_sync_time < c.time_interval_s:
+        if now - self._last_sync_time < c.sync_time_s:
             return False
         total = self._total_steps()  # the rendezvous: a fast worker waits here for the others' clocks
         self._last_sync_time = time.time() if now_given is None else now  # after the wait, or it fires early
@@ -207,7 +214,7 @@ class LocalSGD(GradSync):
         """How many steps a worker may run: ``num_steps``, or for A-EDiT no local limit — the budget is
         ``num_steps`` x workers in total, and only a sync (where every worker is) may stop the run: a worker
         leaving on a count of its own would leave the others waiting in a collective."""
-        if self.config.time_interval_s <= 0:
+        if self.config.sync_time_s <= 0:
             return num_steps
         self.step_budget = num_steps * self.collective.world
         return 2**62

@@ -30,7 +30,7 @@ def speedup(model: pd.DataFrame, measured: pd.DataFrame | None = None, *, topolo
     """Fig. 15: communication speedup over dense all-reduce per scheme and workload.
 
     ``model``: :func:`zen_analysis.comm.evaluate.speedups` (modelled on ``topology`` at the largest n <= 128).
-    ``measured``: a ``bench_comm`` table (:func:`zen_analysis.comm.measure.replay_run`): wire time measured on
+    ``measured``: a ``bench_comm`` table (:func:`zen_analysis.comm.replay.replay_run`): wire time measured on
     gloo ranks, beside the time modelled for the same ranks on this machine's calibration.
     """
     style.apply()
@@ -127,7 +127,7 @@ def model_vs_measured(measured: pd.DataFrame) -> plt.Figure:
 def measured_speedup_vs_bandwidth(sweep: pd.DataFrame) -> plt.Figure:
     """The measured Fig. 15: speedup over dense all-reduce (end to end, median of the slowest rank) per scheme vs
     the lab's link rate, one panel per (tensor kind, ranks); the model's prediction beside each bar (hatched).
-    ``sweep``: :func:`zen_analysis.dist.experiments.scheme_sweep`."""
+    ``sweep``: :func:`zen_analysis.experiments.netlab.scheme_sweep`."""
     style.apply()
     d = sweep[sweep["scheme"] != "allreduce"]
     panels = d[["kind", "ranks"]].drop_duplicates().sort_values(["kind", "ranks"]).itertuples(index=False)
@@ -168,7 +168,7 @@ def measured_speedup_vs_bandwidth(sweep: pd.DataFrame) -> plt.Figure:
 def training_vs_bandwidth(sweep: pd.DataFrame) -> plt.Figure:
     """The measured analogue of Fig. 11-14: per variant vs link rate, the exchange per step (what the network
     changes; left) and the training throughput (middle), and each median step split into compute, waiting for the
-    slowest rank and the exchange (right). ``sweep``: :func:`zen_analysis.dist.experiments.training_sweep`."""
+    slowest rank and the exchange (right). ``sweep``: :func:`zen_analysis.experiments.netlab.training_sweep`."""
     style.apply()
     fig, (ax, cx, bx) = plt.subplots(1, 3, figsize=(17, 4.6), gridspec_kw={"width_ratios": [1, 1, 1.3]})
     rates = sorted(sweep["bandwidth_gbps"].unique())

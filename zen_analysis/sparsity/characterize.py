@@ -44,7 +44,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from zen_analysis import paths
 from zen_analysis.atomic import atomic_dir, atomic_write_json
 from zen_analysis.capture.traces import TraceError, TraceReader
 from zen_analysis.derived import read_table
@@ -83,11 +82,6 @@ def worker_counts(num_workers: int) -> list[int]:
     if num_workers >= 2 and (not out or out[-1] != num_workers):
         out.append(num_workers)
     return out
-
-
-def derived_dir(run_id: str) -> Path:
-    """``data/derived/<run_id>/`` (the id checked: a name, never a path)."""
-    return paths.derived_run_dir(run_id)
 
 
 def tables_dir(reader: TraceReader, options: CharacterizeOptions) -> Path:
@@ -183,17 +177,11 @@ def _compute(reader: TraceReader, opts: CharacterizeOptions, out: Path, *, progr
     prev: dict[str, tuple[int, dict[int, torch.Tensor], torch.Tensor]] = {}
     try:
         for step in tqdm(reader.steps(), desc=f"characterize {reader.run_id}", unit="step", disable=not progress):
-            sets: dict[str, dict[int, torch.Tensor]] = {}
-            for rec in reader.records(step=step, with_values=False):
-                info = tensors[rec.tensor]
-                if info["kind"] == "natural" and opts.natural_granularity == "row":
-                    s = rows_of(rec.indices_K, int(info["shape"][-1]))
-                else:
-                    s = rec.indices_K.long()  # stored sorted and unique
-                sets.setdefault(rec.tensor, {})[rec.worker] = s
-            for tensor, by_worker in sets.items():
+            for tensor, ordered in reader.index_sets(step).items():  # stored sorted and unique
                 info = tensors[tensor]
                 row_level = info["kind"] == "natural" and opts.natural_granularity == "row"
+                width = int(info["shape"][-1])
+                by_worker = {w: rows_of(s, width) if row_level else s for w, s in enumerate(ordered)}
                 gran = "row" if row_level else "element"
                 numel = int(info["shape"][0]) if row_level else int(info["numel"])
                 rows, union = _step_rows(tensor, gran, step, numel, by_worker, opts)

@@ -18,8 +18,11 @@ import math
 import platform
 import subprocess
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from importlib import metadata
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 import torch
 import torch.distributed as dist
@@ -33,7 +36,9 @@ from zen_analysis.dist import env
 from zen_analysis.dist.env import RankInfo
 from zen_analysis.train.data import TokenData, prepared_for_run
 from zen_analysis.train.model import build_model, lm_loss
-from zen_analysis.train.sync import GradSync, build_sync
+from zen_analysis.train.perturb import network_delay, network_seconds, spiked, straggler
+from zen_analysis.sync.base import GradSync
+from zen_analysis.sync.registry import build_sync
 
 
 def lr_at(cfg: ExperimentConfig, step: int) -> float:
@@ -76,68 +81,6 @@ def evaluate(model, data: TokenData, cfg: ExperimentConfig, info: RankInfo) -> f
     return _mean_over_ranks(sum(losses) / len(losses), info)
 
 
-def spike_step(p, step: int) -> bool:
-    """Whether ``step`` is a corrupted one under :class:`~zen_analysis.config.PerturbConfig` ``p``."""
-    start = p.spike_start or p.spike_every
-    return step >= start and (step - start) % p.spike_every < p.spike_len
-
-
-def _spiked(cfg: ExperimentConfig, info: RankInfo, step: int, x: torch.Tensor, y: torch.Tensor, vocab: int, micro: int = 0):
-    """``cfg.perturb.spikes``: rank ``spike_rank`` gets corrupted batches for ``spike_len`` steps every
-    ``spike_every`` steps from ``spike_start``."""
-    p = cfg.perturb
-    if p.spikes == "none" or info.rank != p.spike_rank or not spike_step(p, step):
-        return x, y
-    gen = torch.Generator().manual_seed(cfg.train.seed + step + 1_000_003 * micro)  # each micro-batch its own
-    seq = torch.cat([x, y[:, -1:]], dim=1)
-    if p.spikes == "shuffle":
-        seq = seq[:, torch.randperm(seq.shape[1], generator=gen)]
-    elif p.spikes == "repeat":
-        seq = torch.randint(0, vocab, (seq.shape[0], 1), generator=gen, dtype=seq.dtype).expand_as(seq)
-    else:
-        seq = torch.randint(0, vocab, seq.shape, generator=gen, dtype=seq.dtype)
-    return seq[:, :-1].contiguous(), seq[:, 1:].contiguous()
-
-
-def network_seconds(cfg: ExperimentConfig, nbytes: int, world: int) -> float:
-    """``cfg.perturb.bandwidth_gbps``: how long a ring all-reduce of ``nbytes`` takes on that link (0 when off)."""
-    p = cfg.perturb
-    if p.bandwidth_gbps > 0 and world > 1:
-        return p.latency_s + 2 * (world - 1) / world * nbytes / (p.bandwidth_gbps * 1e9 / 8)
-    return 0.0
-
-
-def network_delay(cfg: ExperimentConfig, nbytes: int, world: int) -> None:
-    """Sleep :func:`network_seconds` (a blocking all-reduce on the slow link, on top of the real one)."""
-    seconds = network_seconds(cfg, nbytes, world)
-    if seconds > 0:
-        time.sleep(seconds)
-
-
-def _straggler(cfg: ExperimentConfig, info: RankInfo):
-    """A function (step, compute seconds) -> None that sleeps as ``cfg.perturb`` says (a real slowdown)."""
-    import random
-
-    p = cfg.perturb
-    if p.straggler == "consistent":
-        extra = p.straggler_factor - 1.0
-
-        def consistent(step: int, seconds: float) -> None:
-            if info.rank == p.straggler_rank and extra > 0:
-                time.sleep(extra * seconds)
-
-        return consistent
-    if p.straggler == "random":
-
-        def rand(step: int, seconds: float) -> None:
-            rng = random.Random(cfg.train.seed * 1_000_003 + step)  # the same draw on every rank
-            if rng.random() < p.straggler_prob and rng.randrange(info.world_size) == info.rank:
-                time.sleep(p.straggler_kappa * seconds)
-
-        return rand
-    return lambda step, seconds: None
-
-
 def _git_commit() -> str:
     try:
         out = subprocess.run(
@@ -167,6 +110,26 @@ def parameter_digest(model: torch.nn.Module) -> str:
     return h.hexdigest()
 
 
+@dataclass
+class _Run:
+    """One rank's training run as :func:`_setup` builds it: what each step and :func:`_finish` read. The sync
+    object is not in it: it travels beside it, always named ``sync`` (the contract test reads those uses)."""
+
+    cfg: ExperimentConfig
+    info: RankInfo
+    log: Callable[[str], Any]
+    run_dir: Path
+    data: TokenData
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    num_params: int
+    capture: GradientCapture | None
+    manifest: dict[str, Any]
+    """The trace manifest as written at the start (``finished: False``); :func:`_finish` completes it."""
+    metrics_f: IO[str] | None
+    """Rank 0's open ``metrics.jsonl`` (line-buffered); ``None`` on the other ranks."""
+
+
 def train(
     cfg: ExperimentConfig, *, info: RankInfo | None = None, sync: GradSync | None = None, log=print
 ) -> dict[str, Any]:
@@ -178,7 +141,29 @@ def train(
     if info is None:
         info = env.init(cfg.dist)
     if not cfg.run_id:
-        cfg.run_id = f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        cfg.run_id = paths.new_run_id(cfg.name)
+    run, sync = _setup(cfg, info, sync, log)
+    # ---- the loop
+    t_start = time.perf_counter()
+    loss = float("nan")
+    max_steps = sync.max_local_steps(cfg.train.num_steps)
+    local_losses = sync.local  # local SGD: no per-step loss all-reduce (it would be a rendezvous)
+    straggle = straggler(cfg, info)
+    steps_done = 0
+    for step in range(max_steps):
+        loss = _step(run, sync, step, local_losses=local_losses, straggle=straggle)
+        steps_done += 1
+        if sync.should_stop():
+            break
+    return _finish(run, sync, loss=loss, steps_done=steps_done, t_start=t_start)
+
+
+def _setup(
+    cfg: ExperimentConfig, info: RankInfo, sync: GradSync | None, log: Callable[[str], Any]
+) -> tuple[_Run, GradSync]:
+    """Everything before the first step: the run directory, the data, the model (identical on every rank), the sync
+    (built from ``cfg.sync`` unless one is passed) attached to it, the optimizer, the capture and its trace manifest,
+    the start-of-run log lines and (rank 0) the open ``metrics.jsonl``."""
     t = cfg.train
     run_dir = paths.run_dir(cfg.run_id)
     if info.is_main:
@@ -239,84 +224,93 @@ def train(
         if capture:
             log(f"capturing every {cfg.capture.every} steps: {capture.tensor_info()}")
     metrics_f = open(run_dir / "metrics.jsonl", "w", buffering=1) if info.is_main else None
-    # ---- the loop
-    t_start = time.perf_counter()
-    loss = float("nan")
-    max_steps = sync.max_local_steps(t.num_steps)
-    local_losses = sync.local  # local SGD: no per-step loss all-reduce (it would be a rendezvous)
-    straggle = _straggler(cfg, info)
-    steps_done = 0
-    for step in range(max_steps):
-        t0 = time.perf_counter()
-        lr = lr_at(cfg, min(step, t.num_steps - 1))
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        capturing = capture is not None and capture.is_capture_step(step)
-        capture_s0 = capture.seconds if capture else 0.0
-        sync_bytes0 = sync.sparse_bytes_sent or 0
-        sync_s0 = sync.sync_seconds
-        local_loss = 0.0
-        for v in range(V):
-            worker = info.rank * V + v
-            x, y = data.batch("train", step=step, worker=worker, batch_size=t.batch_per_worker)
-            x, y = _spiked(cfg, info, step, x, y, data.vocab_size, micro=v)
-            x, y = x.to(info.device), y.to(info.device)
-            with capture.worker(step=step, worker=worker) if capturing else contextlib.nullcontext():
-                micro_loss = lm_loss(model, x, y) / V  # mean over the rank's batch
-                micro_loss.backward()
-            local_loss += micro_loss.item()
-        if capturing:
-            capture.end_step()
-        straggle(step, time.perf_counter() - t0 - (sync.sync_seconds - sync_s0))  # compute time only
-        t_sync = time.perf_counter()
-        compute_s = t_sync - t0
-        sync.synchronize(model)
-        sync_s = time.perf_counter() - t_sync
-        if t.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        if local_losses:
-            loss, compute_max_s = local_loss, compute_s
-        else:
-            loss, compute_max_s = _step_stats(local_loss, compute_s, info)
-        steps_done += 1
-        step_s = time.perf_counter() - t0
-        row = {
-            "step": step,
-            "loss": loss,
-            "lr": lr,
-            "step_s": step_s,
-            "compute_s": compute_s,  # rank 0's micro-batches (and capture) before the sync
-            "sync_s": sync_s,  # rank 0's time in synchronize(): the exchange, and waiting for slower ranks to reach it
-            # the exchange alone: rank 0's sync less its wait for the slowest rank's compute
-            "exchange_s": max(sync_s - (compute_max_s - compute_s), 0.0),
-            "capture_s": (capture.seconds - capture_s0) if capture else 0.0,
-            "captured": capturing,
-            "tokens": (step + 1) * cfg.global_batch * t.seq_len,
-        }
-        if sync.sparse_bytes_sent is not None:  # a sparse scheme syncs the embedding: its bytes this step
-            row["sparse_bytes_sent_rank0"] = sync.sparse_bytes_sent - sync_bytes0
-        if t.eval_every and (step + 1) % t.eval_every == 0 and step + 1 < t.num_steps:
-            row["val_loss"] = evaluate(model, data, cfg, info)
-        if local_losses:
-            row["loss_is_rank0_only"] = True
-        if metrics_f:
-            metrics_f.write(json.dumps(row) + "\n")
-        if sync.should_stop():
-            break
+    run = _Run(cfg=cfg, info=info, log=log, run_dir=run_dir, data=data, model=model, optimizer=optimizer,
+               num_params=num_params, capture=capture, manifest=manifest, metrics_f=metrics_f)  # fmt: skip
+    return run, sync
+
+
+def _step(run: _Run, sync: GradSync, step: int, *, local_losses: bool, straggle: Callable[[int, float], None]) -> float:
+    """One optimizer step: this rank's V workers' micro-batches (captured on capture steps), the straggler delay,
+    ``sync.synchronize``, clipping, the optimizer; rank 0 writes the step's row to ``metrics.jsonl``. Returns the
+    step's loss: the mean over ranks, or this rank's own under local SGD (``local_losses``)."""
+    cfg, info, t, data, model, capture = run.cfg, run.info, run.cfg.train, run.data, run.model, run.capture
+    V = t.workers_per_rank
+    t0 = time.perf_counter()
+    lr = lr_at(cfg, min(step, t.num_steps - 1))
+    for group in run.optimizer.param_groups:
+        group["lr"] = lr
+    capturing = capture is not None and capture.is_capture_step(step)
+    capture_s0 = capture.seconds if capture else 0.0
+    sync_bytes0 = sync.sparse_bytes_sent or 0
+    sync_s0 = sync.sync_seconds
+    local_loss = 0.0
+    for v in range(V):
+        worker = info.rank * V + v
+        x, y = data.batch("train", step=step, worker=worker, batch_size=t.batch_per_worker)
+        x, y = spiked(cfg, info, step, x, y, data.vocab_size, micro=v)
+        x, y = x.to(info.device), y.to(info.device)
+        with capture.worker(step=step, worker=worker) if capturing else contextlib.nullcontext():
+            micro_loss = lm_loss(model, x, y) / V  # mean over the rank's batch
+            micro_loss.backward()
+        local_loss += micro_loss.item()
+    if capturing:
+        capture.end_step()
+    straggle(step, time.perf_counter() - t0 - (sync.sync_seconds - sync_s0))  # compute time only
+    t_sync = time.perf_counter()
+    compute_s = t_sync - t0
+    sync.synchronize(model)
+    sync_s = time.perf_counter() - t_sync
+    if t.grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
+    run.optimizer.step()
+    run.optimizer.zero_grad(set_to_none=True)
+    if local_losses:
+        loss, compute_max_s = local_loss, compute_s
+    else:
+        loss, compute_max_s = _step_stats(local_loss, compute_s, info)
+    step_s = time.perf_counter() - t0
+    row = {
+        "step": step,
+        "loss": loss,
+        "lr": lr,
+        "step_s": step_s,
+        "compute_s": compute_s,  # rank 0's micro-batches (and capture) before the sync
+        "sync_s": sync_s,  # rank 0's time in synchronize(): the exchange, and waiting for slower ranks to reach it
+        # the exchange alone: rank 0's sync less its wait for the slowest rank's compute
+        "exchange_s": max(sync_s - (compute_max_s - compute_s), 0.0),
+        "capture_s": (capture.seconds - capture_s0) if capture else 0.0,
+        "captured": capturing,
+        "tokens": (step + 1) * cfg.global_batch * t.seq_len,
+    }
+    if sync.sparse_bytes_sent is not None:  # a sparse scheme syncs the embedding: its bytes this step
+        row["sparse_bytes_sent_rank0"] = sync.sparse_bytes_sent - sync_bytes0
+    if t.eval_every and (step + 1) % t.eval_every == 0 and step + 1 < t.num_steps:
+        row["val_loss"] = evaluate(model, data, cfg, info)
+    if local_losses:
+        row["loss_is_rank0_only"] = True
+    if run.metrics_f:
+        run.metrics_f.write(json.dumps(row) + "\n")
+    return loss
+
+
+def _finish(run: _Run, sync: GradSync, *, loss: float, steps_done: int, t_start: float) -> dict[str, Any]:
+    """After the last step: close the capture, ``sync.finalize``, the final validation loss and the summary; each
+    rank writes its local SGD log, rank 0 ``summary.json`` (and ``params.pt``), then the finished manifest once
+    every rank's shards are complete. Returns the summary."""
+    cfg, info, t, model, capture, run_dir = run.cfg, run.info, run.cfg.train, run.model, run.capture, run.run_dir
+    V = t.workers_per_rank
     if capture:
         capture.close()  # writes the last shard: part of the capture cost, so inside the timed span
     sync.finalize(model)  # local SGD: one last sync, so the final model is the global one
     elapsed = time.perf_counter() - t_start
     total_steps = int(round(_mean_over_ranks(float(steps_done), info) * info.world_size))  # workers may differ (A-EDiT)
-    val_loss = evaluate(model, data, cfg, info)
+    val_loss = evaluate(model, run.data, cfg, info)
     summary = {
         "run_id": cfg.run_id,
         "num_steps": t.num_steps,
         "final_loss": loss,
         "val_loss": val_loss,
-        "num_params": num_params,
+        "num_params": run.num_params,
         "elapsed_s": elapsed,
         "tokens_per_s": total_steps * V * t.batch_per_worker * t.seq_len / elapsed,
         "total_steps_all_ranks": total_steps,
@@ -335,7 +329,7 @@ def train(
         with atomic_path(run_dir / "local_sgd" / f"rank{info.rank}.jsonl") as tmp:
             tmp.write_text("".join(json.dumps(row) + "\n" for row in sync.log))
     if info.is_main:
-        metrics_f.close()
+        run.metrics_f.close()
         atomic_write_json(run_dir / "summary.json", summary)
         if t.save_params:
             with atomic_path(run_dir / "params.pt") as tmp:
@@ -343,8 +337,8 @@ def train(
         if capture:
             if info.world_size > 1:  # every rank's shards are complete before the manifest says so
                 dist.barrier()
-            write_manifest(paths.trace_dir(cfg.run_id), {**manifest, "finished": True, "summary": summary})
-        log(f"done: loss {loss:.4f}, val loss {val_loss:.4f}, {summary['tokens_per_s']:.0f} tokens/s")
+            write_manifest(paths.trace_dir(cfg.run_id), {**run.manifest, "finished": True, "summary": summary})
+        run.log(f"done: loss {loss:.4f}, val loss {val_loss:.4f}, {summary['tokens_per_s']:.0f} tokens/s")
     elif capture and info.world_size > 1:
         dist.barrier()
     return summary

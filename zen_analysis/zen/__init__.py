@@ -6,7 +6,10 @@
 * :mod:`~zen_analysis.zen.bitmap` — the hash bitmap: static hash sets S_p, lossless pull encoding;
 * :mod:`~zen_analysis.zen.sync` — ``zen_sum``, push + aggregate + pull on any process group (the ``zen`` scheme
   of :mod:`zen_analysis.comm` and ``sync.scheme=zen`` in training run it);
-* :mod:`~zen_analysis.zen.profile` — the hashing cost sweep of the paper's Fig. 16.
+* :mod:`~zen_analysis.zen.planner` — the planner choosing Balanced Parallelism, Hierarchical Centralization or dense.
+
+The experiments on Zen (parity, Theorem 2, the Fig. 16 hashing cost, the speed benchmark) are in
+:mod:`zen_analysis.experiments`.
 """
 
 from zen_analysis.zen.bitmap import HashBitmap

@@ -42,7 +42,7 @@ class Planner:
 
     def decide(self, tensor: str) -> dict:
         from zen_analysis.comm import build_scheme
-        from zen_analysis.comm.topology import preset
+        from zen_analysis.comm.calibrate import preset
         from zen_analysis.sparsity.metrics import densification_ratio
 
         steps, numel = self.profiles.pop(tensor), self.numel[tensor]

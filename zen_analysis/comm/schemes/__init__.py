@@ -7,9 +7,10 @@ from typing import Any
 from zen_analysis.comm.schemes.agsparse import AGSparse
 from zen_analysis.comm.schemes.allreduce import AllReduce
 from zen_analysis.comm.schemes.base import CommScheme
+from zen_analysis.comm.schemes.bp_coo import BPCOO
 from zen_analysis.comm.schemes.omnireduce import OmniReduce
 from zen_analysis.comm.schemes.sparcml import SparCML
-from zen_analysis.comm.schemes.sparse_ps import BPCOO, SparsePS
+from zen_analysis.comm.schemes.sparse_ps import SparsePS
 from zen_analysis.comm.schemes.zen import Zen
 
 SCHEMES: dict[str, type[CommScheme]] = {

@@ -6,6 +6,9 @@ index sets alone.
 
 Host syncs of the push (each fixes a size): the non-zero extraction (``torch.nonzero``), the exchanged counts
 (split sizes), the owner's ``torch.unique`` of what it received.
+
+:class:`PushPullCOO` is push then a COO pull: each owner all-gathers its sums in COO (``sparse_ps`` and
+``bp_coo``, which differ only in the owner mapping); host sync of the pull: the all-gathered counts.
 """
 
 from __future__ import annotations
@@ -15,8 +18,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from zen_analysis.comm.exchange import Exchange, index_bytes, push_to_owners
-from zen_analysis.comm.schemes.base import coo_of
+from zen_analysis.comm.exchange import Exchange, coo_words, index_bytes, pack_coo, push_to_owners, unpack_coo
+from zen_analysis.comm.schemes.base import CommScheme, coo_of
 from zen_analysis.comm.traffic import Traffic
 from zen_analysis.sparsity.metrics import union_of
 
@@ -41,3 +44,27 @@ def push_traffic(sets: list[torch.Tensor], numel: int, t: Traffic, owner: Owner)
     t.counts("push")
     t.all_to_all("push", matrix)
     return np.bincount(owner(union_of(sets, numel)).numpy(), minlength=W)
+
+
+class PushPullCOO(CommScheme):
+    """Push to owners, then every owner's sums all-gathered in COO; a subclass gives the owner mapping."""
+
+    def owner(self, numel: int, world: int, *, model: bool = False) -> Owner:
+        """The owner mapping on ``world`` ranks; ``model``: the traffic model's (possibly table-based) form."""
+        raise NotImplementedError
+
+    def _run(self, x_N: torch.Tensor, ex: Exchange) -> None:
+        u_idx, u_val = push(x_N, ex, self.owner(x_N.numel(), ex.world))
+        N, w = x_N.numel(), coo_words(x_N.numel())
+        with ex.phase("pull"):
+            counts_W = ex.all_gather_counts(u_idx.numel())
+            got = ex.all_gather_v(pack_coo(u_idx, u_val, N), counts_W * w)
+        all_idx, all_val = unpack_coo(got, N)
+        # owners' sets are disjoint, and their union holds this rank's non-zeros: every other position of x_N is
+        # zero already, so the sums are written in place with no dense zeroing
+        x_N[all_idx.to(x_N.device)] = all_val.to(x_N.device)
+
+    def _traffic(self, sets: list[torch.Tensor], numel: int, t: Traffic) -> None:
+        owned = push_traffic(sets, numel, t, self.owner(numel, t.world, model=True))
+        t.counts("pull")
+        t.all_gather("pull", owned * (index_bytes(numel) + 4))

@@ -91,11 +91,7 @@ def theorem2_table(runs: Sequence[str], *, seed: int = 0, max_workers: int = 128
         reader = TraceReader(run)
         labels = workload_labels(reader)
         step = reader.steps()[0]
-        sets: dict[str, dict[int, object]] = {}
-        for rec in reader.records(step=step, with_values=False):
-            sets.setdefault(rec.tensor, {})[rec.worker] = rec.indices_K.long()
-        for tensor, by_worker in sets.items():
-            ordered = [by_worker[w] for w in sorted(by_worker)]
+        for tensor, ordered in reader.index_sets(step).items():
             numel = int(reader.manifest["tensors"][tensor]["numel"])
             for n in (k for k in worker_counts(len(ordered)) if k <= max_workers):
                 sub = ordered[:n]

@@ -48,7 +48,8 @@ def scheme_sweep(
     bandwidth in the lab. One row per (kind, ranks, bandwidth, scheme): the ``bench-comm --out`` columns plus
     ``tensor``, ``kind``, ``speedup_measured`` / ``speedup_modelled`` (dense all-reduce's time / the scheme's)."""
     from zen_analysis.capture.traces import TraceReader
-    from zen_analysis.comm.measure import replay_run, write_summary
+    from zen_analysis.comm.measure import write_summary
+    from zen_analysis.comm.replay import replay_run
     from zen_analysis.derived import variant
 
     reader = TraceReader(run)
@@ -139,7 +140,7 @@ def ddp_script_sweep(
     progress: bool = True,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The example DDP script per variant and link rate (``None``: loopback, one ``torchrun --standalone``; a rate:
-    one torchrun per lab node, :func:`~zen_analysis.dist.launch.run_in_lab`), ``rounds`` times interleaved. One row
+    one torchrun per lab node, :func:`~zen_analysis.dist.procs.run_in_lab`), ``rounds`` times interleaved. One row
     per (network, variant): rank 0's median step time and bytes per step (the hooks' measured sparse bytes + the
     dense all-reduces' ring volume) after ``warmup`` steps, the sum's seconds and the part backward waited for
     (top-k), and the largest per-step loss difference from stock DDP's (natural: float noise only). Returns that
@@ -149,7 +150,7 @@ def ddp_script_sweep(
     import sys
     import tempfile
 
-    from zen_analysis.dist.launch import run_in_lab
+    from zen_analysis.dist.procs import run_in_lab
 
     unknown = set(variants) - set(DDP_VARIANTS)
     if unknown:
@@ -252,8 +253,8 @@ def node_comparison(
     one row per method with the median over repeats of the slowest rank, the speedup over all-reduce and whether
     every rank's result equals ``all_reduce`` bit for bit."""
     from zen_analysis.capture.traces import TraceReader
-    from zen_analysis.dist.launch import fork_launch
     from zen_analysis.dist.netlab import NetLab
+    from zen_analysis.dist.procs import fork_launch
 
     reader = TraceReader(run)
     tensors = reader.manifest["tensors"]

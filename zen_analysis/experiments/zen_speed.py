@@ -85,11 +85,11 @@ def speed_table(
     """One row per (numel, density, what): the median over repeats of the slowest rank's seconds, for every
     scheme, the floor (``floor``) and each scheme's local steps (``zen:hash``, ...). With ``model``, each
     scheme's row also holds ``model_seconds``: its time model (wire phases + local work) on this machine
-    calibrated at ``ranks`` ranks (:func:`~zen_analysis.comm.topology.local`, fitted on tensors of at most 4M
+    calibrated at ``ranks`` ranks (:func:`~zen_analysis.comm.calibrate.local`, fitted on tensors of at most 4M
     elements: at 32M and 128M the model extrapolates)."""
     from zen_analysis.comm import build_scheme
-    from zen_analysis.comm.topology import local
-    from zen_analysis.dist.launch import fork_launch
+    from zen_analysis.comm.calibrate import local
+    from zen_analysis.dist.procs import fork_launch
     from zen_analysis.sparsity.synthetic import synthetic_index_sets
 
     topo = local(ranks) if model else None

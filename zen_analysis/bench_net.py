@@ -1,0 +1,209 @@
+"""The benchmarks on the emulated network (``zen-analysis bench netlab`` / ``bench ddp``; registered in
+:data:`zen_analysis.bench.BENCHMARKS`): schemes, hierarchical Zen, training and a user's DDP script behind shaped
+links. Tables in ``data/derived/netlab/`` and ``data/derived/ddp/``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from zen_analysis import recipes
+from zen_analysis.bench_options import floats, ints, names, parse_sets
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def bench_netlab(overrides: list[str] | tuple[str, ...] = ()) -> dict:
+    """Measured on the emulated network (root; :mod:`zen_analysis.experiments.netlab`), on the default run (trained
+    first if ``make reproduce`` has not): ``schemes``, every scheme replaying its natural and top-k tensors at
+    ``ranks`` x ``bandwidths`` (figure ``netlab_speedup``); ``nodes``, flat vs hierarchical Zen vs all-reduce on
+    2 nodes x 2 ranks at ``node_bandwidths``; ``train``, the default recipe trained for ``train_steps`` steps per variant at
+    ``train_bandwidths`` (figure ``netlab_training``). ``--set parts=schemes,nodes,train ranks=4,8
+    bandwidths=0.5,1,2.5,10 train_bandwidths=1 train_steps=12 repeats=10``. Tables in ``data/derived/netlab/``."""
+    from zen_analysis import paths
+    from zen_analysis.dist import netlab
+    from zen_analysis.dist.launch import ensure_run
+    from zen_analysis.reproduce import reproduce_run_id
+
+    ok, why = netlab.available()
+    if not ok:
+        raise RuntimeError(f"bench netlab needs the network lab, which is unavailable here: {why}")
+    defaults = {"parts": ["schemes", "nodes", "train"], "ranks": [4, 8], "bandwidths": [0.5, 1.0, 2.5, 10.0],
+                "node_bandwidths": [1.0, 0.25], "train_bandwidths": [1.0], "train_steps": 12, "repeats": 10,
+                "train_workers_per_rank": 8, "edit_bandwidth": 0.5, "edit_steps": 40}  # fmt: skip
+    types = {"parts": names, "ranks": ints, "bandwidths": floats, "node_bandwidths": floats, "train_bandwidths": floats}
+    opts = parse_sets("netlab", overrides, defaults, types)
+    cfg = recipes.default()
+    cfg.run_id = reproduce_run_id("default")
+    run = ensure_run(cfg)
+    out_dir = paths.derived_dir() / "netlab"
+    result: dict = {}
+    parts = {"schemes": _netlab_schemes, "nodes": _netlab_nodes, "train": _netlab_train, "figures": _netlab_figures,
+             "twins": _netlab_twins, "edit": _netlab_edit}  # fmt: skip
+    for part, fn in parts.items():  # in this order, whatever the order of --set parts
+        if part in opts["parts"]:
+            table = fn(run, opts, out_dir)
+            if table is not None:
+                result[part] = table
+    return result
+
+
+def _netlab_schemes(run: str, opts: dict, out_dir: Path) -> pd.DataFrame:
+    """``schemes``: the scheme sweep, its table (printed wide) and figure ``netlab_speedup``."""
+    import pandas as pd
+    from matplotlib import pyplot as plt
+
+    from zen_analysis.atomic import atomic_write_text
+    from zen_analysis.derived import write_table
+    from zen_analysis.experiments.netlab import scheme_sweep
+    from zen_analysis.plots import comm as comm_figs
+    from zen_analysis.plots import style
+
+    sweep = scheme_sweep(run, ranks=opts["ranks"], bandwidths=opts["bandwidths"], repeats=opts["repeats"])
+    write_table(out_dir / "scheme_sweep.parquet", sweep, {"options": opts})
+    cols = ["kind", "ranks", "bandwidth_gbps", "scheme", "bytes_sent_max_rank", "measured_s_median", "modelled_s",
+            "speedup_measured", "speedup_modelled", "lossless"]  # fmt: skip
+    text = sweep[cols].round(4).to_string(index=False)
+    atomic_write_text(out_dir / "scheme_sweep.txt", text + "\n")
+    with pd.option_context("display.width", 250, "display.max_columns", 30):
+        print(text)
+    fig = comm_figs.measured_speedup_vs_bandwidth(sweep)
+    style.savefig(fig, "netlab_speedup")
+    plt.close(fig)
+    return sweep
+
+
+def _netlab_nodes(run: str, opts: dict, out_dir: Path) -> pd.DataFrame:
+    """``nodes``: flat vs hierarchical Zen vs all-reduce at each of ``node_bandwidths``; every sum must be equal."""
+    import pandas as pd
+
+    from zen_analysis.atomic import atomic_write_text
+    from zen_analysis.experiments.netlab import node_comparison
+
+    nodes = pd.concat([node_comparison(run, bandwidth_gbps=b, repeats=opts["repeats"]) for b in opts["node_bandwidths"]],
+                      ignore_index=True)  # fmt: skip
+    text = nodes.round(4).to_string(index=False)
+    atomic_write_text(out_dir / "node_comparison.txt", text + "\n")
+    print(text)
+    if not nodes["equal"].all():
+        raise RuntimeError(f"a method's sum differs from all_reduce:\n{text}")
+    return nodes
+
+
+def _netlab_train(run: str, opts: dict, out_dir: Path) -> pd.DataFrame:
+    """``train``: the default recipe trained per variant at ``train_bandwidths``; table and figure
+    ``netlab_training`` (``-w<N>`` appended unless the recipe's workers per rank)."""
+    from matplotlib import pyplot as plt
+
+    from zen_analysis.atomic import atomic_write_text
+    from zen_analysis.derived import write_table
+    from zen_analysis.experiments.netlab import training_sweep
+    from zen_analysis.plots import comm as comm_figs
+    from zen_analysis.plots import style
+
+    base = recipes.default()
+    workers = opts["train_workers_per_rank"]
+    suffix = "" if workers == base.train.workers_per_rank else f"-w{workers}"
+    base.name = f"bench-netlab{suffix}"
+    base.train.workers_per_rank = workers
+    train = training_sweep(base, bandwidths=opts["train_bandwidths"], steps=opts["train_steps"], progress=True)
+    write_table(out_dir / f"training{suffix}.parquet", train, {"options": opts})
+    text = train.drop(columns=["losses", "run_id"]).round(3).to_string(index=False)
+    atomic_write_text(out_dir / f"training{suffix}.txt", text + "\n")
+    print(text)
+    fig = comm_figs.training_vs_bandwidth(train)
+    style.savefig(fig, f"netlab_training{suffix}")
+    plt.close(fig)
+    return train
+
+
+def _netlab_figures(run: str, opts: dict, out_dir: Path) -> None:
+    """``figures``: redraw the figures from the stored tables."""
+    from matplotlib import pyplot as plt
+
+    from zen_analysis.derived import read_table
+    from zen_analysis.plots import comm as comm_figs
+    from zen_analysis.plots import style
+
+    for table, draw, name in (("scheme_sweep", comm_figs.measured_speedup_vs_bandwidth, "netlab_speedup"),
+                              ("training", comm_figs.training_vs_bandwidth, "netlab_training"),
+                              ("training-w1", comm_figs.training_vs_bandwidth, "netlab_training-w1")):  # fmt: skip
+        if (out_dir / f"{table}.parquet").exists():
+            fig = draw(read_table(out_dir / f"{table}.parquet"))
+            style.savefig(fig, name)
+            plt.close(fig)
+            print(f"{name} redrawn from {table}.parquet")
+
+
+def _netlab_twins(run: str, opts: dict, out_dir: Path) -> pd.DataFrame:
+    """``twins``: the trainings at 1 Gbit/s again on loopback: the same losses?"""
+    from zen_analysis.atomic import atomic_write_text
+    from zen_analysis.derived import read_table
+    from zen_analysis.experiments.netlab import loopback_twins
+
+    suffix = "" if opts["train_workers_per_rank"] == 8 else f"-w{opts['train_workers_per_rank']}"
+    trained = read_table(out_dir / f"training{suffix}.parquet")
+    twins = loopback_twins(trained.loc[trained["bandwidth_gbps"] == 1.0, "run_id"].tolist())
+    text = twins.to_string(index=False)
+    atomic_write_text(out_dir / f"loopback_twins{suffix}.txt", text + "\n")
+    print(text)
+    return twins
+
+
+def _netlab_edit(run: str, opts: dict, out_dir: Path) -> pd.DataFrame:
+    """``edit``: EDiT with every rank behind an ``edit_bandwidth`` link, sleep emulation vs the lab."""
+    from zen_analysis.atomic import atomic_write_text
+    from zen_analysis.experiments.local_sgd import slow_network_check
+
+    base = recipes.default()
+    base.name = "bench-netlab-edit"
+    base.train.workers_per_rank = 1
+    base.train.num_steps = opts["edit_steps"]
+    base.train.eval_every = 0
+    check = slow_network_check(base, bandwidth_gbps=opts["edit_bandwidth"], **{"local_sgd.warmup_steps": 4,
+                               "local_sgd.interval": 8, "local_sgd.ewma_warmup": 3})  # fmt: skip
+    text = check.round(3).to_string(index=False)
+    atomic_write_text(out_dir / "edit_slow_network.txt", text + "\n")
+    print(f"EDiT with every rank behind a {opts['edit_bandwidth']:g} Gbit/s link: the perturb.bandwidth_gbps sleep "
+          f"emulation vs the lab (loopback, no slow link: {check.attrs['loopback_tokens_per_s']:.0f} tokens/s)")  # fmt: skip
+    print(text)
+    return check
+
+
+def _bandwidths(value: str) -> list[float | None]:
+    """``loopback,1`` -> ``[None, 1.0]`` (None: loopback, no shaped link)."""
+    return [None if v == "loopback" else float(v) for v in value.split(",")]
+
+
+def bench_ddp(overrides: list[str] | tuple[str, ...] = ()) -> dict:
+    """A user's own DDP training (``scripts/ddp_transformers.py``, the default Llama under torchrun) as stock DDP,
+    with Zen's natural hook and with top-k + Zen, inline and overlapped
+    (:func:`~zen_analysis.experiments.netlab.ddp_script_sweep`): median step time and bytes per step of rank 0, on
+    loopback and, as root, behind 1 Gbit/s links. ``--set ranks=4 bandwidths=loopback,1 steps=12 rounds=2
+    bucket_mb=25 variants=...``. Table in ``data/derived/ddp/ddp_script.txt``."""
+    from zen_analysis import paths
+    from zen_analysis.atomic import atomic_write_text
+    from zen_analysis.derived import write_table
+    from zen_analysis.dist import netlab
+    from zen_analysis.experiments.netlab import DDP_VARIANTS, ddp_script_sweep
+
+    defaults = {"ranks": 4, "bandwidths": [None, 1.0], "steps": 12, "rounds": 2, "warmup": 2, "batch": 8,
+                "size": "default", "variants": list(DDP_VARIANTS), "bucket_mb": 25.0}  # fmt: skip
+    opts = parse_sets("ddp", overrides, defaults, {"bandwidths": _bandwidths, "variants": names})
+    if any(b is not None for b in opts["bandwidths"]):
+        ok, why = netlab.available()
+        if not ok:
+            print(f"no network lab here ({why}): loopback only")
+            opts["bandwidths"] = [b for b in opts["bandwidths"] if b is None]
+    summary, steps = ddp_script_sweep(**opts)
+    out_dir = paths.derived_dir() / "ddp"
+    stamp = {"options": {k: str(v) for k, v in opts.items()}}
+    write_table(out_dir / "ddp_script.parquet", summary, stamp)
+    write_table(out_dir / "ddp_script_steps.parquet", steps, stamp)
+    cols = ["network", "variant", "step_s_median", "speedup_vs_stock", "bytes_per_step", "sync_s_median",
+            "exposed_s_median", "loss_max_diff_vs_stock"]  # fmt: skip
+    text = summary[cols].round(4).to_string(index=False)
+    atomic_write_text(out_dir / "ddp_script.txt", text + "\n")
+    print(text)
+    return {"ddp": summary}

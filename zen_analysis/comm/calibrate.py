@@ -1,0 +1,224 @@
+"""This machine's links, measured: the one calibration, and the topologies built from it.
+
+:func:`calibrate` fits each primitive's alpha and bandwidth (and each scheme's local-work costs) by running the
+schemes themselves on forked gloo ranks (:func:`zen_analysis.comm.measure.measure`) over synthetic index sets and
+regressing the measured phases on the model's calls and bytes (:func:`fit_links`, :func:`fit_local_work`). It is
+stored in ``data/calibration/local-<n>.json`` (loopback) or ``netlab-<n>.json`` (inside the emulated network).
+:func:`local`, :func:`netlab` and :func:`preset` return topologies, calibrating on first use; the topology itself
+(:class:`~zen_analysis.comm.topology.Topology`, the paper's presets) is plain data and runs nothing.
+
+Why the schemes and not each primitive timed alone: on this project's 2-core machine a primitive timed in a tight
+loop priced a call 2-3x cheaper at 4 ranks than it costs inside a scheme's call sequence (a gloo call takes
+either ~0.3 ms or a whole 4 ms scheduler tick longer, more often when ranks wake from local work).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import replace
+from itertools import combinations
+
+import numpy as np
+import pandas as pd
+
+from zen_analysis import paths
+from zen_analysis.atomic import atomic_write_json
+from zen_analysis.comm import SCHEMES, build_scheme
+from zen_analysis.comm.cost import phase_features
+from zen_analysis.comm.measure import measure
+from zen_analysis.comm.topology import GBPS, PRESETS, Topology, load
+from zen_analysis.dist.netlab import TCP_PAYLOAD_FRACTION, available
+from zen_analysis.sparsity.synthetic import synthetic_index_sets
+
+
+def calibration_path(num_ranks: int = 2):
+    return paths.data_dir() / "calibration" / f"local-{num_ranks}.json"
+
+
+NETLAB_CALIBRATION_GBPS = 1.0
+"""The link rate the lab's per-call costs are fitted at (:func:`netlab`)."""
+
+
+def netlab_calibration_path(num_ranks: int):
+    return paths.data_dir() / "calibration" / f"netlab-{num_ranks}.json"
+
+
+def calibrate(
+    num_ranks: int = 2,
+    *,
+    numel: int | Sequence[int] = (1_000_000, 4_000_000),
+    densities: Sequence[float] = (0.004, 0.015, 0.06),
+    repeats: int = 10,
+    seed: int = 1000,
+    bandwidth_gbps: float | None = None,
+) -> Topology:
+    """Fit each primitive's alpha and bandwidth from the schemes themselves, run on synthetic index sets
+    (skew 1, overlap 0.3, three densities) — so per-call costs that only show inside a scheme's call sequence
+    (waking ranks that idled through local work, scheduler ticks on a shared CPU) are in alpha. For every
+    measured (scheme, phase) the model's slowest-rank calls and bytes (:func:`~zen_analysis.comm.cost.phase_features`)
+    are regressed on its mean wire time, per primitive, on relative error. The fit never sees the workload
+    it is later checked on (captured traces). The same runs fit each scheme's local-work costs
+    (:func:`fit_local_work`: per dense element scanned, byte moved, non-zero
+    written) on what a whole run takes end to end (median of the slowest rank, no sync between collectives)
+    beyond its modelled wire time — not on the local time of the synced runs, which on a shared CPU counts the
+    ranks' contention after every barrier (4 ranks woken together on 2 cores) and priced SparCML's local work
+    1.6x too high end to end; two tensor sizes (``numel``) separate the per-element scan from the per-non-zero
+    work. Saved as ``local-<n>.json`` with ``method: schemes``.
+
+    ``bandwidth_gbps``: the same inside the emulated network, each rank behind a link of that rate; the
+    bandwidth is then the link's (TCP payload of the configured rate), only alpha is fitted; saved as
+    ``netlab-<n>.json``, named ``netlab-<B>``."""
+    rows, local_rows, cases = [], [], []
+    sizes = [numel] if isinstance(numel, int) else list(numel)
+    for j, size in enumerate(sizes):
+        for i, d in enumerate(densities):
+            sets = synthetic_index_sets(size, num_ranks, d, skew=1.0, overlap=0.3, seed=seed + i + 100 * j)
+            measured = measure(sets, size, repeats=repeats, bandwidth_gbps=bandwidth_gbps)
+            cases.append((size, d, sets, measured))
+            for name in SCHEMES:
+                feats = phase_features(build_scheme(name).model(sets, size)).set_index("phase")
+                for phase, f in feats.iterrows():
+                    rows.append({"numel": size, "density": d, "scheme": name, "phase": phase, **f.to_dict(),
+                                 "seconds": float(measured.loc[(name, phase), "wire_s"])})  # fmt: skip
+    df = pd.DataFrame(rows)
+    fits = fit_links(df, bandwidth=bandwidth_gbps * GBPS * TCP_PAYLOAD_FRACTION if bandwidth_gbps else None)
+    a2a = {p: (a, b) for p, a, b in fits}.get("all_to_all", (0.0, 1e9))
+    name = f"netlab-{bandwidth_gbps:g}" if bandwidth_gbps else f"local-{num_ranks}"
+    path = netlab_calibration_path(num_ranks) if bandwidth_gbps else calibration_path(num_ranks)
+    topo = Topology(name=name, gpus_per_node=1 << 20, intra_alpha_s=a2a[0], intra_bandwidth=a2a[1],
+                    inter_alpha_s=a2a[0], inter_bandwidth=a2a[1], num_ranks=num_ranks, calibrated=tuple(fits))  # fmt: skip
+    for size, d, sets, measured in cases:  # local work: what a whole run takes beyond its modelled wire time
+        for name_ in SCHEMES:
+            scheme = build_scheme(name_)
+            model = scheme.model(sets, size)
+            if not model.work:
+                continue
+            wire = float(scheme.time(sets, size, topo)["seconds"].sum())
+            r = int(model.work["bytes"].argmax())  # the rank with the most bytes stands for the slowest one
+            local_rows.append({"numel": size, "density": d, "scheme": name_, **{f: float(v[r]) for f, v in model.work.items()},
+                               "seconds": float(measured.loc[(name_, "total"), "wire_median_s"]) - wire,
+                               "synced_local_s": float(measured.loc[(name_, "local"), "wire_s"])})  # fmt: skip
+    local_df = pd.DataFrame(local_rows)
+    topo = replace(topo, local_work=fit_local_work(local_df) if len(local_df) else ())
+    atomic_write_json(path, {**topo.to_dict(), "method": "schemes", "samples": df.to_dict(orient="records"),
+                                                     "local_samples": local_df.to_dict(orient="records")})  # fmt: skip
+    return topo
+
+
+def fit_links(samples, *, bandwidth: float | None = None) -> tuple[tuple[str, float, float], ...]:
+    """(primitive, alpha seconds, bytes per second) fitted per primitive to rows of ``samples`` (a DataFrame
+    with ``primitive, calls, bytes, seconds``): seconds = calls x alpha + bytes / bandwidth, least squares
+    on relative error. A coefficient that comes out negative (below the measurement's resolution) is dropped
+    and the other refitted alone; a bandwidth too high to resolve is reported as 1e12 bytes/s. With
+    ``bandwidth`` (bytes per second: a link of known rate) only alpha is fitted, to what the transfer leaves."""
+    fits = []
+    for prim, g in samples.groupby("primitive"):
+        X = g[["calls", "bytes"]].to_numpy(dtype=float)
+        y = g["seconds"].to_numpy(dtype=float)
+        w = 1.0 / y
+        if bandwidth is not None:
+            rest = y - X[:, 1] / bandwidth
+            alpha = float(np.sum(w * w * X[:, 0] * rest) / max(np.sum((w * X[:, 0]) ** 2), 1e-300))
+            fits.append((str(prim), max(alpha, 0.0), float(bandwidth)))
+            continue
+        coef = np.linalg.lstsq(X * w[:, None], y * w, rcond=None)[0]
+        if coef[1] <= 0:  # transfer below resolution: latency only
+            coef = np.array([float(np.sum(w * w * X[:, 0] * y) / np.sum((w * X[:, 0]) ** 2)), 1e-12])
+        if coef[0] < 0:  # latency below resolution: bandwidth only
+            coef = np.array([0.0, float(np.sum(w * w * X[:, 1] * y) / np.sum((w * X[:, 1]) ** 2))])
+        fits.append((str(prim), float(coef[0]), 1.0 / float(coef[1])))
+    return tuple(fits)
+
+
+def fit_local_work(samples) -> tuple[tuple[str, float, float, float], ...]:
+    """(scheme, seconds per element scanned, per byte moved, per non-zero written) fitted per scheme to rows of
+    ``samples`` (a DataFrame with ``scheme, scanned, bytes, written, seconds``): non-negative least squares on
+    relative error, by trying every subset of the three costs (a cost the data cannot resolve stays 0)."""
+    fits = []
+    for scheme, g in samples.groupby("scheme"):
+        X = g[["scanned", "bytes", "written"]].to_numpy(dtype=float)
+        y = g["seconds"].to_numpy(dtype=float)
+        keep = y > 0
+        X, y = X[keep], y[keep]
+        best, best_loss = np.zeros(3), np.inf
+        for k in (1, 2, 3):
+            for cols in combinations(range(3), k):
+                if not len(y):
+                    break
+                coef = np.linalg.lstsq(X[:, list(cols)] / y[:, None], np.ones_like(y), rcond=None)[0]
+                if (coef < 0).any():
+                    continue
+                full = np.zeros(3)
+                full[list(cols)] = coef
+                loss = float(np.sum((X @ full / y - 1) ** 2))
+                if loss < best_loss:
+                    best, best_loss = full, loss
+        fits.append((str(scheme), *map(float, best)))
+    return tuple(fits)
+
+
+def local(num_ranks: int = 2, *, recalibrate: bool = False) -> Topology:
+    """This machine calibrated at ``num_ranks`` gloo ranks (stored; calibrated on first use, and again when the
+    stored file predates the local-work costs)."""
+    topo = None if recalibrate else load(calibration_path(num_ranks))
+    return topo or calibrate(num_ranks)
+
+
+def netlab(num_ranks: int, bandwidth_gbps: float, *, ranks_per_node: int = 1, recalibrate: bool = False) -> Topology:
+    """Ranks behind the emulated network's links (:mod:`zen_analysis.dist.netlab`), ``bandwidth_gbps`` each way.
+
+    Bandwidth as configured, in TCP payload (:data:`~zen_analysis.dist.netlab.TCP_PAYLOAD_FRACTION` of the
+    rate); per-call costs (alpha per primitive) and local work fitted inside a lab of ``num_ranks`` single-rank
+    nodes at 1 Gbit/s (:func:`calibrate`; stored as ``netlab-<n>.json``,
+    calibrated on first use) and used at every rate: a token bucket adds no latency, so a call's fixed cost is
+    gloo's and the CPU's, not the link's. Where no lab can be built, this machine's loopback
+    calibration stands in for the per-call costs (with a warning): calls inside a lab cost less than on
+    loopback, so that model runs high for schemes of many small calls.
+
+    ``ranks_per_node`` > 1: nodes of that many ranks sharing one shaped link, loopback inside the node; the
+    links are then priced per path (intra: loopback all-to-all alpha and bandwidth at ``num_ranks`` ranks;
+    inter: the lab's all-to-all alpha, the link's payload rate shared by the node's ranks)."""
+    bw = bandwidth_gbps * GBPS * TCP_PAYLOAD_FRACTION
+    base = None if recalibrate else load(netlab_calibration_path(num_ranks))
+    if base is None and available()[0]:
+        base = calibrate(num_ranks, bandwidth_gbps=NETLAB_CALIBRATION_GBPS)
+    if base is None:
+        warnings.warn(f"no network lab here ({available()[1]}): netlab-{bandwidth_gbps:g} takes its per-call costs "
+                      "from the loopback calibration", stacklevel=2)  # fmt: skip
+        base = local(num_ranks)
+    lab = replace(base, name=f"netlab-{bandwidth_gbps:g}", intra_bandwidth=bw, inter_bandwidth=bw,
+                  calibrated=tuple((prim, alpha, bw) for prim, alpha, _ in base.calibrated))  # fmt: skip
+    if ranks_per_node == 1:
+        return lab
+    loop = dict((p, (a, b)) for p, a, b in local(num_ranks).calibrated).get("all_to_all", (lab.intra_alpha_s, 1e12))
+    return replace(lab, name=f"netlab-{bandwidth_gbps:g}x{ranks_per_node}", gpus_per_node=ranks_per_node,
+                   intra_alpha_s=loop[0], intra_bandwidth=loop[1], inter_alpha_s=lab.inter_alpha_s,
+                   inter_bandwidth=bw, calibrated=())  # fmt: skip
+
+
+def preset(name: str) -> Topology:
+    """A topology template by name; ``local`` (2 ranks) or ``local-<n>`` is this machine, calibrated on first
+    use (:func:`local`); ``netlab-<B>``, this machine's per-call costs (at 2 ranks) behind B Gbit/s links
+    (:func:`netlab`, which takes the rank count)."""
+    if name == "local" or (name.startswith("local-") and name[6:].isdigit()):
+        return local(int(name[6:]) if name != "local" else 2)
+    if name.startswith("netlab-"):
+        try:
+            gbps = float(name[7:])
+        except ValueError:
+            gbps = 0.0
+        if gbps > 0:
+            return netlab(2, gbps)
+    if name not in PRESETS:
+        raise ValueError(f"unknown topology {name!r}; available: {sorted(PRESETS) + ['local']}")
+    return PRESETS[name]
+
+
+def model_topology(ranks: int, *, bandwidth_gbps: float | None = None, recalibrate: bool = False) -> Topology:
+    """What the replay's measurement is set beside: this machine calibrated at ``ranks`` ranks on loopback, or
+    inside the emulated network when the ranks run behind ``bandwidth_gbps`` links (re-fitted first with
+    ``recalibrate``)."""
+    if bandwidth_gbps:
+        return netlab(ranks, bandwidth_gbps, recalibrate=recalibrate)
+    return local(ranks, recalibrate=recalibrate)

@@ -1,0 +1,50 @@
+"""Experiment configuration: one dataclass per concern, composed into :class:`ExperimentConfig`.
+
+Configs travel as JSON (the launcher writes ``config.json`` and every rank reads it back), so every field is a
+plain value. Recipes (``zen_analysis.recipes``) are functions returning complete configs; the only way to tweak
+one from the command line is ``--set section.field=value`` (see :func:`apply_overrides`), never a new flag.
+
+User mistakes raise ``ValueError`` with the fix in the message; ``assert`` is kept for internal invariants.
+
+One module per section (``model``, ``data``, ``train``, ``capture``, ``dist``, ``sync``, ``local_sgd``,
+``perturb``); ``names`` holds the scheme and method names as enums, ``experiment`` the composed config and its
+cross-section checks, ``overrides`` dict loading, ``--set`` overrides and JSON. This package is the lowest layer:
+it imports the standard library and ``zen_analysis.paths`` only. Import from here (``zen_analysis.config``);
+the submodules are its layout, not its interface.
+"""
+
+from zen_analysis.config.capture import CaptureConfig
+from zen_analysis.config.data import DATA_SOURCES, DataConfig
+from zen_analysis.config.dist import BACKENDS, LAUNCHERS, NETWORKS, DistConfig
+from zen_analysis.config.experiment import ExperimentConfig
+from zen_analysis.config.local_sgd import EDIT_CLIP, LocalSGDSection
+from zen_analysis.config.model import ARCHS, ModelConfig
+from zen_analysis.config.names import METHODS, SYNC_SCHEMES, MethodName, PlannerName, SchemeName
+from zen_analysis.config.overrides import apply_overrides
+from zen_analysis.config.perturb import PerturbConfig
+from zen_analysis.config.sync import SyncConfig
+from zen_analysis.config.train import TrainConfig
+
+__all__ = [
+    "ARCHS",
+    "BACKENDS",
+    "DATA_SOURCES",
+    "EDIT_CLIP",
+    "LAUNCHERS",
+    "METHODS",
+    "NETWORKS",
+    "SYNC_SCHEMES",
+    "CaptureConfig",
+    "DataConfig",
+    "DistConfig",
+    "ExperimentConfig",
+    "LocalSGDSection",
+    "MethodName",
+    "ModelConfig",
+    "PerturbConfig",
+    "PlannerName",
+    "SchemeName",
+    "SyncConfig",
+    "TrainConfig",
+    "apply_overrides",
+]

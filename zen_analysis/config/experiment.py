@@ -1,0 +1,81 @@
+"""``ExperimentConfig``: the sections composed into one experiment, and the checks that span sections."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from zen_analysis.config import overrides
+from zen_analysis.config.capture import CaptureConfig
+from zen_analysis.config.data import DataConfig
+from zen_analysis.config.dist import DistConfig
+from zen_analysis.config.local_sgd import LocalSGDSection
+from zen_analysis.config.model import ModelConfig
+from zen_analysis.config.names import MethodName
+from zen_analysis.config.perturb import PerturbConfig
+from zen_analysis.config.sync import SyncConfig
+from zen_analysis.config.train import TrainConfig
+from zen_analysis.paths import check_run_id
+
+
+@dataclass(kw_only=True)
+class ExperimentConfig:
+    name: str = "custom"
+    """Recipe name; the run id starts with it."""
+    run_id: str = ""
+    """Directory name under data/runs and data/traces; empty: ``<name>-<timestamp>`` at launch."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    capture: CaptureConfig = field(default_factory=CaptureConfig)
+    dist: DistConfig = field(default_factory=DistConfig)
+    sync: SyncConfig = field(default_factory=SyncConfig)
+    local_sgd: LocalSGDSection = field(default_factory=LocalSGDSection)
+    perturb: PerturbConfig = field(default_factory=PerturbConfig)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Cross-section checks; re-run after editing fields of a built config."""
+        if self.run_id:
+            check_run_id(self.run_id)
+        for sub in (self.model, self.data, self.train, self.capture, self.dist, self.sync, self.local_sgd, self.perturb):
+            sub.__post_init__()
+        if self.capture.enabled and self.capture.natural and self.model.tie_embeddings:
+            raise ValueError(
+                "capture.natural needs untied embeddings: with tied input/output embeddings the LM head "
+                "gives every embedding row a gradient. Set model.tie_embeddings=false or capture.natural=false."
+            )
+        scheme = self.sync.scheme  # a_edit, or another local SGD method given a sync time
+        time_based = scheme == MethodName.A_EDIT or (scheme in tuple(MethodName) and self.local_sgd.sync_time_s > 0)
+        if time_based and (self.train.eval_every or self.capture.enabled):
+            raise ValueError("time-based syncs (a_edit, local_sgd.sync_time_s): workers run different numbers of steps; "
+                             "set train.eval_every=0 and capture.enabled=false")  # fmt: skip
+        if self.capture.enabled and not self.capture.natural and not self.capture.topk_tensors:
+            raise ValueError("capture is enabled but records nothing: set capture.natural or capture.topk_tensors")
+
+    @property
+    def num_workers(self) -> int:
+        """Total simulated workers W = ranks x workers per rank."""
+        return self.dist.num_ranks * self.train.workers_per_rank
+
+    @property
+    def global_batch(self) -> int:
+        """Sequences per optimizer step over all ranks."""
+        return self.num_workers * self.train.batch_per_worker
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return overrides.to_json(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ExperimentConfig:
+        return overrides.from_dict(cls, d)
+
+    @classmethod
+    def from_json(cls, text: str) -> ExperimentConfig:
+        return overrides.from_json(cls, text)

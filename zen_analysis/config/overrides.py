@@ -1,0 +1,124 @@
+"""Configs as JSON-like dicts: typed loading (:func:`from_dict`), ``--set section.field=value``
+(:func:`apply_overrides`), and the JSON text run directories store (:func:`to_json` / :func:`from_json`).
+
+Generic over the dataclasses: nothing here names :class:`~zen_analysis.config.experiment.ExperimentConfig` (it
+calls these), so the two modules do not import each other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import numbers
+import typing
+from typing import Any, TypeVar
+
+from zen_analysis.config.capture import LEGACY_FIELDS as CAPTURE_LEGACY_FIELDS
+from zen_analysis.config.capture import CaptureConfig
+
+C = TypeVar("C")
+
+LEGACY_FIELDS: dict[type, tuple[str, ...]] = {CaptureConfig: CAPTURE_LEGACY_FIELDS}
+"""Keys a stored config may hold that are fields no more, per section class: dropped on load, so the config of an
+older run still loads (they were never read; any other unknown key is an error)."""
+
+
+def to_json(cfg: Any) -> str:
+    """The JSON text of a config dataclass (sorted keys: stored files compare and diff cleanly)."""
+    return json.dumps(dataclasses.asdict(cfg), indent=2, sort_keys=True)
+
+
+def from_json(cls: type[C], text: str) -> C:
+    return from_dict(cls, json.loads(text))
+
+
+def from_dict(cls: type[C], d: Any, prefix: str = "") -> C:
+    """Build ``cls`` from JSON-like ``d``, checking every value's type against the field's annotation (a config
+    file saying ``"num_steps": "ten"`` is an error naming ``train.num_steps``, not a TypeError later)."""
+    if not isinstance(d, dict):
+        raise ValueError(f"{prefix.rstrip('.') or 'the config'}: expected an object of {cls.__name__} fields, got {d!r}")
+    legacy = LEGACY_FIELDS.get(cls, ())
+    d = {k: v for k, v in d.items() if k not in legacy}
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(d) - known
+    if unknown:
+        raise ValueError(f"unknown {cls.__name__} fields {sorted(unknown)}; known: {sorted(known)}")
+    kwargs = {}
+    for name, value in d.items():
+        tp, key = hints[name], prefix + name
+        if dataclasses.is_dataclass(tp):
+            kwargs[name] = from_dict(tp, value, key + ".")
+        elif typing.get_origin(tp) is tuple:
+            item = typing.get_args(tp)[0]
+            if not isinstance(value, (list, tuple)):
+                raise ValueError(f"{key}: expected a list of {item.__name__}, got {value!r}")
+            kwargs[name] = tuple(_typed(v, item, key) for v in value)
+        else:
+            kwargs[name] = _typed(value, tp, key)
+    return cls(**kwargs)
+
+
+def _typed(value: Any, tp: type, key: str) -> Any:
+    """``value`` as ``tp`` if it is a value of that type (numpy scalars too; an int is a float, a whole float an
+    int), else a ValueError naming ``key``. Booleans are never numbers here."""
+    is_bool = isinstance(value, bool) or type(value).__name__ == "bool_"
+    if tp is bool and is_bool:
+        return bool(value)
+    if tp is int and not is_bool:
+        if isinstance(value, numbers.Integral):
+            return int(value)
+        if isinstance(value, numbers.Real) and float(value).is_integer():
+            return int(value)
+    if tp is float and not is_bool and isinstance(value, numbers.Real):
+        return float(value)
+    if tp not in (bool, int, float) and isinstance(value, tp):
+        return value
+    raise ValueError(f"{key}: expected {tp.__name__}, got {value!r}")
+
+
+def _parse_value(text: str, tp: Any, key: str) -> Any:
+    if tp is bool:
+        low = text.strip().lower()
+        if low in ("1", "true", "yes", "on"):
+            return True
+        if low in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(f"{key}: expected a boolean (true/false), got {text!r}")
+    if typing.get_origin(tp) is tuple:
+        item = typing.get_args(tp)[0]
+        return tuple(_parse_value(s, item, key) for s in (p.strip() for p in text.split(",")) if s)
+    try:
+        return tp(text)
+    except ValueError:
+        raise ValueError(f"{key}: expected {tp.__name__}, got {text!r}") from None
+
+
+def apply_overrides(cfg: C, overrides: list[str] | tuple[str, ...]) -> C:
+    """Return a copy of ``cfg`` (an ``ExperimentConfig``) with ``section.field=value`` overrides applied and
+    validated.
+
+    Tuples take comma-separated values (``capture.topk_tensors=*q_proj.weight,lm_head.weight``).
+    """
+    d = dataclasses.asdict(cfg)
+    for item in overrides:
+        if "=" not in item:
+            raise ValueError(f"override {item!r} must look like section.field=value")
+        key, text = item.split("=", 1)
+        parts = key.strip().split(".")
+        node_cls: type = type(cfg)
+        node = d
+        for depth, part in enumerate(parts):
+            hints = typing.get_type_hints(node_cls)
+            if part not in hints:
+                raise ValueError(f"unknown config key {key!r}: {part!r} is not one of {sorted(hints)}")
+            tp = hints[part]
+            if depth == len(parts) - 1:
+                if dataclasses.is_dataclass(tp):
+                    raise ValueError(f"{key!r} is a section; set one of its fields, e.g. {key}.<field>=...")
+                node[part] = _parse_value(text, tp, key)
+            else:
+                if not dataclasses.is_dataclass(tp):
+                    raise ValueError(f"{'.'.join(parts[: depth + 1])!r} is a field, not a section")
+                node_cls, node = tp, node[part]
+    return from_dict(type(cfg), d)

@@ -1,0 +1,55 @@
+"""``sync``: how gradients are synchronised (``zen_analysis.sync.registry.build_sync`` turns it into the loop's
+sync object)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from zen_analysis.config.names import SYNC_SCHEMES, MethodName, PlannerName
+
+NOT_SUMMING = (PlannerName.AUTO, *MethodName)
+"""Schemes ``sync.compress=topk`` cannot go in front of: ``auto`` (the planner picks per tensor) and the local SGD
+methods (no per-step sum of gradients)."""
+
+
+@dataclass(kw_only=True)
+class SyncConfig:
+    scheme: str = "allreduce"
+    """Gradient synchronization plugged into the training loop: ``allreduce`` (dense) or a sparse scheme for
+    the input embedding's gradient (``zen``, ``bp_coo``, ``agsparse``, ``sparcml``, ``omnireduce``,
+    ``sparse_ps``; see ``zen_analysis.sync``), or ``auto``: Zen's planner picks zen, sparcml or dense
+    all-reduce after profiling (``zen_analysis.zen.planner``). A local SGD method (``post_local_sgd``,
+    ``diloco``, ``edit``, ``a_edit``) is set up by the ``local_sgd`` section. The names: ``config.names``."""
+    bucket_mb: float = 25.0
+    """Dense gradients are flattened into buckets of about this size per collective."""
+    hash_seed: int = 0
+    """Seed of Zen's h0 for ``zen`` / ``bp_coo`` (rank 0's value is broadcast at start-up)."""
+    compress: str = "none"
+    """``none`` (natural sparsity: only the embedding is sparse) or ``topk``: DGC top-k with error feedback on
+    every gradient bucket, then the scheme (compression sparsity, ``zen_analysis.sync.ddp``)."""
+    topk_ratio: float = 0.05
+    """With ``compress=topk``: the fraction of each bucket's elements kept."""
+    planner_topology: str = "paper-tcp25"
+    """``scheme=auto``: the topology preset (or ``local-<n>``) Zen's planner prices the candidates on."""
+    gpus_per_node: int = 0
+    """``scheme=zen``: > 1 turns on Zen's hierarchical mode (dense reduce-scatter inside each node of this many
+    ranks, Zen across nodes, all-gather inside); 0 is flat Zen over all ranks."""
+    planner_steps: int = 3
+    """``scheme=auto``: steps profiled (embedding synchronised densely meanwhile) before the planner decides."""
+    zen_cache_mb: float = 2048.0
+    """Zen's static hash sets (with their position tables and accumulators) kept per process, least recently
+    used dropped first: 8 + 4 / world bytes per element of each synchronised tensor size."""
+
+    def __post_init__(self) -> None:
+        if self.zen_cache_mb <= 0:
+            raise ValueError("sync.zen_cache_mb must be positive")
+        if self.scheme not in SYNC_SCHEMES:
+            raise ValueError(f"sync.scheme={self.scheme!r} is unknown; choose one of {SYNC_SCHEMES}")
+        if self.compress == "topk" and self.scheme in NOT_SUMMING:
+            raise ValueError(f"sync.compress=topk needs a scheme that sums tensors, not {self.scheme!r}")
+        if self.bucket_mb <= 0:
+            raise ValueError("sync.bucket_mb must be positive")
+        if self.compress not in ("none", "topk"):
+            raise ValueError(f"sync.compress must be 'none' or 'topk', got {self.compress!r}")
+        if not 0 < self.topk_ratio <= 1:
+            raise ValueError("sync.topk_ratio must be in (0, 1]")

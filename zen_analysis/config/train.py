@@ -1,0 +1,34 @@
+"""``train``: steps, batches, optimizer and evaluation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(kw_only=True)
+class TrainConfig:
+    num_steps: int = 60
+    seq_len: int = 128
+    batch_per_worker: int = 4
+    """Sequences per worker micro-batch (the per-GPU batch of the simulated worker)."""
+    workers_per_rank: int = 8
+    """Virtual workers V per rank: each is one micro-batch whose gradient is captured separately."""
+    lr: float = 3e-3
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 5
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    """Global-norm clipping of the synchronised gradient; 0 turns it off."""
+    save_params: bool = False
+    """Rank 0 writes the final parameters to ``<run_dir>/params.pt`` (for parity checks between schemes)."""
+    seed: int = 1234
+    eval_every: int = 0
+    """Validation loss every this many steps (and at the end); 0: only at the end."""
+    eval_batches: int = 4
+
+    def __post_init__(self) -> None:
+        for name in ("num_steps", "seq_len", "batch_per_worker", "workers_per_rank"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"train.{name} must be >= 1")
+        if self.lr <= 0:
+            raise ValueError("train.lr must be positive")

@@ -1,0 +1,313 @@
+"""The process machinery below training: start ranks, watch them, stop them, and say which one failed and why.
+
+It imports only the standard library, torch and ``zen_analysis.dist.entry`` / ``env`` /
+``netlab``, never the training loop, the model, the capture or the run directory, so the low-level measurements
+(``comm``, ``zen``) can start ranks without importing training. :mod:`zen_analysis.dist.launch` (training runs)
+builds on it.
+
+* :func:`fork_launch`: run ``fn(rank, world, *args)`` on N forked gloo ranks and gather what each returns (tests,
+  benchmarks and notebooks that exchange tensors without training).
+* :func:`torchrun_per_node` / :func:`run_in_lab`: one ``torchrun`` per emulated lab node
+  (:mod:`zen_analysis.dist.netlab`), the README's multi-node recipe on one machine.
+* :class:`RankFailedError` and the helpers behind it: which rank is the root cause (a fatal signal, then a real
+  error, then an abort, then a timeout), with its traceback or the end of its log; stopping the survivors;
+  children that die with their parent (no orphans).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import multiprocessing as mp
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from zen_analysis.dist.entry import is_timeout
+from zen_analysis.dist.env import loopback_env
+
+__all__ = ["RankFailedError", "fork_launch", "free_port", "run_in_lab", "torchrun_per_node"]
+
+_PR_SET_PDEATHSIG = 1
+_POLL_S = 0.2
+
+
+class RankFailedError(RuntimeError):
+    """A rank raised, crashed or timed out; the message names it and shows its traceback."""
+
+    def __init__(self, message: str, *, rank: int | None, run_id: str, pids: list[int]) -> None:
+        super().__init__(message)
+        self.rank = rank
+        self.run_id = run_id
+        self.pids = pids
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _die_with_parent(sig: int = signal.SIGTERM, parent: int | None = None) -> None:
+    """Ask Linux to send ``sig`` to this process when its parent dies (no orphans if a kernel is killed); with
+    ``parent``, exit at once if that parent already died before the request was made."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, sig)
+    except OSError:  # not Linux: the launcher still stops its children on every exit path
+        pass
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)
+
+
+class _Tail:
+    """Reads the lines appended to a file since the last call."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.pos = 0
+        self.partial = ""
+
+    def lines(self) -> list[str]:
+        if not self.path.exists():
+            return []
+        with open(self.path) as f:
+            f.seek(self.pos)
+            chunk = f.read()
+            self.pos = f.tell()
+        text = self.partial + chunk
+        *complete, self.partial = text.split("\n")
+        return complete
+
+
+def _kill(procs: list[Any]) -> None:
+    for p in procs:
+        if _alive(p):
+            p.terminate()
+    deadline = time.monotonic() + 3
+    for p in procs:
+        _wait(p, max(0.0, deadline - time.monotonic()))
+        if _alive(p):
+            p.kill()
+            _wait(p, 5)
+
+
+def _alive(p: Any) -> bool:
+    return p.poll() is None if isinstance(p, subprocess.Popen) else p.is_alive()
+
+
+def _wait(p: Any, timeout: float) -> None:
+    if isinstance(p, subprocess.Popen):
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+    else:
+        p.join(timeout)
+
+
+def _exitcode(p: Any) -> int | None:
+    return p.poll() if isinstance(p, subprocess.Popen) else p.exitcode
+
+
+def _tail_text(path: Path, num_lines: int = 40) -> str:
+    if not path.exists():
+        return "(no output)"
+    return "\n".join(path.read_text(errors="replace").splitlines()[-num_lines:])
+
+
+_FATAL_SIGNALS = {int(s) for s in (signal.SIGKILL, signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE)}
+
+
+def _signal_name(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
+
+
+def _failure(run_dir: Path, run_id: str, failed: list[int], codes: dict[int, int | None], killed: list[int], pids: list[int]) -> RankFailedError:
+    errors = {r: run_dir / "errors" / f"rank{r}.txt" for r in failed}
+    with_tb = [r for r in failed if errors[r].exists()]
+    # The root cause, in this order: a rank killed from outside or by a fatal fault (SIGKILL: the OOM killer or
+    # kill -9; SIGSEGV, SIGBUS...: the others then fail on its closed connections); the first rank that raised
+    # something other than a timeout; a rank that died by another signal (gloo aborts a rank whose peer died
+    # with SIGABRT: a consequence more often than a cause); the first timeout.
+    signalled = [r for r in failed if (codes.get(r) or 0) < 0]
+    fatal = [r for r in signalled if -codes[r] in _FATAL_SIGNALS]
+    raised = sorted(with_tb, key=lambda r: (is_timeout(errors[r].read_text()), errors[r].stat().st_mtime))
+    if fatal:
+        rank = fatal[0]
+    elif raised and not is_timeout(errors[raised[0]].read_text()):
+        rank = raised[0]
+    else:
+        rank = next(iter(signalled + raised + failed), None)
+    if rank is None:
+        return RankFailedError(f"run {run_id}: launcher failed without a rank error", rank=None, run_id=run_id, pids=pids)
+    log = run_dir / "logs" / f"rank{rank}.log"
+    code = codes.get(rank)
+    if rank in signalled:
+        name = _signal_name(-code)
+        why = " (out of memory, or killed from outside)" if name == "SIGKILL" else ""
+        msg = f"rank {rank} of run {run_id} was killed by {name}{why}; the end of its log:\n\n{_tail_text(log).rstrip()}"
+    else:
+        body = errors[rank].read_text() if errors[rank].exists() else _tail_text(log)
+        if code is None:  # torchrun: per-rank exit codes stay inside torchrun, the error file says what happened
+            how = "raised"
+        else:
+            how = f"exit code {code}"
+        msg = f"rank {rank} of run {run_id} failed ({how}):\n\n{body.rstrip()}"
+    msg += f"\n\nfull log: {log}"
+    others = sorted(set(failed) - {rank})
+    if others:
+        msg += f"\nranks {others} failed {'after it' if rank in fatal else 'too'} (see errors/ in {run_dir})"
+    if killed:
+        msg += f"\nranks {killed} were still running and were stopped"
+        if rank not in signalled and is_timeout(errors[rank].read_text() if errors[rank].exists() else ""):
+            msg += f": a rank that never reached the collective (probably one of {killed}) is the hung one"
+    return RankFailedError(msg, rank=rank, run_id=run_id, pids=pids)
+
+
+def torchrun_per_node(lab, program: list[str], port: int, log_dir: Path, *, node0_inherits_output: bool = False) -> list[Any]:
+    """One ``torchrun`` per lab node running ``program`` (``["-m", "module", ...]`` or ``["script.py", ...]``),
+    each inside its node's namespace with ``ranks_per_node`` processes, meeting by c10d rendezvous at node 0's lab
+    address: the README's multi-node recipe, with the lab's links between the nodes. Node i's output goes to
+    ``log_dir/torchrun-node<i>.log`` (node 0's to this process's stdout and stderr with ``node0_inherits_output``)."""
+    from zen_analysis.dist.netlab import LAB_INTERFACE, address, enter
+
+    log_dir.mkdir(parents=True, exist_ok=True)
+    procs = []
+    for node in range(lab.nodes):
+        cmd = [
+            sys.executable, "-m", "torch.distributed.run", f"--nnodes={lab.nodes}", f"--node-rank={node}",
+            f"--nproc-per-node={lab.ranks_per_node}", "--rdzv-backend=c10d", f"--rdzv-endpoint={address(0)}:{port}",
+            # node 0 hosts the rendezvous store: torchrun decides that by host name, and the lab address is not the
+            # machine's; on a real cluster the endpoint's host is the node's own name
+            f"--rdzv-conf=is_host={str(node == 0).lower()}",
+            f"--local-addr={address(node)}",  # what the others reach this node at (not its host name's address)
+            *program,
+        ]  # fmt: skip
+        ns = lab.namespace(node)
+
+        def start(ns: str = ns) -> None:  # in the child, before exec
+            _die_with_parent()
+            enter(ns)
+
+        env = {**os.environ, "GLOO_SOCKET_IFNAME": LAB_INTERFACE}
+        if node == 0 and node0_inherits_output:
+            procs.append(subprocess.Popen(cmd, start_new_session=True, preexec_fn=start, env=env))
+            continue
+        with open(log_dir / f"torchrun-node{node}.log", "w") as out:
+            procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                          preexec_fn=start, env=env))  # fmt: skip
+    return procs
+
+
+def _fork_fn_child(rank: int, world: int, out_dir: Path, fn: Callable[..., Any], args: tuple, timeout_s: float, parent: int,
+                   lab_namespace: str | None = None) -> None:  # fmt: skip
+    import datetime
+    import pickle
+    import traceback
+
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    _die_with_parent(signal.SIGKILL, parent)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    code = 0
+    try:
+        env = loopback_env(out_dir / "rendezvous")
+        os.environ["GLOO_SOCKET_IFNAME"] = env["GLOO_SOCKET_IFNAME"]
+        if lab_namespace is not None:  # this rank's lab node: gloo talks over its shaped link
+            from zen_analysis.dist.netlab import enter_node
+
+            enter_node(lab_namespace)
+        dist.init_process_group(
+            "gloo", store=dist.FileStore(env["ZEN_ANALYSIS_FILE_STORE"], world), rank=rank, world_size=world,
+            timeout=datetime.timedelta(seconds=timeout_s),
+        )  # fmt: skip
+        result = fn(rank, world, *args)
+        dist.barrier()
+        dist.destroy_process_group()
+        with open(out_dir / f"rank{rank}.pkl", "wb") as f:
+            pickle.dump(result, f)
+    except BaseException:  # noqa: BLE001 - reported by the parent
+        (out_dir / f"rank{rank}.err").write_text(traceback.format_exc())
+        code = 1
+    os._exit(code)
+
+
+def fork_launch(fn: Callable[..., Any], num_ranks: int, *args: Any, timeout_s: float = 120.0, lab=None) -> list[Any]:
+    """Run ``fn(rank, world, *args)`` on ``num_ranks`` forked gloo ranks; returns each rank's result.
+
+    The light-weight sibling of :func:`~zen_analysis.dist.launch.launch` for tests, benchmarks and notebooks that exchange tensors without
+    training: no config, no data preparation. A failing rank raises :class:`RankFailedError` with its traceback.
+    ``lab``: a :class:`~zen_analysis.dist.netlab.NetLab` with ``num_ranks`` ranks; each rank then runs in its lab
+    node and gloo talks over the shaped links (the rendezvous stays a file).
+    """
+    if lab is not None and lab.ranks != num_ranks:
+        raise ValueError(f"the lab has {lab.ranks} ranks; fork_launch was asked for {num_ranks}")
+    import pickle
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="zen-fork-") as tmp:
+        out_dir = Path(tmp)
+        ctx = mp.get_context("fork")
+        spaces = [lab.namespace(lab.node_of(r)) if lab is not None else None for r in range(num_ranks)]
+        procs = [ctx.Process(target=_fork_fn_child, args=(r, num_ranks, out_dir, fn, args, timeout_s, os.getpid(), spaces[r]))
+                 for r in range(num_ranks)]  # fmt: skip
+        for p in procs:
+            p.start()
+        deadline = time.monotonic() + timeout_s + 30
+        try:
+            while any(p.is_alive() for p in procs):
+                if any(p.exitcode not in (None, 0) for p in procs) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.02)
+        finally:
+            time.sleep(0.05)
+            _kill(procs)
+        errors = sorted(out_dir.glob("rank*.err"), key=lambda f: f.stat().st_mtime_ns)  # the first to fail, not
+        if errors:  # a survivor that saw its peer's connection close
+            rank = int(errors[0].stem[4:])
+            raise RankFailedError(f"rank {rank} failed:\n{errors[0].read_text()}", rank=rank, run_id="fork_launch", pids=[p.pid for p in procs])
+        missing = [r for r in range(num_ranks) if not (out_dir / f"rank{r}.pkl").exists()]
+        if missing:
+            raise RankFailedError(f"ranks {missing} produced no result (killed or timed out)", rank=missing[0], run_id="fork_launch", pids=[p.pid for p in procs])
+        return [pickle.loads((out_dir / f"rank{r}.pkl").read_bytes()) for r in range(num_ranks)]
+
+
+def run_in_lab(program: list[str], *, nodes: int, ranks_per_node: int = 1, bandwidth_gbps: float = 1.0,
+               log_dir: Path | None = None) -> int:  # fmt: skip
+    """Run a user's torchrun program (``["script.py", "--flag", ...]`` or ``["-m", "module", ...]``) on ``nodes``
+    lab nodes of ``ranks_per_node`` ranks behind ``bandwidth_gbps`` links; node 0's output on this process's
+    stdout, the others' in ``log_dir`` (a temporary folder by default). Returns the first non-zero exit code
+    (0 if every node succeeded); the lab is removed however it ends, and Ctrl-C stops every node."""
+    import tempfile
+
+    from zen_analysis.dist.netlab import NetLab
+
+    with contextlib.ExitStack() as stack:
+        logs = Path(log_dir) if log_dir else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="zen-netlab-")))
+        lab = stack.enter_context(NetLab(nodes * ranks_per_node, bandwidth_gbps, ranks_per_node=ranks_per_node))
+        procs = torchrun_per_node(lab, program, free_port(), logs, node0_inherits_output=True)
+        try:
+            while any(p.poll() is None for p in procs):
+                if any(p.poll() not in (None, 0) for p in procs):
+                    time.sleep(1.0)  # let the others notice and report
+                    break
+                time.sleep(_POLL_S)
+        finally:
+            _kill(procs)
+        codes = [p.poll() for p in procs]
+        failed = [i for i, c in enumerate(codes) if c not in (0, None)]
+        for i in failed[:2]:
+            if i:
+                print(f"--- node {i} (exit {codes[i]}):\n{_tail_text(logs / f'torchrun-node{i}.log').rstrip()}", file=sys.stderr)
+        return next((codes[i] for i in failed), 0)

@@ -1,0 +1,11 @@
+"""Gradient synchronization: the training loop's contract with a sync and its implementations.
+
+* :mod:`~zen_analysis.sync.base`: :class:`GradSync` (every hook the loop calls, with defaults) and the dense
+  baseline, :class:`DenseAllReduce`;
+* :mod:`~zen_analysis.sync.sparse`: natural sparsity, the embedding summed by a sparse scheme (Zen by default);
+* :mod:`~zen_analysis.sync.compressed`: compression sparsity, DGC top-k of every bucket summed by a sparse scheme;
+* :mod:`~zen_analysis.sync.ddp`: the same two for a user's own ``DistributedDataParallel`` model (comm hooks);
+* :mod:`~zen_analysis.sync.registry`: :func:`build_sync`, the one place a configured name becomes a sync.
+
+Local SGD (:mod:`zen_analysis.local_sgd`) implements the same contract.
+"""

@@ -1,0 +1,107 @@
+"""Natural sparsity in the toolkit's loop: the input embedding's gradient summed by a sparse scheme (Zen paper
+section 5: the sparse path carries the embedding only), every other gradient by the dense baseline."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from zen_analysis.comm import build_scheme
+from zen_analysis.comm.exchange import Exchange
+from zen_analysis.sync.base import DenseAllReduce, GradSync
+from zen_analysis.train.model import input_embedding_name
+from zen_analysis.zen.sync import NodeGroups, zen_sum_hierarchical
+
+
+class SparseSync(GradSync):
+    """Natural sparsity: the input embedding's gradient (rows of the tokens seen, the rest exactly zero) is
+    summed by a sparse scheme of :mod:`zen_analysis.comm` — ``zen`` by default — and averaged; every other
+    parameter goes through the dense bucketed all-reduce, as the Zen paper does (sparse path for the embedding
+    only). Bytes and seconds of the sparse path accumulate in ``sparse_bytes_sent`` / ``sparse_seconds``.
+
+    The scheme's hash seed (``seed`` option, h0) is broadcast from rank 0 at ``attach`` so every rank agrees.
+    """
+
+    def __init__(
+        self,
+        scheme: str = "zen",
+        *,
+        bucket_mb: float = 25.0,
+        group: dist.ProcessGroup | None = None,
+        planner=None,
+        gpus_per_node: int = 0,
+        **options,
+    ) -> None:
+        self.name = scheme
+        self.options = options
+        self.planner = planner
+        """With ``scheme="auto"``: a :class:`zen_analysis.zen.planner.Planner`; the embedding goes through dense
+        all-reduce while it profiles, then through the scheme it picks (``decisions``)."""
+        self.scheme = build_scheme("allreduce" if scheme == "auto" else scheme, **({} if scheme == "auto" else options))
+        self.gpus_per_node = gpus_per_node
+        """Zen's hierarchical mode when > 1: reduce-scatter inside nodes, Zen across, all-gather inside."""
+        self._groups = None
+        self.group = group
+        self.dense = DenseAllReduce(bucket_mb=bucket_mb, group=group)
+        self.sparse_params: list[nn.Parameter] = []
+        self.sparse_bytes_sent = 0
+        self.sparse_seconds = 0.0
+
+    def attach(self, model: nn.Module) -> None:
+        name = input_embedding_name(model)
+        named = dict(model.named_parameters())
+        self.sparse_params = [named[name]]
+        others = [p for n, p in named.items() if p.requires_grad and n != name]
+        self.dense.attach(model, others)
+        world = self.dense._world()
+        if world > 1:
+            dist.broadcast(self.sparse_params[0].data, src=0, group=self.group)
+            if hasattr(self.scheme, "seed"):
+                seed = torch.tensor([int(self.scheme.seed)], dtype=torch.int64, device=self.sparse_params[0].device)
+                dist.broadcast(seed, src=0, group=self.group)
+                self.scheme.seed = int(seed)
+        if self.gpus_per_node > 1 and world > 1:
+            if self.name != "zen" or self.group is not None:
+                raise ValueError("the hierarchical mode (sync.gpus_per_node > 1) is Zen's, on the default group")
+            self._groups = NodeGroups(self.gpus_per_node)
+
+    def synchronize(self, model: nn.Module) -> None:
+        world = self.dense._world()
+        if world == 1:
+            return
+        self.dense.synchronize(model)
+        for p in self.sparse_params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            if self.planner is not None and self.name == "auto":
+                self._profile(p.grad)
+            if self._groups is not None:
+                flat = p.grad.detach().reshape(-1).float()
+                used: list = []
+                summed = zen_sum_hierarchical(flat, self._groups, seed=self.scheme.seed, exchanges=used).view_as(p.grad)
+                p.grad.copy_(summed / world)
+                records = [r for ex in used for r in ex.records.values()]
+                self.sparse_bytes_sent += sum(r.bytes_sent for r in records)
+                self.sparse_seconds += sum(r.seconds for r in records)
+                continue
+            self.scheme.run(p.grad, group=self.group)  # in place, like all_reduce
+            p.grad.div_(world)
+            measured = self.scheme.last_measured()
+            self.sparse_bytes_sent += int(measured["bytes_sent"].sum())
+            self.sparse_seconds += float(measured["seconds"].sum())
+
+    def _profile(self, grad: torch.Tensor) -> None:
+        """Gather every rank's non-zero indices of the embedding gradient for the planner (profiling only)."""
+        ex = Exchange(self.group)
+        idx_K = torch.nonzero(grad.reshape(-1), as_tuple=True)[0]
+        counts_W = ex.all_gather_counts(idx_K.numel())
+        everyone = torch.split(ex.all_gather_v(idx_K, counts_W).cpu(), counts_W.tolist())
+        choice = self.planner.observe("embedding", list(everyone), grad.numel())
+        if choice is not None:
+            self.name = choice
+            self.scheme = build_scheme(choice, **self.options)  # the seed reaches the hashed schemes only
+
+    @property
+    def decisions(self) -> dict:
+        return self.planner.decisions if self.planner is not None else {}

@@ -1,0 +1,76 @@
+"""``cfg.perturb``: what the training loop does to itself to emulate a worse cluster — stragglers (a rank sleeps
+for a share of its compute), loss spikes (a rank gets corrupted batches) and a slow link (every all-reduce also
+waits as long as it would take at ``perturb.bandwidth_gbps``). The loop applies them; the algorithms only receive
+the link's price through :meth:`~zen_analysis.sync.base.GradSync.set_link`.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+import torch
+
+from zen_analysis.comm.exchange import ring_volume
+from zen_analysis.config import ExperimentConfig
+from zen_analysis.dist.env import RankInfo
+
+
+def spike_step(p, step: int) -> bool:
+    """Whether ``step`` is a corrupted one under :class:`~zen_analysis.config.PerturbConfig` ``p``."""
+    start = p.spike_start or p.spike_every
+    return step >= start and (step - start) % p.spike_every < p.spike_len
+
+
+def spiked(cfg: ExperimentConfig, info: RankInfo, step: int, x: torch.Tensor, y: torch.Tensor, vocab: int, micro: int = 0):
+    """``cfg.perturb.spikes``: rank ``spike_rank`` gets corrupted batches for ``spike_len`` steps every
+    ``spike_every`` steps from ``spike_start``."""
+    p = cfg.perturb
+    if p.spikes == "none" or info.rank != p.spike_rank or not spike_step(p, step):
+        return x, y
+    gen = torch.Generator().manual_seed(cfg.train.seed + step + 1_000_003 * micro)  # each micro-batch its own
+    seq = torch.cat([x, y[:, -1:]], dim=1)
+    if p.spikes == "shuffle":
+        seq = seq[:, torch.randperm(seq.shape[1], generator=gen)]
+    elif p.spikes == "repeat":
+        seq = torch.randint(0, vocab, (seq.shape[0], 1), generator=gen, dtype=seq.dtype).expand_as(seq)
+    else:
+        seq = torch.randint(0, vocab, seq.shape, generator=gen, dtype=seq.dtype)
+    return seq[:, :-1].contiguous(), seq[:, 1:].contiguous()
+
+
+def network_seconds(cfg: ExperimentConfig, nbytes: int, world: int) -> float:
+    """``cfg.perturb.bandwidth_gbps``: how long a ring all-reduce of ``nbytes`` takes on that link (0 when off)."""
+    p = cfg.perturb
+    if p.bandwidth_gbps > 0 and world > 1:
+        return p.latency_s + ring_volume(nbytes, world) / (p.bandwidth_gbps * 1e9 / 8)
+    return 0.0
+
+
+def network_delay(cfg: ExperimentConfig, nbytes: int, world: int) -> None:
+    """Sleep :func:`network_seconds` (a blocking all-reduce on the slow link, on top of the real one)."""
+    seconds = network_seconds(cfg, nbytes, world)
+    if seconds > 0:
+        time.sleep(seconds)
+
+
+def straggler(cfg: ExperimentConfig, info: RankInfo):
+    """A function (step, compute seconds) -> None that sleeps as ``cfg.perturb`` says (a real slowdown)."""
+    p = cfg.perturb
+    if p.straggler == "consistent":
+        extra = p.straggler_factor - 1.0
+
+        def consistent(step: int, seconds: float) -> None:
+            if info.rank == p.straggler_rank and extra > 0:
+                time.sleep(extra * seconds)
+
+        return consistent
+    if p.straggler == "random":
+
+        def rand(step: int, seconds: float) -> None:
+            rng = random.Random(cfg.train.seed * 1_000_003 + step)  # the same draw on every rank
+            if rng.random() < p.straggler_prob and rng.randrange(info.world_size) == info.rank:
+                time.sleep(p.straggler_kappa * seconds)
+
+        return rand
+    return lambda step, seconds: None
