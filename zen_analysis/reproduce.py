@@ -132,20 +132,18 @@ def _stage_schemes(overrides) -> None:
     print("modelled time / dense all-reduce on paper-tcp25 (mean over runs, steps and tensors):")
     print(summary.to_string())
 
-    from zen_analysis.comm.evaluate import evaluate, speedups, wire_size_table
+    from zen_analysis.comm.evaluate import speedups, wire_size_table
     from zen_analysis.comm.measure import report, summarize
-    from zen_analysis.comm.replay import replay_run
+    from zen_analysis.experiments.schemes import measured_replay, scale_mode
 
-    scale = evaluate(reproduce_run_id(SCALE_RUN), max_workers=1024)
-    scale["workload"] = "workers1024: " + scale["kind"].map({"natural": "llama embedding", "topk": "llama top-5%"})
+    scale, scale_table = scale_mode(reproduce_run_id(SCALE_RUN), max_workers=1024)
     fig = comm_figs.normalized_time(scale, topology="paper-tcp25")
     style.savefig(fig, "fig8_scale_1024")
     plt.close(fig)
-    scale_table = normalized(scale, topology="paper-tcp25").round(2)
     atomic_write_text(paths.derived_dir() / "reproduce" / "schemes_scale_1024.txt", scale_table.to_string() + "\n")
 
     print(f"== replaying {run_ids[0]} through every scheme on {REPLAY_RANKS} gloo ranks (calibrating first if needed)")
-    measured = replay_run(run_ids[0], ranks=REPLAY_RANKS, steps=3)
+    measured = measured_replay(run_ids[0], ranks=REPLAY_RANKS, steps=3)
     write_table(paths.derived_dir() / "reproduce" / "schemes_measured.parquet", measured, {"run": run_ids[0]})
     lines = report(summarize(measured))
     atomic_write_text(paths.derived_dir() / "reproduce" / "schemes_measured.txt", lines + "\n")
@@ -210,7 +208,6 @@ def _stage_edit(overrides) -> None:
           "60 steps each; the penalty ablation with injected spikes")  # fmt: skip
     from zen_analysis.experiments.local_sgd import ABLATION_SPIKES, ABLATION_SYNC, EDIT_TUNED, compare_methods, penalty_ablation
     from zen_analysis.plots import local_sgd as lsgd_figs
-    from zen_analysis.train.perturb import spike_step
 
     base = recipes.default()
     base.name = "reproduce-edit"
@@ -226,8 +223,7 @@ def _stage_edit(overrides) -> None:
     abl_base.train.num_steps = 160
     ablation = penalty_ablation(abl_base, spikes=ABLATION_SPIKES, variants={"full penalty": "default", "no penalty": "none"},
                                 progress=True, **ABLATION_SYNC)  # fmt: skip
-    knobs = apply_overrides(abl_base, [f"{k}={v}" for k, v in ABLATION_SPIKES.items()]).perturb
-    fig = lsgd_figs.penalty_ablation(ablation, spike_steps=[t for t in range(abl_base.train.num_steps) if spike_step(knobs, t)])
+    fig = lsgd_figs.penalty_ablation(ablation, spike_steps=ablation.attrs["spike_steps"])
     style.savefig(fig, "edit_penalty_ablation")
     plt.close(fig)
     atomic_write_text(out_dir / "edit_penalty_ablation.txt", ablation.attrs["summary"].to_string(index=False) + "\n")

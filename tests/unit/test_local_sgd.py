@@ -267,6 +267,18 @@ def test_spike_schedule_and_ideal_straggler_speedup():
     assert ideal_straggler_speedup(4, 1.0) == pytest.approx(1.0)
 
 
+def test_the_ablation_marks_the_steps_its_spike_knobs_corrupt():
+    from zen_analysis import recipes
+    from zen_analysis.experiments.local_sgd import ABLATION_SPIKES, corrupted_steps
+
+    base = recipes.default()
+    base.train.num_steps = 160
+    steps = corrupted_steps(base, ABLATION_SPIKES)
+    start, every, length = (ABLATION_SPIKES[f"perturb.spike_{k}"] for k in ("start", "every", "len"))
+    assert steps[:length] == list(range(start, start + length)) and steps[length] == start + every
+    assert all(0 <= s < 160 for s in steps) and corrupted_steps(base, {}) == []
+
+
 @pytest.mark.parametrize("prefetch", [True, False])
 def test_slow_link_serialises_prefetched_all_reduces(prefetch):
     import time

@@ -137,7 +137,8 @@ def penalty_ablation(base, *, spikes: dict, variants: dict[str, str] | None = No
     (``perturb.spikes``, ``perturb.spike_rank``, ...). Returns rank 0's per-step rows with ``method`` and
     ``spike`` (:func:`spike_heights` after the warm-up); ``attrs["summary"]``: per variant the largest spike,
     whether it exceeds the spike-free run's largest, validation loss, and the syncs at which the spiking rank
-    was flagged anomalous. Put the spiking rank off rank 0, so rank 0's loss shows what the syncs carried over."""
+    was flagged anomalous; ``attrs["spike_steps"]``: the corrupted steps (:func:`corrupted_steps`). Put the spiking
+    rank off rank 0, so rank 0's loss shows what the syncs carried over."""
     from zen_analysis import paths
 
     spike_rank = int(spikes.get("perturb.spike_rank", 0))
@@ -161,7 +162,19 @@ def penalty_ablation(base, *, spikes: dict, variants: dict[str, str] | None = No
     summary = pd.DataFrame(rows)
     summary["above_spike_free"] = summary["max_spike"] > summary["max_spike"].iloc[0]
     out.attrs["summary"] = summary
+    out.attrs["spike_steps"] = corrupted_steps(base, spikes)
     return out
+
+
+def corrupted_steps(base, spikes: dict) -> list[int]:
+    """The steps of ``base`` on which the ``spikes`` knobs feed the spiking rank corrupted batches."""
+    from zen_analysis.config import apply_overrides
+    from zen_analysis.train.perturb import spike_step
+
+    knobs = apply_overrides(base, [f"{k}={v}" for k, v in spikes.items()]).perturb
+    if knobs.spikes == "none":  # the schedule knobs alone corrupt nothing (train.perturb.spiked)
+        return []
+    return [t for t in range(base.train.num_steps) if spike_step(knobs, t)]
 
 
 def slow_network_check(base, *, bandwidth_gbps: float = 0.5, methods=("allreduce", "edit", "a_edit"), progress: bool = False,
