@@ -333,10 +333,17 @@ def test_a_rank_killed_by_sigkill_is_named_first(lab):
     assert str(err.value).startswith("rank 2 of run killed was killed by SIGKILL"), str(err.value)[:300]
 
 
+def _ctrl_c_reaches_python() -> None:
+    """In the child before exec: SIGINT back to its default, so Python turns it into KeyboardInterrupt even when
+    this suite was started in the background by a shell without job control (which makes children ignore it)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_ends_with_one_line(lab):
     env = {**os.environ, "ZEN_ANALYSIS_DATA": str(lab)}
     proc = subprocess.Popen([sys.executable, "-m", "zen_analysis", "train", "smoke", "--run-id", "interrupted",
-                             "--set", "train.num_steps=500"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
+                             "--set", "train.num_steps=500"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=_ctrl_c_reaches_python)  # fmt: skip
     deadline = time.monotonic() + 120
     while not (lab / "runs" / "interrupted" / "logs" / "rank0.log").exists() and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -249,7 +249,9 @@ def test_an_interrupted_lab_launch_leaves_no_namespace(tmp_path):
     )
     before = set(netlab.lab_namespaces())
     env = {**os.environ, "ZEN_ANALYSIS_DATA": str(tmp_path)}
-    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # Ctrl-C reaches Python even
+    # when this suite runs in the background of a shell without job control (whose children ignore SIGINT)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and len(set(netlab.lab_namespaces()) - before) < 3:  # switch + 2 nodes
         time.sleep(0.2)
