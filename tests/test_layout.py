@@ -132,7 +132,7 @@ LAYERS = (
     ("foundations", "paths atomic workspace indices config recipes derived dist.observe"),
     ("models and data", "train.model train.tokenizer train.corpus train.data"),
     ("sparse data", "sparsity sparsity.metrics sparsity.synthetic sparsity.topk zen zen.hashing zen.native zen.hierarchical "
-                    "zen.bitmap capture.schema"),
+                    "zen.bitmap capture.schema capture.buckets"),
     ("stores, collectives, processes", "capture capture.traces capture.summary comm.exchange comm.traffic comm.formats "
                                        "comm.topology comm.cost dist dist.netlab dist.env dist.entry dist.procs"),
     ("algorithms", "sync sync.base zen.sync local_sgd"),

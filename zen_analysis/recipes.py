@@ -24,6 +24,10 @@ from zen_analysis.config import (
 
 GPT2_TOPK = ("*h.0.attn.c_attn.weight", "*h.0.mlp.c_proj.weight", "*h.1.mlp.c_fc.weight")
 LSTM_TOPK = ("*lstm.weight_ih_l0", "*lstm.weight_hh_l0", "*lstm.weight_ih_l1")
+# The same three matrices as Llama's (capture's defaults): layer 0's query and MLP down-projection, layer 1's MLP
+# up-projection. OPT's MLP is fc1 (up) and fc2 (down); Gemma 2 names its layers as Llama does.
+OPT_TOPK = ("*layers.0.self_attn.q_proj.weight", "*layers.0.fc2.weight", "*layers.1.fc1.weight")
+GEMMA2_TOPK = ("*layers.0.self_attn.q_proj.weight", "*layers.0.mlp.down_proj.weight", "*layers.1.mlp.up_proj.weight")
 
 
 def default() -> ExperimentConfig:
@@ -45,7 +49,7 @@ def smoke() -> ExperimentConfig:
         model=ModelConfig(arch="llama", hidden_size=64, num_layers=2, num_heads=2),
         data=DataConfig(source="stdlib", max_bytes=2_000_000, vocab_size=1024),
         train=TrainConfig(num_steps=6, seq_len=64, batch_per_worker=2, workers_per_rank=2, warmup_steps=2),
-        capture=CaptureConfig(every=2, steps_per_shard=2),
+        capture=CaptureConfig(every=2, steps_per_shard=2, bucket_mb=0.1),  # 0.24M params: 5 buckets
         dist=DistConfig(num_ranks=2, timeout_s=60.0),
     )
 
@@ -76,12 +80,49 @@ def gpt2_smoke() -> ExperimentConfig:
     return cfg
 
 
+def opt() -> ExperimentConfig:
+    """Small OPT (the family of the paper's OPT-2.7B; untied embeddings), otherwise as ``default``."""
+    cfg = default()
+    cfg.name = "opt"
+    cfg.model = ModelConfig(arch="opt", hidden_size=256, num_layers=2, num_heads=4)
+    cfg.capture.topk_tensors = OPT_TOPK
+    return cfg
+
+
+def opt_smoke() -> ExperimentConfig:
+    """``smoke`` with a tiny OPT."""
+    cfg = smoke()
+    cfg.name = "opt-smoke"
+    cfg.model = ModelConfig(arch="opt", hidden_size=64, num_layers=2, num_heads=2)
+    cfg.capture.topk_tensors = OPT_TOPK
+    return cfg
+
+
+def gemma2() -> ExperimentConfig:
+    """Small Gemma 2 (the family of the paper's Gemma2-2B; untied embeddings), otherwise as ``default``."""
+    cfg = default()
+    cfg.name = "gemma2"
+    cfg.model = ModelConfig(arch="gemma2", hidden_size=256, num_layers=2, num_heads=4)
+    cfg.capture.topk_tensors = GEMMA2_TOPK
+    return cfg
+
+
+def gemma2_smoke() -> ExperimentConfig:
+    """``smoke`` with a tiny Gemma 2."""
+    cfg = smoke()
+    cfg.name = "gemma2-smoke"
+    cfg.model = ModelConfig(arch="gemma2", hidden_size=64, num_layers=2, num_heads=2)
+    cfg.capture.topk_tensors = GEMMA2_TOPK
+    return cfg
+
+
 def lstm() -> ExperimentConfig:
     """2-layer LSTM LM, 32k vocab, adaptive softmax: the paper's most skewed natural-sparsity workload."""
     cfg = default()
     cfg.name = "lstm"
     cfg.data.vocab_size = 32768
     cfg.model = ModelConfig(arch="lstm", hidden_size=256, num_layers=2, adaptive_cutoffs=(2048, 8192))
+    cfg.capture.topk_scope = "tensor"  # a natural-sparsity workload in the paper: its matrices' top-k is a side view
     cfg.capture.topk_tensors = LSTM_TOPK
     return cfg
 
@@ -91,7 +132,38 @@ def lstm_smoke() -> ExperimentConfig:
     cfg = smoke()
     cfg.name = "lstm-smoke"
     cfg.model = ModelConfig(arch="lstm", hidden_size=64, num_layers=2)
+    cfg.capture.topk_scope = "tensor"
     cfg.capture.topk_tensors = LSTM_TOPK
+    return cfg
+
+
+def lstm_words() -> ExperimentConfig:
+    """``lstm`` on a word vocabulary: ids by descending frequency with a long tail, as the Zen paper's LSTM on One
+    Billion Word (~800k words) has; the 32k BPE's tail is far shorter.
+
+    Every type seen at least twice is kept (``min_count=2``): 69,071 ids on the Python 3.11 stdlib, 2.1x the BPE's
+    32k; ``vocab_size`` caps it at 2^17. ``min_count=1`` (118,585 ids, half of them seen once) costs 1.7x the CPU per
+    rank-step (most of it the dense embedding gradient and AdamW over the embedding): some 4-5 minutes, not 3.
+    The adaptive softmax's head holds the 1,024 most frequent words (86% of tokens). Sync and capture as ``lstm``:
+    the dense all-reduce of the 68 MB embedding gradient takes about 0.3 s a step on 4 ranks, and ``sync.scheme=zen``
+    trained no faster here (its first step pays a one-off 8 s); a DGC top-k of the embedding's own 17.7M-element
+    bucket would cost about 0.6 s per worker and captured step, so top-k stays per tensor."""
+    cfg = lstm()
+    cfg.name = "lstm-words"
+    cfg.data.tokenizer = "words"
+    cfg.data.vocab_size = 131072
+    cfg.data.min_count = 2
+    cfg.model.adaptive_cutoffs = (1024, 8192, 32768)
+    return cfg
+
+
+def lstm_words_smoke() -> ExperimentConfig:
+    """``lstm_smoke`` with ``lstm_words``'s word vocabulary (capped at 4,096 on the 2 MB corpus)."""
+    cfg = lstm_smoke()
+    cfg.name = "lstm-words-smoke"
+    cfg.data.tokenizer = "words"
+    cfg.data.vocab_size = 4096
+    cfg.model.adaptive_cutoffs = (256, 1024)
     return cfg
 
 
@@ -103,6 +175,7 @@ def workers128() -> ExperimentConfig:
     cfg.train.batch_per_worker = 1
     cfg.train.num_steps = 12
     cfg.capture.every = 3
+    cfg.capture.topk_scope = "tensor"  # 128 workers' top-k of every bucket would be 1.2 GB of traces: three matrices
     return cfg
 
 
@@ -123,8 +196,14 @@ RECIPES: dict[str, Callable[[], ExperimentConfig]] = {
     "llama-32k": llama_32k,
     "gpt2": gpt2,
     "gpt2-smoke": gpt2_smoke,
+    "opt": opt,
+    "opt-smoke": opt_smoke,
+    "gemma2": gemma2,
+    "gemma2-smoke": gemma2_smoke,
     "lstm": lstm,
     "lstm-smoke": lstm_smoke,
+    "lstm-words": lstm_words,
+    "lstm-words-smoke": lstm_words_smoke,
     "workers128": workers128,
     "workers1024": workers1024,
 }

@@ -39,10 +39,28 @@ def test_replicas_stay_identical_and_traces_cover_every_worker(num_ranks):
     assert reader.workers() == list(range(num_ranks * 2))
     assert reader.steps() == [0, 2, 4]
     kinds = reader.summary().groupby("kind")["tensor"].nunique().to_dict()
-    assert kinds == {"natural": 1, "topk": 3}
+    buckets = [t for t, info in reader.manifest["tensors"].items() if "params" in info]
+    assert kinds == {"natural": 1, "topk": len(buckets)} and len(buckets) == 5  # DDP-style buckets of 0.1 MiB
     for rec in reader.records(step=2):
         assert rec.rank == rec.worker // 2
     _no_orphans(result.pids)
+
+
+def test_a_global_top_k_threshold_pools_every_ranks_samples():
+    """capture.topk_threshold=global gathers the samples of every rank's workers: 2 ranks x 2 workers select
+    exactly what 1 rank x 4 workers does at step 0 (same weights, same micro-batches), and differently from local
+    thresholds."""
+
+    def records(ranks, threshold):
+        cfg = _smoke(dist__num_ranks=ranks, train__workers_per_rank=4 // ranks, train__num_steps=1,
+                     capture__topk_threshold=threshold)  # fmt: skip
+        reader = launch(cfg, progress=False, echo=False).traces()
+        return {(r.worker, r.tensor): r.indices_K for r in reader.records(step=0, kind="topk")}
+
+    two, one, local = records(2, "global"), records(1, "global"), records(2, "local")
+    assert two.keys() == one.keys() and len(two) == 4 * 5
+    assert all(torch.equal(two[k], one[k]) for k in two)
+    assert any(not torch.equal(two[k], local[k]) for k in two)
 
 
 def test_two_ranks_train_like_one_rank_on_the_same_global_batch():
@@ -164,6 +182,7 @@ def test_torchrun_launcher_trains_and_captures_on_cpu():
 
 def test_torchrun_launcher_reports_the_failing_rank():
     cfg = _smoke(dist__launcher="torchrun", dist__backend="gloo")
+    cfg.capture.topk_scope = "tensor"
     cfg.capture.topk_tensors = ("*no_such_tensor*",)
     # every rank raises the same error here; the report names one of them and shows its traceback
     with pytest.raises(RankFailedError, match=r"(?s)rank [01] of run \S+ failed \(raised\).*matches no parameter"):

@@ -22,7 +22,8 @@ def _batches(V):
 
 def test_records_sum_to_the_accumulated_gradient_and_training_is_unchanged(tmp_path):
     V = 3
-    cfg = CaptureConfig(every=1, topk_tensors=("*layers.0.mlp.down_proj.weight",), topk_ratio=1.0, error_feedback=False)
+    cfg = CaptureConfig(every=1, topk_scope="tensor", topk_tensors=("*layers.0.mlp.down_proj.weight",), topk_ratio=1.0,
+                        error_feedback=False)  # fmt: skip
     ref = _model()
     for x in _batches(V):
         (lm_loss(ref, x, x) / V).backward()
@@ -52,6 +53,69 @@ def test_records_sum_to_the_accumulated_gradient_and_training_is_unchanged(tmp_p
     emb = next(reader.records(tensor="model.embed_tokens.weight", worker=0))
     rows = set((emb.indices_K.long() // 32).tolist())
     assert rows == set(_batches(V)[0].unique().tolist())  # natural sparsity = the tokens the worker saw
+
+
+def _capture_step(cfg, tmp_path, V=3):
+    model = _model()
+    writer = TraceWriter(tmp_path, rank=0, run_id="t", world_size=1, steps_per_shard=1)
+    cap = GradientCapture(cfg, model, writer, rank=0, seed=0)
+    for v, x in enumerate(_batches(V)):
+        with cap.worker(step=0, worker=v):
+            (lm_loss(model, x, x) / V).backward()
+    cap.end_step()
+    cap.close()
+    write_manifest(tmp_path, {"run_id": "t", "tensors": cap.tensor_info()})
+    return model, cap, TraceReader(tmp_path)
+
+
+def test_buckets_hold_every_parameter_once_in_ddp_order_and_sum_to_the_gradient(tmp_path):
+    """Bucket scope: the buckets are consecutive runs of the parameters in reverse registration order, each closed
+    at the cap; with nothing dropped, the workers' bucket records sum to the concatenated accumulated gradient."""
+    cfg = CaptureConfig(every=1, topk_scope="bucket", bucket_mb=0.02, topk_ratio=1.0, error_feedback=False)
+    model, cap, reader = _capture_step(cfg, tmp_path)
+    names = [n for n, _ in model.named_parameters()]
+    buckets = {t: i for t, i in reader.manifest["tensors"].items() if "params" in i}
+    assert len(buckets) > 2 and list(buckets) == sorted(buckets)
+    flat_order = [p[0] for b in buckets.values() for p in b["params"]]
+    assert flat_order == names[::-1]  # every parameter once, last-registered first
+    params = dict(model.named_parameters())
+    for bname, info in buckets.items():
+        parts = info["params"]
+        assert parts[0][1] == 0 and all(a[2] == b[1] for a, b in zip(parts, parts[1:])) and parts[-1][2] == info["numel"]
+        size = sum(params[n].numel() for n, _, _ in parts) * 4
+        without_last = size - params[parts[-1][0]].numel() * 4
+        assert without_last < cfg.bucket_mb * 2**20 and (size >= cfg.bucket_mb * 2**20 or bname == list(buckets)[-1])
+        total = torch.zeros(info["numel"])
+        for rec in reader.records(tensor=bname):
+            assert rec.kind == "topk" and rec.shape == (info["numel"],)
+            total += rec.to_dense()
+        expect = torch.cat([params[n].grad.reshape(-1) for n, _, _ in parts])
+        torch.testing.assert_close(total, expect, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("threshold", ["local", "global"])
+def test_a_global_threshold_is_one_cut_across_workers(tmp_path, threshold):
+    """Global: every value a worker sends is at least as large as anything any worker keeps back (one threshold per
+    bucket from the pooled samples); local thresholds differ per worker, so that fails somewhere."""
+    cfg = CaptureConfig(every=1, topk_scope="bucket", bucket_mb=0.05, topk_ratio=0.05, topk_threshold=threshold)
+    _, cap, reader = _capture_step(cfg, tmp_path, V=4)
+    crossings = []
+    for b in cap.buckets:
+        recs = list(reader.records(tensor=b.name))
+        assert len(recs) == 4
+        sent_min = min(float(r.values_K.abs().min()) for r in recs if r.nnz)
+        kept_back_max = max(float(cap.compressor._residuals[(r.worker, b.name)].abs().max()) for r in recs)
+        crossings.append(sent_min < kept_back_max)
+        total = sum(r.nnz for r in recs)
+        assert 0.5 * 0.05 * 4 * b.numel < total < 2.0 * 0.05 * 4 * b.numel
+    assert not any(crossings) if threshold == "global" else any(crossings)
+
+
+def test_bucket_scope_needs_no_patterns_and_global_needs_buckets():
+    with pytest.raises(ValueError, match="topk_scope=bucket"):
+        CaptureConfig(topk_scope="tensor", topk_threshold="global")
+    with pytest.raises(ValueError, match="topk_scope"):
+        CaptureConfig(topk_scope="layer")
 
 
 def test_patterns_must_match_a_parameter():

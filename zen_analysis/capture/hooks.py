@@ -9,12 +9,17 @@ What is recorded per (step, worker, tensor):
 
 * ``natural``: the non-zeros of the input-embedding gradient (element granularity; a row with a gradient has all
   its ``hidden_size`` elements non-zero).
-* ``topk``: the DGC top-k selection (after error feedback) of each matched dense tensor.
+* ``topk``: the DGC top-k selection (after error feedback) of each DDP-style gradient bucket
+  (``capture.topk_scope=bucket``, the default: every trainable parameter, :mod:`zen_analysis.capture.buckets`;
+  records named ``bucket00``, ... with shape ``(numel,)``), or of each matched dense tensor (``tensor``).
 
 Values are the worker's contribution to its rank's accumulated gradient (the micro-batch loss is scaled by 1/V),
 so summing the records of a rank's workers gives exactly what that rank passes to synchronization.
 
-The residual of error feedback is per (worker, tensor) and carried between *captured* steps: with
+With ``capture.topk_threshold=global`` a bucket's threshold comes from every worker's samples, gathered across
+ranks at the end of the step (``end_step``, a collective): each worker's accumulated bucket is held until then.
+
+The residual of error feedback is per (worker, tensor or bucket) and carried between *captured* steps: with
 ``capture.every=1`` this is DGC exactly; with sparser capture the residual holds the mass left unsent at the
 previous captured step (training itself uses the dense gradient, so no other step compresses anything).
 """
@@ -27,8 +32,10 @@ import time
 from collections.abc import Iterator
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
+from zen_analysis.capture.buckets import Bucket, ddp_buckets
 from zen_analysis.sparsity.topk import TopKCompressor
 from zen_analysis.capture.traces import SparseGrad, TraceWriter
 from zen_analysis.config import CaptureConfig
@@ -50,14 +57,24 @@ def match_tensors(model: nn.Module, patterns: tuple[str, ...]) -> list[str]:
 class GradientCapture:
     """Isolates per-worker gradients on capture steps and hands sparse records to a :class:`TraceWriter`."""
 
-    def __init__(self, cfg: CaptureConfig, model: nn.Module, writer: TraceWriter, *, rank: int, seed: int) -> None:
+    def __init__(self, cfg: CaptureConfig, model: nn.Module, writer: TraceWriter, *, rank: int, seed: int,
+                 group: dist.ProcessGroup | None = None) -> None:  # fmt: skip
         self.cfg = cfg
         self.writer = writer
         self.rank = rank
+        self.group = group
         params = dict(model.named_parameters())
         self.natural = [input_embedding_name(model)] if cfg.natural else []
-        self.topk = [n for n in match_tensors(model, cfg.topk_tensors) if n not in self.natural]
-        self.params = {n: params[n] for n in self.natural + self.topk}
+        self.buckets: list[Bucket] = []
+        if cfg.topk_scope == "bucket":
+            self.buckets = ddp_buckets(model, cfg.bucket_mb)
+            self.topk = []
+            isolated = self.natural + [n for b in self.buckets for n, _, _ in b.parts if n not in self.natural]
+        else:
+            topk = match_tensors(model, cfg.topk_tensors) if cfg.topk_scope == "tensor" else []
+            self.topk = [n for n in topk if n not in self.natural]
+            isolated = self.natural + self.topk
+        self.params = {n: params[n] for n in isolated}
         self.compressor = TopKCompressor(
             ratio=cfg.topk_ratio,
             exact_below=cfg.topk_exact_below,
@@ -65,15 +82,21 @@ class GradientCapture:
             error_feedback=cfg.error_feedback,
             seed=seed,
         )
+        self._held: list[tuple[int, int, Bucket, torch.Tensor]] = []
+        """Global threshold: (step, worker, bucket, accumulated gradient) awaiting ``end_step``."""
         self.seconds = 0.0
         """Wall time spent capturing (isolation, selection, buffering, writing)."""
 
     def tensor_info(self) -> dict[str, dict]:
-        """Captured tensors with their kind, shape and numel (for the run manifest)."""
-        return {
+        """Captured tensors with their kind, shape and numel (for the run manifest); buckets also list their
+        parameter ranges (``params``: [name, start, end] in the flat bucket)."""
+        info = {
             n: {"kind": "natural" if n in self.natural else "topk", "shape": list(p.shape), "numel": p.numel()}
-            for n, p in self.params.items()
-        }
+            for n, p in self.params.items() if n in self.natural or n in self.topk
+        }  # fmt: skip
+        for b in self.buckets:
+            info[b.name] = {"kind": "topk", "shape": [b.numel], "numel": b.numel, "params": b.to_json()}
+        return info
 
     def is_capture_step(self, step: int) -> bool:
         return step % self.cfg.every == 0
@@ -89,20 +112,55 @@ class GradientCapture:
         self.seconds += time.perf_counter() - t0
         yield
         t0 = time.perf_counter()
+        micro = {}
         for name, p in self.params.items():
-            micro = p.grad
-            if micro is None:  # tensor unused by this micro-batch: an all-zero gradient
-                micro = torch.zeros_like(p)
-            if name in self.natural:
-                self.writer.add(SparseGrad.from_dense(micro, step=step, worker=worker, rank=self.rank, tensor=name, kind="natural"))
+            micro[name] = p.grad if p.grad is not None else torch.zeros_like(p)  # unused by this micro-batch: zero
+        for name in self.natural:
+            self.writer.add(SparseGrad.from_dense(micro[name], step=step, worker=worker, rank=self.rank, tensor=name, kind="natural"))
+        for name in self.topk:
+            idx_K, val_K = self.compressor.compress(micro[name], worker=worker, tensor=name, step=step)
+            self._add_topk(step, worker, name, tuple(micro[name].shape), idx_K, val_K)
+        for b in self.buckets:
+            flat_N = torch.cat([micro[n].reshape(-1) for n, _, _ in b.parts])
+            if self.cfg.topk_threshold == "global":
+                self._held.append((step, worker, b, self.compressor.accumulate(flat_N, worker=worker, tensor=b.name)))
             else:
-                idx_K, val_K = self.compressor.compress(micro, worker=worker, tensor=name, step=step)
-                self.writer.add(SparseGrad(step, worker, self.rank, name, "topk", tuple(p.shape), idx_K.cpu(), val_K.cpu()))
-            p.grad = micro if stash[name] is None else stash[name].add_(micro)
+                idx_K, val_K = self.compressor.compress(flat_N, worker=worker, tensor=b.name, step=step)
+                self._add_topk(step, worker, b.name, (b.numel,), idx_K, val_K)
+        for name, p in self.params.items():
+            p.grad = micro[name] if stash[name] is None else stash[name].add_(micro[name])
         self.seconds += time.perf_counter() - t0
 
+    def _add_topk(self, step: int, worker: int, tensor: str, shape: tuple, idx_K: torch.Tensor, val_K: torch.Tensor) -> None:
+        self.writer.add(SparseGrad(step, worker, self.rank, tensor, "topk", shape, idx_K.cpu(), val_K.cpu()))
+
+    def _select_held(self) -> None:
+        """Global threshold: per bucket, every worker's sample gathered from every rank, then each held worker's
+        selection against the pooled threshold (a collective: every rank calls it at the same step)."""
+        world = dist.get_world_size(self.group) if dist.is_initialized() else 1
+        for b in self.buckets:
+            held = [(step, worker, acc_N) for step, worker, hb, acc_N in self._held if hb is b]
+            if not held:
+                continue
+            local_S = torch.cat([self.compressor.sample(acc_N, worker=w, tensor=b.name, step=s) for s, w, acc_N in held])
+            if world > 1:
+                pieces = [torch.empty_like(local_S) for _ in range(world)]
+                dist.all_gather(pieces, local_S, group=self.group)
+                pool_P = torch.cat(pieces)
+            else:
+                pool_P = local_S
+            for step, worker, acc_N in held:
+                gen = self.compressor.generator(worker=worker, tensor=b.name, step=step, device=acc_N.device)
+                idx_K = self.compressor.select(acc_N, generator=gen, gather=lambda _s: pool_P)
+                val_K = self.compressor.keep(acc_N, idx_K, worker=worker, tensor=b.name)
+                self._add_topk(step, worker, b.name, (b.numel,), idx_K, val_K)
+        self._held = []
+
     def end_step(self) -> None:
+        """Close a captured step (every rank calls it: with a global threshold it gathers samples)."""
         t0 = time.perf_counter()
+        if self._held:
+            self._select_held()
         self.writer.end_step()
         self.seconds += time.perf_counter() - t0
 

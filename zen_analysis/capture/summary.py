@@ -6,11 +6,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from zen_analysis.capture.buckets import describe
 from zen_analysis.capture.traces import TraceReader
 
 
 def capture_table(reader: TraceReader) -> pd.DataFrame:
-    """One row per captured tensor: kind, shape, numel, #steps, #workers and density statistics."""
+    """One row per captured tensor: kind, shape, numel, #steps, #workers and density statistics; a DDP-style
+    bucket also names the parameters it holds (``holds``)."""
     df = reader.summary()
     tensors = reader.manifest.get("tensors", {})
     rows = []
@@ -29,6 +31,8 @@ def capture_table(reader: TraceReader) -> pd.DataFrame:
                 "nnz_mean": g["nnz"].mean(),
             }
         )
+        if "params" in tensors.get(tensor, {}):
+            rows[-1]["holds"] = describe(tensors[tensor]["params"])
     return pd.DataFrame(rows)
 
 

@@ -53,8 +53,10 @@ class ExperimentConfig:
         if time_based and (self.train.eval_every or self.capture.enabled):
             raise ValueError("time-based syncs (a_edit, local_sgd.sync_time_s): workers run different numbers of steps; "
                              "set train.eval_every=0 and capture.enabled=false")  # fmt: skip
-        if self.capture.enabled and not self.capture.natural and not self.capture.topk_tensors:
-            raise ValueError("capture is enabled but records nothing: set capture.natural or capture.topk_tensors")
+        c = self.capture
+        if c.enabled and not c.natural and (c.topk_scope == "none" or (c.topk_scope == "tensor" and not c.topk_tensors)):
+            raise ValueError("capture is enabled but records nothing: set capture.natural, capture.topk_scope=bucket "
+                             "or capture.topk_scope=tensor with capture.topk_tensors")
 
     @property
     def num_workers(self) -> int:

@@ -4,19 +4,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-ARCHS = ("llama", "gpt2", "lstm")
+ARCHS = ("llama", "opt", "gemma2", "gpt2", "lstm")
 
 
 @dataclass(kw_only=True)
 class ModelConfig:
     arch: str = "llama"
-    """``llama`` (LlamaForCausalLM), ``gpt2`` (GPT2LMHeadModel) or ``lstm`` (plain-torch LSTM LM)."""
+    """``llama`` (LlamaForCausalLM), ``opt`` (OPTForCausalLM), ``gemma2`` (Gemma2ForCausalLM): the Zen paper's three
+    LLM families; ``gpt2`` (GPT2LMHeadModel) or ``lstm`` (plain-torch LSTM LM)."""
     hidden_size: int = 256
     """Model width (LSTM: embedding and hidden size)."""
     num_layers: int = 2
     num_heads: int = 4
     intermediate_size: int = 0
-    """MLP width; 0 means the architecture's usual ratio (Llama 8/3 x hidden rounded to 64, GPT-2 4 x)."""
+    """MLP width; 0 means the architecture's usual ratio (Llama 8/3 x hidden rounded to 64; OPT, GPT-2 and Gemma 2
+    4 x, Gemma 2's gated, as Gemma2-2B's 9216 = 4 x 2304)."""
     tie_embeddings: bool = False
     """Tied input/output embeddings give every embedding row a gradient: natural sparsity disappears."""
     dropout: float = 0.0

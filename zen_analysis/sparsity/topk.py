@@ -66,14 +66,32 @@ class TopKCompressor:
         gen.manual_seed((self.seed * 1_000_003 + step * 10_007 + worker) * 2**20 + zlib.crc32(tensor.encode()) % 2**20)
         return gen
 
-    def compress(self, grad: torch.Tensor, *, worker: int, tensor: str, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(indices_K, values_K) sent by ``worker`` for ``grad``; the unsent remainder becomes its residual."""
+    def accumulate(self, grad: torch.Tensor, *, worker: int, tensor: str) -> torch.Tensor:
+        """``grad`` flattened to float32 plus the residual ``worker`` holds for ``tensor`` (a new tensor)."""
         grad_N = grad.detach().reshape(-1).float()
         key = (worker, tensor)
-        acc_N = grad_N + self._residuals[key] if self.error_feedback and key in self._residuals else grad_N.clone()
-        idx_K = self.select(acc_N, generator=self.generator(worker=worker, tensor=tensor, step=step, device=acc_N.device))
+        return grad_N + self._residuals[key] if self.error_feedback and key in self._residuals else grad_N.clone()
+
+    def sample(self, acc_N: torch.Tensor, *, worker: int, tensor: str, step: int) -> torch.Tensor:
+        """The magnitudes of ``acc_N`` that :meth:`select` would hand to ``gather`` (a global threshold's share)."""
+        numel = acc_N.numel()
+        if numel < self.exact_below:
+            return acc_N.abs()
+        gen = self.generator(worker=worker, tensor=tensor, step=step, device=acc_N.device)
+        return acc_N.abs()[self._sample_positions(numel, max(1, int(numel * self.ratio)), gen, acc_N.device)]
+
+    def keep(self, acc_N: torch.Tensor, idx_K: torch.Tensor, *, worker: int, tensor: str) -> torch.Tensor:
+        """The values sent at ``idx_K``; the rest of ``acc_N`` (modified in place) becomes the residual."""
         val_K = acc_N[idx_K].clone()
         if self.error_feedback:
             acc_N[idx_K] = 0
-            self._residuals[key] = acc_N
-        return idx_K, val_K
+            self._residuals[(worker, tensor)] = acc_N
+        return val_K
+
+    def compress(self, grad: torch.Tensor, *, worker: int, tensor: str, step: int, gather=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(indices_K, values_K) sent by ``worker`` for ``grad``; the unsent remainder becomes its residual.
+        ``gather``: as in :meth:`select` (a global threshold)."""
+        acc_N = self.accumulate(grad, worker=worker, tensor=tensor)
+        gen = self.generator(worker=worker, tensor=tensor, step=step, device=acc_N.device)
+        idx_K = self.select(acc_N, generator=gen, gather=gather)
+        return idx_K, self.keep(acc_N, idx_K, worker=worker, tensor=tensor)

@@ -1,8 +1,8 @@
 """Workloads: the characterization tables of several runs, labelled the way the paper's figures are.
 
 A workload is what a figure line stands for: a run's natural (embedding) tensor, e.g. "default: llama embedding",
-or its top-k tensors pooled, e.g. "default: llama top-5%" (the paper applies DGC per bucket and reports per
-model). The prefix is the recipe name, so two runs of one architecture stay apart.
+or its top-k records pooled: "default: llama top-5% of buckets" when DGC ran per DDP-style bucket as the paper
+does (``capture.topk_scope=bucket``), "default: llama top-5%" for chosen matrices (``tensor``). The prefix is the recipe name, so two runs of one architecture stay apart.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ def workload_labels(reader: TraceReader) -> dict[str, str]:
     out = {}
     for tensor, info in reader.manifest["tensors"].items():
         what = f"{arch} embedding" if info["kind"] == "natural" else f"{arch} top-{100 * ratio:g}%"
+        if "params" in info:
+            what += " of buckets"
         out[tensor] = f"{name}: {what}"
     return out
 

@@ -1,8 +1,9 @@
 """Token cache and seeded batches.
 
-``prepare(cfg)`` turns the corpus into ``data/tokens/<corpus hash>-v<vocab>/{train,val}.bin`` (a flat uint16 or
-uint32 token stream, documents separated by EOS) plus ``meta.json``; it is idempotent and safe to call from
-several processes. :class:`TokenData` reads the streams as memmaps.
+``prepare(cfg)`` turns the corpus into ``data/tokens/<corpus hash>-v<vocab>-f<val>/{train,val}.bin`` (the word
+vocabulary's: ``<corpus hash>-words-v<vocab>-m<min_count>-f<val>/``), each a flat uint16 or uint32 token stream
+(uint32 once the vocabulary has more than 65,536 ids), documents separated by EOS, plus ``meta.json``; it is
+idempotent and safe to call from several processes. :class:`TokenData` reads the streams as memmaps.
 
 Batches are a pure function of (seed, split, step, worker): worker ``w`` draws the same sequences whether it is
 hosted by rank 0 of a 1-rank run or rank 1 of a 2-rank run. That is what makes runs reproducible and lets a
@@ -22,7 +23,7 @@ from zen_analysis import paths
 from zen_analysis.atomic import atomic_path, atomic_write_json, file_lock
 from zen_analysis.config import DataConfig
 from zen_analysis.train.corpus import load_corpus
-from zen_analysis.train.tokenizer import EOS, load_or_train, tokenizer_path
+from zen_analysis.train.tokenizer import EOS, cache_name, load_or_train, tokenizer_path
 
 _ENCODE_CHUNK = 256  # documents per encode_batch call; bounds memory and drives the progress bar
 _SPLIT_IDS = {"train": 0, "val": 1}
@@ -81,9 +82,10 @@ def prepare(cfg: DataConfig, *, progress: bool = True) -> PreparedData:
     """Load the corpus, train (or load) its tokenizer and write the token streams, reusing every cache."""
     corpus = load_corpus(cfg)
     train_texts, val_texts = corpus.split(cfg.val_fraction)
-    tok = load_or_train(train_texts, corpus_sha256=corpus.sha256, vocab_size=cfg.vocab_size)
+    kind = {"kind": cfg.tokenizer, "min_count": cfg.min_count}
+    tok = load_or_train(train_texts, corpus_sha256=corpus.sha256, vocab_size=cfg.vocab_size, **kind)
     vocab = tok.get_vocab_size()
-    out = paths.tokens_dir() / f"{corpus.sha256[:16]}-v{cfg.vocab_size}-f{int(cfg.val_fraction * 1e4)}"
+    out = paths.tokens_dir() / f"{cache_name(corpus.sha256, cfg.vocab_size, **kind)}-f{int(cfg.val_fraction * 1e4)}"
     meta_path = out / "meta.json"
     with file_lock(out / ".lock"):
         if not meta_path.exists():
@@ -106,7 +108,7 @@ def prepare(cfg: DataConfig, *, progress: bool = True) -> PreparedData:
     meta = json.loads(meta_path.read_text())
     return PreparedData(
         tokens_dir=out,
-        tokenizer_file=tokenizer_path(corpus.sha256, cfg.vocab_size),
+        tokenizer_file=tokenizer_path(corpus.sha256, cfg.vocab_size, **kind),
         corpus_name=meta["corpus_name"],
         corpus_sha256=meta["corpus_sha256"],
         corpus_bytes=meta["corpus_bytes"],

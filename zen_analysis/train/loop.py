@@ -222,7 +222,8 @@ def _setup(
             f"{t.num_steps} steps on {info.device}"
         )
         if capture:
-            log(f"capturing every {cfg.capture.every} steps: {capture.tensor_info()}")
+            log(f"capturing every {cfg.capture.every} steps: "
+                + ", ".join(f"{n} ({i['kind']}, {i['numel']:,})" for n, i in capture.tensor_info().items()))
     metrics_f = open(run_dir / "metrics.jsonl", "w", buffering=1) if info.is_main else None
     run = _Run(cfg=cfg, info=info, log=log, run_dir=run_dir, data=data, model=model, optimizer=optimizer,
                num_params=num_params, capture=capture, manifest=manifest, metrics_f=metrics_f)  # fmt: skip

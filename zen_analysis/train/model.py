@@ -1,11 +1,21 @@
-"""Models built from config, never downloaded: a small Llama, a small GPT-2, and an LSTM language model.
+"""Models built from config, never downloaded: small Llama, OPT, Gemma 2 and GPT-2, and an LSTM language model.
 
 The model code knows nothing about distribution; gradient sync and capture attach to it afterwards.
 
 Context: natural sparsity lives in the input-embedding gradient: only rows of tokens present in the batch get a
 gradient. Tied input/output embeddings would hand every row a gradient through the LM head, so natural-sparsity
-runs use untied embeddings (Llama's default; GPT-2 needs ``tie_word_embeddings=False``). The LSTM LM stands in
-for the Zen paper's AWD-LSTM, its most skewed natural-sparsity workload.
+runs use untied embeddings (Llama's default; GPT-2, OPT and Gemma 2 need ``tie_word_embeddings=False``). The LSTM
+LM stands in for the Zen paper's AWD-LSTM, its most skewed natural-sparsity workload.
+
+Llama, OPT and Gemma 2 are the paper's three LLM families (its compression workloads are Llama 3.2-3B, OPT-2.7B
+and Gemma2-2B). Those real checkpoints all *tie* their input embedding to the LM head, so in them the shared
+embedding/head matrix gets a dense gradient every step (every vocabulary row is touched through the softmax):
+they have no natural sparsity there. The small models here untie it, which is what natural sparsity needs; the
+untied embedding is a model of an LLM's input embedding, not of those checkpoints' shared matrix.
+
+No embedding row is a padding row (``pad_token_id=None``): OPT's and Gemma 2's configs default to
+``pad_token_id`` 1 and 0, which becomes ``nn.Embedding(padding_idx=...)``, a row that never gets a gradient; our
+ids 0 and 1 are real tokens (0 is EOS), so such a row would understate the natural sparsity's density.
 """
 
 from __future__ import annotations
@@ -61,6 +71,10 @@ def preload(arch: str) -> None:
         from transformers import LlamaForCausalLM  # noqa: F401
     elif arch == "gpt2":
         from transformers import GPT2LMHeadModel  # noqa: F401
+    elif arch == "opt":
+        from transformers import OPTForCausalLM  # noqa: F401
+    elif arch == "gemma2":
+        from transformers import Gemma2ForCausalLM  # noqa: F401
 
 
 def build_model(cfg: ModelConfig, *, vocab_size: int, max_seq_len: int) -> nn.Module:
@@ -110,10 +124,65 @@ def build_model(cfg: ModelConfig, *, vocab_size: int, max_seq_len: int) -> nn.Mo
             eos_token_id=0,
         )
         model = GPT2LMHeadModel(hf)
+    elif cfg.arch == "opt":
+        from transformers import OPTConfig, OPTForCausalLM
+
+        # OPT-2.7B's shape: pre-LayerNorm, ReLU MLP of 4 x hidden (fc1/fc2), learned positions, biases. transformers
+        # 5.24's OPT has no activation dropout; layerdrop (skipping whole layers at random) stays off: it is not a
+        # dropout rate and would change the network from step to step.
+        hf = OPTConfig(
+            vocab_size=vocab_size,
+            hidden_size=cfg.hidden_size,
+            ffn_dim=cfg.intermediate_size or 4 * cfg.hidden_size,
+            num_hidden_layers=cfg.num_layers,
+            num_attention_heads=cfg.num_heads,
+            max_position_embeddings=max_seq_len,
+            word_embed_proj_dim=cfg.hidden_size,
+            do_layer_norm_before=True,
+            dropout=cfg.dropout,
+            attention_dropout=cfg.dropout,
+            layerdrop=0.0,
+            tie_word_embeddings=cfg.tie_embeddings,
+            bos_token_id=0,
+            eos_token_id=0,
+            pad_token_id=None,
+        )
+        model = OPTForCausalLM(hf)
+    elif cfg.arch == "gemma2":
+        from transformers import Gemma2Config, Gemma2ForCausalLM
+
+        # Gemma2-2B's shape: gated GELU MLP of 4 x hidden, sandwich RMSNorms, attention and final logit
+        # softcapping, sliding-window layers alternating with global ones. The config's head_dim (256) and
+        # query_pre_attn_scalar are Gemma2-2B's absolute values: here both follow hidden / heads. Full multi-head
+        # attention (as the Llama here), not Gemma2-2B's grouped-query (8 heads, 4 kv heads), so the families
+        # differ in their own features only. A window of max_seq_len makes the sliding layers see the whole
+        # sequence. Eager attention: transformers has no sdpa path with softcapping for Gemma 2.
+        head_dim = cfg.hidden_size // cfg.num_heads
+        hf = Gemma2Config(
+            vocab_size=vocab_size,
+            hidden_size=cfg.hidden_size,
+            intermediate_size=cfg.intermediate_size or 4 * cfg.hidden_size,
+            num_hidden_layers=cfg.num_layers,
+            num_attention_heads=cfg.num_heads,
+            num_key_value_heads=cfg.num_heads,
+            head_dim=head_dim,
+            query_pre_attn_scalar=head_dim,
+            max_position_embeddings=max_seq_len,
+            sliding_window=max_seq_len,
+            attention_dropout=cfg.dropout,
+            tie_word_embeddings=cfg.tie_embeddings,
+            bos_token_id=0,
+            eos_token_id=0,
+            pad_token_id=None,
+            attn_implementation="eager",
+        )
+        model = Gemma2ForCausalLM(hf)
     else:  # pragma: no cover - ModelConfig validates arch
         raise AssertionError(cfg.arch)
     tied = model.get_input_embeddings().weight is model.get_output_embeddings().weight
     assert tied == cfg.tie_embeddings, f"{cfg.arch}: tie_embeddings={cfg.tie_embeddings} but model tied={tied}"
+    pad = model.get_input_embeddings().padding_idx
+    assert pad is None, f"{cfg.arch}: embedding row {pad} is a padding row (never gets a gradient)"
     return model
 
 
