@@ -17,7 +17,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export PYTHONUNBUFFERED ?= 1
 
-.PHONY: venv test test-fast reproduce bench lab clean
+.PHONY: venv test test-fast reproduce reproduce-full bench lab clean
 
 venv: $(STAMP)
 
@@ -35,6 +35,9 @@ test-fast: venv
 
 reproduce: venv
 	$(PY) -m zen_analysis reproduce
+
+reproduce-full: venv
+	$(PY) -m zen_analysis reproduce --full
 
 bench: venv
 	$(PY) -m zen_analysis bench capture

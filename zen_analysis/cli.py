@@ -147,7 +147,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 def cmd_reproduce(args: argparse.Namespace) -> None:
     from zen_analysis.reproduce import reproduce
 
-    reproduce(args.set or [], only=_stages(args.only), skip=_stages(args.skip))
+    reproduce(args.set or [], only=_stages(args.only), skip=_stages(args.skip), full=args.full)
 
 
 def _stages(values: list[str] | None) -> list[str]:
@@ -234,7 +234,7 @@ EXAMPLES = {
     "traces": "zen-analysis traces reproduce-default",
     "characterize": "zen-analysis characterize reproduce-default --natural-granularity element",
     "evaluate": "zen-analysis evaluate reproduce-workers1024 --max-workers 1024",
-    "reproduce": "zen-analysis reproduce\n  zen-analysis reproduce --only zen\n  zen-analysis reproduce --skip netlab,edit",
+    "reproduce": "zen-analysis reproduce\n  zen-analysis reproduce --full\n  zen-analysis reproduce --only zen\n  zen-analysis reproduce --skip netlab",
     "bench-comm": "zen-analysis bench-comm reproduce-default --ranks 4\n"
                   "  zen-analysis bench-comm --synthetic --density 0.01 --skew 2 --overlap 0.5\n"
                   "  zen-analysis bench-comm reproduce-default --bandwidth-gbps 1   # root: the emulated network",
@@ -318,6 +318,7 @@ def _add_reproduce_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field of every trained run")
     p.add_argument("--only", action="append", metavar="STAGE", help="run only these stages (comma-separated or repeated)")
     p.add_argument("--skip", action="append", metavar="STAGE", help="skip these stages")
+    p.add_argument("--full", action="store_true", help="also run the EDiT stage (edit), about 15 min on 2 cores")
     p.set_defaults(func=cmd_reproduce)
 
 

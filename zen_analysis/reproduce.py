@@ -2,9 +2,10 @@
 
 Stages (:data:`STAGES`; ``zen-analysis reproduce --only STAGE`` / ``--skip STAGE``):
 
-1. ``train``: train and capture the reproduction workloads on several ranks (the small Llama: natural + top-k
-   sparsity; the 32k-vocabulary LSTM LM: natural sparsity; a short Llama run with 128 workers of one sequence
-   each, so the figures reach n = 128; a 1024-worker capture for the scale mode) and write a capture summary to
+1. ``train``: train and capture the reproduction workloads on several ranks (the small Llama: natural sparsity
+   and DGC top-5% of every DDP-style bucket; the word-level LSTM LM: natural sparsity; a short Llama run with 128
+   workers of one sequence each, so the figures reach n = 128; small OPT and Gemma 2, the paper's other two LLM
+   families, with bucket top-k; a 1024-worker capture for the scale mode) and write a capture summary to
    ``data/derived/reproduce/``;
 2. ``characterize``: their sparsity, the paper's Fig. 2-3 analogues plus drift and imbalance into ``figures/``,
    and the claims table;
@@ -17,7 +18,9 @@ Stages (:data:`STAGES`; ``zen-analysis reproduce --only STAGE`` / ``--skip STAGE
    Zen / top-k AGsparse / top-k Zen trainings of the default model on 4 ranks for loss parity (Fig. 18);
 6. ``edit``: synchronous training, Post-Local SGD, DiLoCo, EDiT and A-EDiT on the default Llama at equal tokens
    (loss curves, validation loss and its gap to synchronous training, tokens/s, bytes), and EDiT's penalty
-   ablation with injected loss spikes.
+   ablation with injected loss spikes. The EDiT paper's stage is the longest (about 15 minutes on 2 cores), so
+   it runs with ``--full`` (``make reproduce-full``) or ``--only edit``; ``make reproduce`` keeps to the Zen
+   paper's stages within its 30 minutes.
 """
 
 from __future__ import annotations
@@ -28,8 +31,19 @@ from zen_analysis import paths, recipes
 from zen_analysis.atomic import atomic_write_text
 from zen_analysis.config import apply_overrides
 
-REPRODUCE_RUNS = ("default", "lstm", "workers128")
+REPRODUCE_RUNS = ("default", "lstm-words", "workers128", "opt", "gemma2")
 """Recipes trained and characterized by ``make reproduce``; their run ids are ``reproduce-<recipe>``."""
+RUN_OVERRIDES = {
+    "opt": ("train.num_steps=30", "train.workers_per_rank=4"),
+    "gemma2": ("train.num_steps=30", "train.workers_per_rank=4"),
+}
+"""Trims of the reproduction runs, to keep ``make reproduce`` in its budget: OPT and Gemma 2 (for the
+characterization only) train 30 steps with 16 workers, captured at steps 0, 10 and 20."""
+EVALUATE_STEPS = 3
+"""Captured steps per run the scheme evaluation models (bucket traces are large: all seven schemes on every
+bucket of 6 steps would take the default run alone about 5 minutes on 2 cores)."""
+FULL_ONLY = ("edit",)
+"""Stages run by ``--full`` (``make reproduce-full``) or by naming them in ``--only``."""
 SCALE_RUN = "workers1024"
 """Also trained, for the scheme evaluation's scale mode only (n up to 1024)."""
 REPLAY_RANKS = 4
@@ -74,7 +88,7 @@ def _stage_train(overrides) -> None:
 
     reports = []
     for name in (*REPRODUCE_RUNS, SCALE_RUN):
-        cfg = apply_overrides(recipes.get(name), overrides)
+        cfg = apply_overrides(recipes.get(name), [*RUN_OVERRIDES.get(name, ()), *overrides])
         cfg.run_id = reproduce_run_id(name)
         print(f"== training {name}: {cfg.num_workers} workers on {cfg.dist.num_ranks} ranks, {cfg.train.num_steps} steps")
         launch(cfg, overwrite=True)  # reproduce-<recipe> is this job's own run: a rerun replaces it
@@ -123,7 +137,7 @@ def _stage_schemes(overrides) -> None:
     run_ids = _run_ids()
     from zen_analysis.plots import comm as comm_figs, style
 
-    schemes = evaluate_runs(run_ids)
+    schemes = evaluate_runs(run_ids, steps=EVALUATE_STEPS)
     fig = comm_figs.normalized_time(schemes, topology="paper-tcp25")
     style.savefig(fig, "fig8_normalized_time")
     plt.close(fig)
@@ -173,7 +187,7 @@ def _stage_zen(overrides) -> None:
     from zen_analysis.experiments.hashing_cost import hashing_cost
 
     run_ids = _run_ids()
-    schemes = evaluate_runs(run_ids)  # the tables stage 3 wrote (recomputed only if stale)
+    schemes = evaluate_runs(run_ids, steps=EVALUATE_STEPS)  # the tables stage 3 wrote (recomputed only if stale)
     measured_path = paths.derived_dir() / "reproduce" / "schemes_measured.parquet"
     if not measured_path.exists():
         raise ValueError("the measured replay is missing: run the schemes stage first (`zen-analysis reproduce --only schemes`)")
@@ -245,12 +259,17 @@ STAGES = {
 wrote, so ``--only zen`` works on a data root where the train and schemes stages have run."""
 
 
-def reproduce(overrides: list[str] | tuple[str, ...] = (), *, only: Sequence[str] = (), skip: Sequence[str] = ()) -> None:
-    """Run the stages of :data:`STAGES` in order: all of them, or ``only`` these, less ``skip``."""
+def reproduce(overrides: list[str] | tuple[str, ...] = (), *, only: Sequence[str] = (), skip: Sequence[str] = (),
+              full: bool = False) -> None:  # fmt: skip
+    """Run the stages of :data:`STAGES` in order: all of them but :data:`FULL_ONLY` (all with ``full``), or
+    ``only`` these, less ``skip``."""
     unknown = sorted((set(only) | set(skip)) - set(STAGES))
     if unknown:
         raise ValueError(f"unknown stages {unknown}; the stages are {', '.join(STAGES)}")
-    chosen = [name for name in STAGES if (not only or name in only) and name not in skip]
+    chosen = [name for name in STAGES if (name in only if only else full or name not in FULL_ONLY) and name not in skip]
+    left = [name for name in FULL_ONLY if not only and not full and name not in skip]
+    if left:
+        print(f"=== not running {', '.join(left)} (`make reproduce-full` or `zen-analysis reproduce --full` does)")
     for i, name in enumerate(chosen, 1):
         print(f"=== stage {list(STAGES).index(name) + 1}/{len(STAGES)}: {name} ({i} of {len(chosen)} chosen)")
         STAGES[name](overrides)

@@ -60,3 +60,19 @@ def test_reproduce_names_its_stages():
         main(["reproduce", "--only", "tran"])
     with pytest.raises(SystemExit, match="not captured yet: run the train stage first"):
         main(["reproduce", "--only", "characterize", "--skip", "train"])
+
+
+@pytest.mark.parametrize("argv, ran", [
+    ([], ["train", "characterize", "schemes", "netlab", "zen"]),
+    (["--full"], ["train", "characterize", "schemes", "netlab", "zen", "edit"]),
+    (["--only", "edit"], ["edit"]),
+    (["--full", "--skip", "netlab"], ["train", "characterize", "schemes", "zen", "edit"]),
+])  # fmt: skip
+def test_make_reproduce_leaves_the_edit_stage_to_full(monkeypatch, capsys, argv, ran):
+    from zen_analysis import reproduce
+
+    calls = []
+    monkeypatch.setattr(reproduce, "STAGES", {name: (lambda o, name=name: calls.append(name)) for name in reproduce.STAGES})
+    main(["reproduce", *argv])
+    assert calls == ran
+    assert ("not running edit" in capsys.readouterr().out) == ("edit" not in ran and "--only" not in argv)
