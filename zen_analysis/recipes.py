@@ -62,58 +62,43 @@ def llama_32k() -> ExperimentConfig:
     return cfg
 
 
+def _family(cfg: ExperimentConfig, name: str, arch: str, topk: tuple[str, ...]) -> ExperimentConfig:
+    """``cfg`` with another architecture of the same width, depth and heads (and its top-k matrices)."""
+    m = cfg.model
+    cfg.name = name
+    cfg.model = ModelConfig(arch=arch, hidden_size=m.hidden_size, num_layers=m.num_layers, num_heads=m.num_heads)
+    cfg.capture.topk_tensors = topk
+    return cfg
+
+
 def gpt2() -> ExperimentConfig:
     """Small GPT-2 (untied embeddings), otherwise as ``default``."""
-    cfg = default()
-    cfg.name = "gpt2"
-    cfg.model = ModelConfig(arch="gpt2", hidden_size=256, num_layers=2, num_heads=4)
-    cfg.capture.topk_tensors = GPT2_TOPK
-    return cfg
+    return _family(default(), "gpt2", "gpt2", GPT2_TOPK)
 
 
 def gpt2_smoke() -> ExperimentConfig:
     """``smoke`` with a tiny GPT-2."""
-    cfg = smoke()
-    cfg.name = "gpt2-smoke"
-    cfg.model = ModelConfig(arch="gpt2", hidden_size=64, num_layers=2, num_heads=2)
-    cfg.capture.topk_tensors = GPT2_TOPK
-    return cfg
+    return _family(smoke(), "gpt2-smoke", "gpt2", GPT2_TOPK)
 
 
 def opt() -> ExperimentConfig:
     """Small OPT (the family of the paper's OPT-2.7B; untied embeddings), otherwise as ``default``."""
-    cfg = default()
-    cfg.name = "opt"
-    cfg.model = ModelConfig(arch="opt", hidden_size=256, num_layers=2, num_heads=4)
-    cfg.capture.topk_tensors = OPT_TOPK
-    return cfg
+    return _family(default(), "opt", "opt", OPT_TOPK)
 
 
 def opt_smoke() -> ExperimentConfig:
     """``smoke`` with a tiny OPT."""
-    cfg = smoke()
-    cfg.name = "opt-smoke"
-    cfg.model = ModelConfig(arch="opt", hidden_size=64, num_layers=2, num_heads=2)
-    cfg.capture.topk_tensors = OPT_TOPK
-    return cfg
+    return _family(smoke(), "opt-smoke", "opt", OPT_TOPK)
 
 
 def gemma2() -> ExperimentConfig:
     """Small Gemma 2 (the family of the paper's Gemma2-2B; untied embeddings), otherwise as ``default``."""
-    cfg = default()
-    cfg.name = "gemma2"
-    cfg.model = ModelConfig(arch="gemma2", hidden_size=256, num_layers=2, num_heads=4)
-    cfg.capture.topk_tensors = GEMMA2_TOPK
-    return cfg
+    return _family(default(), "gemma2", "gemma2", GEMMA2_TOPK)
 
 
 def gemma2_smoke() -> ExperimentConfig:
     """``smoke`` with a tiny Gemma 2."""
-    cfg = smoke()
-    cfg.name = "gemma2-smoke"
-    cfg.model = ModelConfig(arch="gemma2", hidden_size=64, num_layers=2, num_heads=2)
-    cfg.capture.topk_tensors = GEMMA2_TOPK
-    return cfg
+    return _family(smoke(), "gemma2-smoke", "gemma2", GEMMA2_TOPK)
 
 
 def lstm() -> ExperimentConfig:

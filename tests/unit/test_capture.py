@@ -20,41 +20,6 @@ def _batches(V):
     return [torch.randint(0, 300, (2, 16), generator=gen) for _ in range(V)]
 
 
-def test_records_sum_to_the_accumulated_gradient_and_training_is_unchanged(tmp_path):
-    V = 3
-    cfg = CaptureConfig(every=1, topk_scope="tensor", topk_tensors=("*layers.0.mlp.down_proj.weight",), topk_ratio=1.0,
-                        error_feedback=False)  # fmt: skip
-    ref = _model()
-    for x in _batches(V):
-        (lm_loss(ref, x, x) / V).backward()
-
-    model = _model()
-    writer = TraceWriter(tmp_path, rank=0, run_id="t", world_size=1, steps_per_shard=1)
-    cap = GradientCapture(cfg, model, writer, rank=0, seed=0)
-    for v, x in enumerate(_batches(V)):
-        with cap.worker(step=0, worker=v):
-            (lm_loss(model, x, x) / V).backward()
-    cap.end_step()
-    cap.close()
-    write_manifest(tmp_path, {"run_id": "t", "tensors": cap.tensor_info()})
-    for p, q in zip(model.parameters(), ref.parameters()):  # the optimizer sees exactly the usual gradient
-        assert torch.equal(p.grad, q.grad)
-
-    params = dict(model.named_parameters())
-    reader = TraceReader(tmp_path)
-    assert reader.workers() == [0, 1, 2]
-    for name in ("model.embed_tokens.weight", "model.layers.0.mlp.down_proj.weight"):
-        total = torch.zeros_like(params[name])
-        for rec in reader.records(tensor=name):
-            total += rec.to_dense()
-        torch.testing.assert_close(total, params[name].grad, rtol=1e-6, atol=1e-7)
-    kinds = set(reader.summary()["kind"])
-    assert kinds == {"natural", "topk"}
-    emb = next(reader.records(tensor="model.embed_tokens.weight", worker=0))
-    rows = set((emb.indices_K.long() // 32).tolist())
-    assert rows == set(_batches(V)[0].unique().tolist())  # natural sparsity = the tokens the worker saw
-
-
 def _capture_step(cfg, tmp_path, V=3):
     model = _model()
     writer = TraceWriter(tmp_path, rank=0, run_id="t", world_size=1, steps_per_shard=1)
@@ -66,6 +31,32 @@ def _capture_step(cfg, tmp_path, V=3):
     cap.close()
     write_manifest(tmp_path, {"run_id": "t", "tensors": cap.tensor_info()})
     return model, cap, TraceReader(tmp_path)
+
+
+def test_records_sum_to_the_accumulated_gradient_and_training_is_unchanged(tmp_path):
+    V = 3
+    cfg = CaptureConfig(every=1, topk_scope="tensor", topk_tensors=("*layers.0.mlp.down_proj.weight",), topk_ratio=1.0,
+                        error_feedback=False)  # fmt: skip
+    ref = _model()
+    for x in _batches(V):
+        (lm_loss(ref, x, x) / V).backward()
+
+    model, _, reader = _capture_step(cfg, tmp_path, V)
+    for p, q in zip(model.parameters(), ref.parameters()):  # the optimizer sees exactly the usual gradient
+        assert torch.equal(p.grad, q.grad)
+
+    params = dict(model.named_parameters())
+    assert reader.workers() == [0, 1, 2]
+    for name in ("model.embed_tokens.weight", "model.layers.0.mlp.down_proj.weight"):
+        total = torch.zeros_like(params[name])
+        for rec in reader.records(tensor=name):
+            total += rec.to_dense()
+        torch.testing.assert_close(total, params[name].grad, rtol=1e-6, atol=1e-7)
+    kinds = set(reader.summary()["kind"])
+    assert kinds == {"natural", "topk"}
+    emb = next(reader.records(tensor="model.embed_tokens.weight", worker=0))
+    rows = set((emb.indices_K.long() // 32).tolist())
+    assert rows == set(_batches(V)[0].unique().tolist())  # natural sparsity = the tokens the worker saw
 
 
 def test_buckets_hold_every_parameter_once_in_ddp_order_and_sum_to_the_gradient(tmp_path):
