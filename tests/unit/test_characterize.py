@@ -118,3 +118,30 @@ def test_claims_table_judges_each_claim(run_id):
     assert (skew["holds"] == "n/a").all()  # no LSTM among these workloads
     md = to_markdown(claims)
     assert md.count("\n") == len(claims) + 1 and md.startswith("| claim |")
+
+
+def test_bucket_views_name_the_parameters_that_hold_the_non_zeros():
+    """A bucket of two parameters, a: [0, 100) and b: [100, 400): every worker's non-zeros fall 3 in a, 1 in b,
+    so a holds 75% of the non-zeros on 25% of the elements; with 4 partitions of 100, partition 0 is a."""
+    from zen_analysis.sparsity.workloads import bucket_parameter_shares, bucket_partition_shares
+
+    rid = "synthetic-bucket"
+    tdir = paths.trace_dir(rid)
+    writer = TraceWriter(tdir, rank=0, run_id=rid, world_size=1, steps_per_shard=2)
+    for step in range(2):
+        for w in range(3):
+            idx = torch.tensor([w, 10 + w, 50 + w, 200 + w])
+            writer.add(SparseGrad(step, w, 0, "bucket00", "topk", (400,), idx, torch.ones(4)))
+        writer.end_step()
+    writer.close()
+    write_manifest(tdir, {"run_id": rid, "world_size": 1, "workers_per_rank": 3, "num_workers": 3, "finished": True,
+                          "config": {"name": "syn", "model": {"arch": "llama"}, "capture": {"topk_ratio": 0.05}},
+                          "tensors": {"bucket00": {"kind": "topk", "shape": [400], "numel": 400,
+                                                   "params": [["a", 0, 100], ["b", 100, 400]]}}})  # fmt: skip
+    per_param = bucket_parameter_shares(rid).set_index("parameter")
+    assert per_param.loc["a", "size_share"] == 0.25 and per_param.loc["a", "nnz_share"] == 0.75
+    assert per_param.loc["b", "nnz_share"] == 0.25
+    shares = bucket_partition_shares([rid], num_partitions=4)
+    assert len(shares) == 1 and shares.loc[0, "workload"] == "syn: llama top-5% of buckets"
+    assert shares.loc[0, "holds"] == "a .. b (2 tensors)"
+    assert [round(shares.loc[0, f"p{i}"], 6) for i in range(4)] == [0.75, 0.0, 0.25, 0.0]

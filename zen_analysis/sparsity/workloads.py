@@ -39,3 +39,50 @@ def combined_tables(runs: list[str | Path]) -> dict[str, pd.DataFrame]:
         for name, df in load_tables(run).items():
             parts.setdefault(name, []).append(df.assign(run=reader.run_id, workload=df["tensor"].map(labels)))
     return {name: pd.concat(dfs, ignore_index=True) for name, dfs in parts.items()}
+
+
+def bucket_partition_shares(runs: list[str | Path], *, num_partitions: int = 8) -> pd.DataFrame:
+    """Per DGC bucket of each run (``capture.topk_scope=bucket``): the mean per-worker share of its non-zeros in
+    each of ``num_partitions`` contiguous partitions (columns ``p0``..), with what the bucket holds (``holds``:
+    its first and last parameter) and its size; Fig. 3a bucket by bucket, to see where a bucket's skew comes from."""
+    import numpy as np
+
+    from zen_analysis.capture.buckets import describe
+
+    rows = []
+    for run in runs:
+        reader = TraceReader(run)
+        buckets = {t: i for t, i in reader.manifest["tensors"].items() if "params" in i}
+        if not buckets:
+            continue
+        labels = workload_labels(reader)
+        skew = load_tables(run)["skew"]
+        skew = skew[(skew["worker"] >= 0) & (skew["num_partitions"] == num_partitions) & skew["tensor"].isin(buckets)]
+        for tensor, g in skew.groupby("tensor", sort=True):
+            shares = np.nanmean(np.stack(g["shares"].to_numpy()), axis=0)
+            rows.append({"workload": labels[tensor], "bucket": tensor, "holds": describe(buckets[tensor]["params"]),
+                         "numel": buckets[tensor]["numel"], **{f"p{i}": float(s) for i, s in enumerate(shares)}})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def bucket_parameter_shares(run: str | Path) -> pd.DataFrame:
+    """Per DGC bucket and parameter of ``run``: the parameter's share of the bucket's elements (``size_share``)
+    and of its top-k non-zeros (``nnz_share``, pooled over workers and captured steps). Where they differ, one
+    threshold across parameters of different gradient scale is what places the non-zeros (the paper's buckets)."""
+    import numpy as np
+
+    reader = TraceReader(run)
+    buckets = {t: i for t, i in reader.manifest["tensors"].items() if "params" in i}
+    counts = {t: np.zeros(len(i["params"]), dtype=np.int64) for t, i in buckets.items()}
+    for rec in reader.records(kind="topk", with_values=False):
+        if rec.tensor in buckets:
+            ends = np.array([e for _, _, e in buckets[rec.tensor]["params"]])
+            part = np.searchsorted(ends, rec.indices_K.numpy(), side="right")
+            counts[rec.tensor] += np.bincount(part, minlength=ends.size)
+    rows = []
+    for tensor, info in buckets.items():
+        total = max(int(counts[tensor].sum()), 1)
+        for (name, start, end), c in zip(info["params"], counts[tensor]):
+            rows.append({"bucket": tensor, "parameter": name, "size_share": (end - start) / info["numel"],
+                         "nnz_share": int(c) / total})  # fmt: skip
+    return pd.DataFrame(rows)
