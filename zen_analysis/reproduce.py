@@ -5,12 +5,11 @@ Stages (:data:`STAGES`; ``zen-analysis reproduce --only STAGE`` / ``--skip STAGE
 1. ``train``: train and capture the reproduction workloads on several ranks (the small Llama: natural sparsity
    and DGC top-5% of every DDP-style bucket; the word-level LSTM LM: natural sparsity; a short Llama run with 128
    workers of one sequence each, so the figures reach n = 128; small OPT and Gemma 2, the paper's other two LLM
-   families, with bucket top-k; a 1024-worker capture for the scale mode) and write a capture summary to
-   ``data/derived/reproduce/``;
+   families, with bucket top-k) and write a capture summary to ``data/derived/reproduce/``;
 2. ``characterize``: their sparsity, the paper's Fig. 2-3 analogues plus drift and imbalance into ``figures/``,
    and the claims table;
 3. ``schemes``: every communication scheme modelled on the captured traces (Fig. 8, the modelled half of Fig. 15,
-   Fig. 17a, the 1024-worker scale mode), and the default run's embedding replayed through every scheme on 4 gloo
+   Fig. 17a), and the default run's embedding replayed through every scheme on 4 gloo
    ranks (calibrated first) for the measured half of Fig. 15 and the model-vs-measured figure;
 4. ``netlab``: where the emulated network can be built (root), the same replay with each rank behind a 1 Gbit/s
    link plus flat vs hierarchical Zen on 2 lab nodes (skipped with the reason otherwise);
@@ -20,7 +19,9 @@ Stages (:data:`STAGES`; ``zen-analysis reproduce --only STAGE`` / ``--skip STAGE
    (loss curves, validation loss and its gap to synchronous training, tokens/s, bytes), and EDiT's penalty
    ablation with injected loss spikes. The EDiT paper's stage is the longest (about 15 minutes on 2 cores), so
    it runs with ``--full`` (``make reproduce-full``) or ``--only edit``; ``make reproduce`` keeps to the Zen
-   paper's stages within its 30 minutes.
+   paper's stages within its 30 minutes;
+7. ``scale``: beyond the paper's 128 GPUs, a 1024-worker capture of the default Llama and every scheme modelled
+   on it up to n = 1024 (the scale mode; about 6 minutes: with ``--full`` or ``--only scale``).
 """
 
 from __future__ import annotations
@@ -42,10 +43,10 @@ characterization only) train 30 steps with 16 workers, captured at steps 0, 10 a
 EVALUATE_STEPS = 3
 """Captured steps per run the scheme evaluation models (bucket traces are large: all seven schemes on every
 bucket of 6 steps would take the default run alone about 5 minutes on 2 cores)."""
-FULL_ONLY = ("edit",)
+FULL_ONLY = ("edit", "scale")
 """Stages run by ``--full`` (``make reproduce-full``) or by naming them in ``--only``."""
 SCALE_RUN = "workers1024"
-"""Also trained, for the scheme evaluation's scale mode only (n up to 1024)."""
+"""Trained by the scale stage, for the scheme evaluation's scale mode only (n up to 1024)."""
 REPLAY_RANKS = 4
 
 
@@ -81,21 +82,26 @@ def _stage_netlab(overrides) -> None:
     plt.close(fig)
 
 
-def _stage_train(overrides) -> None:
-    """Stage 1: train and capture the reproduction workloads."""
+def _train(names, overrides) -> list[str]:
+    """Train and capture the recipes ``names`` as ``reproduce-<recipe>``; their capture reports."""
     from zen_analysis.capture.summary import describe_run
     from zen_analysis.dist.launch import launch
 
     reports = []
-    for name in (*REPRODUCE_RUNS, SCALE_RUN):
+    for name in names:
         cfg = apply_overrides(recipes.get(name), [*RUN_OVERRIDES.get(name, ()), *overrides])
         cfg.run_id = reproduce_run_id(name)
         print(f"== training {name}: {cfg.num_workers} workers on {cfg.dist.num_ranks} ranks, {cfg.train.num_steps} steps")
         launch(cfg, overwrite=True)  # reproduce-<recipe> is this job's own run: a rerun replaces it
         reports.append(describe_run(cfg.run_id))
         print(reports[-1])
+    return reports
+
+
+def _stage_train(overrides) -> None:
+    """Stage 1: train and capture the reproduction workloads."""
     out = paths.derived_dir() / "reproduce" / "capture_summary.txt"
-    atomic_write_text(out, "\n\n".join(reports) + "\n")
+    atomic_write_text(out, "\n\n".join(_train(REPRODUCE_RUNS, overrides)) + "\n")
     print(f"summary written to {out}")
 
 
@@ -148,13 +154,7 @@ def _stage_schemes(overrides) -> None:
 
     from zen_analysis.comm.evaluate import speedups, wire_size_table
     from zen_analysis.comm.measure import report, summarize
-    from zen_analysis.experiments.schemes import measured_replay, scale_mode
-
-    scale, scale_table = scale_mode(reproduce_run_id(SCALE_RUN), max_workers=1024)
-    fig = comm_figs.normalized_time(scale, topology="paper-tcp25")
-    style.savefig(fig, "fig8_scale_1024")
-    plt.close(fig)
-    atomic_write_text(paths.derived_dir() / "reproduce" / "schemes_scale_1024.txt", scale_table.to_string() + "\n")
+    from zen_analysis.experiments.schemes import measured_replay
 
     print(f"== replaying {run_ids[0]} through every scheme on {REPLAY_RANKS} gloo ranks (calibrating first if needed)")
     measured = measured_replay(run_ids[0], ranks=REPLAY_RANKS, steps=3)
@@ -171,7 +171,7 @@ def _stage_schemes(overrides) -> None:
     ):
         style.savefig(fig, name)
         plt.close(fig)
-    print(f"scheme figures written to {paths.figures_dir()}: fig8_normalized_time, fig8_scale_1024, fig15_speedup, "
+    print(f"scheme figures written to {paths.figures_dir()}: fig8_normalized_time, fig15_speedup, "
           "fig17a_wire_size, model_vs_measured")  # fmt: skip
 
 
@@ -247,6 +247,24 @@ def _stage_edit(overrides) -> None:
     print(table.to_string(index=False))
 
 
+def _stage_scale(overrides) -> None:
+    """Stage 7: the 1024-worker capture and every scheme modelled on it up to n = 1024 (the scale mode)."""
+    from matplotlib import pyplot as plt
+
+    from zen_analysis.experiments.schemes import scale_mode
+    from zen_analysis.plots import comm as comm_figs, style
+
+    out = paths.derived_dir() / "reproduce" / "capture_summary_scale.txt"
+    atomic_write_text(out, "\n\n".join(_train((SCALE_RUN,), overrides)) + "\n")
+    scale, scale_table = scale_mode(reproduce_run_id(SCALE_RUN), max_workers=1024)
+    fig = comm_figs.normalized_time(scale, topology="paper-tcp25")
+    style.savefig(fig, "fig8_scale_1024")
+    plt.close(fig)
+    atomic_write_text(paths.derived_dir() / "reproduce" / "schemes_scale_1024.txt", scale_table.to_string() + "\n")
+    print(scale_table.to_string())
+    print(f"written: {out}, schemes_scale_1024.txt, {paths.figures_dir() / 'fig8_scale_1024.png'}")
+
+
 STAGES = {
     "train": _stage_train,
     "characterize": _stage_characterize,
@@ -254,6 +272,7 @@ STAGES = {
     "netlab": _stage_netlab,
     "zen": _stage_zen,
     "edit": _stage_edit,
+    "scale": _stage_scale,
 }
 """``make reproduce``'s stages in order (README: "What `make reproduce` does"); each reads what the earlier ones
 wrote, so ``--only zen`` works on a data root where the train and schemes stages have run."""

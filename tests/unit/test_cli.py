@@ -55,7 +55,7 @@ def test_runs_lists_deletes_and_prunes_but_keeps_reproduce_runs(capsys):
 def test_reproduce_names_its_stages():
     from zen_analysis.reproduce import STAGES
 
-    assert list(STAGES) == ["train", "characterize", "schemes", "netlab", "zen", "edit"]
+    assert list(STAGES) == ["train", "characterize", "schemes", "netlab", "zen", "edit", "scale"]
     with pytest.raises(SystemExit, match="unknown stages \\['tran'\\]; the stages are train, characterize"):
         main(["reproduce", "--only", "tran"])
     with pytest.raises(SystemExit, match="not captured yet: run the train stage first"):
@@ -64,15 +64,16 @@ def test_reproduce_names_its_stages():
 
 @pytest.mark.parametrize("argv, ran", [
     ([], ["train", "characterize", "schemes", "netlab", "zen"]),
-    (["--full"], ["train", "characterize", "schemes", "netlab", "zen", "edit"]),
+    (["--full"], ["train", "characterize", "schemes", "netlab", "zen", "edit", "scale"]),
     (["--only", "edit"], ["edit"]),
-    (["--full", "--skip", "netlab"], ["train", "characterize", "schemes", "zen", "edit"]),
+    (["--full", "--skip", "netlab"], ["train", "characterize", "schemes", "zen", "edit", "scale"]),
+    (["--only", "scale,zen"], ["zen", "scale"]),
 ])  # fmt: skip
-def test_make_reproduce_leaves_the_edit_stage_to_full(monkeypatch, capsys, argv, ran):
+def test_make_reproduce_leaves_edit_and_scale_to_full(monkeypatch, capsys, argv, ran):
     from zen_analysis import reproduce
 
     calls = []
     monkeypatch.setattr(reproduce, "STAGES", {name: (lambda o, name=name: calls.append(name)) for name in reproduce.STAGES})
     main(["reproduce", *argv])
     assert calls == ran
-    assert ("not running edit" in capsys.readouterr().out) == ("edit" not in ran and "--only" not in argv)
+    assert ("not running edit, scale" in capsys.readouterr().out) == ("edit" not in ran and "--only" not in argv)
