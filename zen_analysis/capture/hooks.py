@@ -159,7 +159,7 @@ class GradientCapture:
     def end_step(self) -> None:
         """Close a captured step (every rank calls it: with a global threshold it gathers samples)."""
         t0 = time.perf_counter()
-        if self._held:
+        if self.buckets and self.cfg.topk_threshold == "global":  # on every rank, so the all-gathers pair up
             self._select_held()
         self.writer.end_step()
         self.seconds += time.perf_counter() - t0
