@@ -318,7 +318,7 @@ def _add_reproduce_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field of every trained run")
     p.add_argument("--only", action="append", metavar="STAGE", help="run only these stages (comma-separated or repeated)")
     p.add_argument("--skip", action="append", metavar="STAGE", help="skip these stages")
-    p.add_argument("--full", action="store_true", help="also run the EDiT stage (edit, about 15 min on 2 cores) and the 1024-worker scale mode (scale, about 6 min)")
+    p.add_argument("--full", action="store_true", help="also run the EDiT stage (edit: five trainings and an ablation, the longest) and the 1024-worker scale mode (scale, about 6 min)")
     p.set_defaults(func=cmd_reproduce)
 
 

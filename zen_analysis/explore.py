@@ -205,8 +205,11 @@ class DensityExplorer:
         try:
             reader = _reader(self.controls["run"].value)
             if name == "run":
-                self.controls["tensor"].options = reader.tensors()
-                self.controls["tensor"].value = reader.tensors()[0]
+                tensors = reader.tensors()
+                kinds = {t: reader.manifest["tensors"][t]["kind"] for t in tensors}
+                self.controls["tensor"].options = tensors
+                # the natural (embedding) tensor first: bucket names sort before it, and it is what one explores
+                self.controls["tensor"].value = next((t for t in tensors if kinds[t] == "natural"), tensors[0])
                 self.controls["step"].options = reader.steps()
                 self.controls["step"].value = reader.steps()[0]
                 W = len(reader.workers())

@@ -17,7 +17,7 @@ Stages (:data:`STAGES`; ``zen-analysis reproduce --only STAGE`` / ``--skip STAGE
    Zen / top-k AGsparse / top-k Zen trainings of the default model on 4 ranks for loss parity (Fig. 18);
 6. ``edit``: synchronous training, Post-Local SGD, DiLoCo, EDiT and A-EDiT on the default Llama at equal tokens
    (loss curves, validation loss and its gap to synchronous training, tokens/s, bytes), and EDiT's penalty
-   ablation with injected loss spikes. The EDiT paper's stage is the longest (about 15 minutes on 2 cores), so
+   ablation with injected loss spikes. The EDiT paper's stage (seven trainings) is the longest, so
    it runs with ``--full`` (``make reproduce-full``) or ``--only edit``; ``make reproduce`` keeps to the Zen
    paper's stages within its 30 minutes;
 7. ``scale``: beyond the paper's 128 GPUs, a 1024-worker capture of the default Llama and every scheme modelled

@@ -103,3 +103,24 @@ def test_many_workers_are_grouped_on_screen_and_overlap_is_sampled_among_the_fir
     assert labels[-1] == "union" and labels[0] == "0-3" and density.get_xlabel() == "token id (embedding row)"
     assert gamma.get_xscale() == "log" and [t.get_text() for t in gamma.get_xticklabels()][-1] == "200"
     assert all(float(t.get_position()[1]).is_integer() for t in shares.get_yticklabels())
+
+
+def test_the_explorer_opens_on_the_natural_tensor_at_row_granularity():
+    """Bucket records (``bucket00``, ...) sort before the embedding's name; the explorer still opens on the
+    embedding, by rows, and offers the buckets in the tensor list."""
+    rid = "synthetic-explore-buckets"
+    tdir = paths.trace_dir(rid)
+    wr = TraceWriter(tdir, rank=0, run_id=rid, world_size=1, steps_per_shard=4)
+    for w in range(3):
+        g = torch.zeros(R, D)
+        g[_rows(0, w)] = 1.0
+        wr.add(SparseGrad.from_dense(g, step=0, worker=w, rank=0, tensor="model.embed", kind="natural"))
+        wr.add(SparseGrad(0, w, 0, "bucket00", "topk", (64,), torch.tensor([w, 40 + w]), torch.ones(2)))
+    wr.end_step()
+    wr.close()
+    write_manifest(tdir, {"run_id": rid, "tensors": {
+        "model.embed": {"kind": "natural", "shape": [R, D], "numel": R * D},
+        "bucket00": {"kind": "topk", "shape": [64], "numel": 64, "params": [["a", 0, 64]]}}})  # fmt: skip
+    ex = DensityExplorer(rid)
+    assert ex.controls["tensor"].value == "model.embed" and ex.controls["granularity"].value == "row"
+    assert "bucket00" in ex.controls["tensor"].options
