@@ -77,6 +77,108 @@ def preload(arch: str) -> None:
         from transformers import Gemma2ForCausalLM  # noqa: F401
 
 
+def _llama(cfg: ModelConfig, vocab_size: int, max_seq_len: int) -> nn.Module:
+    """A small Llama from its transformers config."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    inter = cfg.intermediate_size or 64 * round(8 * cfg.hidden_size / 3 / 64)
+    hf = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=cfg.hidden_size,
+        intermediate_size=inter,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_heads,
+        max_position_embeddings=max_seq_len,
+        tie_word_embeddings=cfg.tie_embeddings,
+        attention_dropout=cfg.dropout,
+        bos_token_id=0,
+        eos_token_id=0,
+        pad_token_id=None,
+    )
+    return LlamaForCausalLM(hf)
+
+
+def _gpt2(cfg: ModelConfig, vocab_size: int, max_seq_len: int) -> nn.Module:
+    """A small GPT-2 from its transformers config."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    hf = GPT2Config(
+        vocab_size=vocab_size,
+        n_positions=max_seq_len,
+        n_embd=cfg.hidden_size,
+        n_layer=cfg.num_layers,
+        n_head=cfg.num_heads,
+        n_inner=cfg.intermediate_size or None,
+        resid_pdrop=cfg.dropout,
+        embd_pdrop=cfg.dropout,
+        attn_pdrop=cfg.dropout,
+        tie_word_embeddings=cfg.tie_embeddings,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    return GPT2LMHeadModel(hf)
+
+
+def _opt(cfg: ModelConfig, vocab_size: int, max_seq_len: int) -> nn.Module:
+    """A small OPT from its transformers config."""
+    from transformers import OPTConfig, OPTForCausalLM
+
+    # OPT-2.7B's shape: pre-LayerNorm, ReLU MLP of 4 x hidden (fc1/fc2), learned positions, biases. transformers
+    # 5.24's OPT has no activation dropout; layerdrop (skipping whole layers at random) stays off: it is not a
+    # dropout rate and would change the network from step to step.
+    hf = OPTConfig(
+        vocab_size=vocab_size,
+        hidden_size=cfg.hidden_size,
+        ffn_dim=cfg.intermediate_size or 4 * cfg.hidden_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        max_position_embeddings=max_seq_len,
+        word_embed_proj_dim=cfg.hidden_size,
+        do_layer_norm_before=True,
+        dropout=cfg.dropout,
+        attention_dropout=cfg.dropout,
+        layerdrop=0.0,
+        tie_word_embeddings=cfg.tie_embeddings,
+        bos_token_id=0,
+        eos_token_id=0,
+        pad_token_id=None,
+    )
+    return OPTForCausalLM(hf)
+
+
+def _gemma2(cfg: ModelConfig, vocab_size: int, max_seq_len: int) -> nn.Module:
+    """A small Gemma 2 from its transformers config."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    # Gemma2-2B's shape: gated GELU MLP of 4 x hidden, sandwich RMSNorms, attention and final logit
+    # softcapping, sliding-window layers alternating with global ones. The config's head_dim (256) and
+    # query_pre_attn_scalar are Gemma2-2B's absolute values: here both follow hidden / heads. Full multi-head
+    # attention (as the Llama here), not Gemma2-2B's grouped-query (8 heads, 4 kv heads), so the families
+    # differ in their own features only. A window of max_seq_len makes the sliding layers see the whole
+    # sequence. Eager attention: transformers has no sdpa path with softcapping for Gemma 2.
+    head_dim = cfg.hidden_size // cfg.num_heads
+    hf = Gemma2Config(
+        vocab_size=vocab_size,
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size or 4 * cfg.hidden_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_heads,
+        head_dim=head_dim,
+        query_pre_attn_scalar=head_dim,
+        max_position_embeddings=max_seq_len,
+        sliding_window=max_seq_len,
+        attention_dropout=cfg.dropout,
+        tie_word_embeddings=cfg.tie_embeddings,
+        bos_token_id=0,
+        eos_token_id=0,
+        pad_token_id=None,
+        attn_implementation="eager",
+    )
+    return Gemma2ForCausalLM(hf)
+
+
 def build_model(cfg: ModelConfig, *, vocab_size: int, max_seq_len: int) -> nn.Module:
     """A freshly initialised model; seed torch beforehand for identical weights on every rank."""
     if cfg.arch == "lstm":
@@ -87,98 +189,8 @@ def build_model(cfg: ModelConfig, *, vocab_size: int, max_seq_len: int) -> nn.Mo
             dropout=cfg.dropout,
             adaptive_cutoffs=cfg.adaptive_cutoffs,
         )
-    if cfg.arch == "llama":
-        from transformers import LlamaConfig, LlamaForCausalLM
-
-        inter = cfg.intermediate_size or 64 * round(8 * cfg.hidden_size / 3 / 64)
-        hf = LlamaConfig(
-            vocab_size=vocab_size,
-            hidden_size=cfg.hidden_size,
-            intermediate_size=inter,
-            num_hidden_layers=cfg.num_layers,
-            num_attention_heads=cfg.num_heads,
-            num_key_value_heads=cfg.num_heads,
-            max_position_embeddings=max_seq_len,
-            tie_word_embeddings=cfg.tie_embeddings,
-            attention_dropout=cfg.dropout,
-            bos_token_id=0,
-            eos_token_id=0,
-            pad_token_id=None,
-        )
-        model = LlamaForCausalLM(hf)
-    elif cfg.arch == "gpt2":
-        from transformers import GPT2Config, GPT2LMHeadModel
-
-        hf = GPT2Config(
-            vocab_size=vocab_size,
-            n_positions=max_seq_len,
-            n_embd=cfg.hidden_size,
-            n_layer=cfg.num_layers,
-            n_head=cfg.num_heads,
-            n_inner=cfg.intermediate_size or None,
-            resid_pdrop=cfg.dropout,
-            embd_pdrop=cfg.dropout,
-            attn_pdrop=cfg.dropout,
-            tie_word_embeddings=cfg.tie_embeddings,
-            bos_token_id=0,
-            eos_token_id=0,
-        )
-        model = GPT2LMHeadModel(hf)
-    elif cfg.arch == "opt":
-        from transformers import OPTConfig, OPTForCausalLM
-
-        # OPT-2.7B's shape: pre-LayerNorm, ReLU MLP of 4 x hidden (fc1/fc2), learned positions, biases. transformers
-        # 5.24's OPT has no activation dropout; layerdrop (skipping whole layers at random) stays off: it is not a
-        # dropout rate and would change the network from step to step.
-        hf = OPTConfig(
-            vocab_size=vocab_size,
-            hidden_size=cfg.hidden_size,
-            ffn_dim=cfg.intermediate_size or 4 * cfg.hidden_size,
-            num_hidden_layers=cfg.num_layers,
-            num_attention_heads=cfg.num_heads,
-            max_position_embeddings=max_seq_len,
-            word_embed_proj_dim=cfg.hidden_size,
-            do_layer_norm_before=True,
-            dropout=cfg.dropout,
-            attention_dropout=cfg.dropout,
-            layerdrop=0.0,
-            tie_word_embeddings=cfg.tie_embeddings,
-            bos_token_id=0,
-            eos_token_id=0,
-            pad_token_id=None,
-        )
-        model = OPTForCausalLM(hf)
-    elif cfg.arch == "gemma2":
-        from transformers import Gemma2Config, Gemma2ForCausalLM
-
-        # Gemma2-2B's shape: gated GELU MLP of 4 x hidden, sandwich RMSNorms, attention and final logit
-        # softcapping, sliding-window layers alternating with global ones. The config's head_dim (256) and
-        # query_pre_attn_scalar are Gemma2-2B's absolute values: here both follow hidden / heads. Full multi-head
-        # attention (as the Llama here), not Gemma2-2B's grouped-query (8 heads, 4 kv heads), so the families
-        # differ in their own features only. A window of max_seq_len makes the sliding layers see the whole
-        # sequence. Eager attention: transformers has no sdpa path with softcapping for Gemma 2.
-        head_dim = cfg.hidden_size // cfg.num_heads
-        hf = Gemma2Config(
-            vocab_size=vocab_size,
-            hidden_size=cfg.hidden_size,
-            intermediate_size=cfg.intermediate_size or 4 * cfg.hidden_size,
-            num_hidden_layers=cfg.num_layers,
-            num_attention_heads=cfg.num_heads,
-            num_key_value_heads=cfg.num_heads,
-            head_dim=head_dim,
-            query_pre_attn_scalar=head_dim,
-            max_position_embeddings=max_seq_len,
-            sliding_window=max_seq_len,
-            attention_dropout=cfg.dropout,
-            tie_word_embeddings=cfg.tie_embeddings,
-            bos_token_id=0,
-            eos_token_id=0,
-            pad_token_id=None,
-            attn_implementation="eager",
-        )
-        model = Gemma2ForCausalLM(hf)
-    else:  # pragma: no cover - ModelConfig validates arch
-        raise AssertionError(cfg.arch)
+    builders = {"llama": _llama, "gpt2": _gpt2, "opt": _opt, "gemma2": _gemma2}
+    model = builders[cfg.arch](cfg, vocab_size, max_seq_len)  # ModelConfig validates arch
     tied = model.get_input_embeddings().weight is model.get_output_embeddings().weight
     assert tied == cfg.tie_embeddings, f"{cfg.arch}: tie_embeddings={cfg.tie_embeddings} but model tied={tied}"
     pad = model.get_input_embeddings().padding_idx
