@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
+from zen_analysis.capture.buckets import describe
 from zen_analysis.capture.traces import TraceReader
 from zen_analysis.sparsity.characterize import load_tables
 
@@ -45,10 +47,6 @@ def bucket_partition_shares(runs: list[str | Path], *, num_partitions: int = 8) 
     """Per DGC bucket of each run (``capture.topk_scope=bucket``): the mean per-worker share of its non-zeros in
     each of ``num_partitions`` contiguous partitions (columns ``p0``..), with what the bucket holds (``holds``:
     its first and last parameter) and its size; Fig. 3a bucket by bucket, to see where a bucket's skew comes from."""
-    import numpy as np
-
-    from zen_analysis.capture.buckets import describe
-
     rows = []
     for run in runs:
         reader = TraceReader(run)
@@ -69,16 +67,14 @@ def bucket_parameter_shares(run: str | Path) -> pd.DataFrame:
     """Per DGC bucket and parameter of ``run``: the parameter's share of the bucket's elements (``size_share``)
     and of its top-k non-zeros (``nnz_share``, pooled over workers and captured steps). Where they differ, one
     threshold across parameters of different gradient scale is what places the non-zeros (the paper's buckets)."""
-    import numpy as np
-
     reader = TraceReader(run)
     buckets = {t: i for t, i in reader.manifest["tensors"].items() if "params" in i}
-    counts = {t: np.zeros(len(i["params"]), dtype=np.int64) for t, i in buckets.items()}
+    ends = {t: np.array([e for _, _, e in i["params"]]) for t, i in buckets.items()}
+    counts = {t: np.zeros(e.size, dtype=np.int64) for t, e in ends.items()}
     for rec in reader.records(kind="topk", with_values=False):
         if rec.tensor in buckets:
-            ends = np.array([e for _, _, e in buckets[rec.tensor]["params"]])
-            part = np.searchsorted(ends, rec.indices_K.numpy(), side="right")
-            counts[rec.tensor] += np.bincount(part, minlength=ends.size)
+            part = np.searchsorted(ends[rec.tensor], rec.indices_K.numpy(), side="right")
+            counts[rec.tensor] += np.bincount(part, minlength=ends[rec.tensor].size)
     rows = []
     for tensor, info in buckets.items():
         total = max(int(counts[tensor].sum()), 1)
