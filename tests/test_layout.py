@@ -134,11 +134,11 @@ LAYERS = (
     ("sparse data", "sparsity sparsity.metrics sparsity.synthetic sparsity.topk zen zen.hashing zen.native zen.hierarchical "
                     "zen.bitmap capture.schema capture.buckets"),
     ("stores, collectives, processes", "capture capture.traces capture.summary comm.exchange comm.traffic comm.formats "
-                                       "comm.topology comm.cost dist dist.netlab dist.env dist.entry dist.procs"),
+                                       "comm.topology comm.cost comm.dtypes dist dist.netlab dist.env dist.entry dist.procs"),
     ("algorithms", "sync sync.base zen.sync local_sgd"),
     ("schemes", "comm comm.schemes"),
     ("measurement", "comm.measure comm.calibrate comm.replay"),
-    ("sync registry", "sync.sparse sync.compressed sync.registry sync.ddp zen.planner"),
+    ("sync registry", "sync.sparse sync.compressed sync.registry sync.ddp sync.integrations zen.planner"),
     ("analysis", "sparsity.characterize sparsity.workloads sparsity.report comm.evaluate"),
     ("training", "train train.loop capture.hooks dist.rundir"),
     ("launch", "dist.launch"),

@@ -28,8 +28,10 @@ def _balanced_sets(identical: bool) -> list[torch.Tensor]:
     return sets
 
 
-def _total(name, sets):
-    return build_scheme(name).time(sets, M, FLAT)["seconds"].sum()
+def _total(name, sets, check_ranks=False):
+    scheme = build_scheme(name)
+    scheme.check_ranks = check_ranks  # the closed forms know no agreement check
+    return scheme.time(sets, M, FLAT)["seconds"].sum()
 
 
 @pytest.mark.parametrize("identical", [False, True])
@@ -43,6 +45,9 @@ def test_alpha_beta_model_matches_the_closed_forms(identical):
     assert _total("agsparse", sets) == pytest.approx(t_agsparse(n, d, M, B) + count_exchange, rel=1e-12)
     assert _total("sparse_ps", sets) == pytest.approx(t_bp(n, d, gamma, M, B) + 2 * count_exchange, rel=1e-12)
     assert _total("sparcml", sets) == pytest.approx(t_hc(n, d, gamma, M, B) + 3 * 8 / B, rel=1e-12)
+    # the ranks' agreement check: 4 int64 from every rank to every other, with or without a call of its own
+    for name in ("allreduce", "agsparse", "sparse_ps", "sparcml", "zen", "omnireduce", "bp_coo"):
+        assert _total(name, sets, True) - _total(name, sets) == pytest.approx(32 * (n - 1) / B, rel=1e-9), name
 
 
 def test_paper_claims_follow_from_the_closed_forms():

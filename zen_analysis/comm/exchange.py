@@ -17,6 +17,7 @@ byte for byte. Shape legend: N numel, K entries on this rank, W world size.
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,8 +26,29 @@ import torch
 import torch.distributed as dist
 
 from zen_analysis import workspace
+from zen_analysis.comm.dtypes import accumulate_dtype, value_bytes
 
 COUNT_BYTES = 8  # counts travel as int64
+
+
+class RanksDisagreeError(ValueError):
+    """Ranks passed different inputs to one collective sum (numel, dtype, seed or scheme): raised on every rank,
+    with the same message, before any of them sums anything."""
+
+
+def _agreement_error(names: list[str], table_WF: torch.Tensor, decode: dict) -> str | None:
+    """The message naming what the ranks disagree on (every rank builds it from the same table), or None."""
+    parts = []
+    for f, name in enumerate(names):
+        column = table_WF[:, f].tolist()
+        if len(set(column)) > 1:
+            show = decode.get(name, str)
+            ranks = ", ".join(f"rank {r} passed {name} {show(v)}" for r, v in enumerate(column))
+            parts.append(ranks)
+    if not parts:
+        return None
+    return ("the ranks disagree: " + "; ".join(parts) + ". Every rank must sum a tensor of the same numel and dtype "
+            "with the same scheme (and hash seed); no rank summed anything")
 
 
 def index_dtype(numel: int) -> torch.dtype:
@@ -38,27 +60,47 @@ def index_bytes(numel: int) -> int:
     return 4 if numel < 2**31 else 8
 
 
-def coo_words(numel: int) -> int:
-    """32-bit words per packed COO entry: an int32 index and a float32 value (2), or an int64 index as two
-    words and the value (3) for tensors of 2**31 elements or more."""
-    return 2 if numel < 2**31 else 3
+def coo_layout(numel: int, dtype: torch.dtype = torch.float32) -> tuple[torch.dtype, int]:
+    """(wire unit, units per entry) of a packed COO entry: its index (int32 below 2**31 elements, else int64) and
+    its value at the value's own width, in the widest unit both are whole multiples of (int32 words for a float32
+    value and an int32 index, two per entry; bytes for a 2-byte value after a 4-byte index: 6 per entry). The unit
+    is one gloo and NCCL move (they have no int16): the buffer's bytes are exactly index + value bytes per entry."""
+    ib, vb = index_bytes(numel), value_bytes(dtype)
+    unit = math.gcd(ib, vb)
+    return {1: torch.uint8, 4: torch.int32, 8: torch.int64}.get(unit, torch.uint8), (ib + vb) // (unit if unit in (4, 8) else 1)
+
+
+def coo_words(numel: int, dtype: torch.dtype = torch.float32) -> int:
+    """Units per packed COO entry (:func:`coo_layout`): 2 int32 words for a float32 value below 2**31 elements."""
+    return coo_layout(numel, dtype)[1]
 
 
 def pack_coo(idx_K: torch.Tensor, val_K: torch.Tensor, numel: int) -> torch.Tensor:
-    """Indices and float32 values in one int32 buffer, entry after entry (``coo_words(numel)`` words each), so
+    """Indices and values (at their own dtype's width) in one buffer, entry after entry (:func:`coo_layout`), so
     one collective call carries both: same bytes as two buffers, half the calls."""
-    idx = idx_K.to(index_dtype(numel)).reshape(-1, 1)
-    words = torch.empty(idx_K.numel(), coo_words(numel), dtype=torch.int32, device=val_K.device)
-    words[:, :-1] = idx.view(torch.int32).view(-1, coo_words(numel) - 1)
-    words[:, -1] = val_K.to(torch.float32).view(torch.int32)
+    unit, per = coo_layout(numel, val_K.dtype)
+    cut = index_bytes(numel) // unit.itemsize  # units of the index
+    words = torch.empty(idx_K.numel(), per, dtype=unit, device=val_K.device)
+    if idx_K.numel():
+        words[:, :cut] = idx_K.to(index_dtype(numel)).reshape(-1, 1).view(unit)
+        words[:, cut:] = val_K.contiguous().reshape(-1, 1).view(unit)
     return words.reshape(-1)
 
 
-def unpack_coo(words: torch.Tensor, numel: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(indices int64, values float32) from :func:`pack_coo`'s buffer."""
-    w = words.view(-1, coo_words(numel))
-    idx = w[:, :-1].contiguous().view(index_dtype(numel)).reshape(-1).long()
-    return idx, w[:, -1].contiguous().view(torch.float32)
+def unpack_coo(words: torch.Tensor, numel: int, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    """(indices int64, values of ``dtype``) from :func:`pack_coo`'s buffer."""
+    ib, vb = index_bytes(numel), value_bytes(dtype)
+    w = words.contiguous().view(torch.uint8).view(-1, ib + vb)
+    return _bytes_as(w[:, :ib], index_dtype(numel)).long(), _bytes_as(w[:, ib:], dtype)
+
+
+def _bytes_as(columns: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Byte columns of a packed buffer read as one flat tensor of ``dtype`` (a copy: the columns are strided; a
+    single row's slice is a view, copied too when its offset is not aligned to ``dtype``)."""
+    flat = columns.reshape(-1)
+    if flat.data_ptr() == columns.data_ptr() and flat.storage_offset() % dtype.itemsize:
+        flat = flat.clone()
+    return flat.view(dtype)
 
 
 @dataclass
@@ -95,6 +137,43 @@ class Exchange:
         """Barrier before each collective (not timed), so ``wire_seconds`` excludes waiting for slower peers."""
         self.wait_seconds = 0.0
         """Seconds spent in those barriers (neither wire nor local work)."""
+        self._agree: tuple[list[str], torch.Tensor, dict] | None = None
+
+    def expect_agreement(self, fields: dict[str, int], decode: dict | None = None) -> None:
+        """Check that every rank passes the same ``fields`` (name -> int64 value): the next count exchange carries
+        them to every rank (no call of its own), or :meth:`agree` does in one call of its own. A disagreement
+        raises :class:`RanksDisagreeError` on every rank, with the same message. ``decode``: name -> how to show a
+        value in that message."""
+        names = list(fields)
+        self._agree = (names, torch.tensor([fields[n] for n in names], dtype=torch.int64, device="cpu"), decode or {})
+
+    def agree(self) -> None:
+        """The pending agreement check (:meth:`expect_agreement`) in one exchange of its own (phase ``agree``,
+        control bytes), for a scheme whose first collective is not a count exchange. No-op when none is pending."""
+        if self._agree is None:
+            return
+        names, mine_F, decode = self._agree
+        self._agree = None
+        send = mine_F.expand(self.world, -1).contiguous().to(self.device)
+        recv = torch.empty_like(send)
+        prev, self._phase = self._phase, "agree"
+        try:
+            t0 = self._start()
+            dist.all_to_all_single(recv, send, group=self.group)
+            moved = send.element_size() * mine_F.numel() * (self.world - 1)
+            self._count("control", moved, moved, time.perf_counter() - t0)
+        finally:
+            self._phase = prev
+        self._raise_on_disagreement(names, recv.cpu(), decode)
+
+    def _raise_on_disagreement(self, names: list[str], table_WF: torch.Tensor, decode: dict) -> None:
+        message = _agreement_error(names, table_WF, decode)
+        if message is not None:
+            raise RanksDisagreeError(message)
+
+    @property
+    def agreement_pending(self) -> bool:
+        return self._agree is not None
 
     def _start(self) -> float:
         if self.sync:
@@ -137,14 +216,24 @@ class Exchange:
         rec.calls += 1
 
     def exchange_counts(self, counts_W: torch.Tensor) -> torch.Tensor:
-        """Send counts_W[j] to rank j; returns what each rank sent to this one (control traffic)."""
+        """Send counts_W[j] to rank j; returns what each rank sent to this one (control traffic). A pending
+        agreement check (:meth:`expect_agreement`) rides along: its values follow each count in the same call."""
         send = counts_W.to(device=self.device, dtype=torch.int64).contiguous()
+        check = self._agree
+        self._agree = None
+        if check is not None:
+            send = torch.cat([send.view(-1, 1), check[1].to(self.device).expand(self.world, -1)], 1).contiguous()
         recv = torch.empty_like(send)
         t0 = self._start()
         dist.all_to_all_single(recv, send, group=self.group)
         wire = time.perf_counter() - t0
-        self._count("control", COUNT_BYTES * (self.world - 1), COUNT_BYTES * (self.world - 1), wire)
-        return recv.cpu()
+        moved = COUNT_BYTES * send.numel() // self.world * (self.world - 1)
+        self._count("control", moved, moved, wire)
+        recv = recv.cpu()
+        if check is None:
+            return recv
+        self._raise_on_disagreement(check[0], recv[:, 1:], check[2])
+        return recv[:, 0].contiguous()
 
     def all_to_all_v(
         self, data_K: torch.Tensor, send_counts_W: torch.Tensor, recv_counts_W: torch.Tensor, *, reuse: str | None = None
@@ -254,15 +343,19 @@ def push_to_owners(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The push of Parallelism schemes: ``idx_K``/``val_K`` grouped by owner (``send_W[j]`` entries for rank j)
     go to their owners (count exchange + one ``all_to_all_single`` of packed COO, phase ``push``); returns this
-    rank's (indices ascending, summed values). An index that sums to zero stays in the set."""
-    w = coo_words(numel)
+    rank's (indices ascending, summed values in ``val_K``'s dtype, added in
+    :func:`~zen_analysis.comm.dtypes.accumulate_dtype`). An index that sums to zero stays in the set."""
+    dtype = val_K.dtype
+    w = coo_words(numel, dtype)
     with ex.phase("push"):
         recv_W = ex.exchange_counts(send_W)
         got = ex.all_to_all_v(pack_coo(idx_K, val_K, numel), send_W * w, recv_W * w)
     with ex.local("aggregate"):
-        r_idx, r_val = unpack_coo(got, numel)
+        r_idx, r_val = unpack_coo(got, numel, dtype)
         u_idx, inverse = torch.unique(r_idx, return_inverse=True)
-        u_val = torch.zeros(u_idx.numel(), dtype=torch.float32, device=r_val.device).index_add_(0, inverse, r_val)
+        acc = accumulate_dtype(dtype)
+        u_val = torch.zeros(u_idx.numel(), dtype=acc, device=r_val.device).index_add_(0, inverse, r_val.to(acc))
+        u_val = u_val.to(dtype)  # rounded once (fp16/bf16 summed in float32)
     return u_idx, u_val
 
 

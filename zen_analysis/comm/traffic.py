@@ -24,8 +24,11 @@ unpacked, hashed, summed), non-zeros written into the result."""
 class Traffic:
     """Accumulates the bytes every rank sends to every other rank, per (phase, kind), for ``world`` ranks."""
 
-    def __init__(self, world: int) -> None:
+    def __init__(self, world: int, *, value_bytes: int = 4) -> None:
         self.world = world
+        self.value_bytes = value_bytes
+        """Bytes of one value on the wire: the summed tensor's dtype width (4 for float32, 2 for fp16/bf16)."""
+        self._first_counts: str | None = None
         self.matrices: dict[tuple[str, str], np.ndarray] = {}
         """(phase, kind) -> (W, W) int64, bytes rank i sends to rank j (zero diagonal)."""
         self.active: dict[tuple[str, str], np.ndarray] = {}
@@ -76,10 +79,24 @@ class Traffic:
 
     def counts(self, phase: str) -> None:
         """One count exchange: every rank sends and receives a count from every other rank."""
+        self._first_counts = self._first_counts or phase
         self._call(phase, "all_to_all", "control")
         m = self._matrix(phase, "control")
         m += COUNT_BYTES
         np.fill_diagonal(m, m.diagonal() - COUNT_BYTES)
+
+    def agreement(self, nbytes: int, *, folded: bool) -> None:
+        """The ranks' agreement check (``Exchange.expect_agreement``): ``nbytes`` from every rank to every other,
+        riding on the first count exchange (``folded``: no call of its own) or in a phase ``agree`` of one call."""
+        if folded:
+            if self._first_counts is None:
+                raise ValueError("a folded agreement check needs a count exchange to ride on")
+            m = self._matrix(self._first_counts, "control")
+        else:
+            self._call("agree", "all_to_all", "control")
+            m = self._matrix("agree", "control")
+        m += nbytes
+        np.fill_diagonal(m, m.diagonal() - nbytes)
 
     def p2p(self, phase: str, src, dst, nbytes, *, kind: str = "payload") -> None:
         """One round of point-to-point messages: ``src[k]`` sends ``nbytes[k]`` to ``dst[k]`` (arrays or

@@ -8,6 +8,11 @@ input (copied outside the timing), the schemes taking turns call by call (so a n
 hits all of them); a call's time is the slowest rank's, and the table reports the median over repeats. The floor is timed on each rank alone: find the non-zeros, gather their values, zero an existing output
 buffer and scatter the values back (:func:`local_floor`). Zen's own local work is reported per step from the
 scheme's ``last_local()`` timings.
+
+Variants (:data:`VARIANTS`) measure what the dtype contract and the ranks' agreement check cost: ``zen-nocheck``
+and ``allreduce-nocheck`` skip the check (``check_ranks = False``; Zen's rides on its count exchange, the dense
+all-reduce's is one call of its own), ``zen-bf16`` and ``allreduce-bf16`` sum the same integer values as bfloat16
+(Zen's torch path: the compiled loops are float32's; values travel at 2 bytes).
 """
 
 from __future__ import annotations
@@ -21,6 +26,13 @@ import torch
 SIZES = (4_000_000, 32_000_000, 128_000_000)
 DENSITIES = (0.005, 0.01, 0.05)
 SCHEMES = ("allreduce", "agsparse", "bp_coo", "zen")
+VARIANTS = {
+    "zen-nocheck": ("zen", torch.float32, False),
+    "allreduce-nocheck": ("allreduce", torch.float32, False),
+    "zen-bf16": ("zen", torch.bfloat16, True),
+    "allreduce-bf16": ("allreduce", torch.bfloat16, True),
+}
+"""label -> (scheme, dtype, agreement check): the rows beside each scheme's plain (float32, checked) one."""
 
 
 def local_floor(x_N: torch.Tensor, out_N: torch.Tensor) -> None:
@@ -32,7 +44,7 @@ def local_floor(x_N: torch.Tensor, out_N: torch.Tensor) -> None:
     out_N[idx_K] = val_K
 
 
-def _body(rank: int, world: int, configs: list, repeats: int, schemes: Sequence[str]) -> list[dict]:
+def _body(rank: int, world: int, configs: list, repeats: int, schemes: Sequence[str], variants: dict) -> list[dict]:
     import torch.distributed as dist
 
     from zen_analysis.comm import build_scheme
@@ -47,18 +59,30 @@ def _body(rank: int, world: int, configs: list, repeats: int, schemes: Sequence[
         dist.all_reduce(ref)
         work = torch.empty_like(x)
         built = {name: build_scheme(name) for name in schemes}
+        inputs = {name: (x, ref, work) for name in schemes}
+        for label, (name, dtype, check) in variants.items():
+            built[label] = build_scheme(name)
+            built[label].check_ranks = check
+            if dtype == torch.float32:
+                inputs[label] = (x, ref, work)
+                continue
+            xd = x.to(dtype)  # integer values: exact in bfloat16, sums too (at most 4 x world)
+            refd = xd.clone()
+            dist.all_reduce(refd)
+            inputs[label] = (xd, refd, torch.empty_like(xd))
         for rep in range(repeats + 1):  # the first is a warm-up (caches, allocator)
             t0 = time.perf_counter()
             local_floor(x, work)
             if rep:
                 rows.append({"config": cfg_id, "what": "floor", "rep": rep, "rank": rank, "seconds": time.perf_counter() - t0})
             for name, scheme in built.items():  # interleaved: a slow spell of the machine hits every scheme alike
-                work.copy_(x)
+                src, want, buf = inputs[name]
+                buf.copy_(src)
                 dist.barrier()
                 t0 = time.perf_counter()
-                out = scheme.run(work)
+                out = scheme.run(buf)
                 seconds = time.perf_counter() - t0
-                ok = torch.equal(out, ref)
+                ok = torch.equal(out, want)
                 if rep:
                     rows.append({"config": cfg_id, "what": name, "rep": rep, "rank": rank, "seconds": seconds, "exact": ok,
                                  "calls": int(scheme.last_measured()["calls"].sum())})  # fmt: skip
@@ -68,7 +92,7 @@ def _body(rank: int, world: int, configs: list, repeats: int, schemes: Sequence[
                         for phase, g in scheme.last_measured().groupby("phase"):
                             rows.append({"config": cfg_id, "what": f"zen:wire {phase}", "rep": rep, "rank": rank,
                                          "seconds": float(g["wire_seconds"].sum())})  # fmt: skip
-        del x, ref, work
+        del x, ref, work, inputs
     return rows
 
 
@@ -81,12 +105,14 @@ def speed_table(
     overlap: float = 0.3,
     schemes: Sequence[str] = SCHEMES,
     model: bool = True,
+    variants: dict | None = None,
 ) -> pd.DataFrame:
     """One row per (numel, density, what): the median over repeats of the slowest rank's seconds, for every
     scheme, the floor (``floor``) and each scheme's local steps (``zen:hash``, ...). With ``model``, each
     scheme's row also holds ``model_seconds``: its time model (wire phases + local work) on this machine
     calibrated at ``ranks`` ranks (:func:`~zen_analysis.comm.calibrate.local`, fitted on tensors of at most 4M
-    elements: at 32M and 128M the model extrapolates)."""
+    elements: at 32M and 128M the model extrapolates). ``variants``: label -> (scheme, dtype, check), default
+    :data:`VARIANTS` (those whose scheme is in ``schemes``)."""
     from zen_analysis.comm import build_scheme
     from zen_analysis.comm.calibrate import local
     from zen_analysis.dist.procs import fork_launch
@@ -98,7 +124,9 @@ def speed_table(
     for numel in sizes:
         configs = [(numel, d, synthetic_index_sets(numel, ranks, d, overlap=overlap, seed=i))
                    for i, d in enumerate(densities)]  # fmt: skip
-        rows = [r for per_rank in fork_launch(_body, ranks, configs, repeats, list(schemes), timeout_s=3600) for r in per_rank]
+        chosen = {k: v for k, v in (VARIANTS if variants is None else variants).items() if v[0] in schemes}
+        rows = [r for per_rank in fork_launch(_body, ranks, configs, repeats, list(schemes), chosen, timeout_s=3600)
+                for r in per_rank]  # fmt: skip
         df = pd.DataFrame(rows)
         agg = {"seconds": "max"}
         if "exact" in df:
@@ -127,8 +155,13 @@ def model_check(table: pd.DataFrame) -> pd.DataFrame:
 def summary(table: pd.DataFrame) -> pd.DataFrame:
     """One row per (numel, density): each scheme's median seconds, the floor, and Zen's ratios to them."""
     wide = table.pivot_table(index=["numel", "density"], columns="what", values="seconds")
-    cols = [c for c in ("floor", *SCHEMES) if c in wide]
+    cols = [c for c in ("floor", *SCHEMES, *VARIANTS) if c in wide]
     out = wide[cols].copy()
+    for name in ("zen", "allreduce"):  # what the ranks' agreement check adds to one call
+        if name in wide and f"{name}-nocheck" in wide:
+            out[f"{name} check cost"] = wide[name] - wide[f"{name}-nocheck"]
+    if "zen-bf16" in wide and "zen" in wide:
+        out["zen-bf16/zen"] = wide["zen-bf16"] / wide["zen"]
     if "zen" in wide:
         out["zen/floor"] = wide["zen"] / wide["floor"]
         if "allreduce" in wide:

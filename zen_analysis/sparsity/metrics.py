@@ -173,10 +173,13 @@ def densification_curve(index_sets: Sequence[torch.Tensor], ns: Sequence[int], n
 
 
 def partition_of(indices: torch.Tensor, numel: int, num_partitions: int) -> torch.Tensor:
-    """Contiguous partition id of each index: p such that p*numel//n <= idx < (p+1)*numel//n."""
-    if num_partitions < 1 or numel < 1:
-        raise ValueError("numel and num_partitions must be positive")
+    """Contiguous partition id of each index: p such that p*numel//n <= idx < (p+1)*numel//n (an empty tensor,
+    numel 0, has no index to place: an empty result)."""
+    if num_partitions < 1 or numel < 0:
+        raise ValueError(f"num_partitions must be positive and numel non-negative, got {num_partitions} and {numel}")
     idx = check_indices(indices, numel)
+    if numel == 0:  # check_indices refused every index: nothing to place
+        return idx
     # p = ceil((idx + 1) * n / numel) - 1, exact in integers
     return ((idx + 1) * num_partitions - 1) // numel
 

@@ -77,7 +77,7 @@ class HookState(Stats):
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="zen-ddp")  # keeps bucket order
 
     def residual(self, param: nn.Parameter) -> torch.Tensor | None:
-        """What error feedback holds back for ``param`` (flat, float32), or None before its first step."""
+        """What error feedback holds back for ``param`` (flat, float32 or float64), or None before its first step."""
         return self._residuals.get(id(param))
 
     def residual_norm(self) -> float:
@@ -93,9 +93,11 @@ class HookState(Stats):
 
 def _sparsify(state: HookState, flat_N: torch.Tensor, parts, key: str, step: int, group) -> tuple[torch.Tensor, int]:
     """Top-k of ``flat_N`` plus its parameters' residuals (``parts``: (parameter, start, end)); the unsent rest
-    becomes their new residuals. Returns the sparse float32 tensor to sum and the count kept."""
+    becomes their new residuals. Returns the sparse tensor to sum, in ``flat_N``'s dtype (a bf16 model's values
+    travel at 2 bytes), and the count kept. Residuals are float32 (float64 for a float64 model) and keep what the
+    rounding to ``flat_N``'s dtype left out of the sent values."""
     rank = dist.get_rank(group)
-    acc_N = flat_N.detach().to(torch.float32, copy=True).reshape(-1)
+    acc_N = flat_N.detach().to(torch.promote_types(flat_N.dtype, torch.float32), copy=True).reshape(-1)
     for p, s, e in parts:
         r = state._residuals.get(id(p))
         if r is not None:
@@ -109,9 +111,9 @@ def _sparsify(state: HookState, flat_N: torch.Tensor, parts, key: str, step: int
             return torch.cat(pieces)
     gen = state.compressor.generator(worker=rank, tensor=key, step=step, device=acc_N.device)
     idx_K = state.compressor.select(acc_N, generator=gen, gather=gather)
-    sparse_N = torch.zeros_like(acc_N)
-    sparse_N[idx_K] = acc_N[idx_K]
-    acc_N[idx_K] = 0
+    sparse_N = torch.zeros(acc_N.numel(), dtype=flat_N.dtype, device=acc_N.device)
+    sparse_N[idx_K] = acc_N[idx_K].to(flat_N.dtype)
+    acc_N[idx_K] -= sparse_N[idx_K].to(acc_N.dtype)  # zero, unless rounding to the model's dtype left a rest
     for p, s, e in parts:  # views of one tensor per bucket: freed once every parameter has a newer residual
         state._residuals[id(p)] = acc_N[s:e]
     return sparse_N, int(idx_K.numel())

@@ -105,14 +105,14 @@ def _sum_sparse_rows(state: NaturalState, grad: torch.Tensor) -> torch.Tensor:
     """The average over the group of a sparse COO gradient (``nn.Embedding(sparse=True)``): summed by the scheme
     over its non-zeros, returned as the rows whose sum is non-zero."""
     g = grad.coalesce()
-    flat_N = torch.zeros(g.shape.numel(), dtype=torch.float32, device=g.device)
+    flat_N = torch.zeros(g.shape.numel(), dtype=g.dtype, device=g.device)  # summed in its own dtype
     rows_R, vals_RD = g.indices()[0], g.values().reshape(g.indices().shape[1], -1)
-    flat_N.view(g.shape[0], -1).index_copy_(0, rows_R, vals_RD.float())  # coalesced: each row once
+    flat_N.view(g.shape[0], -1).index_copy_(0, rows_R, vals_RD)  # coalesced: each row once
     state._scheme.run(flat_N, group=state.group)  # in place, over the non-zeros only
     state.bytes_sent += int(state._scheme.last_measured()["bytes_sent"].sum())
     sum_VD = flat_N.view(g.shape[0], -1)
     rows = torch.nonzero(sum_VD.ne(0).any(dim=1), as_tuple=True)[0]
-    values = (sum_VD[rows] / dist.get_world_size(state.group)).to(g.dtype).reshape(-1, *g.shape[1:])
+    values = (sum_VD[rows] / dist.get_world_size(state.group)).reshape(-1, *g.shape[1:])
     # sorted unique rows by construction: coalesced, nothing to check
     return torch.sparse_coo_tensor(rows[None], values, g.shape, is_coalesced=True, check_invariants=False)
 
@@ -196,10 +196,29 @@ def sparse_parameters(module: nn.Module) -> tuple[nn.Parameter, ...]:
     return tuple(out)
 
 
+def model_group(ddp_model: nn.Module, group=None):
+    """The process group the hook sums over: the DDP model's own (``ddp_model.process_group``: DDP averages its
+    gradients over it, so a sum over any other set of ranks would be wrong), or ``group`` when it spans the same
+    ranks; a ``group`` of other ranks is an error."""
+    own = getattr(ddp_model, "process_group", None)
+    if own is None:
+        return group
+    if group is not None and group is not own:
+        ranks, mine = dist.get_process_group_ranks(group), dist.get_process_group_ranks(own)
+        if ranks != mine:
+            raise ValueError(f"group= spans ranks {ranks}, but the DDP model averages over its process group of ranks "
+                             f"{mine}: leave group= out (the hook uses the model's own group)")  # fmt: skip
+    return own
+
+
 def register(ddp_model: nn.Module, *, mode: str = "natural", scheme: str = "zen", params=None, group=None, seed: int = 0,
              ratio: float = 0.05, threshold: str = "local", overlap: bool = False):  # fmt: skip
     """Put Zen (or another scheme of :mod:`zen_analysis.comm`) into a ``DistributedDataParallel`` model; returns the
     hook's state (:class:`NaturalState` or :class:`HookState`: bytes sent, seconds, per-bucket rows).
+
+    The hook sums over the DDP model's own process group (``DDP(..., process_group=pg)``; :func:`model_group`);
+    ``group``, if given, must span the same ranks. Gradients are summed in their own dtype (a bf16 model's values
+    travel at 2 bytes; :mod:`zen_analysis.comm.dtypes`).
 
     ``mode="natural"``: the gradients of ``params`` (default :func:`sparse_parameters`: the untied embeddings, dense
     or ``sparse=True``) are summed losslessly by ``scheme``, everything else by DDP's own all-reduce.
@@ -215,6 +234,7 @@ def register(ddp_model: nn.Module, *, mode: str = "natural", scheme: str = "zen"
     module = getattr(ddp_model, "module", None)
     if module is None:
         raise ValueError("register() takes a torch.nn.parallel.DistributedDataParallel model")
+    group = model_group(ddp_model, group)
     names = {id(p): n for n, p in module.named_parameters()}
     if mode == "natural":
         chosen = tuple(params) if params is not None else sparse_parameters(module)

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import torch
 
+from zen_analysis.comm.dtypes import accumulate_dtype
 from zen_analysis.comm.exchange import Exchange, coo_words, pack_coo, unpack_coo
 from zen_analysis.zen import native
 from zen_analysis.zen.bitmap import StaticSets, bits_at, popcounts, set_positions, static_sets
@@ -94,23 +95,26 @@ def push(x_N: torch.Tensor, ex: Exchange, *, seed: int, hashing: str = "auto") -
     rank."""
     sets = static_sets(x_N.numel(), ex.world, seed, x_N.device)
     words, counts_W = _push_message(x_N, ex, sets, seed=seed, hashing=hashing)
-    w = coo_words(x_N.numel())
+    w = coo_words(x_N.numel(), x_N.dtype)
     with ex.phase("push"):
         recv_W = ex.exchange_counts(counts_W)
         got = ex.all_to_all_v(words, counts_W * w, recv_W * w, reuse="zen.push.recv")
     return sets, got, recv_W
 
 
-def aggregate_encode(got: torch.Tensor, sets: StaticSets, p: int, recv_W: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def aggregate_encode(got: torch.Tensor, sets: StaticSets, p: int, recv_W: torch.Tensor | None = None, *,
+                     dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """Server p's aggregate of the received packed entries, hash-bitmap encoded: (bitmap over S_p, summed values
     of its set bits in S_p order). Positions index S_p directly: no search. On the CPU, when every sender's
     positions ascend (``recv_W``: entries per sender; the CPU push sends them so), one compiled merge sums them
     block by block in a cache-sized accumulator: O(received + |S_p| / 8); otherwise (e.g. Algorithm 1's buckets)
-    one compiled pass sets the bits and sums into a persistent |S_p| accumulator that the read-out leaves zeroed."""
+    one compiled pass sets the bits and sums into a persistent |S_p| accumulator that the read-out leaves zeroed.
+    Values other than float32 (``dtype``) take the torch path, summed in
+    :func:`~zen_analysis.comm.dtypes.accumulate_dtype` (fp16/bf16 in float32, rounded once)."""
     size = sets.sizes[p]
     nbytes = sets.byte_starts[p + 1] - sets.byte_starts[p]
     got = got.to(sets.order.device)  # the exchange's device (CUDA under NCCL) may differ from the input's
-    if got.device.type == "cpu" and sets.numel < 2**31 and native.available():
+    if got.device.type == "cpu" and dtype == torch.float32 and sets.numel < 2**31 and native.available():
         merged = native.aggregate_sorted(got, recv_W, size, reuse="zen.aggregate") if recv_W is not None else None
         if merged is not None:
             return merged
@@ -123,14 +127,15 @@ def aggregate_encode(got: torch.Tensor, sets: StaticSets, p: int, recv_W: torch.
         except BaseException:  # the accumulator persists between calls: never leave a partial sum in it
             acc.zero_()
             raise
-    pos, val = unpack_coo(got, sets.numel)
+    pos, val = unpack_coo(got, sets.numel, dtype)
     if pos.numel() and (int(pos.min()) < 0 or int(pos.max()) >= size):
         raise ValueError(f"a received position is outside this server's hash set of {size}")
     touched = torch.zeros(size, dtype=torch.bool, device=got.device)
     touched[pos] = True
-    acc = torch.zeros(size, dtype=torch.float32, device=got.device).index_add_(0, pos, val)
+    acc_dtype = accumulate_dtype(dtype)
+    acc = torch.zeros(size, dtype=acc_dtype, device=got.device).index_add_(0, pos, val.to(acc_dtype))
     pos_u = torch.nonzero(touched, as_tuple=True)[0]
-    return bits_at(pos_u, nbytes), acc[pos_u]
+    return bits_at(pos_u, nbytes), acc[pos_u].to(dtype)
 
 
 def pull(bitmap: torch.Tensor, values: torch.Tensor, ex: Exchange, sets: StaticSets, out_N: torch.Tensor) -> torch.Tensor:
@@ -157,12 +162,17 @@ def pull(bitmap: torch.Tensor, values: torch.Tensor, ex: Exchange, sets: StaticS
     return out_N
 
 
+def _sorted_counts(x_N: torch.Tensor, recv_W: torch.Tensor) -> torch.Tensor | None:
+    """The senders' counts when the compiled merge of ascending streams applies (float32, two words an entry)."""
+    return recv_W if x_N.dtype == torch.float32 and coo_words(x_N.numel()) == 2 else None
+
+
 def zen_sum(x_N: torch.Tensor, ex: Exchange, *, seed: int = 0, hashing: str = "auto") -> torch.Tensor:
     """Sum of the ranks' flat tensors ``x_N`` via push (hash owners) and hash-bitmap pull, in place; returns
     ``x_N``."""
     sets, got, recv_W = push(x_N, ex, seed=seed, hashing=hashing)
     with ex.local("aggregate"):
-        bitmap, values = aggregate_encode(got, sets, ex.rank, recv_W if coo_words(x_N.numel()) == 2 else None)
+        bitmap, values = aggregate_encode(got, sets, ex.rank, _sorted_counts(x_N, recv_W), dtype=x_N.dtype)
     return pull(bitmap, values, ex, sets, x_N)
 
 
@@ -240,10 +250,10 @@ def _hierarchical_sparse(x_N: torch.Tensor, groups: NodeGroups, *, seed: int, ha
     p = intra.rank
     if inter is None:  # one node: plain Zen
         with intra.local("aggregate"):
-            bitmap, values = aggregate_encode(got, sets, p, recv_W if coo_words(x_N.numel()) == 2 else None)
+            bitmap, values = aggregate_encode(got, sets, p, _sorted_counts(x_N, recv_W), dtype=x_N.dtype)
         return pull(bitmap, values, intra, sets, x_N)
     size, nbytes = sets.sizes[p], sets.byte_starts[p + 1] - sets.byte_starts[p]
-    if _kernel(x_N) and coo_words(x_N.numel()) == 2:
+    if _kernel(x_N) and coo_words(x_N.numel(), x_N.dtype) == 2:
         # the node's sum on S_p straight into the persistent |S_p| accumulator (the same index space on every
         # node), summed across nodes in place, read out by the final bitmap, which leaves it zeroed
         acc = sets.accumulator(p)
@@ -263,7 +273,7 @@ def _hierarchical_sparse(x_N: torch.Tensor, groups: NodeGroups, *, seed: int, ha
             raise
         return pull(bitmap, values, intra, sets, x_N)
     with intra.local("aggregate"):
-        bitmap, values = aggregate_encode(got, sets, p, recv_W if coo_words(x_N.numel()) == 2 else None)
+        bitmap, values = aggregate_encode(got, sets, p, _sorted_counts(x_N, recv_W), dtype=x_N.dtype)
         bitmap = bitmap.clone()  # a workspace view: the push across nodes below reuses it
     with inter.local("compact"):
         part = torch.zeros(size, dtype=x_N.dtype, device=x_N.device)

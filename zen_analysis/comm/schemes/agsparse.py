@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from zen_analysis.comm.dtypes import accumulate_dtype
 from zen_analysis.comm.exchange import Exchange, coo_words, index_bytes, pack_coo, unpack_coo
 from zen_analysis.comm.schemes.base import CommScheme, coo_of
 from zen_analysis.comm.traffic import Traffic
@@ -18,14 +19,21 @@ from zen_analysis.comm.traffic import Traffic
 
 class AGSparse(CommScheme):
     name = "agsparse"
+    folds_agreement = True
 
     def _run(self, x_N: torch.Tensor, ex: Exchange) -> None:
         idx_K, val_K = coo_of(x_N)
-        N, w = x_N.numel(), coo_words(x_N.numel())
+        N, w = x_N.numel(), coo_words(x_N.numel(), x_N.dtype)
         with ex.phase("allgather"):
             counts_W = ex.all_gather_counts(idx_K.numel())
             got = ex.all_gather_v(pack_coo(idx_K, val_K, N), counts_W * w)
-        all_idx, all_val = unpack_coo(got, N)
+        all_idx, all_val = unpack_coo(got, N, x_N.dtype)
+        acc = accumulate_dtype(x_N.dtype)
+        if acc != x_N.dtype:  # fp16/bf16: every rank's block added in float32 in rank order, rounded once
+            u_idx, inverse = torch.unique(all_idx.to(x_N.device), return_inverse=True)
+            sums = torch.zeros(u_idx.numel(), dtype=acc, device=x_N.device).index_add_(0, inverse, all_val.to(x_N.device, acc))
+            x_N[u_idx] = sums.to(x_N.dtype)  # the union holds this rank's non-zeros: the rest is zero already
+            return
         # in place, no dense zeroing: clear this rank's own non-zeros, then add every rank's block in rank order,
         # so every rank sums in the same order (identical results, not just equal up to rounding)
         x_N.index_fill_(0, idx_K, 0.0)
@@ -33,4 +41,4 @@ class AGSparse(CommScheme):
 
     def _traffic(self, sets: list[torch.Tensor], numel: int, t: Traffic) -> None:
         t.counts("allgather")
-        t.all_gather("allgather", [s.numel() * (index_bytes(numel) + 4) for s in sets])
+        t.all_gather("allgather", [s.numel() * (index_bytes(numel) + t.value_bytes) for s in sets])

@@ -19,4 +19,4 @@ class AllReduce(CommScheme):
             ex.all_reduce_dense(x_N)
 
     def _traffic(self, sets: list[torch.Tensor], numel: int, t: Traffic) -> None:
-        t.ring_all_reduce("allreduce", numel, 4)
+        t.ring_all_reduce("allreduce", numel, t.value_bytes)

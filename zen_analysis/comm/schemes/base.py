@@ -2,12 +2,20 @@
 
 ``run(tensor, *, group)`` sums the ranks' dense tensors with real collectives and logs the bytes it passed to
 them and the calls it made per (phase, kind) in ``last_measured()``; ``traffic(index_sets, numel)`` predicts
-those bytes and calls for every rank from the ranks' non-zero index sets. Values travel as float32, indices as int32 below 2**31 elements.
+those bytes and calls for every rank from the ranks' non-zero index sets. Values travel at their dtype's width
+(:mod:`zen_analysis.comm.dtypes`: the dtype contract, what is summed in what precision), indices as int32 below
+2**31 elements. Before summing, the ranks check that they agree on numel, dtype, scheme and hash seed
+(``check_ranks``); a disagreement raises :class:`~zen_analysis.comm.exchange.RanksDisagreeError` on every rank.
+
+Autograd: ``run`` bumps the tensor's version counter, as every in-place torch operation does, so autograd refuses
+a backward that would read a tensor saved for it and then summed in place (``dist.all_reduce`` does not bump it,
+and such a backward then silently uses the summed values).
 """
 
 from __future__ import annotations
 
 import time
+import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import ClassVar
@@ -17,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from zen_analysis.comm.cost import local_time, phase_times
+from zen_analysis.comm.dtypes import check_dtype, dtype_code, dtype_of_code, value_bytes
 from zen_analysis.comm.exchange import Exchange
 from zen_analysis.comm.topology import Topology
 from zen_analysis.comm.traffic import COLUMNS, Traffic
@@ -32,6 +41,13 @@ class CommScheme(ABC):
     """Whether the scheme places indices by Zen's hash h0 (takes a ``seed``; :func:`build_scheme` passes it)."""
     sync_collectives: bool = False
     """Benchmarks set this: a barrier before each collective, so measured wire time excludes peer skew."""
+    folds_agreement: ClassVar[bool] = False
+    """Whether the scheme's first collective is a count exchange, which then carries the ranks' agreement check
+    (no call of its own); else the check is one call of its own (phase ``agree``) before the sum."""
+    check_ranks: bool = True
+    """Check that every rank passed the same numel, dtype, scheme and seed (``bench zen`` measures its cost); set
+    False on an instance to skip it."""
+    AGREEMENT = ("numel", "dtype", "scheme", "seed")
 
     def __init__(self) -> None:
         self._records: list = []
@@ -41,23 +57,33 @@ class CommScheme(ABC):
         """Raise ``ValueError`` if this scheme cannot run on ``world`` ranks (default: any)."""
 
     def run(self, tensor: torch.Tensor, *, group: dist.ProcessGroup | None = None) -> torch.Tensor:
-        """The sum over ranks of ``tensor`` (any shape), **in place** like ``dist.all_reduce``: afterwards
-        ``tensor`` holds the sum, identical on every rank, and is returned. Pass a copy to keep the input.
+        """The sum over ranks of ``tensor`` (any shape, a dtype of :data:`~zen_analysis.comm.dtypes.SUPPORTED`),
+        **in place** like ``dist.all_reduce``, in the tensor's own dtype: afterwards ``tensor`` holds the sum,
+        identical on every rank, and is returned. Pass a copy to keep the input.
 
-        A contiguous float32 tensor is worked on directly (no dense copy, no fresh dense allocation); any other
-        goes through a float32 copy that is written back."""
+        A contiguous tensor is worked on directly (no dense copy, no fresh dense allocation); a strided one goes
+        through a contiguous copy of its dtype that is written back. Another dtype raises ``TypeError``; ranks that
+        passed different numels, dtypes, schemes or seeds raise ``RanksDisagreeError``, all of them."""
+        check_dtype(tensor.dtype)
         ex = Exchange(group, sync=self.sync_collectives)
+        t0 = time.perf_counter()  # the agreement check is part of the run's time
+        if self.check_ranks:
+            ex.expect_agreement(self.agreement_fields(tensor), {"dtype": dtype_of_code, "scheme": _scheme_of_code})
+            if not self.folds_agreement:
+                ex.agree()
         self.check(ex.world, tensor.numel())
-        direct = tensor.dtype == torch.float32 and tensor.is_contiguous()
+        direct = tensor.is_contiguous()
         if direct:
             work_N = tensor.detach().view(-1)
-        else:  # a strided view must not be summed through (a collective reads numel contiguous floats)
-            work_N = tensor.detach().to(torch.float32).reshape(-1).clone(memory_format=torch.contiguous_format)
-        t0 = time.perf_counter()
+        else:  # a strided view must not be summed through (a collective reads numel contiguous values)
+            work_N = tensor.detach().reshape(-1).clone(memory_format=torch.contiguous_format)
         self._run(work_N, ex)
         total = time.perf_counter() - t0
+        if ex.agreement_pending:
+            raise AssertionError(f"{self.name} declares folds_agreement but made no count exchange")
         if not direct:
             tensor.detach().copy_(work_N.view(tensor.shape))
+        torch.autograd.graph.increment_version(tensor)  # as any in-place op: autograd sees the change
         self._records = list(ex.records.values())
         self._local = dict(ex.local_seconds)
         wire = sum(r.wire_seconds for r in self._records)
@@ -65,9 +91,15 @@ class CommScheme(ABC):
         self._rank = ex.rank
         return tensor
 
+    def agreement_fields(self, tensor: torch.Tensor) -> dict[str, int]:
+        """What every rank must agree on before this scheme sums ``tensor``: numel, dtype, scheme and (for a
+        ``hashed`` scheme) the hash seed."""
+        seed = int(getattr(self, "seed", 0)) & 0xFFFFFFFF if self.hashed else -1
+        return {"numel": tensor.numel(), "dtype": dtype_code(tensor.dtype), "scheme": _code(self.name), "seed": seed}
+
     def last_times(self) -> dict[str, float]:
-        """Seconds of this rank's last ``run``: ``total`` (``_run`` alone), ``wire`` (inside collective calls),
-        ``wait`` (barriers of ``sync_collectives``) and ``local`` (the rest: this rank's own work, what the
+        """Seconds of this rank's last ``run``: ``total`` (the agreement check and ``_run``), ``wire`` (inside
+        collective calls), ``wait`` (barriers of ``sync_collectives``) and ``local`` (the rest: this rank's own work, what the
         time model's local term prices)."""
         return dict(getattr(self, "_times", {}))
 
@@ -83,15 +115,17 @@ class CommScheme(ABC):
         ]
         return pd.DataFrame(rows, columns=COLUMNS + ["seconds", "wire_seconds"])
 
-    def traffic(self, index_sets: Sequence[torch.Tensor], numel: int) -> pd.DataFrame:
-        """Bytes sent and received per (rank, phase, kind), from each rank's non-zero index set alone."""
-        return self.model(index_sets, numel).frame()
+    def traffic(self, index_sets: Sequence[torch.Tensor], numel: int, *, dtype: torch.dtype = torch.float32) -> pd.DataFrame:
+        """Bytes sent and received per (rank, phase, kind), from each rank's non-zero index set alone, for values
+        of ``dtype``."""
+        return self.model(index_sets, numel, dtype=dtype).frame()
 
-    def time(self, index_sets: Sequence[torch.Tensor], numel: int, topology: Topology) -> pd.DataFrame:
+    def time(self, index_sets: Sequence[torch.Tensor], numel: int, topology: Topology, *,
+             dtype: torch.dtype = torch.float32) -> pd.DataFrame:  # fmt: skip
         """Modelled seconds per phase (alpha-beta on ``topology``) with the bottleneck rank of each phase, and a
         ``local`` row for the ranks' own work when ``topology`` is calibrated for this scheme's
         (:func:`~zen_analysis.comm.cost.local_time`)."""
-        traffic = self.model(index_sets, numel)
+        traffic = self.model(index_sets, numel, dtype=dtype)
         out = phase_times(traffic, topology)
         local = local_time(traffic, topology, self.name)
         if local is not None:
@@ -99,24 +133,42 @@ class CommScheme(ABC):
                             ignore_index=True)  # fmt: skip
         return out
 
-    def model(self, index_sets: Sequence[torch.Tensor], numel: int) -> Traffic:
-        """The full traffic model (per-rank bytes, per-pair bytes, calls) that ``traffic`` and ``time`` read."""
-        if numel < 1:
-            raise ValueError(f"numel must be positive, got {numel}")
+    def model(self, index_sets: Sequence[torch.Tensor], numel: int, *, dtype: torch.dtype = torch.float32) -> Traffic:
+        """The full traffic model (per-rank bytes, per-pair bytes, calls) that ``traffic`` and ``time`` read: the
+        scheme's messages for values of ``dtype``, and the ranks' agreement check when ``check_ranks``."""
+        if numel < 0:
+            raise ValueError(f"numel must be non-negative, got {numel}")
         sets = [index_set(s, numel) for s in index_sets]
         self.check(len(sets), numel)
-        t = Traffic(len(sets))
+        t = Traffic(len(sets), value_bytes=value_bytes(dtype))
         self._traffic(sets, numel, t)
+        if self.check_ranks:
+            t.agreement(8 * len(self.AGREEMENT), folded=self.folds_agreement)
         if self.scans_dense:
             t.local_work(numel, union_size(sets))
         return t
 
     @abstractmethod
     def _run(self, x_N: torch.Tensor, ex: Exchange) -> None:
-        """Overwrite the flat float32 ``x_N`` with the sum over ranks."""
+        """Overwrite the flat contiguous ``x_N`` (any supported dtype) with the sum over ranks, in that dtype."""
 
     @abstractmethod
     def _traffic(self, sets: list[torch.Tensor], numel: int, t: Traffic) -> None: ...
+
+
+def _code(name: str) -> int:
+    return zlib.crc32(name.encode())
+
+
+def _scheme_of_code(code: int) -> str:
+    """The scheme name behind an agreement code (for the disagreement message)."""
+    stack = list(CommScheme.__subclasses__())
+    while stack:
+        cls = stack.pop()
+        stack += cls.__subclasses__()
+        if getattr(cls, "name", None) and _code(cls.name) == code:
+            return cls.name
+    return f"<scheme code {code}>"
 
 
 def union_size(sets: Sequence[torch.Tensor]) -> int:

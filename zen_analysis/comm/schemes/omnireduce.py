@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from zen_analysis.comm.dtypes import accumulate_dtype
 from zen_analysis.comm.exchange import Exchange
 from zen_analysis.comm.formats import bitmap_bytes, pack_bits, unpack_bits
 from zen_analysis.comm.schemes.base import CommScheme
@@ -79,14 +80,14 @@ class OmniReduce(CommScheme):
         bm_sizes = torch.tensor([bitmap_bytes(bounds[j + 1] - bounds[j]) for j in range(W)], dtype=torch.int64, device="cpu")
         me_bits = bitmap_bytes(bounds[ex.rank + 1] - bounds[ex.rank])
         lo, hi = bounds[ex.rank], bounds[ex.rank + 1]
-        agg = torch.zeros(N, dtype=x_N.dtype, device=dev)
+        agg = torch.zeros(N, dtype=accumulate_dtype(x_N.dtype), device=dev)  # fp16/bf16 added in float32
         with ex.phase("push"):
             r_bits = ex.all_to_all_v(torch.cat(bitmaps), bm_sizes, torch.full((W,), me_bits, dtype=torch.int64, device="cpu")).to(dev)
             r_blocks = [lo + torch.nonzero(unpack_bits(b, hi - lo), as_tuple=True)[0] for b in torch.split(r_bits, [me_bits] * W)]
             recv_counts = torch.tensor([int(_block_sizes(b, N, B).sum()) for b in r_blocks], dtype=torch.int64, device="cpu")
             r_vals = ex.all_to_all_v(torch.cat(values), torch.tensor(val_counts, dtype=torch.int64, device="cpu"), recv_counts).to(dev)
         for b, v in zip(r_blocks, torch.split(r_vals, recv_counts.tolist())):
-            self._scatter_blocks(agg, b, v, add=True)
+            self._scatter_blocks(agg, b, v.to(agg.dtype), add=True)
         union = torch.unique(torch.cat(r_blocks)) if r_blocks else torch.zeros(0, dtype=torch.long, device=dev)
         mask = torch.zeros(hi - lo, dtype=torch.bool, device=dev)
         mask[union - lo] = True
@@ -97,7 +98,7 @@ class OmniReduce(CommScheme):
                 for j, b in enumerate(torch.split(all_bits, bm_sizes.tolist()))
             ]
             counts_W = torch.tensor([int(_block_sizes(b, N, B).sum()) for b in blocks_by_owner], dtype=torch.int64, device="cpu")
-            all_vals = ex.all_gather_v(self._gather_blocks(agg, union), counts_W).to(dev)
+            all_vals = ex.all_gather_v(self._gather_blocks(agg, union).to(x_N.dtype), counts_W).to(dev)  # rounded once
         # in place: the union's blocks cover this rank's non-zero blocks, every other position is zero already
         for b, v in zip(blocks_by_owner, torch.split(all_vals, counts_W.tolist())):
             self._scatter_blocks(x_N, b, v, add=False)
@@ -113,10 +114,10 @@ class OmniReduce(CommScheme):
             np.bincount(partition_of(b, nb, W).numpy(), weights=_block_sizes(b, numel, B).numpy(), minlength=W)
             if b.numel() else np.zeros(W)
             for b in blocks
-        ]).astype(np.int64) * 4  # fmt: skip
+        ]).astype(np.int64) * t.value_bytes  # fmt: skip
         t.all_to_all("push", matrix)
         union = union_of(blocks, nb)
         t.all_gather("pull", bm)
         owned = np.bincount(partition_of(union, nb, W).numpy(), weights=_block_sizes(union, numel, B).numpy(),
                             minlength=W) if union.numel() else np.zeros(W)  # fmt: skip
-        t.all_gather("pull", owned.astype(np.int64) * 4)
+        t.all_gather("pull", owned.astype(np.int64) * t.value_bytes)

@@ -39,7 +39,7 @@ def push_traffic(sets: list[torch.Tensor], numel: int, t: Traffic, owner: Owner)
     """Push bytes for every rank; returns how many distinct indices each owner holds after the push (the size
     of the union of all sets within its partition), shape (W,)."""
     W = t.world
-    width = index_bytes(numel) + 4
+    width = index_bytes(numel) + t.value_bytes
     matrix = np.stack([np.bincount(owner(s).numpy(), minlength=W) for s in sets]) * width
     t.counts("push")
     t.all_to_all("push", matrix)
@@ -49,17 +49,19 @@ def push_traffic(sets: list[torch.Tensor], numel: int, t: Traffic, owner: Owner)
 class PushPullCOO(CommScheme):
     """Push to owners, then every owner's sums all-gathered in COO; a subclass gives the owner mapping."""
 
+    folds_agreement = True
+
     def owner(self, numel: int, world: int, *, model: bool = False) -> Owner:
         """The owner mapping on ``world`` ranks; ``model``: the traffic model's (possibly table-based) form."""
         raise NotImplementedError
 
     def _run(self, x_N: torch.Tensor, ex: Exchange) -> None:
         u_idx, u_val = push(x_N, ex, self.owner(x_N.numel(), ex.world))
-        N, w = x_N.numel(), coo_words(x_N.numel())
+        N, w = x_N.numel(), coo_words(x_N.numel(), x_N.dtype)
         with ex.phase("pull"):
             counts_W = ex.all_gather_counts(u_idx.numel())
             got = ex.all_gather_v(pack_coo(u_idx, u_val, N), counts_W * w)
-        all_idx, all_val = unpack_coo(got, N)
+        all_idx, all_val = unpack_coo(got, N, x_N.dtype)
         # owners' sets are disjoint, and their union holds this rank's non-zeros: every other position of x_N is
         # zero already, so the sums are written in place with no dense zeroing
         x_N[all_idx.to(x_N.device)] = all_val.to(x_N.device)
@@ -67,4 +69,4 @@ class PushPullCOO(CommScheme):
     def _traffic(self, sets: list[torch.Tensor], numel: int, t: Traffic) -> None:
         owned = push_traffic(sets, numel, t, self.owner(numel, t.world, model=True))
         t.counts("pull")
-        t.all_gather("pull", owned * (index_bytes(numel) + 4))
+        t.all_gather("pull", owned * (index_bytes(numel) + t.value_bytes))

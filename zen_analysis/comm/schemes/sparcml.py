@@ -25,8 +25,9 @@ from zen_analysis.sparsity.metrics import union_sizes
 DENSE = -1
 
 
-def _goes_dense(count: int, numel: int) -> bool:
-    return count * (index_bytes(numel) + 4) > numel * 4
+def _goes_dense(count: int, numel: int, vb: int = 4) -> bool:
+    """Whether ``count`` COO entries of ``vb``-byte values take more bytes than the dense tensor."""
+    return count * (index_bytes(numel) + vb) > numel * vb
 
 
 def _power_of_two_below(world: int) -> int:
@@ -41,6 +42,7 @@ class _Stream:
         self.idx, self.val = coo_of(x_N)
         self.dense: torch.Tensor | None = None
         self.like = x_N
+        self.vb = x_N.element_size()
 
     def to_dense(self) -> torch.Tensor:
         if self.dense is not None:
@@ -49,7 +51,7 @@ class _Stream:
 
     def wire(self) -> tuple[int, torch.Tensor]:
         """(count to announce, buffer as bytes); switches to dense when COO is larger."""
-        if self.dense is None and _goes_dense(self.idx.numel(), self.N):
+        if self.dense is None and _goes_dense(self.idx.numel(), self.N, self.vb):
             self.dense = self.to_dense()
         if self.dense is not None:
             return DENSE, self.dense.view(torch.uint8)
@@ -63,11 +65,13 @@ class _Stream:
             x_N[self.idx] = self.val
 
     def recv_bytes(self, count: int) -> int:
-        return self.N * 4 if count == DENSE else count * (index_bytes(self.N) + 4)
+        return self.N * self.vb if count == DENSE else count * (index_bytes(self.N) + self.vb)
 
     def merge(self, count: int, got: torch.Tensor) -> None:
+        """Add a peer's aggregate: two values per index, added in the dtype (one rounding either way, so a
+        half-precision merge equals a float32 add rounded once), the same on both peers (addition commutes)."""
         if count == DENSE or self.dense is not None:
-            other = got.view(torch.float32) if count == DENSE else self._coo_dense(count, got)
+            other = got.view(self.like.dtype) if count == DENSE else self._coo_dense(count, got)
             self.dense = self.to_dense() + other
             return
         o_idx, o_val = self._coo(count, got)
@@ -78,14 +82,14 @@ class _Stream:
 
     def replace(self, count: int, got: torch.Tensor) -> None:
         if count == DENSE:
-            self.dense = got.view(torch.float32).clone()
+            self.dense = got.view(self.like.dtype).clone()
         else:
             self.idx, self.val = self._coo(count, got)
 
     def _coo(self, count: int, got: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         ib = index_bytes(self.N)
         idx = got[: count * ib].clone().view(index_dtype(self.N)).long().to(self.like.device)
-        return idx, got[count * ib :].clone().view(torch.float32).to(self.like.device)
+        return idx, got[count * ib :].clone().view(self.like.dtype).to(self.like.device)
 
     def _coo_dense(self, count: int, got: torch.Tensor) -> torch.Tensor:
         idx, val = self._coo(count, got)
@@ -136,30 +140,33 @@ class SparCML(CommScheme):
         P = _power_of_two_below(W)
         stages = P.bit_length() - 1
 
+        vb = t.value_bytes
+
         def size(n: int, dense: bool) -> int:
-            return numel * 4 if dense else n * (index_bytes(numel) + 4)
+            return numel * vb if dense else n * (index_bytes(numel) + vb)
 
         members = [[r] + ([P + r] if P + r < W else []) for r in range(P)]  # rank r's aggregate after the fold
         groups = [sum(members[b << i : (b + 1) << i], []) for i in range(stages + 1) for b in range(P >> i)]
         flat = iter(union_sizes(sets, groups, numel))
         unions = [[next(flat) for _ in range(P >> i)] for i in range(stages + 1)]  # unions[i][block]
         own = [s.numel() for s in sets]
-        dense = [_goes_dense(own[r], numel) for r in range(P)]
+        dense = [_goes_dense(own[r], numel, vb) for r in range(P)]
         if W > P:
             src = np.arange(P, W)
             t.p2p("fold", src, src - P, 8, kind="control")
-            t.p2p("fold", src, src - P, [size(own[i], _goes_dense(own[i], numel)) for i in src])
+            t.p2p("fold", src, src - P, [size(own[i], _goes_dense(own[i], numel, vb)) for i in src])
             for j in range(W - P):  # a received dense buffer makes the merge dense
-                dense[j] = dense[j] or _goes_dense(own[P + j], numel)
+                dense[j] = dense[j] or _goes_dense(own[P + j], numel, vb)
         ranks = np.arange(P)
         for stage in range(stages):
-            dense = [d or _goes_dense(u, numel) for d, u in zip(dense, unions[stage])]
+            dense = [d or _goes_dense(u, numel, vb) for d, u in zip(dense, unions[stage])]
             peers = ranks ^ (1 << stage)
             t.p2p(f"stage{stage}", ranks, peers, 8, kind="control")
             t.p2p(f"stage{stage}", ranks, peers, [size(unions[stage][r >> stage], dense[r >> stage]) for r in ranks])
             dense = [dense[2 * b] or dense[2 * b + 1] for b in range(len(dense) // 2)]
         if W > P:
-            final = size(unions[stages][0], dense[0] or _goes_dense(unions[stages][0], numel))
+            final = size(unions[stages][0], dense[0] or _goes_dense(unions[stages][0], numel, vb))
             src = np.arange(W - P)
             t.p2p("unfold", src, src + P, 8, kind="control")
             t.p2p("unfold", src, src + P, final)
+

@@ -27,6 +27,7 @@ from zen_analysis.zen.sync import HASHINGS, zen_sum
 class Zen(CommScheme):
     hashed = True
     name = "zen"
+    folds_agreement = True  # the push's count exchange carries the ranks' agreement check
 
     def __init__(self, *, seed: int = 0, hashing: str = "auto") -> None:
         super().__init__()
@@ -44,4 +45,4 @@ class Zen(CommScheme):
         owned = push_traffic(sets, numel, t, hash_owner(t.world, self.seed, numel=numel))
         sizes = hash_partition_sizes(numel, t.world, self.seed)
         t.all_gather("pull", [bitmap_bytes(s) for s in sizes])
-        t.all_gather("pull", owned * 4)
+        t.all_gather("pull", owned * t.value_bytes)
