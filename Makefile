@@ -6,7 +6,7 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 PY := $(VENV)/bin/python
-EXTRAS ?= cpu,notebooks,test
+EXTRAS ?= cpu,notebooks,test,integrations
 comma := ,
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
