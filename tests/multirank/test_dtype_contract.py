@@ -150,6 +150,8 @@ def _half_bytes(rank, world):
             scheme.run(x.clone())
             m = scheme.last_measured()
             out[dtype, name] = int(m[m["kind"] == "payload"]["bytes_sent"].sum())
+            if name == "zen":
+                out[dtype, "zen steps"] = set(scheme.last_local())
     return out
 
 
@@ -161,6 +163,11 @@ def test_half_precision_values_travel_at_two_bytes():
         assert per_rank[torch.float16, "allreduce"] == 2000 and per_rank[torch.float32, "allreduce"] == 4000
         # COO schemes: an int32 index and a 2-byte value (6 bytes) against 8 for float32
         assert per_rank[torch.float16, "agsparse"] * 8 == per_rank[torch.float32, "agsparse"] * 6
+        # Zen sums half precision in its compiled float32 loops, widened and narrowed around them
+        from zen_analysis.zen import native
+
+        if native.available():
+            assert {"widen", "extract+pack", "narrow"} <= per_rank[torch.bfloat16, "zen steps"]
 
 
 def _disagree(rank, world, name, what):

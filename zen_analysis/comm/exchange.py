@@ -82,7 +82,7 @@ def pack_coo(idx_K: torch.Tensor, val_K: torch.Tensor, numel: int) -> torch.Tens
     cut = index_bytes(numel) // unit.itemsize  # units of the index
     words = torch.empty(idx_K.numel(), per, dtype=unit, device=val_K.device)
     if idx_K.numel():
-        words[:, :cut] = idx_K.to(index_dtype(numel)).reshape(-1, 1).view(unit)
+        words[:, :cut] = idx_K.to(index_dtype(numel)).contiguous().reshape(-1, 1).view(unit)
         words[:, cut:] = val_K.contiguous().reshape(-1, 1).view(unit)
     return words.reshape(-1)
 
