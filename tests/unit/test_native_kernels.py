@@ -133,7 +133,7 @@ def test_extract_is_nonzero_and_gather(n, density):
         sets = static_sets(max(n, 1), servers, 5)
         if n == 0:
             break
-        words, counts = native.extract_pack(x, servers, 5, sets.rank_of)
+        words, counts = native.extract_pack(x, servers, 5, sets)
         b = bucket_reference(ref, servers, seed=5)
         expected = pack_coo(sets.rank_of[ref[b.positions_K]].long(), x[ref[b.positions_K]], n)
         assert torch.equal(counts, b.counts_n.long()) and torch.equal(words, expected)
@@ -168,8 +168,8 @@ _ADVERSARIAL = textwrap.dedent(
     words = torch.tensor([3, 0, 10**6, 0], dtype=torch.int32)
     refused(lambda: native.accumulate_packed(words, s.sizes[0], torch.zeros(s.byte_starts[1], dtype=torch.uint8), acc))
     assert not acc.any()  # checked before anything was added
-    refused(lambda: native.extract_pack(torch.ones(1000), 2**31, 0, s.rank_of))
-    refused(lambda: native.extract_pack(torch.ones(1001), 2, 0, s.rank_of))  # a position table of another size
+    refused(lambda: native.extract_pack(torch.ones(1000), 2**31, 0, s))
+    refused(lambda: native.extract_pack(torch.ones(1001), 2, 0, s))  # sets of another size
     print("refused")
     """
 )
@@ -245,3 +245,24 @@ def test_workspaces_are_reused_per_name_and_shrink():
     assert small.data_ptr() != big.data_ptr() and workspace.capacity("test.a", torch.float32) < 1000
     workspace.clear()
     assert workspace.capacity("test.a", torch.float32) == 0
+
+
+def test_extract_pack_takes_the_static_sets_and_refuses_foreign_ones():
+    """``extract_pack`` takes the StaticSets of (numel, n, seed) and refuses a set built for another world size,
+    seed or tensor size (a foreign position table would send every entry to the wrong bit, silently)."""
+    from zen_analysis.comm.exchange import pack_coo
+    from zen_analysis.zen.hierarchical import bucket_reference
+
+    gen = torch.Generator().manual_seed(3)
+    x = torch.where(torch.rand(5000, generator=gen) < 0.1, torch.randn(5000, generator=gen), torch.zeros(5000))
+    sets = static_sets(5000, 4, 7)
+    words, counts = native.extract_pack(x, 4, 7, sets)
+    ref = torch.nonzero(x, as_tuple=True)[0]
+    b = bucket_reference(ref, 4, seed=7)
+    assert torch.equal(counts, b.counts_n.long())
+    assert torch.equal(words, pack_coo(sets.rank_of[ref[b.positions_K]].long(), x[ref[b.positions_K]], 5000))
+    assert torch.equal(native.extract_pack(x, 4, 7 + 2**32, sets)[0], words)  # h0 reads the seed's low 32 bits
+    for n, seed, other in ((2, 7, sets), (4, 8, sets), (4, 7, static_sets(5000, 2, 7)), (4, 7, static_sets(5000, 4, 8)),
+                           (4, 7, static_sets(5001, 4, 7))):  # fmt: skip
+        with pytest.raises(ValueError):
+            native.extract_pack(x, n, seed, other)

@@ -55,3 +55,19 @@ def test_theorem2_push_and_pull_imbalance_below_1_1_on_large_sets():
             for n in ns:
                 push, pull = imbalance_ratios(sets, numel, hash_owner(n, seed=0), n)
                 assert push <= 1.1 and pull <= 1.1, (skew, k, n, push, pull)
+
+
+def test_hash_owner_refuses_out_of_range_indices_on_both_paths():
+    """With ``numel`` given, the table path (numel <= TABLE_LIMIT) and the hashing path above it refuse an index
+    >= numel and a negative one alike, instead of mapping it to a rank."""
+    import pytest
+
+    from zen_analysis.zen.hashing import TABLE_LIMIT
+
+    for numel in (1000, 2 * TABLE_LIMIT):
+        own = hash_owner(4, 0, numel=numel)
+        assert torch.equal(own(torch.tensor([0, numel - 1])), owner(torch.tensor([0, numel - 1]), 4, 0))
+        for bad in ([numel], [numel + 5], [-1]):
+            with pytest.raises(ValueError):
+                own(torch.tensor(bad))
+    assert int(hash_owner(4, 0)(torch.tensor([2**40]))[0]) == int(owner(torch.tensor([2**40]), 4, 0)[0])  # no numel: any size

@@ -117,3 +117,122 @@ def test_encode_rejects_foreign_indices():
     foreign = hb.partition(1)[:3].long()
     with pytest.raises(ValueError, match="outside partition 0"):
         hb.encode(0, foreign, torch.ones(3))
+
+
+def test_bitmap_entry_points_refuse_bad_sizes_naming_the_argument():
+    """numel < 0 and num_partitions < 1 are refused by every public entry point of the hash bitmap with a
+    ValueError naming the argument and its value (not a torch internal's message); numel 0 is the empty set."""
+    from zen_analysis.zen.bitmap import StaticSets, hash_partition_sizes, static_sets
+
+    entry_points = {
+        "StaticSets": lambda m, n: StaticSets(m, n, 0, torch.device("cpu")),
+        "static_sets": lambda m, n: static_sets(m, n, 0),
+        "hash_partitions": lambda m, n: hash_partitions(m, n, 0),
+        "hash_partition_sizes": lambda m, n: hash_partition_sizes(m, n, 0),
+        "HashBitmap": lambda m, n: HashBitmap(m, n, 0),
+        "HashBitmap(materialize=False)": lambda m, n: HashBitmap(m, n, 0, materialize=False),
+    }
+    for name, make in entry_points.items():
+        for m, n, pattern in ((-5, 4, r"numel must be >= 0, got -5"), (10, 0, r"num_partitions must be >= 1, got 0"),
+                              (10, -2, r"num_partitions must be >= 1, got -2")):  # fmt: skip
+            with pytest.raises(ValueError, match=pattern):
+                make(m, n)
+    empty = static_sets(0, 4, 0)
+    assert empty.sizes == (0, 0, 0, 0) and empty.order.numel() == 0 and empty.rank_of.numel() == 0
+    assert hash_partition_sizes(0, 4, 0) == (0, 0, 0, 0) and [p.numel() for p in hash_partitions(0, 3, 0)] == [0, 0, 0]
+    assert HashBitmap(0, 2, 0).partition(1).numel() == 0 and HashBitmap(0, 2, 0, materialize=False).partition(1).numel() == 0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_duplicate_indices_come_out_once_per_occurrence(backend):
+    """What both backends do with a repeated index (the docstring said: "share a slot and come out once"): the hash
+    memory holds input *positions*, so every occurrence takes its own slot and comes out once; positions_K stays a
+    permutation of range(K), every copy lands in its h0 partition, and copies beyond k follow the same probes and
+    spill to the serial region."""
+    n, seed, k = 4, 1, 3
+    idx = torch.cat([torch.full((20,), 5), torch.arange(100), torch.tensor([7, 7, 7])])  # 5 x 21, 7 x 4
+    b = hierarchical_hash(idx, n, seed=seed, k=k, backend=backend)
+    assert torch.equal(torch.sort(b.positions_K).values, torch.arange(idx.numel())), "every input position once"
+    parts = b.split(idx)
+    for p, part in enumerate(parts):
+        assert (owner(part, n, seed) == p).all(), f"partition {p} holds only its h0 partition's indices"
+    p5 = int(owner(torch.tensor([5]), n, seed))
+    assert int((parts[p5] == 5).sum()) == 21 and int((torch.cat(parts) == 7).sum()) == 4, "as often as passed"
+    assert b.counts_n.tolist() == torch.bincount(owner(idx, n, seed), minlength=n).tolist()
+    assert b.serial_count >= 21 - k, "k probes place at most k copies of one index; the rest go serial"
+    doc = " ".join(hierarchical_hash.__doc__.split())
+    assert "come out once:" not in doc and "as many times as" in doc, "the docstring says what happens"
+
+
+def test_static_sets_count_what_they_hold_and_build_no_hidden_table():
+    """``StaticSets.nbytes`` counts every tensor a set keeps (S_p, the bounds, the position table, the
+    accumulators), building a set leaves no h0 table behind (it used to keep 4 bytes per element in
+    ``zen.hashing``'s table cache, uncounted), and the cache's default is the training config's."""
+    from zen_analysis.config.sync import SyncConfig
+    from zen_analysis.zen import bitmap, hashing
+
+    sets = bitmap.StaticSets(50_001, 3, 2, torch.device("cpu"))
+    sets.rank_of, sets.accumulator(1)
+    kept = [sets.order, sets.starts_t, sets.byte_starts_t, sets.rank_of, *sets._acc.values()]
+    assert sets.nbytes >= sum(t.untyped_storage().nbytes() for t in kept)
+    assert sets.nbytes <= sum(t.untyped_storage().nbytes() for t in kept) + 4096  # and the lists of bounds, no more
+    assert hashing.cached_h0_table(50_001, 2) is None, "a static set's build keeps no h0 table"
+    hashing.clear_h0_tables()
+    table = hashing.h0_table(50_001, 2)  # the traffic models' table, when one is kept, is read, not rebuilt
+    assert hashing.h0_table_nbytes() == table.untyped_storage().nbytes() == 4 * 50_001
+    assert torch.equal(bitmap.StaticSets(50_001, 3, 2, torch.device("cpu")).order, sets.order)
+    hashing.clear_h0_tables()
+    assert int(SyncConfig().zen_cache_mb * 2**20) == bitmap.DEFAULT_CACHE_BYTES
+
+
+_CACHE_RSS = """
+import torch
+from zen_analysis.zen import bitmap
+
+torch.set_num_threads(1)
+
+def rss():
+    return next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmRSS:"))
+
+def hwm():
+    return next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+
+bitmap.set_cache_limit(64 << 20)
+bitmap.static_sets(1000, 4, 0).rank_of
+base = rss()
+for i in range(40):  # 40 sizes of 1M-1.8M elements: each evicts an older one past the first few
+    bitmap.static_sets(1_000_000 + i * 20_011, 4, 0).rank_of
+counted = sum(v.nbytes for v in bitmap._CACHE.values())
+print("growth", rss() - base, "counted", counted, flush=True)
+assert rss() - base < 1.5 * counted + (16 << 20), "the process keeps what the evictions freed"
+bitmap._CACHE.clear()
+base = rss()
+bitmap.static_sets(8_000_000, 4, 0)
+peak = hwm() - base
+print("build peak per element", peak / 8e6, flush=True)
+assert peak < 12 * 8_000_000, "the build's temporaries grow with numel (int64 owners, argsort)"
+print("ok")
+"""
+
+
+def _has_malloc_trim() -> bool:
+    import ctypes
+    import ctypes.util
+
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim  # noqa: B018
+    except (OSError, AttributeError):
+        return False
+    return True
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status") or not _has_malloc_trim(), reason="needs Linux's /proc and glibc")
+def test_evicted_sets_leave_the_process_and_builds_stay_small():
+    """RSS follows the counted cache (a fresh process: 40 evicting sizes under a 64 MiB limit grew RSS by 5.9x the
+    counted bytes before the build's temporaries shrank and evictions trimmed the heap), and one 8M-element build
+    raises peak RSS by less than 12 bytes per element (44 before)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _CACHE_RSS], capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0 and "ok" in proc.stdout, f"{proc.stdout}\n{proc.stderr[-3000:]}"

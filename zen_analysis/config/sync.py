@@ -36,9 +36,12 @@ class SyncConfig:
     ranks, Zen across nodes, all-gather inside); 0 is flat Zen over all ranks."""
     planner_steps: int = 3
     """``scheme=auto``: steps profiled (embedding synchronised densely meanwhile) before the planner decides."""
-    zen_cache_mb: float = 2048.0
+    zen_cache_mb: float = 256.0
     """Zen's static hash sets (with their position tables and accumulators) kept per process, least recently
-    used dropped first: 8 + 4 / world bytes per element of each synchronised tensor size."""
+    used dropped first (``zen.bitmap.set_cache_limit``; the set in use is always kept): 8 + 4 / world bytes per
+    element of each synchronised tensor size, e.g. 152 MiB for the lstm-words embedding (17.7M elements) on 4 ranks.
+    256 holds the set of the largest tensor among ``make reproduce``'s recipes, and a full cache adds at most a
+    third to a lstm-words rank's RSS without it (about 800 MB), inside a 1.5x budget."""
 
     def __post_init__(self) -> None:
         if self.zen_cache_mb <= 0:

@@ -14,6 +14,10 @@ one partition at a time in chunks when needed.
 from __future__ import annotations
 
 import copy
+import ctypes
+import ctypes.util
+import numbers
+import sys
 import threading
 from collections import OrderedDict
 from functools import lru_cache
@@ -22,10 +26,9 @@ import torch
 
 from zen_analysis.indices import check_indices
 from zen_analysis.zen import native
-from zen_analysis.zen.hashing import TABLE_LIMIT, _owner, h0_table
+from zen_analysis.zen.hashing import TABLE_LIMIT, _owner, cached_h0_table
 
 _BIT_WEIGHTS = torch.tensor([1, 2, 4, 8, 16, 32, 64, 128], dtype=torch.uint8)
-_CHUNK = 1 << 24
 
 
 def bitmap_bytes(num_bits: int) -> int:
@@ -46,10 +49,65 @@ def unpack_bits(bytes_: torch.Tensor, num_bits: int) -> torch.Tensor:
     return bits.reshape(-1)[:num_bits]
 
 
+_CHUNK = 1 << 16
+"""Indices per step of building or counting a set: every temporary (int64 hashes, the chunk's sort) is sized by
+this, not by numel, and cache-sized. A 17.7M-element build (n = 4) raised peak RSS by 5.2 bytes per element
+(``order`` and the 1-byte owners), 8.2 with the position table (what the set keeps), against 44 when the owners,
+the argsort and the hashes' temporaries were int64 over the whole tensor; it is faster too (1.4 s instead of 4.5 s
+on one thread)."""
+
+
+def _check_sizes(numel: int, num_partitions: int) -> tuple[int, int]:
+    """(numel, num_partitions) as ints, or ``ValueError`` naming the argument: numel >= 0, num_partitions >= 1."""
+    out = []
+    for name, value, least in (("numel", numel, 0), ("num_partitions", num_partitions, 1)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise ValueError(f"{name} must be an integer, got {value!r}")
+        if value < least:
+            raise ValueError(f"{name} must be >= {least}, got {value}")
+        out.append(int(value))
+    return out[0], out[1]
+
+
 def _owners(lo: int, hi: int, num_partitions: int, seed: int, numel: int) -> torch.Tensor:
-    if numel <= TABLE_LIMIT:
-        return (h0_table(numel, seed)[lo:hi].long() & 0xFFFFFFFF) % num_partitions
+    """h0(idx) mod n (int64) of idx in [lo, hi): from the h0 table if ``zen.hashing`` keeps one for (numel, seed),
+    else hashed (building a 4-byte-per-element table here would outlive the call, uncounted)."""
+    table = cached_h0_table(numel, seed) if numel <= TABLE_LIMIT else None
+    if table is not None:
+        return (table[lo:hi].long() & 0xFFFFFFFF) % num_partitions
     return _owner(torch.arange(lo, hi), num_partitions, seed)
+
+
+def _owner_dtype(num_partitions: int) -> torch.dtype:
+    if num_partitions <= 256:
+        return torch.uint8
+    return torch.int16 if num_partitions <= 2**15 else torch.int32 if num_partitions <= 2**31 else torch.int64
+
+
+_libc_trim = None
+
+
+def release_freed_memory() -> bool:
+    """Hand the heap's free pages back to the system (glibc's ``malloc_trim(0)``); False where libc has none.
+
+    Why: the sets of tensors below glibc's dynamic mmap threshold (up to 32 MB: a 1M-8M-element set and its
+    temporaries) live on the heap, and freed heap chunks stay in the process (RSS) until trimmed: 200 sets of 1M-3M
+    elements (with position tables) under a 2 GiB limit left RSS at 5.7 GB for 2.0 GB counted; 3.5 GB once the
+    build's temporaries shrank, 2.3 GB with this (``scripts/zen_cache_rss.py sizes``). Called after each build and
+    each eviction; trimming cost nothing measurable there."""
+    global _libc_trim
+    if _libc_trim is None:
+        _libc_trim = False
+        try:
+            fn = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+            fn.argtypes, fn.restype = [ctypes.c_size_t], ctypes.c_int
+            _libc_trim = fn
+        except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to call
+            pass
+    if _libc_trim is False:
+        return False
+    _libc_trim(0)
+    return True
 
 
 class StaticSets:
@@ -58,16 +116,37 @@ class StaticSets:
     ``order`` concatenates the sorted sets (int32 below 2**31 elements, else int64): S_p is
     ``order[starts[p]:starts[p + 1]]``. The hash bitmaps of all partitions, concatenated in partition order,
     start at ``byte_starts[p]``: bit t of partition p's bitmap is S_p[t].
+
+    What one set holds (:attr:`nbytes`), below 2**31 elements: 4 bytes per element for ``order``, 4 more for
+    :attr:`rank_of` once built (Zen's push builds it), 4 / n for each :meth:`accumulator` (one per thread and
+    partition used), and 16 (n + 1) bytes of bounds; twice that above 2**31. The build is two passes over chunks of
+    :data:`_CHUNK` indices: h0's partition of every index (1 byte each for n <= 256, freed after), then a
+    counting placement of each chunk's stable sort into ``order`` (indices stay ascending inside each partition).
     """
 
     def __init__(self, numel: int, num_partitions: int, seed: int, device: torch.device) -> None:
+        numel, num_partitions = _check_sizes(numel, num_partitions)
         self.numel, self.num_partitions, self.seed = numel, num_partitions, seed
-        owners_N = torch.cat([_owners(lo, min(numel, lo + _CHUNK), num_partitions, seed, numel)
-                              for lo in range(0, numel, _CHUNK)]) if numel else torch.zeros(0, dtype=torch.long)  # fmt: skip
-        order = torch.argsort(owners_N, stable=True)  # stable: indices stay ascending inside each partition
-        self.sizes = tuple(torch.bincount(owners_N, minlength=num_partitions).tolist())
+        n, dtype = num_partitions, torch.int32 if numel < 2**31 else torch.int64
+        owners_N = torch.empty(numel, dtype=_owner_dtype(n))
+        for lo in range(0, numel, _CHUNK):
+            hi = min(numel, lo + _CHUNK)
+            owners_N[lo:hi] = _owners(lo, hi, n, seed, numel)
+        counts = torch.bincount(owners_N, minlength=n)
+        self.sizes = tuple(counts.tolist())
+        order = torch.empty(numel, dtype=dtype)
+        cursor = torch.cumsum(counts, 0) - counts  # where each partition's next indices go in ``order``
+        for lo in range(0, numel, _CHUNK):
+            own = owners_N[lo : lo + _CHUNK]
+            own_sorted, perm = torch.sort(own, stable=True)  # stable: ascending inside each partition; small keys
+            own_sorted = own_sorted.long()
+            cnt = torch.bincount(own, minlength=n)
+            first = torch.cumsum(cnt, 0) - cnt  # partition p's run in the sorted chunk starts here
+            dest = cursor[own_sorted] - first[own_sorted] + torch.arange(perm.numel())
+            order[dest] = (perm + lo).to(dtype)
+            cursor += cnt
         del owners_N
-        self.order = order.to(torch.int32 if numel < 2**31 else torch.int64).to(device)
+        self.order = order.to(device)
         self.starts = [0]
         self.byte_starts = [0]
         for size in self.sizes:
@@ -80,8 +159,12 @@ class StaticSets:
 
     @property
     def nbytes(self) -> int:
-        extra = sum(t.numel() * t.element_size() for t in (self._rank_of, *self._acc.values()) if t is not None)
-        return self.order.numel() * self.order.element_size() + extra
+        """Bytes this set holds: the storage of every tensor it keeps (``order``, the bounds' tensors, the position
+        table and the accumulators once built) and the Python lists of its bounds."""
+        tensors = (self.order, self.starts_t, self.byte_starts_t, self._rank_of, *self._acc.values())
+        kept = sum(t.untyped_storage().nbytes() for t in tensors if t is not None)
+        lists = sum(sys.getsizeof(x) for x in (self.sizes, self.starts, self.byte_starts))
+        return kept + lists + 32 * (len(self.sizes) + len(self.starts) + len(self.byte_starts))  # the ints
 
     @property
     def rank_of(self) -> torch.Tensor:
@@ -90,10 +173,13 @@ class StaticSets:
         if self._rank_of is None:
             rank = torch.empty(self.numel, dtype=self.order.dtype, device=self.order.device)
             for p in range(self.num_partitions):
-                s_p = self.partition(p).long()
-                rank[s_p] = torch.arange(s_p.numel(), dtype=rank.dtype, device=rank.device)
+                for lo in range(self.starts[p], self.starts[p + 1], _CHUNK):  # int64 temporaries of a chunk
+                    hi = min(self.starts[p + 1], lo + _CHUNK)
+                    rank[self.order[lo:hi].long()] = torch.arange(lo - self.starts[p], hi - self.starts[p],
+                                                                  dtype=rank.dtype, device=rank.device)  # fmt: skip
             self._rank_of = rank
-            _evict()
+            if _evict():
+                release_freed_memory()
         return self._rank_of
 
     def accumulator(self, p: int) -> torch.Tensor:
@@ -102,7 +188,8 @@ class StaticSets:
         key = (p, threading.get_ident())
         if key not in self._acc:
             self._acc[key] = torch.zeros(self.sizes[p], dtype=torch.float32, device=self.order.device)
-            _evict()
+            if _evict():
+                release_freed_memory()
         return self._acc[key]
 
     def partition(self, p: int) -> torch.Tensor:
@@ -111,26 +198,46 @@ class StaticSets:
 
 _CACHE: OrderedDict[tuple, StaticSets] = OrderedDict()
 _LOCK = threading.RLock()
-_CACHE_LIMIT = [2 << 30]
+DEFAULT_CACHE_BYTES = 256 << 20
+"""The default of :func:`set_cache_limit` and of the training config's ``sync.zen_cache_mb``: 256 MiB holds the
+set of the largest tensor among ``make reproduce``'s recipes (the lstm-words embedding with ``sync.scheme=zen``,
+17.7M elements: 152 MiB with its position table and one accumulator at n = 4), while a full cache adds at most a
+third to a lstm-words rank's RSS without it (about 800 MB; ``scripts/zen_cache_rss.py``)."""
+_CACHE_LIMIT = [DEFAULT_CACHE_BYTES]
 
 
 def set_cache_limit(nbytes: int) -> None:
-    """Bytes of static hash sets kept per process (least recently used dropped first; default 2 GiB; the
-    training config's ``sync.zen_cache_mb``). One (numel, n, seed, device) takes 4 bytes per element below 2**31
-    elements for S_p, 4 more for the position table and 4 / n for an accumulator: a 128M-element tensor ~1 GB."""
+    """Bytes of static hash sets kept per process, counted by :attr:`StaticSets.nbytes` (least recently used
+    dropped first; default :data:`DEFAULT_CACHE_BYTES`; the training config's ``sync.zen_cache_mb``). One (numel,
+    n, seed, device) as Zen's push uses it holds 8 + 4 / n bytes per element below 2**31 elements (S_p, the
+    position table, one accumulator): the lstm-words embedding (17.7M elements, n = 4) 152 MiB, a 128M-element
+    tensor 1.1 GB. The set in use is always kept, whatever the limit."""
     _CACHE_LIMIT[0] = int(nbytes)
-    _evict()
+    if _evict():
+        release_freed_memory()
 
 
-def _evict() -> None:
+def cache_nbytes() -> int:
+    """Bytes the cached static sets hold now (the sum of their :attr:`StaticSets.nbytes`)."""
     with _LOCK:
-        while len(_CACHE) > 1 and sum(v.nbytes for v in _CACHE.values()) > _CACHE_LIMIT[0]:
-            _CACHE.popitem(last=False)
+        return sum(v.nbytes for v in _CACHE.values())
+
+
+def _evict() -> int:
+    """Drop least recently used sets until the rest fit the limit (keeping the newest); how many were dropped."""
+    dropped = 0
+    with _LOCK:
+        total = sum(v.nbytes for v in _CACHE.values())
+        while len(_CACHE) > 1 and total > _CACHE_LIMIT[0]:
+            total -= _CACHE.popitem(last=False)[1].nbytes
+            dropped += 1
+    return dropped
 
 
 def static_sets(numel: int, num_partitions: int, seed: int, device: torch.device | str = "cpu") -> StaticSets:
     """The :class:`StaticSets` of (numel, n, seed) on ``device``, built on first use and cached (bounded in bytes by
-    :func:`set_cache_limit`; the set in use is always kept)."""
+    :func:`set_cache_limit`; the set in use is always kept). ``ValueError`` for numel < 0 or num_partitions < 1."""
+    numel, num_partitions = _check_sizes(numel, num_partitions)
     key = (numel, num_partitions, seed & 0xFFFFFFFF, str(torch.device(device)))
     with _LOCK:
         hit = _CACHE.get(key)
@@ -147,6 +254,7 @@ def static_sets(numel: int, num_partitions: int, seed: int, device: torch.device
     with _LOCK:
         _CACHE[key] = built
         _evict()
+    release_freed_memory()  # the build's temporaries, and whatever was evicted
     return built
 
 
@@ -154,7 +262,7 @@ def hash_partitions(numel: int, num_partitions: int, seed: int) -> tuple[torch.T
     """S_p for every partition p: the sorted indices of [0, numel) that h0 assigns to p (views of the cached
     :func:`static_sets`; int32 when numel < 2^31)."""
     sets = static_sets(numel, num_partitions, seed)
-    return tuple(sets.partition(p) for p in range(num_partitions))
+    return tuple(sets.partition(p) for p in range(sets.num_partitions))
 
 
 _SHIFTS = torch.arange(8, dtype=torch.int32)
@@ -195,7 +303,9 @@ def popcounts(bytes_B: torch.Tensor, byte_starts: torch.Tensor) -> torch.Tensor:
 
 @lru_cache(maxsize=256)
 def hash_partition_sizes(numel: int, num_partitions: int, seed: int) -> tuple[int, ...]:
-    """|S_p| for every partition p (what the hash bitmaps' sizes follow from), without materialising S_p."""
+    """|S_p| for every partition p (what the hash bitmaps' sizes follow from), without materialising S_p.
+    ``ValueError`` for numel < 0 or num_partitions < 1."""
+    numel, num_partitions = _check_sizes(numel, num_partitions)
     counts = torch.zeros(num_partitions, dtype=torch.int64)
     for lo in range(0, numel, _CHUNK):
         counts += torch.bincount(_owners(lo, min(numel, lo + _CHUNK), num_partitions, seed, numel), minlength=num_partitions)
@@ -206,8 +316,7 @@ class HashBitmap:
     """Encode and decode one server's aggregate over its static hash set (lossless)."""
 
     def __init__(self, numel: int, num_partitions: int, seed: int = 0, *, materialize: bool = True) -> None:
-        if numel < 0 or num_partitions < 1:
-            raise ValueError("numel must be >= 0 and num_partitions >= 1")
+        numel, num_partitions = _check_sizes(numel, num_partitions)
         self.numel, self.num_partitions, self.seed = numel, num_partitions, seed
         self.materialize = materialize
         self.sizes = hash_partition_sizes(numel, num_partitions, seed)

@@ -13,7 +13,8 @@ ranks agree.
 
 from __future__ import annotations
 
-from functools import lru_cache
+import threading
+from collections import OrderedDict
 
 import torch
 
@@ -70,28 +71,67 @@ def _owner(idx: torch.Tensor, num_partitions: int, seed: int) -> torch.Tensor:
 TABLE_LIMIT = 1 << 26
 """Largest numel for which :func:`hash_owner` keeps a table of h0 over [0, numel) (4 bytes per element)."""
 
+TABLES_KEPT = 2
+"""h0 tables :func:`h0_table` keeps (least recently used dropped first): at most 2 x 4 x :data:`TABLE_LIMIT` bytes
+= 512 MiB, counted by :func:`h0_table_nbytes`. Only :func:`hash_owner` (the traffic models, the analysis) builds them; Zen's
+static hash sets (``zen.bitmap``) hash directly and only read a table that is already here, so a training process
+holds none."""
 
-@lru_cache(maxsize=2)
+_TABLES: OrderedDict[tuple[int, int], torch.Tensor] = OrderedDict()
+_TABLES_LOCK = threading.Lock()
+
+
 def h0_table(numel: int, seed: int = 0) -> torch.Tensor:
-    """h0 of every index in [0, numel) as int32 (bit pattern of the uint32 hash), built in 16M chunks."""
+    """h0 of every index in [0, numel) as int32 (bit pattern of the uint32 hash), built in 16M chunks and kept
+    (the last :data:`TABLES_KEPT` (numel, seed); :func:`h0_table_nbytes` says how many bytes they hold)."""
+    key = (int(numel), seed & _M32)
+    with _TABLES_LOCK:
+        hit = _TABLES.get(key)
+        if hit is not None:
+            _TABLES.move_to_end(key)
+            return hit
     out = torch.empty(numel, dtype=torch.int32)
     chunk = 1 << 24
     for lo in range(0, numel, chunk):
         hi = min(numel, lo + chunk)
         h = _h0(torch.arange(lo, hi), seed)
         out[lo:hi] = torch.where(h >= 2**31, h - 2**32, h).to(torch.int32)
+    with _TABLES_LOCK:
+        _TABLES[key] = out
+        while len(_TABLES) > TABLES_KEPT:
+            _TABLES.popitem(last=False)
     return out
+
+
+def cached_h0_table(numel: int, seed: int = 0) -> torch.Tensor | None:
+    """The h0 table of (numel, seed) if :func:`h0_table` keeps one, else None (never builds one)."""
+    with _TABLES_LOCK:
+        return _TABLES.get((int(numel), seed & _M32))
+
+
+def h0_table_nbytes() -> int:
+    """Bytes of the h0 tables kept now."""
+    with _TABLES_LOCK:
+        return sum(t.untyped_storage().nbytes() for t in _TABLES.values())
+
+
+def clear_h0_tables() -> None:
+    with _TABLES_LOCK:
+        _TABLES.clear()
 
 
 def hash_owner(num_partitions: int, seed: int = 0, *, numel: int | None = None):
     """``owner`` bound to (n, seed): plugs into ``sparsity.imbalance_ratios`` as the hash owner.
 
     With ``numel`` (at most :data:`TABLE_LIMIT`) it looks h0 up in a cached table instead of hashing: the
-    traffic models call it for hundreds of index sets over the same tensor, at every n.
+    traffic models call it for hundreds of index sets over the same tensor, at every n. Either way, with ``numel``
+    an index outside ``[0, numel)`` (negative or too large) raises ``ValueError``; without it, any non-negative
+    index is owned.
     """
     if num_partitions < 1:
         raise ValueError("num_partitions must be >= 1")
     if numel is not None and numel <= TABLE_LIMIT:
         table = h0_table(numel, seed)
         return lambda indices: (table[check_indices(indices, numel)].long() & _M32) % num_partitions
-    return lambda indices: owner(indices, num_partitions, seed)
+    # above the table's limit it hashes, with the same range check (an index >= numel is refused, not owned)
+    return lambda indices: _owner(check_indices(indices, numel), num_partitions, seed)

@@ -77,7 +77,12 @@ def hierarchical_hash(
     """Algorithm 1 on distinct non-negative ``indices_K`` (any order, any device).
 
     ``seed`` is h0's (shared by all ranks); ``level2_seed`` seeds h1..hk (default: ``seed``; may differ per
-    rank). Duplicate indices would share a slot and come out once: pass a set. ``backend``: ``"native"``, the
+    rank). Callers must pass distinct indices (Zen's push passes ``nonzero``'s positions): the hash memory holds
+    input *positions*, not index values, so a repeated index is not merged. Both backends place every occurrence in
+    its own slot of its h0 partition, and ``positions_K`` is still a permutation of ``range(K)``: an index passed m
+    times comes out as many times as it was passed (m entries in its partition). Its copies follow the same k
+    probes, so at most k of them find parallel slots and the rest go to the serial region (inflating
+    ``serial_count``). (``HashBitmap.encode`` refuses duplicates.) ``backend``: ``"native"``, the
     compiled CPU kernel (:mod:`zen_analysis.zen.native`: one pass, compare-and-swap, one thread per torch
     thread); ``"torch"``, bulk-synchronous torch rounds (CPU or CUDA); ``"auto"``, native for CPU tensors when it
     builds, else torch. Both place every index in its h0 partition; slot order (and so the order inside a

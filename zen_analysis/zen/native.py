@@ -255,15 +255,24 @@ def extract(x_N: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     raise AssertionError("extract: the workspace was sized by the count")
 
 
-def extract_pack(x_N: torch.Tensor, n: int, seed: int, rank_of: torch.Tensor, *, reuse: str = "zen.push.send") -> tuple[torch.Tensor, torch.Tensor]:
+def extract_pack(x_N: torch.Tensor, n: int, seed: int, sets, *, reuse: str = "zen.push.send") -> tuple[torch.Tensor, torch.Tensor]:
     """The push message of the flat float32 CPU ``x_N``, built in one pass: (int32 words, two
     per non-zero: its position in S_p and its value bits, grouped by server h0(idx) mod n and ascending inside a
-    group; entries per server). ``rank_of`` is the position table of (numel, n, seed). The words are a view of the
-    per-thread workspace ``reuse``, valid until the next call with that name on this thread."""
+    group; entries per server). ``sets`` is the ``zen.bitmap.StaticSets`` of (x_N.numel(), n, seed) (read by its
+    ``numel``, ``num_partitions``, ``seed`` and ``rank_of``, the position table); a set built for another world
+    size, seed or tensor size raises ``ValueError`` (its positions would land on the wrong bits, silently). The
+    words are a view of the per-thread workspace ``reuse``, valid until the next call with that name on this
+    thread."""
     _cpu(x_N, torch.float32, "the tensor")
+    if not 1 <= n < 2**31:
+        raise ValueError(f"1 <= n < 2**31 servers, got {n}")
+    if sets.num_partitions != n or sets.seed & 0xFFFFFFFF != seed & 0xFFFFFFFF or sets.numel != x_N.numel():
+        raise ValueError(f"the static sets are of (numel {sets.numel}, n {sets.num_partitions}, seed {sets.seed}), "
+                         f"the push of (numel {x_N.numel()}, n {n}, seed {seed})")  # fmt: skip
+    rank_of = sets.rank_of
     _cpu(rank_of, torch.int32, "rank_of")
-    if rank_of.numel() != x_N.numel() or not 1 <= n < 2**31:
-        raise ValueError("rank_of must have one entry per element, and 1 <= n < 2**31")
+    if rank_of.numel() != x_N.numel():
+        raise ValueError("rank_of must have one entry per element")
     lib, numel = _lib(), x_N.numel()
     counts = torch.empty(n, dtype=torch.int64, device="cpu")
     cap = workspace.capacity(f"{reuse}.tmp", torch.int32) // 3

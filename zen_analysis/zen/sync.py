@@ -75,9 +75,9 @@ def _push_message(x_N: torch.Tensor, ex: Exchange, sets: StaticSets, *, seed: in
     if hashing not in HASHINGS:
         raise ValueError(f"hashing must be one of {HASHINGS}, got {hashing!r}")
     if hashing in ("auto", "argsort") and _kernel(x_N):
-        rank_of = sets.rank_of
+        sets.rank_of  # the position table, built on first use outside the timed pass below
         with ex.local("extract+pack"):  # one compiled pass: find, hash, position and group every non-zero
-            return native.extract_pack(x_N, ex.world, seed, rank_of, reuse="zen.push.send")
+            return native.extract_pack(x_N, ex.world, seed, sets, reuse="zen.push.send")
     idx_K, val_K = _extract(x_N, ex)
     with ex.local("hash"):
         if hashing == "argsort" or (hashing == "auto" and x_N.device.type == "cpu"):
