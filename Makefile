@@ -28,7 +28,7 @@ $(STAMP): pyproject.toml
 	touch $@
 
 test: venv
-	$(PY) -m pytest -q --timeout=900 tests --nbmake --nbmake-timeout=600 notebooks
+	$(PY) -m pytest -q --timeout=900 --durations=15 tests --nbmake --nbmake-timeout=600 notebooks
 
 test-fast: venv
 	$(PY) -m pytest -q --timeout=300 tests -m "not slow"

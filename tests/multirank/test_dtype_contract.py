@@ -240,3 +240,29 @@ def _empty(rank, world):
 def test_every_scheme_sums_an_empty_tensor():
     for per_rank in fork_launch(_empty, 2):
         assert per_rank == {name: 0 for name in SCHEMES}
+
+
+def _mixed(rank, world, what, name):
+    if what == "scheme":  # a scheme whose check rides on its counts against one whose check is a call of its own
+        scheme, dtype = build_scheme(name if rank == 0 else "allreduce"), torch.float32
+    else:  # one rank passes a dtype no scheme sums: it must still meet the others' check
+        scheme, dtype = build_scheme(name), (torch.int16 if rank == 0 else torch.int32)
+    x = torch.zeros(500, dtype=dtype)
+    x[rank::4] = 1
+    try:
+        scheme.run(x)
+    except (ValueError, TypeError) as e:
+        return type(e).__name__, str(e)
+    return "returned", None
+
+
+@pytest.mark.parametrize("what, name", [("scheme", "zen"), ("scheme", "sparcml"), ("unsupported", "zen"),
+                                        ("unsupported", "omnireduce")])  # fmt: skip
+def test_ranks_passing_different_schemes_or_an_unsupported_dtype_all_raise(what, name):
+    results = fork_launch(_mixed, 3, what, name, timeout_s=60)
+    assert {r[0] for r in results} == {"RanksDisagreeError"}, results
+    assert len({r[1] for r in results}) == 1
+    if what == "scheme" and name == "zen":
+        assert "rank 0 passed scheme zen, rank 1 passed scheme allreduce" in results[0][1]
+    if what == "unsupported":
+        assert "rank 0 passed dtype int16, rank 1 passed dtype int32" in results[0][1]

@@ -149,22 +149,27 @@ class Exchange:
 
     def agree(self) -> None:
         """The pending agreement check (:meth:`expect_agreement`) in one exchange of its own (phase ``agree``,
-        control bytes), for a scheme whose first collective is not a count exchange. No-op when none is pending."""
+        control bytes), for a scheme whose first collective is not a count exchange. No-op when none is pending.
+
+        The message has the layout of a count exchange carrying the check (a zero count, then the values), so a
+        rank running a scheme whose check rides on its counts meets this one in a call of the same size: a
+        disagreement on the scheme is refused like any other, not a gloo size error or an NCCL hang."""
         if self._agree is None:
             return
         names, mine_F, decode = self._agree
         self._agree = None
-        send = mine_F.expand(self.world, -1).contiguous().to(self.device)
+        send = torch.cat([torch.zeros(1, dtype=torch.int64, device="cpu"), mine_F]).expand(self.world, -1)
+        send = send.contiguous().to(self.device)
         recv = torch.empty_like(send)
         prev, self._phase = self._phase, "agree"
         try:
             t0 = self._start()
             dist.all_to_all_single(recv, send, group=self.group)
-            moved = send.element_size() * mine_F.numel() * (self.world - 1)
+            moved = send.element_size() * send.shape[1] * (self.world - 1)
             self._count("control", moved, moved, time.perf_counter() - t0)
         finally:
             self._phase = prev
-        self._raise_on_disagreement(names, recv.cpu(), decode)
+        self._raise_on_disagreement(names, recv.cpu()[:, 1:], decode)
 
     def _raise_on_disagreement(self, names: list[str], table_WF: torch.Tensor, decode: dict) -> None:
         message = _agreement_error(names, table_WF, decode)

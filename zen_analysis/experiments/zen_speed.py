@@ -12,7 +12,7 @@ scheme's ``last_local()`` timings.
 Variants (:data:`VARIANTS`) measure what the dtype contract and the ranks' agreement check cost: ``zen-nocheck``
 and ``allreduce-nocheck`` skip the check (``check_ranks = False``; Zen's rides on its count exchange, the dense
 all-reduce's is one call of its own), ``zen-bf16`` and ``allreduce-bf16`` sum the same integer values as bfloat16
-(Zen's torch path: the compiled loops are float32's; values travel at 2 bytes).
+(Zen widens them into its compiled float32 loops; values travel at 2 bytes).
 """
 
 from __future__ import annotations

@@ -36,6 +36,7 @@ from torch import nn
 from zen_analysis.comm import build_scheme
 from zen_analysis.comm.exchange import ring_bytes_sent
 from zen_analysis.sync.compressed import HookState, Stats, bucket_key, compress_and_sum
+from zen_analysis.zen.bitmap import cache_limit, set_cache_limit
 
 def comm_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP communication hook: DGC top-k per bucket (residuals per parameter), then the state's sparse scheme; on
@@ -211,6 +212,17 @@ def model_group(ddp_model: nn.Module, group=None):
     return own
 
 
+def _reserve_hash_sets(scheme: str, numel: int) -> None:
+    """Raise the static-hash-set cache (:func:`~zen_analysis.zen.bitmap.set_cache_limit`) to hold Zen's sets for
+    ``numel`` elements summed per step (9 bytes each: S_p, the position table, an accumulator), so the hook never
+    rebuilds a set every step: top-k sums every bucket, one set per bucket size, and the default cache holds a
+    few 25 MB buckets only. Never lowers it."""
+    if scheme == "zen":
+        need = 9 * numel + (1 << 20)
+        if need > cache_limit():
+            set_cache_limit(need)
+
+
 def register(ddp_model: nn.Module, *, mode: str = "natural", scheme: str = "zen", params=None, group=None, seed: int = 0,
              ratio: float = 0.05, threshold: str = "local", overlap: bool = False):  # fmt: skip
     """Put Zen (or another scheme of :mod:`zen_analysis.comm`) into a ``DistributedDataParallel`` model; returns the
@@ -240,12 +252,14 @@ def register(ddp_model: nn.Module, *, mode: str = "natural", scheme: str = "zen"
         chosen = tuple(params) if params is not None else sparse_parameters(module)
         if not chosen:
             raise ValueError("natural mode found no untied nn.Embedding to sum sparsely; pass params=[...]")
+        _reserve_hash_sets(scheme, sum(p.numel() for p in chosen))
         state = NaturalState(params=chosen, scheme=scheme, group=group, seed=seed, names=names)
         ddp_model.register_comm_hook(state, natural_hook)
         return state
     if mode == "topk":
         if any(getattr(m, "sparse", False) for m in module.modules() if isinstance(m, nn.Embedding)):
             raise ValueError("mode='topk' needs dense gradients; nn.Embedding(sparse=True) goes with mode='natural'")
+        _reserve_hash_sets(scheme, sum(p.numel() for p in module.parameters() if p.requires_grad))
         state = HookState(scheme=scheme, ratio=ratio, group=group, seed=seed, threshold=threshold, overlap=overlap,
                           names=names)  # fmt: skip
         ddp_model.register_comm_hook(state, comm_hook)

@@ -217,6 +217,11 @@ def set_cache_limit(nbytes: int) -> None:
         release_freed_memory()
 
 
+def cache_limit() -> int:
+    """Bytes of static hash sets kept per process now (:func:`set_cache_limit`)."""
+    return _CACHE_LIMIT[0]
+
+
 def cache_nbytes() -> int:
     """Bytes the cached static sets hold now (the sum of their :attr:`StaticSets.nbytes`)."""
     with _LOCK:

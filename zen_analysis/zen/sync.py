@@ -272,7 +272,7 @@ def zen_sum_hierarchical(
         split = torch.tensor(sizes, dtype=torch.int64)
         mine = sizes[intra.rank]
         got = intra.all_to_all_v(x_N, split, torch.full((G,), mine, dtype=torch.int64))
-    chunk = got.view(G, mine).sum(0) if mine else got[:0]
+    chunk = got.view(G, mine).sum(0, dtype=x_N.dtype) if mine else got[:0]  # integers keep their width
     inter = Exchange(groups.inter) if groups.num_nodes > 1 else None
     if inter is not None:
         chunk = zen_sum(chunk, inter, seed=seed, hashing=hashing)

@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 
 from zen_analysis.comm.cost import local_time, phase_times
-from zen_analysis.comm.dtypes import check_dtype, dtype_code, dtype_of_code, value_bytes
+from zen_analysis.comm.dtypes import SUPPORTED, check_dtype, dtype_code, dtype_of_code, value_bytes
 from zen_analysis.comm.exchange import Exchange
 from zen_analysis.comm.topology import Topology
 from zen_analysis.comm.traffic import COLUMNS, Traffic
@@ -64,13 +64,16 @@ class CommScheme(ABC):
         A contiguous tensor is worked on directly (no dense copy, no fresh dense allocation); a strided one goes
         through a contiguous copy of its dtype that is written back. Another dtype raises ``TypeError``; ranks that
         passed different numels, dtypes, schemes or seeds raise ``RanksDisagreeError``, all of them."""
-        check_dtype(tensor.dtype)
+        supported = tensor.dtype in SUPPORTED
+        if not (supported or self.check_ranks):
+            check_dtype(tensor.dtype)
         ex = Exchange(group, sync=self.sync_collectives)
         t0 = time.perf_counter()  # the agreement check is part of the run's time
         if self.check_ranks:
             ex.expect_agreement(self.agreement_fields(tensor), {"dtype": dtype_of_code, "scheme": _scheme_of_code})
-            if not self.folds_agreement:
-                ex.agree()
+            if not (self.folds_agreement and supported):
+                ex.agree()  # an unsupported dtype still takes part: the other ranks must not wait for it
+            check_dtype(tensor.dtype)  # every rank passed it (else the check raised): all refuse alike
         self.check(ex.world, tensor.numel())
         direct = tensor.is_contiguous()
         if direct:
@@ -142,8 +145,8 @@ class CommScheme(ABC):
         self.check(len(sets), numel)
         t = Traffic(len(sets), value_bytes=value_bytes(dtype))
         self._traffic(sets, numel, t)
-        if self.check_ranks:
-            t.agreement(8 * len(self.AGREEMENT), folded=self.folds_agreement)
+        if self.check_ranks:  # riding on a count: the values; a call of its own: a zero count and the values
+            t.agreement(8 * (len(self.AGREEMENT) + (not self.folds_agreement)), folded=self.folds_agreement)
         if self.scans_dense:
             t.local_work(numel, union_size(sets))
         return t

@@ -2,7 +2,7 @@
 
 log2(P) stages over the largest power of two P <= W; at stage i rank r swaps its current aggregate with rank
 r XOR 2^i and merges (incremental aggregation: overlapping indices are summed at once). A stream switches to
-dense for good once its COO would be larger than the dense tensor (count x (index + value) bytes > numel x 4),
+dense for good once its COO would be larger than the dense tensor (count x (index + value) bytes > numel x value bytes),
 as SparCML does. Each message is one count (control; -1 announces a dense buffer) and one buffer (payload).
 
 Worlds that are not a power of two fold first, as MPI's recursive doubling does: rank P + j sends its tensor to
