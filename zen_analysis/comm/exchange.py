@@ -67,7 +67,8 @@ def coo_layout(numel: int, dtype: torch.dtype = torch.float32) -> tuple[torch.dt
     is one gloo and NCCL move (they have no int16): the buffer's bytes are exactly index + value bytes per entry."""
     ib, vb = index_bytes(numel), value_bytes(dtype)
     unit = math.gcd(ib, vb)
-    return {1: torch.uint8, 4: torch.int32, 8: torch.int64}.get(unit, torch.uint8), (ib + vb) // (unit if unit in (4, 8) else 1)
+    unit = unit if unit in (4, 8) else 1  # 2-byte values: bytes
+    return {1: torch.uint8, 4: torch.int32, 8: torch.int64}[unit], (ib + vb) // unit
 
 
 def coo_words(numel: int, dtype: torch.dtype = torch.float32) -> int:
@@ -356,12 +357,17 @@ def push_to_owners(
         recv_W = ex.exchange_counts(send_W)
         got = ex.all_to_all_v(pack_coo(idx_K, val_K, numel), send_W * w, recv_W * w)
     with ex.local("aggregate"):
-        r_idx, r_val = unpack_coo(got, numel, dtype)
-        u_idx, inverse = torch.unique(r_idx, return_inverse=True)
-        acc = accumulate_dtype(dtype)
-        u_val = torch.zeros(u_idx.numel(), dtype=acc, device=r_val.device).index_add_(0, inverse, r_val.to(acc))
-        u_val = u_val.to(dtype)  # rounded once (fp16/bf16 summed in float32)
+        u_idx, u_val = sum_by_index(*unpack_coo(got, numel, dtype))
     return u_idx, u_val
+
+
+def sum_by_index(idx_K: torch.Tensor, val_K: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(distinct indices ascending, the sum of each one's values in ``val_K``'s dtype): added in
+    :func:`~zen_analysis.comm.dtypes.accumulate_dtype` in the entries' order (fp16/bf16 in float32, rounded once)."""
+    u_idx, inverse = torch.unique(idx_K, return_inverse=True)
+    acc = accumulate_dtype(val_K.dtype)
+    sums = torch.zeros(u_idx.numel(), dtype=acc, device=val_K.device).index_add_(0, inverse, val_K.to(acc))
+    return u_idx, sums.to(val_K.dtype)
 
 
 def _p2p(ex: "Exchange", send: torch.Tensor, recv: torch.Tensor, peer: int) -> None:

@@ -81,9 +81,7 @@ class Traffic:
         """One count exchange: every rank sends and receives a count from every other rank."""
         self._first_counts = self._first_counts or phase
         self._call(phase, "all_to_all", "control")
-        m = self._matrix(phase, "control")
-        m += COUNT_BYTES
-        np.fill_diagonal(m, m.diagonal() - COUNT_BYTES)
+        _every_pair(self._matrix(phase, "control"), COUNT_BYTES)
 
     def agreement(self, nbytes: int, *, folded: bool) -> None:
         """The ranks' agreement check (``Exchange.expect_agreement``): ``nbytes`` from every rank to every other,
@@ -95,8 +93,7 @@ class Traffic:
         else:
             self._call("agree", "all_to_all", "control")
             m = self._matrix("agree", "control")
-        m += nbytes
-        np.fill_diagonal(m, m.diagonal() - nbytes)
+        _every_pair(m, nbytes)
 
     def p2p(self, phase: str, src, dst, nbytes, *, kind: str = "payload") -> None:
         """One round of point-to-point messages: ``src[k]`` sends ``nbytes[k]`` to ``dst[k]`` (arrays or
@@ -155,3 +152,9 @@ class Traffic:
         if not parts:
             return pd.DataFrame(columns=COLUMNS)
         return pd.concat(parts, ignore_index=True).sort_values(["rank", "phase", "kind"], ignore_index=True)[COLUMNS]
+
+
+def _every_pair(m: np.ndarray, nbytes: int) -> None:
+    """Add ``nbytes`` from every rank to every other rank (not to itself) to the (W, W) matrix ``m``."""
+    m += nbytes
+    np.fill_diagonal(m, m.diagonal() - nbytes)

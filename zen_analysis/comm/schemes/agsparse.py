@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from zen_analysis.comm.dtypes import accumulate_dtype
-from zen_analysis.comm.exchange import Exchange, coo_words, index_bytes, pack_coo, unpack_coo
+from zen_analysis.comm.exchange import Exchange, coo_words, index_bytes, pack_coo, sum_by_index, unpack_coo
 from zen_analysis.comm.schemes.base import CommScheme, coo_of
 from zen_analysis.comm.traffic import Traffic
 
@@ -28,11 +28,9 @@ class AGSparse(CommScheme):
             counts_W = ex.all_gather_counts(idx_K.numel())
             got = ex.all_gather_v(pack_coo(idx_K, val_K, N), counts_W * w)
         all_idx, all_val = unpack_coo(got, N, x_N.dtype)
-        acc = accumulate_dtype(x_N.dtype)
-        if acc != x_N.dtype:  # fp16/bf16: every rank's block added in float32 in rank order, rounded once
-            u_idx, inverse = torch.unique(all_idx.to(x_N.device), return_inverse=True)
-            sums = torch.zeros(u_idx.numel(), dtype=acc, device=x_N.device).index_add_(0, inverse, all_val.to(x_N.device, acc))
-            x_N[u_idx] = sums.to(x_N.dtype)  # the union holds this rank's non-zeros: the rest is zero already
+        if accumulate_dtype(x_N.dtype) != x_N.dtype:  # fp16/bf16: every rank's block in rank order, rounded once
+            u_idx, sums = sum_by_index(all_idx.to(x_N.device), all_val.to(x_N.device))
+            x_N[u_idx] = sums  # the union holds this rank's non-zeros: the rest is zero already
             return
         # in place, no dense zeroing: clear this rank's own non-zeros, then add every rank's block in rank order,
         # so every rank sums in the same order (identical results, not just equal up to rounding)

@@ -64,14 +64,13 @@ class CommScheme(ABC):
         A contiguous tensor is worked on directly (no dense copy, no fresh dense allocation); a strided one goes
         through a contiguous copy of its dtype that is written back. Another dtype raises ``TypeError``; ranks that
         passed different numels, dtypes, schemes or seeds raise ``RanksDisagreeError``, all of them."""
-        supported = tensor.dtype in SUPPORTED
-        if not (supported or self.check_ranks):
+        if not self.check_ranks:
             check_dtype(tensor.dtype)
         ex = Exchange(group, sync=self.sync_collectives)
         t0 = time.perf_counter()  # the agreement check is part of the run's time
         if self.check_ranks:
             ex.expect_agreement(self.agreement_fields(tensor), {"dtype": dtype_of_code, "scheme": _scheme_of_code})
-            if not (self.folds_agreement and supported):
+            if not (self.folds_agreement and tensor.dtype in SUPPORTED):
                 ex.agree()  # an unsupported dtype still takes part: the other ranks must not wait for it
             check_dtype(tensor.dtype)  # every rank passed it (else the check raised): all refuse alike
         self.check(ex.world, tensor.numel())
