@@ -25,6 +25,12 @@ import warnings
 import weakref
 from typing import Any
 
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from zen_analysis.sync.ddp import register
+
 __all__ = ["ZenDDPStrategy", "ZenTrainer", "ZenTrainerMixin", "find_ddp"]
 
 MODES = ("natural", "topk")
@@ -39,9 +45,6 @@ def _check_mode(mode: str) -> None:
 def find_ddp(model: Any):
     """The ``DistributedDataParallel`` inside ``model`` (itself, or under ``torch.compile``'s ``_orig_mod`` or a
     wrapper's ``module``), or None: a framework may hand back the DDP model wrapped once more."""
-    from torch import nn
-    from torch.nn.parallel import DistributedDataParallel
-
     for _ in range(8):
         if isinstance(model, DistributedDataParallel):
             return model
@@ -55,8 +58,6 @@ def find_ddp(model: Any):
 
 
 def _world_size() -> int:
-    import torch.distributed as dist
-
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
@@ -82,8 +83,6 @@ class ZenTrainerMixin:
         return super().training_step(model, *args, **kwargs)
 
     def _zen_attach(self, model) -> None:
-        from zen_analysis.sync.ddp import register
-
         ddp = find_ddp(model)
         if ddp is None:
             world = max(_world_size(), int(getattr(getattr(self, "args", None), "world_size", 1) or 1))
@@ -139,8 +138,6 @@ def _zen_strategy_class() -> type:
             self.zen_state = None
 
         def configure_ddp(self) -> None:
-            from zen_analysis.sync.ddp import register
-
             super().configure_ddp()
             ddp = find_ddp(self.model)
             if ddp is None:
