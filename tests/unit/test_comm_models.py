@@ -45,10 +45,10 @@ def test_alpha_beta_model_matches_the_closed_forms(identical):
     assert _total("agsparse", sets) == pytest.approx(t_agsparse(n, d, M, B) + count_exchange, rel=1e-12)
     assert _total("sparse_ps", sets) == pytest.approx(t_bp(n, d, gamma, M, B) + 2 * count_exchange, rel=1e-12)
     assert _total("sparcml", sets) == pytest.approx(t_hc(n, d, gamma, M, B) + 3 * 8 / B, rel=1e-12)
-    # the ranks' agreement check: 4 int64 from every rank to every other on a count exchange, or a zero count and
-    # the 4 in a call of their own
+    # the ranks' agreement check: 5 int64 (numel, dtype, scheme, seed, row width) from every rank to every other
+    # on a count exchange, or a zero count and the 5 in a call of their own
     for name in ("allreduce", "agsparse", "sparse_ps", "sparcml", "zen", "omnireduce", "bp_coo"):
-        width = 32 if build_scheme(name).folds_agreement else 40
+        width = 40 if build_scheme(name).folds_agreement else 48
         assert _total(name, sets, True) - _total(name, sets) == pytest.approx(width * (n - 1) / B, rel=1e-9), name
 
 

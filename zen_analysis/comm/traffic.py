@@ -24,10 +24,13 @@ unpacked, hashed, summed), non-zeros written into the result."""
 class Traffic:
     """Accumulates the bytes every rank sends to every other rank, per (phase, kind), for ``world`` ranks."""
 
-    def __init__(self, world: int, *, value_bytes: int = 4) -> None:
+    def __init__(self, world: int, *, value_bytes: int = 4, width: int = 0) -> None:
         self.world = world
         self.value_bytes = value_bytes
-        """Bytes of one value on the wire: the summed tensor's dtype width (4 for float32, 2 for fp16/bf16)."""
+        """Bytes of one entry's values on the wire: the summed tensor's dtype width (4 for float32, 2 for
+        fp16/bf16), times ``width`` by rows."""
+        self.width = width
+        """Values per entry by rows (:meth:`~zen_analysis.comm.schemes.base.CommScheme.sum_rows`); 0: elements."""
         self._first_counts: str | None = None
         self.matrices: dict[tuple[str, str], np.ndarray] = {}
         """(phase, kind) -> (W, W) int64, bytes rank i sends to rank j (zero diagonal)."""

@@ -44,7 +44,7 @@ import torch
 
 from zen_analysis import workspace
 from zen_analysis.comm.dtypes import accumulate_dtype
-from zen_analysis.comm.exchange import Exchange, coo_words, pack_coo, unpack_coo
+from zen_analysis.comm.exchange import Exchange, coo_words, pack_coo, sum_by_index, unpack_coo
 from zen_analysis.zen import native
 from zen_analysis.zen.bitmap import StaticSets, bits_at, popcounts, set_positions, static_sets
 from zen_analysis.zen.hierarchical import _hierarchical_hash, bucket_reference
@@ -174,12 +174,56 @@ def pull(bitmap: torch.Tensor, values: torch.Tensor, ex: Exchange, sets: StaticS
             native.decode_scatter(all_bits, sets.byte_starts_t, sets.starts_t, sets.order, all_val, counts_W, out_N)
         return out_N
     with ex.local("decode"):
-        bit_B = set_positions(all_bits)
-        part = torch.searchsorted(sets.byte_starts_t[1:], bit_B >> 3, right=True)
-        idx = sets.order[sets.starts_t[part] + bit_B - 8 * sets.byte_starts_t[part]].long()
+        idx = _indices_of_bits(all_bits, sets)
     with ex.local("scatter"):
         out_N[idx] = all_val.to(out_N.device, out_N.dtype)
     return out_N
+
+
+def _indices_of_bits(all_bits: torch.Tensor, sets: StaticSets) -> torch.Tensor:
+    """The indices (int64) behind the set bits of every server's all-gathered bitmap, in bit order: server by
+    server, each in S_p order."""
+    bit_B = set_positions(all_bits)
+    part = torch.searchsorted(sets.byte_starts_t[1:], bit_B >> 3, right=True)
+    return sets.order[sets.starts_t[part] + bit_B - 8 * sets.byte_starts_t[part]].long()
+
+
+def zen_sum_rows(rows_K: torch.Tensor, values_KD: torch.Tensor, num_rows: int, ex: Exchange, *,
+                 seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """Zen by rows (:mod:`zen_analysis.comm.rows`): the index space is the ``num_rows`` rows of a table and every
+    entry a row of D values. Push: each of this rank's rows (sorted, distinct) to its server h0(row) mod n as its
+    position in S_p and its D values (counts, then one ``all_to_all_single``); each server sums its rows (sorted
+    by position: S_p order, in float32 for fp16/bf16, rounded once); pull: every server's hash bitmap over its S_p
+    (num_rows / 8 bytes in all) and its summed rows, all-gathered. Returns (rows, values) of the union, in bit
+    order, identical on every rank. Work is per row touched plus the bitmaps: no pass over the table, and rows
+    are written whole (1 KB apiece at D = 256 float32), so the scatter is not cache-miss bound as the element
+    path's is. The static sets are over rows: 69k rows build in milliseconds where 17.7M elements took seconds."""
+    dtype, D, p = values_KD.dtype, values_KD.shape[1], ex.rank
+    sets = static_sets(num_rows, ex.world, seed, values_KD.device)
+    with ex.local("hash"):
+        buckets = bucket_reference(rows_K, ex.world, seed=seed)
+        order_K = buckets.positions_K
+        words = pack_coo(sets.rank_of[rows_K[order_K]], values_KD[order_K], num_rows)
+        counts_W = buckets.counts_n.to(torch.int64).cpu()
+    w = coo_words(num_rows, dtype, D)
+    with ex.phase("push"):
+        recv_W = ex.exchange_counts(counts_W)
+        got = ex.all_to_all_v(words, counts_W * w, recv_W * w)
+    with ex.local("aggregate"):
+        pos_G, val_GD = unpack_coo(got.to(values_KD.device), num_rows, dtype, D)
+        if pos_G.numel() and (int(pos_G.min()) < 0 or int(pos_G.max()) >= sets.sizes[p]):
+            raise ValueError(f"a received position is outside this server's hash set of {sets.sizes[p]}")
+        u_pos, sums = sum_by_index(pos_G, val_GD)  # ascending positions: S_p order, the bitmap's
+        bitmap = bits_at(u_pos, sets.byte_starts[p + 1] - sets.byte_starts[p])
+    sizes_W = torch.diff(torch.tensor(sets.byte_starts, dtype=torch.int64, device="cpu"))
+    with ex.phase("pull"):
+        all_bits = ex.all_gather_v(bitmap, sizes_W).to(values_KD.device)
+        with ex.local("decode"):
+            rows_W = popcounts(all_bits, sets.byte_starts_t).cpu()
+        all_val = ex.all_gather_v(sums.reshape(-1), rows_W * D).to(values_KD.device)
+    with ex.local("decode"):
+        rows_U = _indices_of_bits(all_bits, sets)
+    return rows_U, all_val.view(-1, D)
 
 
 def _sorted_counts(x_N: torch.Tensor, recv_W: torch.Tensor) -> torch.Tensor | None:

@@ -37,6 +37,15 @@ class AGSparse(CommScheme):
         x_N.index_fill_(0, idx_K, 0.0)
         x_N.index_add_(0, all_idx.to(x_N.device), all_val.to(x_N.device))
 
+    def _sum_rows(self, rows_K: torch.Tensor, values_KD: torch.Tensor, num_rows: int, ex: Exchange) -> tuple[torch.Tensor, torch.Tensor]:
+        R, D = num_rows, values_KD.shape[1]
+        with ex.phase("allgather"):
+            counts_W = ex.all_gather_counts(rows_K.numel())
+            got = ex.all_gather_v(pack_coo(rows_K, values_KD, R), counts_W * coo_words(R, values_KD.dtype, D))
+        with ex.local("aggregate"):  # every rank's rows in rank order, the same sum on every rank
+            all_rows, all_values = unpack_coo(got.to(values_KD.device), R, values_KD.dtype, D)
+            return sum_by_index(all_rows, all_values)
+
     def _traffic(self, sets: list[torch.Tensor], numel: int, t: Traffic) -> None:
         t.counts("allgather")
         t.all_gather("allgather", [s.numel() * (index_bytes(numel) + t.value_bytes) for s in sets])

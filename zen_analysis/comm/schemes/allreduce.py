@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from zen_analysis.comm.exchange import Exchange
+from zen_analysis.comm.rows import nonzero_rows
 from zen_analysis.comm.schemes.base import CommScheme
 from zen_analysis.comm.traffic import Traffic
 
@@ -18,5 +19,15 @@ class AllReduce(CommScheme):
         with ex.phase("allreduce"):
             ex.all_reduce_dense(x_N)
 
+    def _sum_rows(self, rows_K: torch.Tensor, values_KD: torch.Tensor, num_rows: int, ex: Exchange) -> tuple[torch.Tensor, torch.Tensor]:
+        # the dense table all-reduced (what DDP does with a dense gradient), its non-zero rows returned
+        dense = values_KD.new_zeros((num_rows, values_KD.shape[1]))
+        dense[rows_K.to(dense.device)] = values_KD
+        with ex.phase("allreduce"):
+            ex.all_reduce_dense(dense.view(-1))
+        u_rows = nonzero_rows(dense)
+        return u_rows, dense[u_rows]
+
     def _traffic(self, sets: list[torch.Tensor], numel: int, t: Traffic) -> None:
-        t.ring_all_reduce("allreduce", numel, t.value_bytes)
+        width = max(t.width, 1)  # by rows: the dense table of numel x width values
+        t.ring_all_reduce("allreduce", numel * width, t.value_bytes // width)

@@ -27,8 +27,10 @@ import torch.distributed as dist
 from zen_analysis.comm.cost import local_time, phase_times
 from zen_analysis.comm.dtypes import SUPPORTED, check_dtype, dtype_code, dtype_of_code, value_bytes
 from zen_analysis.comm.exchange import Exchange
+from zen_analysis.comm.rows import canonical_rows, nonzero_rows
 from zen_analysis.comm.topology import Topology
 from zen_analysis.comm.traffic import COLUMNS, Traffic
+from zen_analysis.indices import as_index_tensor
 from zen_analysis.sparsity.metrics import index_set
 
 
@@ -47,7 +49,7 @@ class CommScheme(ABC):
     check_ranks: bool = True
     """Check that every rank passed the same numel, dtype, scheme and seed (``bench zen`` measures its cost); set
     False on an instance to skip it."""
-    AGREEMENT = ("numel", "dtype", "scheme", "seed")
+    AGREEMENT = ("numel", "dtype", "scheme", "seed", "width")
 
     def __init__(self) -> None:
         self._records: list = []
@@ -64,40 +66,84 @@ class CommScheme(ABC):
         A contiguous tensor is worked on directly (no dense copy, no fresh dense allocation); a strided one goes
         through a contiguous copy of its dtype that is written back. Another dtype raises ``TypeError``; ranks that
         passed different numels, dtypes, schemes or seeds raise ``RanksDisagreeError``, all of them."""
-        if not self.check_ranks:
-            check_dtype(tensor.dtype)
-        ex = Exchange(group, sync=self.sync_collectives)
-        t0 = time.perf_counter()  # the agreement check is part of the run's time
-        if self.check_ranks:
-            ex.expect_agreement(self.agreement_fields(tensor), {"dtype": dtype_of_code, "scheme": _scheme_of_code})
-            if not (self.folds_agreement and tensor.dtype in SUPPORTED):
-                ex.agree()  # an unsupported dtype still takes part: the other ranks must not wait for it
-            check_dtype(tensor.dtype)  # every rank passed it (else the check raised): all refuse alike
-        self.check(ex.world, tensor.numel())
+        ex, t0 = self._begin(group, tensor.numel(), tensor.dtype)
         direct = tensor.is_contiguous()
         if direct:
             work_N = tensor.detach().view(-1)
         else:  # a strided view must not be summed through (a collective reads numel contiguous values)
             work_N = tensor.detach().reshape(-1).clone(memory_format=torch.contiguous_format)
         self._run(work_N, ex)
-        total = time.perf_counter() - t0
-        if ex.agreement_pending:
-            raise AssertionError(f"{self.name} declares folds_agreement but made no count exchange")
+        self._end(ex, t0)
         if not direct:
             tensor.detach().copy_(work_N.view(tensor.shape))
         torch.autograd.graph.increment_version(tensor)  # as any in-place op: autograd sees the change
+        return tensor
+
+    def sum_rows(self, rows_K: torch.Tensor, values_KD: torch.Tensor, num_rows: int, *,
+                 group: dist.ProcessGroup | None = None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+        """The row-granular sum over ranks (:mod:`zen_analysis.comm.rows`): this rank passes the rows of a
+        ``num_rows`` x D table it holds (1-D integer rows; duplicates are summed) and their (K, D) values; returns
+        (rows, values) of the sum, identical on every rank: every row some rank passed, each once, with its sum
+        over ranks in the values' dtype (the union, in the scheme's order). The index space is the rows: one index
+        and D values travel per entry, and the byte model is :meth:`model` with ``width=D``. ``allreduce`` sums
+        the dense table and returns its non-zero rows. Equal to ``all_reduce`` of the dense tables, bit for bit
+        on integer-valued inputs."""
+        rows_K, values_KD = canonical_rows(rows_K, values_KD.detach(), num_rows)
+        ex, t0 = self._begin(group, num_rows, values_KD.dtype, width=values_KD.shape[1])
+        out = self._sum_rows(rows_K, values_KD, num_rows, ex)
+        self._end(ex, t0)
+        return out
+
+    def run_rows(self, tensor_RD: torch.Tensor, *, rows: torch.Tensor | None = None,
+                 group: dist.ProcessGroup | None = None) -> torch.Tensor:  # fmt: skip
+        """:meth:`run` by rows for a 2-D table (an embedding's dense ``.grad``), in place: the rows that may be
+        non-zero on this rank (``rows``, e.g. the batch's token ids; a superset is fine, a row outside it must be
+        zero: it is not read) or, without ``rows``, those a row-wise pass finds, summed by :meth:`sum_rows` and
+        written back; every other row is zero on every rank already and stays untouched. ``allreduce`` takes
+        :meth:`run` (nothing to gain by rows)."""
+        if tensor_RD.dim() != 2:
+            raise ValueError(f"run_rows sums a 2-D table (rows, dim), got shape {tuple(tensor_RD.shape)}")
+        if not self.scans_dense:
+            return self.run(tensor_RD, group=group)
+        t = tensor_RD.detach()
+        rows_K = nonzero_rows(t) if rows is None else torch.unique(as_index_tensor(rows, name="rows").to(t.device))
+        u_rows, u_values = self.sum_rows(rows_K, t[rows_K], t.shape[0], group=group)
+        t.index_fill_(0, rows_K, 0)  # a row this rank held that the union does not carry (allreduce) is zero
+        t[u_rows.to(t.device)] = u_values.to(t.device)
+        torch.autograd.graph.increment_version(tensor_RD)
+        return tensor_RD
+
+    def _begin(self, group: dist.ProcessGroup | None, numel: int, dtype: torch.dtype, *, width: int = 0) -> tuple[Exchange, float]:
+        """The run's exchange and start time, after the ranks' agreement check (which is part of the run's time)."""
+        if not self.check_ranks:
+            check_dtype(dtype)
+        ex = Exchange(group, sync=self.sync_collectives)
+        t0 = time.perf_counter()
+        if self.check_ranks:
+            ex.expect_agreement(self.agreement_fields(numel, dtype, width),
+                                {"dtype": dtype_of_code, "scheme": _scheme_of_code})  # fmt: skip
+            if not (self.folds_agreement and dtype in SUPPORTED):
+                ex.agree()  # an unsupported dtype still takes part: the other ranks must not wait for it
+            check_dtype(dtype)  # every rank passed it (else the check raised): all refuse alike
+        self.check(ex.world, numel)
+        return ex, t0
+
+    def _end(self, ex: Exchange, t0: float) -> None:
+        """Record the run's calls, bytes and seconds (``last_measured``, ``last_times``, ``last_local``)."""
+        total = time.perf_counter() - t0
+        if ex.agreement_pending:
+            raise AssertionError(f"{self.name} declares folds_agreement but made no count exchange")
         self._records = list(ex.records.values())
         self._local = dict(ex.local_seconds)
         wire = sum(r.wire_seconds for r in self._records)
         self._times = {"total": total, "wire": wire, "wait": ex.wait_seconds, "local": max(0.0, total - wire - ex.wait_seconds)}
         self._rank = ex.rank
-        return tensor
 
-    def agreement_fields(self, tensor: torch.Tensor) -> dict[str, int]:
-        """What every rank must agree on before this scheme sums ``tensor``: numel, dtype, scheme and (for a
-        ``hashed`` scheme) the hash seed."""
+    def agreement_fields(self, numel: int, dtype: torch.dtype, width: int = 0) -> dict[str, int]:
+        """What every rank must agree on before this scheme sums: numel (rows, by rows), dtype, scheme, (for a
+        ``hashed`` scheme) the hash seed, and the row width (0: elements)."""
         seed = int(getattr(self, "seed", 0)) & 0xFFFFFFFF if self.hashed else -1
-        return {"numel": tensor.numel(), "dtype": dtype_code(tensor.dtype), "scheme": _code(self.name), "seed": seed}
+        return {"numel": numel, "dtype": dtype_code(dtype), "scheme": _code(self.name), "seed": seed, "width": width}
 
     def last_times(self) -> dict[str, float]:
         """Seconds of this rank's last ``run``: ``total`` (the agreement check and ``_run``), ``wire`` (inside
@@ -117,17 +163,19 @@ class CommScheme(ABC):
         ]
         return pd.DataFrame(rows, columns=COLUMNS + ["seconds", "wire_seconds"])
 
-    def traffic(self, index_sets: Sequence[torch.Tensor], numel: int, *, dtype: torch.dtype = torch.float32) -> pd.DataFrame:
+    def traffic(self, index_sets: Sequence[torch.Tensor], numel: int, *, dtype: torch.dtype = torch.float32,
+                width: int = 0) -> pd.DataFrame:  # fmt: skip
         """Bytes sent and received per (rank, phase, kind), from each rank's non-zero index set alone, for values
-        of ``dtype``."""
-        return self.model(index_sets, numel, dtype=dtype).frame()
+        of ``dtype`` (``width`` > 0: by rows, as :meth:`sum_rows` sums them; the sets hold rows, ``numel`` counts
+        rows)."""
+        return self.model(index_sets, numel, dtype=dtype, width=width).frame()
 
     def time(self, index_sets: Sequence[torch.Tensor], numel: int, topology: Topology, *,
-             dtype: torch.dtype = torch.float32) -> pd.DataFrame:  # fmt: skip
+             dtype: torch.dtype = torch.float32, width: int = 0) -> pd.DataFrame:  # fmt: skip
         """Modelled seconds per phase (alpha-beta on ``topology``) with the bottleneck rank of each phase, and a
         ``local`` row for the ranks' own work when ``topology`` is calibrated for this scheme's
         (:func:`~zen_analysis.comm.cost.local_time`)."""
-        traffic = self.model(index_sets, numel, dtype=dtype)
+        traffic = self.model(index_sets, numel, dtype=dtype, width=width)
         out = phase_times(traffic, topology)
         local = local_time(traffic, topology, self.name)
         if local is not None:
@@ -135,19 +183,22 @@ class CommScheme(ABC):
                             ignore_index=True)  # fmt: skip
         return out
 
-    def model(self, index_sets: Sequence[torch.Tensor], numel: int, *, dtype: torch.dtype = torch.float32) -> Traffic:
+    def model(self, index_sets: Sequence[torch.Tensor], numel: int, *, dtype: torch.dtype = torch.float32,
+              width: int = 0) -> Traffic:  # fmt: skip
         """The full traffic model (per-rank bytes, per-pair bytes, calls) that ``traffic`` and ``time`` read: the
-        scheme's messages for values of ``dtype``, and the ranks' agreement check when ``check_ranks``."""
+        scheme's messages for values of ``dtype``, and the ranks' agreement check when ``check_ranks``. ``width``
+        > 0 models :meth:`sum_rows`: ``index_sets`` are row sets of a ``numel``-row table, each entry an index and
+        ``width`` values (``allreduce`` all-reduces the dense table)."""
         if numel < 0:
             raise ValueError(f"numel must be non-negative, got {numel}")
         sets = [index_set(s, numel) for s in index_sets]
         self.check(len(sets), numel)
-        t = Traffic(len(sets), value_bytes=value_bytes(dtype))
+        t = Traffic(len(sets), value_bytes=value_bytes(dtype) * max(width, 1), width=width)
         self._traffic(sets, numel, t)
         if self.check_ranks:  # riding on a count: the values; a call of its own: a zero count and the values
             t.agreement(8 * (len(self.AGREEMENT) + (not self.folds_agreement)), folded=self.folds_agreement)
         if self.scans_dense:
-            t.local_work(numel, union_size(sets))
+            t.local_work(numel * max(width, 1), union_size(sets) * max(width, 1))
         return t
 
     @abstractmethod
@@ -155,7 +206,12 @@ class CommScheme(ABC):
         """Overwrite the flat contiguous ``x_N`` (any supported dtype) with the sum over ranks, in that dtype."""
 
     @abstractmethod
-    def _traffic(self, sets: list[torch.Tensor], numel: int, t: Traffic) -> None: ...
+    def _traffic(self, sets: list[torch.Tensor], numel: int, t: Traffic) -> None:
+        """Model the scheme's messages into ``t`` (``t.width`` > 0: by rows, ``t.value_bytes`` per row)."""
+
+    def _sum_rows(self, rows_K: torch.Tensor, values_KD: torch.Tensor, num_rows: int, ex: Exchange) -> tuple[torch.Tensor, torch.Tensor]:
+        """(rows, values) of the sum over ranks of this rank's row set (sorted, distinct) and (K, D) values."""
+        raise NotImplementedError(f"{self.name} has no row-granular sum")
 
 
 def _code(name: str) -> int:

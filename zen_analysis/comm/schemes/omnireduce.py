@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from zen_analysis.comm.dtypes import accumulate_dtype
-from zen_analysis.comm.exchange import Exchange
+from zen_analysis.comm.exchange import Exchange, sum_by_index
 from zen_analysis.comm.formats import bitmap_bytes, pack_bits, unpack_bits
 from zen_analysis.comm.schemes.base import CommScheme
 from zen_analysis.comm.traffic import Traffic
@@ -30,6 +30,13 @@ def _layout(numel: int, world: int, block: int) -> tuple[int, list[int]]:
 
 def _block_sizes(blocks: torch.Tensor, numel: int, block: int) -> torch.Tensor:
     return torch.clamp(numel - blocks * block, max=block)
+
+
+def _bits_over(positions_K: torch.Tensor, num_bits: int) -> torch.Tensor:
+    """A packed bitmap of ``num_bits`` bits with ``positions_K`` set."""
+    mask = torch.zeros(num_bits, dtype=torch.bool, device=positions_K.device)
+    mask[positions_K] = True
+    return pack_bits(mask)
 
 
 class OmniReduce(CommScheme):
@@ -103,8 +110,38 @@ class OmniReduce(CommScheme):
         for b, v in zip(blocks_by_owner, torch.split(all_vals, counts_W.tolist())):
             self._scatter_blocks(x_N, b, v, add=False)
 
+    def _sum_rows(self, rows_K: torch.Tensor, values_KD: torch.Tensor, num_rows: int, ex: Exchange) -> tuple[torch.Tensor, torch.Tensor]:
+        """By rows the blocks are the rows: aggregator j owns an even contiguous range of rows; a worker sends it a
+        bitmap over the range and the rows it holds there, the aggregator sums them and sends back its bitmap and
+        sums. Work per row touched (and the bitmaps' rows / 8 bytes): no dense pass."""
+        dev, W, D = values_KD.device, ex.world, values_KD.shape[1]
+        _, bounds = _layout(num_rows, W, 1)
+        spans = [(bounds[j], bounds[j + 1]) for j in range(W)]
+        bm_sizes = torch.tensor([bitmap_bytes(hi - lo) for lo, hi in spans], dtype=torch.int64)
+        lo, hi = spans[ex.rank]
+        me_bits = bitmap_bytes(hi - lo)
+        cuts = torch.searchsorted(rows_K, torch.tensor(bounds, device=rows_K.device)).tolist()  # rows are sorted
+        bitmaps = [_bits_over(rows_K[cuts[j]:cuts[j + 1]] - lo_j, hi_j - lo_j) for j, (lo_j, hi_j) in enumerate(spans)]
+        with ex.phase("push"):
+            r_bits = ex.all_to_all_v(torch.cat(bitmaps), bm_sizes, torch.full((W,), me_bits, dtype=torch.int64)).to(dev)
+            r_rows = [lo + torch.nonzero(unpack_bits(b, hi - lo), as_tuple=True)[0] for b in torch.split(r_bits, [me_bits] * W)]
+            sent = torch.tensor([cuts[j + 1] - cuts[j] for j in range(W)], dtype=torch.int64) * D
+            got = torch.tensor([b.numel() for b in r_rows], dtype=torch.int64) * D
+            r_vals = ex.all_to_all_v(values_KD.reshape(-1), sent, got).to(dev)
+        with ex.local("aggregate"):
+            u_rows, sums = sum_by_index(torch.cat(r_rows), r_vals.view(-1, D))  # in float32 for fp16/bf16
+        with ex.phase("pull"):
+            all_bits = ex.all_gather_v(_bits_over(u_rows - lo, hi - lo), bm_sizes).to(dev)
+            rows_by_owner = [
+                lo_j + torch.nonzero(unpack_bits(b, hi_j - lo_j), as_tuple=True)[0]
+                for (lo_j, hi_j), b in zip(spans, torch.split(all_bits, bm_sizes.tolist()))
+            ]
+            counts_W = torch.tensor([b.numel() for b in rows_by_owner], dtype=torch.int64) * D
+            all_vals = ex.all_gather_v(sums.reshape(-1), counts_W).to(dev)
+        return torch.cat(rows_by_owner), all_vals.view(-1, D)
+
     def _traffic(self, sets: list[torch.Tensor], numel: int, t: Traffic) -> None:
-        W, B = t.world, self.block_size
+        W, B = t.world, (1 if t.width else self.block_size)  # by rows a block is a row
         nb, bounds = _layout(numel, W, B)
         bm = [bitmap_bytes(bounds[j + 1] - bounds[j]) for j in range(W)]
         blocks = [torch.unique_consecutive(s // B) for s in sets]  # sets are sorted

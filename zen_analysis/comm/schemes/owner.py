@@ -18,7 +18,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from zen_analysis.comm.exchange import Exchange, coo_words, index_bytes, pack_coo, push_to_owners, unpack_coo
+from zen_analysis.comm.exchange import Exchange, coo_words, index_bytes, pack_coo, push_to_owners, row_width, unpack_coo
 from zen_analysis.comm.schemes.base import CommScheme, coo_of
 from zen_analysis.comm.traffic import Traffic
 from zen_analysis.sparsity.metrics import union_of
@@ -26,13 +26,13 @@ from zen_analysis.sparsity.metrics import union_of
 Owner = Callable[[torch.Tensor], torch.Tensor]
 
 
-def push(x_N: torch.Tensor, ex: Exchange, owner: Owner) -> tuple[torch.Tensor, torch.Tensor]:
-    """(indices, summed values) this rank owns after the push phase; indices sorted ascending."""
-    idx_K, val_K = coo_of(x_N)
+def push(idx_K: torch.Tensor, val_K: torch.Tensor, numel: int, ex: Exchange, owner: Owner) -> tuple[torch.Tensor, torch.Tensor]:
+    """(indices, summed values) this rank owns after the push phase of its non-zeros ``idx_K`` / ``val_K``
+    (values (K,), or rows (K, D) of a ``numel``-row table); indices sorted ascending."""
     own_K = owner(idx_K)
     order = torch.argsort(own_K, stable=True)
     idx_K, val_K = idx_K[order], val_K[order]
-    return push_to_owners(idx_K, val_K, torch.bincount(own_K, minlength=ex.world), x_N.numel(), ex)
+    return push_to_owners(idx_K, val_K, torch.bincount(own_K, minlength=ex.world), numel, ex)
 
 
 def push_traffic(sets: list[torch.Tensor], numel: int, t: Traffic, owner: Owner) -> np.ndarray:
@@ -56,15 +56,23 @@ class PushPullCOO(CommScheme):
         raise NotImplementedError
 
     def _run(self, x_N: torch.Tensor, ex: Exchange) -> None:
-        u_idx, u_val = push(x_N, ex, self.owner(x_N.numel(), ex.world))
-        N, w = x_N.numel(), coo_words(x_N.numel(), x_N.dtype)
-        with ex.phase("pull"):
-            counts_W = ex.all_gather_counts(u_idx.numel())
-            got = ex.all_gather_v(pack_coo(u_idx, u_val, N), counts_W * w)
-        all_idx, all_val = unpack_coo(got, N, x_N.dtype)
+        all_idx, all_val = self._sum_coo(*coo_of(x_N), x_N.numel(), ex)
         # owners' sets are disjoint, and their union holds this rank's non-zeros: every other position of x_N is
         # zero already, so the sums are written in place with no dense zeroing
         x_N[all_idx.to(x_N.device)] = all_val.to(x_N.device)
+
+    def _sum_rows(self, rows_K: torch.Tensor, values_KD: torch.Tensor, num_rows: int, ex: Exchange) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._sum_coo(rows_K, values_KD, num_rows, ex)
+
+    def _sum_coo(self, idx_K: torch.Tensor, val_K: torch.Tensor, numel: int, ex: Exchange) -> tuple[torch.Tensor, torch.Tensor]:
+        """(indices, sums) of the union: each owner's sums after the push, all-gathered in COO (values (K,) or
+        rows (K, D))."""
+        u_idx, u_val = push(idx_K, val_K, numel, ex, self.owner(numel, ex.world))
+        width = row_width(val_K)
+        with ex.phase("pull"):
+            counts_W = ex.all_gather_counts(u_idx.numel())
+            got = ex.all_gather_v(pack_coo(u_idx, u_val, numel), counts_W * coo_words(numel, val_K.dtype, width))
+        return unpack_coo(got, numel, val_K.dtype, width)
 
     def _traffic(self, sets: list[torch.Tensor], numel: int, t: Traffic) -> None:
         owned = push_traffic(sets, numel, t, self.owner(numel, t.world, model=True))

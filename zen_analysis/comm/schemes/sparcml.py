@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from zen_analysis.comm.exchange import Exchange, index_bytes, index_dtype
+from zen_analysis.comm.rows import nonzero_rows
 from zen_analysis.comm.schemes.base import CommScheme, coo_of
 from zen_analysis.comm.traffic import Traffic
 from zen_analysis.sparsity.metrics import union_sizes
@@ -35,27 +36,30 @@ def _power_of_two_below(world: int) -> int:
 
 
 class _Stream:
-    """A rank's running aggregate: COO (sorted unique indices, values) until it goes dense."""
+    """A rank's running aggregate: COO (sorted unique indices, values) until it goes dense. ``shape`` is the dense
+    tensor's: (N,) for elements, (R, D) for rows (values (K, D), one index per row)."""
 
-    def __init__(self, x_N: torch.Tensor) -> None:
-        self.N = x_N.numel()
-        self.idx, self.val = coo_of(x_N)
+    def __init__(self, idx: torch.Tensor, val: torch.Tensor, shape: tuple[int, ...]) -> None:
+        self.shape = shape
+        self.N = shape[0]
+        self.idx, self.val = idx, val
         self.dense: torch.Tensor | None = None
-        self.like = x_N
-        self.vb = x_N.element_size()
+        self.dtype, self.device = val.dtype, val.device
+        self.vb = val.element_size() * (shape[1] if len(shape) == 2 else 1)  # bytes of one entry's values
 
     def to_dense(self) -> torch.Tensor:
         if self.dense is not None:
             return self.dense
-        return torch.zeros_like(self.like).index_put_((self.idx,), self.val)
+        return torch.zeros(self.shape, dtype=self.dtype, device=self.device).index_put_((self.idx,), self.val)
 
     def wire(self) -> tuple[int, torch.Tensor]:
         """(count to announce, buffer as bytes); switches to dense when COO is larger."""
         if self.dense is None and _goes_dense(self.idx.numel(), self.N, self.vb):
             self.dense = self.to_dense()
         if self.dense is not None:
-            return DENSE, self.dense.view(torch.uint8)
-        return self.idx.numel(), torch.cat([self.idx.to(index_dtype(self.N)).view(torch.uint8), self.val.view(torch.uint8)])
+            return DENSE, self.dense.reshape(-1).view(torch.uint8)
+        return self.idx.numel(), torch.cat([self.idx.to(index_dtype(self.N)).view(torch.uint8),
+                                            self.val.reshape(-1).view(torch.uint8)])  # fmt: skip
 
     def write_into(self, x_N: torch.Tensor) -> None:
         """The aggregate into ``x_N`` (the caller's buffer: no fresh dense tensor for a COO result)."""
@@ -64,6 +68,13 @@ class _Stream:
         else:  # the union holds this rank's non-zeros; x_N is zero everywhere else already
             x_N[self.idx] = self.val
 
+    def coo(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The aggregate as (indices, values): a dense one's non-zero rows (entries)."""
+        if self.dense is None:
+            return self.idx, self.val
+        idx = nonzero_rows(self.dense) if len(self.shape) == 2 else torch.nonzero(self.dense, as_tuple=True)[0]
+        return idx, self.dense[idx]
+
     def recv_bytes(self, count: int) -> int:
         return self.N * self.vb if count == DENSE else count * (index_bytes(self.N) + self.vb)
 
@@ -71,38 +82,49 @@ class _Stream:
         """Add a peer's aggregate: two values per index, added in the dtype (one rounding either way, so a
         half-precision merge equals a float32 add rounded once), the same on both peers (addition commutes)."""
         if count == DENSE or self.dense is not None:
-            other = got.view(self.like.dtype) if count == DENSE else self._coo_dense(count, got)
+            other = got.view(self.dtype).view(self.shape) if count == DENSE else self._coo_dense(count, got)
             self.dense = self.to_dense() + other
             return
         o_idx, o_val = self._coo(count, got)
         self.idx, inverse = torch.unique(torch.cat([self.idx, o_idx]), return_inverse=True)
-        self.val = torch.zeros(self.idx.numel(), dtype=self.like.dtype, device=self.like.device).index_add_(
+        self.val = torch.zeros((self.idx.numel(), *self.shape[1:]), dtype=self.dtype, device=self.device).index_add_(
             0, inverse, torch.cat([self.val, o_val])
         )
 
     def replace(self, count: int, got: torch.Tensor) -> None:
         if count == DENSE:
-            self.dense = got.view(self.like.dtype).clone()
+            self.dense = got.view(self.dtype).view(self.shape).clone()
         else:
             self.idx, self.val = self._coo(count, got)
 
     def _coo(self, count: int, got: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         ib = index_bytes(self.N)
-        idx = got[: count * ib].clone().view(index_dtype(self.N)).long().to(self.like.device)
-        return idx, got[count * ib :].clone().view(self.like.dtype).to(self.like.device)
+        idx = got[: count * ib].clone().view(index_dtype(self.N)).long().to(self.device)
+        val = got[count * ib :].clone().view(self.dtype).to(self.device)
+        return idx, val.view(count, *self.shape[1:])
 
     def _coo_dense(self, count: int, got: torch.Tensor) -> torch.Tensor:
         idx, val = self._coo(count, got)
-        return torch.zeros_like(self.like).index_put_((idx,), val)
+        return torch.zeros(self.shape, dtype=self.dtype, device=self.device).index_put_((idx,), val)
 
 
 class SparCML(CommScheme):
     name = "sparcml"
 
     def _run(self, x_N: torch.Tensor, ex: Exchange) -> None:
+        s = _Stream(*coo_of(x_N), (x_N.numel(),))
+        self._reduce(s, ex)
+        s.write_into(x_N)
+
+    def _sum_rows(self, rows_K: torch.Tensor, values_KD: torch.Tensor, num_rows: int, ex: Exchange) -> tuple[torch.Tensor, torch.Tensor]:
+        s = _Stream(rows_K, values_KD, (num_rows, values_KD.shape[1]))
+        self._reduce(s, ex)
+        return s.coo()
+
+    def _reduce(self, s: _Stream, ex: Exchange) -> None:
+        """Recursive doubling (with the fold of a world that is not a power of two): ``s`` ends as the sum."""
         W, r = ex.world, ex.rank
         P = _power_of_two_below(W)
-        s = _Stream(x_N)
         if r >= P:  # fold in: hand my tensor to rank r - P, get the result back at the end
             with ex.phase("fold"):
                 count, buf = s.wire()
@@ -110,14 +132,13 @@ class SparCML(CommScheme):
                 ex.send(buf, r - P)
             with ex.phase("unfold"):
                 count = ex.recv_count(r - P)
-                got = ex.recv(s.recv_bytes(count), torch.uint8, r - P, device=x_N.device)
+                got = ex.recv(s.recv_bytes(count), torch.uint8, r - P, device=s.device)
             s.replace(count, got)
-            s.write_into(x_N)
             return
         if r < W - P:
             with ex.phase("fold"):
                 count = ex.recv_count(r + P)
-                got = ex.recv(s.recv_bytes(count), torch.uint8, r + P, device=x_N.device)
+                got = ex.recv(s.recv_bytes(count), torch.uint8, r + P, device=s.device)
             s.merge(count, got)
         for stage in range(P.bit_length() - 1):
             peer = r ^ (1 << stage)
@@ -131,7 +152,6 @@ class SparCML(CommScheme):
                 count, buf = s.wire()
                 ex.send_count(count, r + P)
                 ex.send(buf, r + P)
-        s.write_into(x_N)
 
     def _traffic(self, sets: list[torch.Tensor], numel: int, t: Traffic) -> None:
         # After i stages every rank of an aligned block of 2^i ranks (with the ranks folded into them) holds

@@ -21,7 +21,7 @@ from zen_analysis.comm.schemes.owner import push_traffic
 from zen_analysis.comm.traffic import Traffic
 from zen_analysis.zen.bitmap import bitmap_bytes, hash_partition_sizes
 from zen_analysis.zen.hashing import hash_owner
-from zen_analysis.zen.sync import HASHINGS, zen_sum
+from zen_analysis.zen.sync import HASHINGS, zen_sum, zen_sum_rows
 
 
 class Zen(CommScheme):
@@ -40,6 +40,9 @@ class Zen(CommScheme):
 
     def _run(self, x_N: torch.Tensor, ex: Exchange) -> None:
         zen_sum(x_N, ex, seed=self.seed, hashing=self.hashing)
+
+    def _sum_rows(self, rows_K: torch.Tensor, values_KD: torch.Tensor, num_rows: int, ex: Exchange) -> tuple[torch.Tensor, torch.Tensor]:
+        return zen_sum_rows(rows_K, values_KD, num_rows, ex, seed=self.seed)
 
     def _traffic(self, sets: list[torch.Tensor], numel: int, t: Traffic) -> None:
         owned = push_traffic(sets, numel, t, hash_owner(t.world, self.seed, numel=numel))
