@@ -20,7 +20,7 @@ each name to its function.
 from __future__ import annotations
 
 from zen_analysis import recipes
-from zen_analysis.bench_net import bench_ddp, bench_netlab
+from zen_analysis.bench_net import bench_ddp, bench_netlab, bench_train
 from zen_analysis.bench_options import floats, ints, parse_sets
 from zen_analysis.config import apply_overrides
 
@@ -295,4 +295,5 @@ BENCHMARKS = {
     "zen": bench_zen,
     "netlab": bench_netlab,
     "ddp": bench_ddp,
+    "train": bench_train,
 }

@@ -207,3 +207,66 @@ def bench_ddp(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     atomic_write_text(out_dir / "ddp_script.txt", text + "\n")
     print(text)
     return {"ddp": summary}
+
+
+TRAIN_WORKLOADS = ("lstm-words",)
+"""``bench train``'s workloads by default (recipe names)."""
+TRAIN_SCHEMES = ("allreduce", "zen", "agsparse", "sparcml", "omnireduce", "sparse_ps", "bp_coo")
+
+
+def bench_train(overrides: list[str] | tuple[str, ...] = ()) -> dict:
+    """Training throughput behind shaped links (root; the network lab): each workload (a recipe) x scheme (the
+    natural path: the embedding's gradient summed by the scheme, by rows; ``allreduce``, everything dense) x ranks x
+    link rate, one micro-batch per rank by default (``workers_per_rank``; a GPU step's compute-to-communication
+    ratio, not the recipe's 8 micro-batches), the embedding stepped by ``update`` (``lazy`` for every scheme:
+    the same optimizer for all). Medians after ``warmup`` of ``steps`` steps on rank 0: step, compute, waiting,
+    exchange and the rest (clip, optimizer, zero_grad, the loss mean), tokens/s, and the per-step losses.
+    ``--set workloads=lstm-words ranks=4,8 rates=1 schemes=... update=lazy steps=10 warmup=2 workers_per_rank=1``.
+    Table ``data/derived/train/bench_train.parquet`` (and ``.txt``), figure ``train_vs_ranks``."""
+    import pandas as pd
+    from matplotlib import pyplot as plt
+
+    from zen_analysis import paths
+    from zen_analysis.atomic import atomic_write_text
+    from zen_analysis.derived import write_table
+    from zen_analysis.dist import netlab
+    from zen_analysis.experiments.netlab import REST, training_sweep
+    from zen_analysis.plots import comm as comm_figs
+    from zen_analysis.plots import style
+
+    ok, why = netlab.available()
+    if not ok:
+        raise RuntimeError(f"bench train needs the network lab, which is unavailable here: {why}")
+    defaults = {"workloads": list(TRAIN_WORKLOADS), "ranks": [4, 8], "rates": [1.0], "schemes": list(TRAIN_SCHEMES),
+                "update": "lazy", "steps": 10, "warmup": 2, "workers_per_rank": 1}  # fmt: skip
+    types = {"workloads": names, "ranks": ints, "rates": floats, "schemes": names}
+    opts = parse_sets("train", overrides, defaults, types)
+    rows = []
+    for workload in opts["workloads"]:
+        for ranks in opts["ranks"]:
+            base = recipes.get(workload)
+            base.name = f"bench-train-{workload}-r{ranks}"
+            base.dist.num_ranks = ranks
+            base.train.workers_per_rank = opts["workers_per_rank"]
+            variants = {s: {"sync.scheme": s, "train.embedding_update": opts["update"]} for s in opts["schemes"]}
+            sweep = training_sweep(base, bandwidths=opts["rates"], variants=variants, steps=opts["steps"],
+                                   warmup=opts["warmup"], progress=True)  # fmt: skip
+            rows.append(sweep.assign(workload=workload))
+    table = pd.concat(rows, ignore_index=True)
+    table["wait_s"] = table["sync_s"] - table["exchange_s"]
+    table["rest_s"] = table[[c for c in REST if c in table]].sum(1)
+    dense = table[table["variant"] == "allreduce"].set_index(["workload", "ranks", "bandwidth_gbps"])["tokens_per_s"]
+    key = pd.MultiIndex.from_frame(table[["workload", "ranks", "bandwidth_gbps"]])
+    table["speedup"] = table["tokens_per_s"].to_numpy() / dense.reindex(key).to_numpy()
+    out_dir = paths.derived_dir() / "train"
+    write_table(out_dir / "bench_train.parquet", table, {"options": opts})
+    cols = ["workload", "ranks", "bandwidth_gbps", "variant", "step_s", "compute_s", "wait_s", "exchange_s", "rest_s",
+            *[c for c in REST if c in table], "tokens_per_s", "speedup"]  # fmt: skip
+    text = table[cols].round(3).to_string(index=False)
+    atomic_write_text(out_dir / "bench_train.txt", text + "\n")
+    with pd.option_context("display.width", 250, "display.max_columns", 30):
+        print(text)
+    fig = comm_figs.training_vs_ranks(table)
+    style.savefig(fig, "train_vs_ranks")
+    plt.close(fig)
+    return {"train": table}

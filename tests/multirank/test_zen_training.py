@@ -10,9 +10,11 @@ from zen_analysis import paths, recipes
 from zen_analysis.dist.launch import launch
 
 
-def _train(scheme: str, steps: int = 30, **sync):
+def _train(scheme: str, steps: int = 30, *, lazy: bool = False, sparse_embedding: bool = False, **sync):
     cfg = recipes.smoke()
-    cfg.name = cfg.run_id = f"parity-{scheme}-{len(sync)}"
+    cfg.name = cfg.run_id = f"parity-{scheme}-{'-'.join(map(str, sync.values()))}{'-lazy' * lazy}{'-sparse' * sparse_embedding}"
+    cfg.train.embedding_update = "lazy" if lazy else "dense"
+    cfg.model.sparse_embedding = sparse_embedding
     cfg.dist.num_ranks = 4
     cfg.train.workers_per_rank = 1
     cfg.train.num_steps = steps
@@ -30,7 +32,8 @@ def dense():
     return _train("allreduce")
 
 
-@pytest.mark.parametrize("scheme, sync", [("zen", {}), ("agsparse", {}), ("zen", {"gpus_per_node": 2})])
+@pytest.mark.parametrize("scheme, sync", [("zen", {}), ("agsparse", {}), ("zen", {"granularity": "elements"}),
+                                          ("zen", {"gpus_per_node": 2})])
 def test_sparse_embedding_sync_matches_dense_all_reduce(dense, scheme, sync):
     m_dense, p_dense = dense
     m, p = _train(scheme, **sync)
@@ -42,6 +45,30 @@ def test_sparse_embedding_sync_matches_dense_all_reduce(dense, scheme, sync):
     emb = p_dense["model.embed_tokens.weight"]
     if not sync:  # flat: well under one dense copy (the hierarchical mode moves dense chunks inside a node)
         assert m["sparse_bytes_sent_rank0"].iloc[-1] < emb.numel() * 4
+
+
+def test_the_lazy_embedding_update_is_one_optimizer_whatever_the_sync():
+    """``train.embedding_update=lazy`` steps the embedding's non-zero rows alone (clip included) the same way
+    after a dense all-reduce and after Zen by rows (which hands the loop its union rows: no pass over the table),
+    and with a ``sparse=True`` embedding; the rows no batch touched keep their initial weights."""
+    m_dense, p_dense = _train("allreduce", steps=12, lazy=True)
+    m_zen, p_zen = _train("zen", steps=12, lazy=True)
+    m_sparse, _ = _train("zen", steps=12, lazy=True, sparse_embedding=True)  # nn.Embedding(sparse=True)
+    for m in (m_zen, m_sparse):
+        torch.testing.assert_close(torch.tensor(m["loss"].values), torch.tensor(m_dense["loss"].values), rtol=0, atol=1e-5)
+    assert m_dense["loss"].iloc[-1] < m_dense["loss"].iloc[0] - 0.1  # it trains
+    emb_dense, emb_zen = p_dense["model.embed_tokens.weight"], p_zen["model.embed_tokens.weight"]
+    torch.testing.assert_close(emb_zen, emb_dense, rtol=1e-3, atol=1e-5)
+    cfg = recipes.smoke()
+    cfg.run_id = "parity-allreduce--lazy"
+    from zen_analysis.train.data import TokenData, prepared_for_run
+    from zen_analysis.train.model import build_model
+
+    data = TokenData(prepared_for_run(cfg.data, paths.run_dir(cfg.run_id)), seq_len=cfg.train.seq_len, seed=cfg.train.seed)
+    torch.manual_seed(cfg.train.seed)
+    initial = build_model(cfg.model, vocab_size=data.vocab_size, max_seq_len=cfg.train.seq_len).model.embed_tokens.weight
+    unchanged = (emb_dense == initial.detach()).all(1)
+    assert 0 < int(unchanged.sum()) < unchanged.numel()  # untouched rows kept, touched rows moved
 
 
 def _train_topk(scheme: str, steps: int = 30):

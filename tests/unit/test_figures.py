@@ -42,6 +42,9 @@ def _figures():
     variants = ["dense", "zen", "agsparse", "top-k + zen", "top-k + agsparse"]
     train = pd.DataFrame([{"variant": v, "bandwidth_gbps": b, "exchange_s": rng.uniform(0.1, 0.3), "tokens_per_s": rng.uniform(900, 1000),
                            "compute_s": 0.5, "sync_s": 0.4, "ranks": 4, "workers_per_rank": 1} for v in variants for b in (0.5, 1.0, 2.5)])  # fmt: skip
+    bench = pd.DataFrame([{"workload": w, "ranks": r, "bandwidth_gbps": 1.0, "variant": s, "tokens_per_s": rng.uniform(900, 3000),
+                           "compute_s": 0.3, "wait_s": 0.05, "exchange_s": rng.uniform(0.1, 1.0), "rest_s": 0.05}
+                          for w in ("lstm-words", "deepfm") for r in (4, 8, 16) for s in SCHEMES])  # fmt: skip
     sizes = pd.DataFrame([{"density": d, "format": f, "relative": d * k, "source": "uniform", "num_partitions": 8}
                           for d in (0.01, 0.05, 0.2) for f, k in (("coo", 2), ("bitmap", 1.1))])  # fmt: skip
     cost = pd.DataFrame([{"sweep": sw, "setting": st, "density": d, "seconds": d * rng.uniform(1, 2), "numel": 1 << 20, "device": "cpu",
@@ -56,6 +59,7 @@ def _figures():
         "model_vs_measured": comm.model_vs_measured(_measured()),
         "netlab_speedup": comm.measured_speedup_vs_bandwidth(sweep),
         "netlab_training": comm.training_vs_bandwidth(train),
+        "train_vs_ranks": comm.training_vs_ranks(bench),
         "fig17a": comm.wire_size(sizes),
         "fig16": zen.hashing_cost(cost),
         "fig2b": sparsity.densification(dens),

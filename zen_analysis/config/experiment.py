@@ -48,6 +48,14 @@ class ExperimentConfig:
                 "capture.natural needs untied embeddings: with tied input/output embeddings the LM head "
                 "gives every embedding row a gradient. Set model.tie_embeddings=false or capture.natural=false."
             )
+        if self.model.sparse_embedding:
+            needs = {"train.embedding_update=lazy": self.train.embedding_update == "lazy",
+                     "model.tie_embeddings=false": not self.model.tie_embeddings,
+                     "capture.enabled=false": not self.capture.enabled,
+                     "sync.compress=none": self.sync.compress == "none"}  # fmt: skip
+            missing = [k for k, ok in needs.items() if not ok]
+            if missing:
+                raise ValueError(f"model.sparse_embedding=true gives the embedding a sparse gradient: set {', '.join(missing)}")
         scheme = self.sync.scheme  # a_edit, or another local SGD method given a sync time
         time_based = scheme == MethodName.A_EDIT or (scheme in tuple(MethodName) and self.local_sgd.sync_time_s > 0)
         if time_based and (self.train.eval_every or self.capture.enabled):

@@ -21,6 +21,10 @@ class ModelConfig:
     4 x, Gemma 2's gated, as Gemma2-2B's 9216 = 4 x 2304)."""
     tie_embeddings: bool = False
     """Tied input/output embeddings give every embedding row a gradient: natural sparsity disappears."""
+    sparse_embedding: bool = False
+    """``nn.Embedding(sparse=True)`` for the input embedding: backward gives the rows touched as a sparse COO
+    gradient, with no dense (vocabulary x hidden) gradient to zero and fill every step. Needs
+    ``train.embedding_update=lazy`` (AdamW takes no sparse gradient), untied embeddings and the capture off."""
     dropout: float = 0.0
     """0 keeps ranks bit-identical and runs reproducible."""
     adaptive_cutoffs: tuple[int, ...] = ()

@@ -36,6 +36,13 @@ class SyncConfig:
     ranks, Zen across nodes, all-gather inside); 0 is flat Zen over all ranks."""
     planner_steps: int = 3
     """``scheme=auto``: steps profiled (embedding synchronised densely meanwhile) before the planner decides."""
+    granularity: str = "rows"
+    """How the natural path sums the embedding's gradient: ``rows`` (one index and ``dim`` values per row touched:
+    Zen hashes, bitmap-encodes and scatters rows; every scheme alike) or ``elements`` (one index per non-zero
+    element, found by a pass over the whole gradient). ``auto`` and ``gpus_per_node`` > 1 work by elements."""
+    row_source: str = "ids"
+    """By rows: where this rank's rows come from: ``ids``, the token ids its forward passes looked up this step
+    (free), or ``scan``, a row-wise pass over the gradient."""
     zen_cache_mb: float = 256.0
     """Zen's static hash sets (with their position tables and accumulators) kept per process, least recently
     used dropped first (``zen.bitmap.set_cache_limit``; the set in use is always kept): 8 + 4 / world bytes per
@@ -50,6 +57,10 @@ class SyncConfig:
             raise ValueError(f"sync.scheme={self.scheme!r} is unknown; choose one of {SYNC_SCHEMES}")
         if self.compress == "topk" and self.scheme in NOT_SUMMING:
             raise ValueError(f"sync.compress=topk needs a scheme that sums tensors, not {self.scheme!r}")
+        if self.granularity not in ("rows", "elements"):
+            raise ValueError(f"sync.granularity must be 'rows' or 'elements', got {self.granularity!r}")
+        if self.row_source not in ("ids", "scan"):
+            raise ValueError(f"sync.row_source must be 'ids' or 'scan', got {self.row_source!r}")
         if self.bucket_mb <= 0:
             raise ValueError("sync.bucket_mb must be positive")
         if self.compress not in ("none", "topk"):

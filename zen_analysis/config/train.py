@@ -19,6 +19,12 @@ class TrainConfig:
     weight_decay: float = 0.1
     grad_clip: float = 1.0
     """Global-norm clipping of the synchronised gradient; 0 turns it off."""
+    embedding_update: str = "dense"
+    """How the optimizer steps the input embedding: ``dense`` (AdamW over every row, as the rest of the model) or
+    ``lazy`` (rows whose summed gradient is zero skip the step: their weights and moments stay, no weight decay;
+    ``torch.optim.SparseAdam``'s and LazyAdam's semantics, ``zen_analysis.train.optim``). ``lazy`` clips by the
+    embedding's non-zero rows too, and applies the same way whatever the sync, so dense vs sparse schemes stay a
+    same-optimizer comparison."""
     save_params: bool = False
     """Rank 0 writes the final parameters to ``<run_dir>/params.pt`` (for parity checks between schemes)."""
     seed: int = 1234
@@ -30,5 +36,7 @@ class TrainConfig:
         for name in ("num_steps", "seq_len", "batch_per_worker", "workers_per_rank"):
             if getattr(self, name) < 1:
                 raise ValueError(f"train.{name} must be >= 1")
+        if self.embedding_update not in ("dense", "lazy"):
+            raise ValueError(f"train.embedding_update must be 'dense' or 'lazy', got {self.embedding_update!r}")
         if self.lr <= 0:
             raise ValueError("train.lr must be positive")

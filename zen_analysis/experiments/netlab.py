@@ -72,6 +72,13 @@ def scheme_sweep(
     return pd.concat(frames, ignore_index=True)
 
 
+REST = ("clip_s", "optimizer_s", "zero_grad_s", "stats_s")
+"""The rest of a step after the sync, as the loop times it: clipping, optimizer, zero_grad, the loss mean."""
+PARTS = ("sparse_s", *REST)
+"""The step's parts :func:`training_sweep` reports beside step, compute, sync and exchange: the sparse path's
+seconds (inside the sync) and :data:`REST`."""
+
+
 def training_sweep(
     base: ExperimentConfig,
     *,
@@ -84,7 +91,8 @@ def training_sweep(
     """Train ``base`` for ``steps`` steps in the lab at each bandwidth with each variant (name -> overrides;
     default :data:`TRAINING_VARIANTS`), capture off. One row per (bandwidth, variant): medians over the steps
     after ``warmup`` of rank 0's step, compute, sync (its time in ``synchronize``) and exchange (sync less the wait
-    for the slowest rank's compute) seconds, tokens/s at the median step, and the per-step losses."""
+    for the slowest rank's compute) seconds, the rest of the step (:data:`REST`), tokens/s at the median step, and
+    the per-step losses."""
     from zen_analysis.config import apply_overrides
     from zen_analysis.dist.launch import launch
 
@@ -104,6 +112,7 @@ def training_sweep(
                 "exchange_s": float(timed["exchange_s"].median()), "compute_s": float(timed["compute_s"].median()),
                 "tokens_per_s": cfg.global_batch * cfg.train.seq_len / step_s, "losses": m["loss"].tolist(),
                 "run_id": cfg.run_id,
+                **{c: float(timed[c].median()) for c in PARTS if c in timed},
             })  # fmt: skip
     return pd.DataFrame(rows)
 

@@ -195,3 +195,38 @@ def training_vs_bandwidth(sweep: pd.DataFrame) -> plt.Figure:
     fig.suptitle(f"Training the default model on {ranks} ranks{per_rank} in the emulated network (paper Fig. 11-14, measured)", y=1.02)
     fig.tight_layout()
     return fig
+
+
+STEP_PARTS = (("compute_s", "compute", "0.6"), ("wait_s", "waiting for slower ranks", "0.85"),
+              ("exchange_s", "exchange", "0.2"), ("rest_s", "clip + optimizer + zero_grad + loss mean", "tab:orange"))  # fmt: skip
+"""The parts of a median training step :func:`training_vs_ranks` stacks: column, label, colour."""
+
+
+def training_vs_ranks(bench: pd.DataFrame) -> plt.Figure:
+    """The measured analogue of Fig. 11: per workload, training throughput against the number of ranks at each
+    link rate (one line per variant), and the median step of each variant at the largest rank count split into
+    compute, waiting, exchange and the rest of the step. ``bench``: ``zen-analysis bench train``'s table."""
+    style.apply()
+    workloads = list(dict.fromkeys(bench["workload"]))
+    fig, axes = plt.subplots(len(workloads), 2, figsize=(15, 4.4 * len(workloads)), squeeze=False,
+                             gridspec_kw={"width_ratios": [1, 1.2]})  # fmt: skip
+    palette = style.palette(bench["variant"].unique())
+    for (ax, bx), workload in zip(axes, workloads):
+        d = bench[bench["workload"] == workload]
+        rate = d["bandwidth_gbps"].min()
+        sns.lineplot(data=d[d["bandwidth_gbps"] == rate], x="ranks", y="tokens_per_s", hue="variant", marker="o", ax=ax,
+                     palette=palette)  # fmt: skip
+        ranks = sorted(d["ranks"].unique())
+        ax.set_xticks(ranks, [str(r) for r in ranks])
+        ax.set(xlabel="ranks", ylabel="tokens / s (median step)", title=f"{workload} at {rate:g} Gbit/s per rank")
+        ax.legend(fontsize=8, title=None)
+        last = d[(d["ranks"] == ranks[-1]) & (d["bandwidth_gbps"] == rate)]
+        left = pd.Series(0.0, index=last.index)
+        for col, label, color in STEP_PARTS:
+            bx.barh(last["variant"], last[col], left=left, color=color, label=label)
+            left = left + last[col]
+        bx.set(xlabel="median seconds per step, rank 0", title=f"{workload}: the step at {ranks[-1]} ranks")
+        bx.legend(fontsize=8, loc="lower right")
+    fig.suptitle("Training throughput behind shaped links (paper Fig. 11, measured)", y=1.0)
+    fig.tight_layout()
+    return fig

@@ -29,8 +29,13 @@ class GradSync:
     name: str = "sync"
     local: bool = False
     """True: the loop logs rank-local losses (a per-step loss all-reduce would make every step a rendezvous)."""
+    union_rows: "torch.Tensor | None" = None
+    """After a sync by rows: the input embedding's rows some rank touched (every other row of its averaged gradient
+    is zero), so a lazy row update needs no pass over the table; None: not known (the loop finds them)."""
     sparse_bytes_sent: int | None = None
     """Bytes the sparse path has sent so far (None: there is no sparse path, and the metrics say nothing of it)."""
+    sparse_seconds: float = 0.0
+    """Seconds the sparse path has spent summing so far (its scheme's runs)."""
     bytes_sent: int | None = None
     """Bytes this rank has sent in all (None where not counted)."""
     sync_seconds: float = 0.0
@@ -120,8 +125,14 @@ class DenseAllReduce(GradSync):
 
 
 def flatten_grads(bucket: list[nn.Parameter]) -> torch.Tensor:
-    """The bucket's gradients (zeros where a parameter has none) as one flat tensor."""
-    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in bucket])
+    """The bucket's gradients (zeros where a parameter has none; a sparse one made dense) as one flat tensor."""
+    return torch.cat([_dense_grad(p).reshape(-1) for p in bucket])
+
+
+def _dense_grad(p: nn.Parameter) -> torch.Tensor:
+    if p.grad is None:
+        return torch.zeros_like(p)
+    return p.grad.to_dense() if p.grad.is_sparse else p.grad
 
 
 def unflatten_into_grads(bucket: list[nn.Parameter], flat_N: torch.Tensor) -> None:
@@ -129,7 +140,7 @@ def unflatten_into_grads(bucket: list[nn.Parameter], flat_N: torch.Tensor) -> No
     offset = 0
     for p in bucket:
         n = p.numel()
-        if p.grad is None:
+        if p.grad is None or p.grad.is_sparse:  # a sparse gradient comes back dense (all-reduced densely)
             p.grad = torch.zeros_like(p)
         p.grad.copy_(flat_N[offset : offset + n].view_as(p))
         offset += n

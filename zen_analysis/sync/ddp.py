@@ -35,6 +35,7 @@ from torch import nn
 
 from zen_analysis.comm import build_scheme
 from zen_analysis.comm.exchange import ring_bytes_sent
+from zen_analysis.comm.rows import nonzero_rows, sparse_rows
 from zen_analysis.sync.compressed import HookState, Stats, bucket_key, compress_and_sum
 from zen_analysis.zen.bitmap import cache_limit, set_cache_limit
 
@@ -78,6 +79,9 @@ class NaturalState(Stats):
     scheme: str = "zen"
     group: dist.ProcessGroup | None = None
     seed: int = 0
+    granularity: str = "rows"
+    """``rows``: a table's gradient summed by rows (one index and ``dim`` values per row touched); ``elements``: one
+    index per non-zero element."""
     dense_bytes_sent: int = 0
     """Bytes of the stock all-reduces (ring volume, :func:`~zen_analysis.comm.exchange.ring_bytes_sent`)."""
     sparse_buckets: int = 0
@@ -87,6 +91,8 @@ class NaturalState(Stats):
     _ids: frozenset = field(default=frozenset(), repr=False)
 
     def __post_init__(self) -> None:
+        if self.granularity not in ("rows", "elements"):
+            raise ValueError(f"granularity must be 'rows' or 'elements', got {self.granularity!r}")
         self._scheme = build_scheme(self.scheme, seed=self.seed)
         self._ids = frozenset(id(p) for p in self.params)
 
@@ -103,19 +109,35 @@ def _offsets(bucket: dist.GradBucket) -> list[tuple[torch.Tensor, int, int]]:
 
 
 def _sum_sparse_rows(state: NaturalState, grad: torch.Tensor) -> torch.Tensor:
-    """The average over the group of a sparse COO gradient (``nn.Embedding(sparse=True)``): summed by the scheme
-    over its non-zeros, returned as the rows whose sum is non-zero."""
-    g = grad.coalesce()
-    flat_N = torch.zeros(g.shape.numel(), dtype=g.dtype, device=g.device)  # summed in its own dtype
-    rows_R, vals_RD = g.indices()[0], g.values().reshape(g.indices().shape[1], -1)
-    flat_N.view(g.shape[0], -1).index_copy_(0, rows_R, vals_RD)  # coalesced: each row once
+    """The average over the group of a sparse COO gradient (``nn.Embedding(sparse=True)``): its rows summed by the
+    scheme by rows (:meth:`~zen_analysis.comm.schemes.base.CommScheme.sum_rows`; by elements, over a dense copy's
+    non-zeros), returned as the union's rows."""
+    rows_K, values_K = sparse_rows(grad)
+    values_KD = values_K.reshape(rows_K.numel(), -1)
+    world = dist.get_world_size(state.group)
+    if state.granularity == "rows":
+        u_rows, u_values = state._scheme.sum_rows(rows_K, values_KD, grad.shape[0], group=state.group)
+        state.bytes_sent += int(state._scheme.last_measured()["bytes_sent"].sum())
+        return torch.sparse_coo_tensor(u_rows[None], (u_values / world).reshape(-1, *grad.shape[1:]), grad.shape)
+    flat_N = torch.zeros(grad.shape.numel(), dtype=grad.dtype, device=grad.device)  # summed in its own dtype
+    flat_N.view(grad.shape[0], -1).index_copy_(0, rows_K, values_KD)  # coalesced: each row once
     state._scheme.run(flat_N, group=state.group)  # in place, over the non-zeros only
     state.bytes_sent += int(state._scheme.last_measured()["bytes_sent"].sum())
-    sum_VD = flat_N.view(g.shape[0], -1)
-    rows = torch.nonzero(sum_VD.ne(0).any(dim=1), as_tuple=True)[0]
-    values = (sum_VD[rows] / dist.get_world_size(state.group)).reshape(-1, *g.shape[1:])
+    sum_VD = flat_N.view(grad.shape[0], -1)
+    rows = nonzero_rows(sum_VD)
+    values = (sum_VD[rows] / world).reshape(-1, *grad.shape[1:])
     # sorted unique rows by construction: coalesced, nothing to check
-    return torch.sparse_coo_tensor(rows[None], values, g.shape, is_coalesced=True, check_invariants=False)
+    return torch.sparse_coo_tensor(rows[None], values, grad.shape, is_coalesced=True, check_invariants=False)
+
+
+def _sum_dense(state: NaturalState, p: nn.Parameter, grad_N: torch.Tensor) -> None:
+    """A sparse parameter's dense gradient (its slice of the bucket) summed in place: by rows for a table (rows
+    found by one row-wise pass), by elements otherwise."""
+    if state.granularity == "rows" and p.dim() == 2:
+        state._scheme.run_rows(grad_N.view(p.shape), group=state.group)
+    else:
+        state._scheme.run(grad_N, group=state.group)  # in place, over the non-zeros only
+    state.bytes_sent += int(state._scheme.last_measured()["bytes_sent"].sum())
 
 
 def natural_hook(state: NaturalState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -141,8 +163,7 @@ def natural_hook(state: NaturalState, bucket: dist.GradBucket) -> torch.futures.
     def mixed() -> torch.Tensor:
         for p, s, e in parts:
             if id(p) in state._ids:
-                state._scheme.run(buffer[s:e], group=state.group)  # in place, over the non-zeros only
-                state.bytes_sent += int(state._scheme.last_measured()["bytes_sent"].sum())
+                _sum_dense(state, p, buffer[s:e])
         dense = [(s, e) for p, s, e in parts if id(p) not in state._ids]
         if dense:  # the bucket's other gradients: one dense all-reduce of them packed together
             packed = torch.cat([buffer[s:e] for s, e in dense])
@@ -224,7 +245,7 @@ def _reserve_hash_sets(scheme: str, numel: int) -> None:
 
 
 def register(ddp_model: nn.Module, *, mode: str = "natural", scheme: str = "zen", params=None, group=None, seed: int = 0,
-             ratio: float = 0.05, threshold: str = "local", overlap: bool = False):  # fmt: skip
+             ratio: float = 0.05, threshold: str = "local", overlap: bool = False, granularity: str = "rows"):  # fmt: skip
     """Put Zen (or another scheme of :mod:`zen_analysis.comm`) into a ``DistributedDataParallel`` model; returns the
     hook's state (:class:`NaturalState` or :class:`HookState`: bytes sent, seconds, per-bucket rows).
 
@@ -233,7 +254,8 @@ def register(ddp_model: nn.Module, *, mode: str = "natural", scheme: str = "zen"
     travel at 2 bytes; :mod:`zen_analysis.comm.dtypes`).
 
     ``mode="natural"``: the gradients of ``params`` (default :func:`sparse_parameters`: the untied embeddings, dense
-    or ``sparse=True``) are summed losslessly by ``scheme``, everything else by DDP's own all-reduce.
+    or ``sparse=True``) are summed losslessly by ``scheme``, everything else by DDP's own all-reduce; a 2-D table by
+    rows (``granularity="rows"``, :mod:`zen_analysis.comm.rows`) or by elements (``"elements"``).
     ``mode="topk"``: DGC top-``ratio`` of every bucket with error feedback per parameter, then ``scheme`` (lossy as
     the sparsifier is; :func:`comm_hook`); ``threshold="local" | "global"``; ``overlap=True`` sums on a worker
     thread while backward goes on (creates a process group: call ``register`` on every rank).
@@ -253,7 +275,7 @@ def register(ddp_model: nn.Module, *, mode: str = "natural", scheme: str = "zen"
         if not chosen:
             raise ValueError("natural mode found no untied nn.Embedding to sum sparsely; pass params=[...]")
         _reserve_hash_sets(scheme, sum(p.numel() for p in chosen))
-        state = NaturalState(params=chosen, scheme=scheme, group=group, seed=seed, names=names)
+        state = NaturalState(params=chosen, scheme=scheme, group=group, seed=seed, names=names, granularity=granularity)
         ddp_model.register_comm_hook(state, natural_hook)
         return state
     if mode == "topk":

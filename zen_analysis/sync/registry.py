@@ -34,5 +34,6 @@ def build_sync(cfg: SyncConfig, local_sgd=None) -> GradSync:
         planner = Planner(topology=cfg.planner_topology, profile_steps=cfg.planner_steps)
         return SparseSync("auto", bucket_mb=cfg.bucket_mb, planner=planner, seed=cfg.hash_seed)
     if cfg.scheme in SPARSE_SCHEMES:
-        return SparseSync(cfg.scheme, bucket_mb=cfg.bucket_mb, gpus_per_node=cfg.gpus_per_node, seed=cfg.hash_seed)
+        return SparseSync(cfg.scheme, bucket_mb=cfg.bucket_mb, gpus_per_node=cfg.gpus_per_node, seed=cfg.hash_seed,
+                          granularity=cfg.granularity, row_source=cfg.row_source)  # fmt: skip
     raise ValueError(f"sync.scheme={cfg.scheme!r} is unknown; available: {sorted([*SYNCS, *SPARSE_SCHEMES, 'auto', *METHODS])}")

@@ -1,5 +1,11 @@
 """Natural sparsity in the toolkit's loop: the input embedding's gradient summed by a sparse scheme (Zen paper
-section 5: the sparse path carries the embedding only), every other gradient by the dense baseline."""
+section 5: the sparse path carries the embedding only), every other gradient by the dense baseline.
+
+By rows (``granularity="rows"``, the default): the gradient's index space is the embedding's rows and each entry a
+row of ``dim`` values (:mod:`zen_analysis.comm.rows`), the rows being the token ids this rank's forward passes
+looked up this step (``row_source="ids"``, a forward pre-hook on the embedding) or those a row-wise pass finds
+(``"scan"``); a ``sparse=True`` embedding's gradient gives its rows itself and stays sparse. By elements: one index
+per non-zero element, found by a pass over the whole gradient (the paper's COO view)."""
 
 from __future__ import annotations
 
@@ -9,9 +15,14 @@ from torch import nn
 
 from zen_analysis.comm import build_scheme
 from zen_analysis.comm.exchange import Exchange
+from zen_analysis.comm.rows import nonzero_rows, sparse_rows
 from zen_analysis.sync.base import DenseAllReduce, GradSync
 from zen_analysis.train.model import input_embedding_name
 from zen_analysis.zen.sync import NodeGroups, zen_sum_hierarchical
+
+
+GRANULARITIES = ("rows", "elements")
+ROW_SOURCES = ("ids", "scan")
 
 
 class SparseSync(GradSync):
@@ -31,8 +42,22 @@ class SparseSync(GradSync):
         group: dist.ProcessGroup | None = None,
         planner=None,
         gpus_per_node: int = 0,
+        granularity: str = "rows",
+        row_source: str = "ids",
         **options,
     ) -> None:
+        if granularity not in GRANULARITIES:
+            raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
+        if row_source not in ROW_SOURCES:
+            raise ValueError(f"row_source must be one of {ROW_SOURCES}, got {row_source!r}")
+        self.granularity = "elements" if scheme == "auto" or gpus_per_node > 1 else granularity
+        """``rows`` or ``elements``; the planner (``auto``) and the hierarchical mode work by elements."""
+        self.row_source = row_source
+        self._ids: list[torch.Tensor] = []
+        self.union_rows: torch.Tensor | None = None
+        """By rows: the rows of the last summed gradient that some rank touched (sorted or in the scheme's order);
+        every other row of the averaged gradient is zero. What a lazy row update (``train.embedding_update``)
+        steps."""
         self.name = scheme
         self.options = options
         self.planner = planner
@@ -52,6 +77,11 @@ class SparseSync(GradSync):
         name = input_embedding_name(model)
         named = dict(model.named_parameters())
         self.sparse_params = [named[name]]
+        if self.granularity == "rows" and self.row_source == "ids":
+            embedding = model.get_input_embeddings()
+            if embedding.weight is not named[name]:
+                raise ValueError(f"row_source='ids' needs {name} to be the input embedding's weight")
+            embedding.register_forward_pre_hook(self._record_ids)
         others = [p for n, p in named.items() if p.requires_grad and n != name]
         self.dense.attach(model, others)
         world = self.dense._world()
@@ -74,6 +104,8 @@ class SparseSync(GradSync):
         for p in self.sparse_params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
+            if p.grad.is_sparse and self.granularity == "elements":  # summed over a dense copy's non-zeros
+                p.grad = p.grad.to_dense()
             if self.planner is not None and self.name == "auto":
                 self._profile(p.grad)
             if self._groups is not None:
@@ -85,11 +117,43 @@ class SparseSync(GradSync):
                 self.sparse_bytes_sent += sum(r.bytes_sent for r in records)
                 self.sparse_seconds += sum(r.seconds for r in records)
                 continue
-            self.scheme.run(p.grad, group=self.group)  # in place, like all_reduce
-            p.grad.div_(world)
+            if self.granularity == "rows":
+                self._sum_by_rows(p, world)
+            else:
+                self.scheme.run(p.grad, group=self.group)  # in place, like all_reduce
+                p.grad.div_(world)
             measured = self.scheme.last_measured()
             self.sparse_bytes_sent += int(measured["bytes_sent"].sum())
             self.sparse_seconds += float(measured["seconds"].sum())
+
+    def _record_ids(self, module: nn.Module, args: tuple) -> None:
+        """The embedding's forward pre-hook: keep the ids of every training forward (not evaluation's)."""
+        if module.training and torch.is_grad_enabled():
+            self._ids.append(args[0].detach().reshape(-1))
+
+    def _rows_seen(self, device: torch.device) -> torch.Tensor | None:
+        """This step's looked-up rows (sorted, distinct), or None for a row-wise pass; clears the record."""
+        if self.row_source != "ids":
+            return None
+        ids, self._ids = self._ids, []
+        return torch.unique(torch.cat(ids)).to(device) if ids else torch.zeros(0, dtype=torch.long, device=device)
+
+    def _sum_by_rows(self, p: nn.Parameter, world: int) -> None:
+        """The embedding's gradient summed by rows and averaged over the union's rows alone (the others are zero)."""
+        grad = p.grad
+        rows = self._rows_seen(grad.device)
+        if grad.is_sparse:  # nn.Embedding(sparse=True): the gradient holds its rows
+            rows_K, values_KD = sparse_rows(grad)
+            u_rows, u_values = self.scheme.sum_rows(rows_K, values_KD, grad.shape[0], group=self.group)
+            p.grad = torch.sparse_coo_tensor(u_rows.unsqueeze(0), u_values / world, grad.shape)
+            self.union_rows = u_rows
+            return
+        if rows is None:
+            rows = nonzero_rows(grad)
+        u_rows, u_values = self.scheme.sum_rows(rows, grad[rows], grad.shape[0], group=self.group)
+        grad.index_fill_(0, rows, 0)  # a row this rank held that the union does not carry (allreduce) is zero
+        grad[u_rows] = u_values / world
+        self.union_rows = u_rows
 
     def _profile(self, grad: torch.Tensor) -> None:
         """Gather every rank's non-zero indices of the embedding gradient for the planner (profiling only)."""

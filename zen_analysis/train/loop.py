@@ -35,7 +35,8 @@ from zen_analysis.config import ExperimentConfig
 from zen_analysis.dist import env
 from zen_analysis.dist.env import RankInfo
 from zen_analysis.train.data import TokenData, prepared_for_run
-from zen_analysis.train.model import build_model, lm_loss
+from zen_analysis.train.model import build_model, input_embedding_name, lm_loss
+from zen_analysis.train.optim import LazyRowAdamW, clip_grad_norm_by_rows, embedding_rows
 from zen_analysis.train.perturb import network_delay, network_seconds, spiked, straggler
 from zen_analysis.sync.base import GradSync
 from zen_analysis.sync.registry import build_sync
@@ -122,6 +123,10 @@ class _Run:
     data: TokenData
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
+    row_optimizer: LazyRowAdamW | None
+    """``train.embedding_update=lazy``: the input embedding's optimizer (the other one holds the rest)."""
+    embedding: torch.nn.Parameter | None
+    """``train.embedding_update=lazy``: the input embedding's weight."""
     num_params: int
     capture: GradientCapture | None
     manifest: dict[str, Any]
@@ -180,13 +185,19 @@ def _setup(
         sync.set_link(lambda nbytes: network_delay(cfg, nbytes, info.world_size),
                       lambda nbytes: network_seconds(cfg, nbytes, info.world_size))  # fmt: skip
     sync.attach(model)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
+    embedding = None
+    if t.embedding_update == "lazy":  # the input embedding steps its touched rows alone (SparseAdam's semantics)
+        embedding = dict(model.named_parameters())[input_embedding_name(model)]
+    decay = [p for p in model.parameters() if p.dim() >= 2 and p is not embedding]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": t.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
         lr=t.lr,
         betas=(0.9, 0.95),
     )
+    row_optimizer = None
+    if embedding is not None:
+        row_optimizer = LazyRowAdamW([embedding], lr=t.lr, betas=(0.9, 0.95), weight_decay=t.weight_decay)
     num_params = sum(p.numel() for p in model.parameters())
     # ---- capture: per-worker sparse gradients into this rank's trace shards
     capture = None
@@ -226,7 +237,8 @@ def _setup(
                 + ", ".join(f"{n} ({i['kind']}, {i['numel']:,})" for n, i in capture.tensor_info().items()))
     metrics_f = open(run_dir / "metrics.jsonl", "w", buffering=1) if info.is_main else None
     run = _Run(cfg=cfg, info=info, log=log, run_dir=run_dir, data=data, model=model, optimizer=optimizer,
-               num_params=num_params, capture=capture, manifest=manifest, metrics_f=metrics_f)  # fmt: skip
+               row_optimizer=row_optimizer, embedding=embedding, num_params=num_params, capture=capture,
+               manifest=manifest, metrics_f=metrics_f)  # fmt: skip
     return run, sync
 
 
@@ -238,11 +250,13 @@ def _step(run: _Run, sync: GradSync, step: int, *, local_losses: bool, straggle:
     V = t.workers_per_rank
     t0 = time.perf_counter()
     lr = lr_at(cfg, min(step, t.num_steps - 1))
-    for group in run.optimizer.param_groups:
+    optimizers = [o for o in (run.optimizer, run.row_optimizer) if o is not None]
+    for group in (g for o in optimizers for g in o.param_groups):
         group["lr"] = lr
     capturing = capture is not None and capture.is_capture_step(step)
     capture_s0 = capture.seconds if capture else 0.0
     sync_bytes0 = sync.sparse_bytes_sent or 0
+    sparse_s0 = sync.sparse_seconds
     sync_s0 = sync.sync_seconds
     local_loss = 0.0
     for v in range(V):
@@ -260,11 +274,23 @@ def _step(run: _Run, sync: GradSync, step: int, *, local_losses: bool, straggle:
     t_sync = time.perf_counter()
     compute_s = t_sync - t0
     sync.synchronize(model)
-    sync_s = time.perf_counter() - t_sync
-    if t.grad_clip > 0:
+    t_clip = time.perf_counter()
+    sync_s = t_clip - t_sync
+    rows = {}  # lazy: the embedding's non-zero rows, what the clip reads and the row update steps
+    if run.embedding is not None and run.embedding.grad is not None:
+        rows = {run.embedding: embedding_rows(run.embedding.grad, sync.union_rows)}
+    if t.grad_clip > 0 and rows:
+        clip_grad_norm_by_rows(model.parameters(), t.grad_clip, rows)
+    elif t.grad_clip > 0:
         torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
+    t_opt = time.perf_counter()
     run.optimizer.step()
-    run.optimizer.zero_grad(set_to_none=True)
+    if run.row_optimizer is not None:
+        run.row_optimizer.step(rows=rows)
+    t_zero = time.perf_counter()
+    for o in optimizers:
+        o.zero_grad(set_to_none=True)
+    t_stats = time.perf_counter()
     if local_losses:
         loss, compute_max_s = local_loss, compute_s
     else:
@@ -279,12 +305,19 @@ def _step(run: _Run, sync: GradSync, step: int, *, local_losses: bool, straggle:
         "sync_s": sync_s,  # rank 0's time in synchronize(): the exchange, and waiting for slower ranks to reach it
         # the exchange alone: rank 0's sync less its wait for the slowest rank's compute
         "exchange_s": max(sync_s - (compute_max_s - compute_s), 0.0),
+        # the rest of the step, after the sync: clipping (the lazy update's row finding included), the
+        # optimizer, zero_grad, and the loss mean over ranks (a rendezvous: it waits for the slowest rank)
+        "clip_s": t_opt - t_clip,
+        "optimizer_s": t_zero - t_opt,
+        "zero_grad_s": t_stats - t_zero,
+        "stats_s": t0 + step_s - t_stats,
         "capture_s": (capture.seconds - capture_s0) if capture else 0.0,
         "captured": capturing,
         "tokens": (step + 1) * cfg.global_batch * t.seq_len,
     }
-    if sync.sparse_bytes_sent is not None:  # a sparse scheme syncs the embedding: its bytes this step
+    if sync.sparse_bytes_sent is not None:  # a sparse scheme syncs the embedding: its bytes and seconds this step
         row["sparse_bytes_sent_rank0"] = sync.sparse_bytes_sent - sync_bytes0
+        row["sparse_s"] = sync.sparse_seconds - sparse_s0
     if t.eval_every and (step + 1) % t.eval_every == 0 and step + 1 < t.num_steps:
         row["val_loss"] = evaluate(model, data, cfg, info)
     if local_losses:

@@ -180,17 +180,21 @@ def _gemma2(cfg: ModelConfig, vocab_size: int, max_seq_len: int) -> nn.Module:
 
 
 def build_model(cfg: ModelConfig, *, vocab_size: int, max_seq_len: int) -> nn.Module:
-    """A freshly initialised model; seed torch beforehand for identical weights on every rank."""
+    """A freshly initialised model; seed torch beforehand for identical weights on every rank. With
+    ``cfg.sparse_embedding`` the input embedding's backward gives sparse COO gradients (the same weights)."""
     if cfg.arch == "lstm":
-        return LSTMLanguageModel(
+        model = LSTMLanguageModel(
             vocab_size=vocab_size,
             hidden_size=cfg.hidden_size,
             num_layers=cfg.num_layers,
             dropout=cfg.dropout,
             adaptive_cutoffs=cfg.adaptive_cutoffs,
         )
+        model.embed.sparse = cfg.sparse_embedding
+        return model
     builders = {"llama": _llama, "gpt2": _gpt2, "opt": _opt, "gemma2": _gemma2}
     model = builders[cfg.arch](cfg, vocab_size, max_seq_len)  # ModelConfig validates arch
+    model.get_input_embeddings().sparse = cfg.sparse_embedding  # nn.Embedding reads it in every forward
     tied = model.get_input_embeddings().weight is model.get_output_embeddings().weight
     assert tied == cfg.tie_embeddings, f"{cfg.arch}: tie_embeddings={cfg.tie_embeddings} but model tied={tied}"
     pad = model.get_input_embeddings().padding_idx
