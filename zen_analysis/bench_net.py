@@ -212,6 +212,9 @@ def bench_ddp(overrides: list[str] | tuple[str, ...] = ()) -> dict:
 TRAIN_WORKLOADS = ("lstm-words",)
 """``bench train``'s workloads by default (recipe names)."""
 TRAIN_SCHEMES = ("allreduce", "zen", "agsparse", "sparcml", "omnireduce", "sparse_ps", "bp_coo")
+REFERENCE = "allreduce-adamw"
+"""``bench train``'s reference variant: dense all-reduce with the plain step (AdamW over every embedding row, a
+dense embedding gradient), what the toolkit's loop did before the lazy row update."""
 
 
 def bench_train(overrides: list[str] | tuple[str, ...] = ()) -> dict:
@@ -219,9 +222,13 @@ def bench_train(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     natural path: the embedding's gradient summed by the scheme, by rows; ``allreduce``, everything dense) x ranks x
     link rate, one micro-batch per rank by default (``workers_per_rank``; a GPU step's compute-to-communication
     ratio, not the recipe's 8 micro-batches), the embedding stepped by ``update`` (``lazy`` for every scheme:
-    the same optimizer for all). Medians after ``warmup`` of ``steps`` steps on rank 0: step, compute, waiting,
-    exchange and the rest (clip, optimizer, zero_grad, the loss mean), tokens/s, and the per-step losses.
-    ``--set workloads=lstm-words ranks=4,8 rates=1 schemes=... update=lazy steps=10 warmup=2 workers_per_rank=1``.
+    the same optimizer for all) with a ``sparse_embedding`` gradient (true: ``nn.Embedding(sparse=True)``; dense
+    all-reduce then sums it densified, as Horovod's ``sparse_as_dense``), and with ``reference`` the plain step
+    too (:data:`REFERENCE`). ``speedup``: tokens/s over ``allreduce``'s (the same step), ``speedup_vs_reference``:
+    over the plain one's. Medians after ``warmup`` of ``steps`` steps on rank 0: step, compute, waiting, exchange,
+    the sparse path's seconds and the rest (clip, optimizer, zero_grad, the loss mean), tokens/s, and the per-step
+    losses. ``--set workloads=lstm-words ranks=4,8 rates=1 schemes=... update=lazy sparse_embedding=true
+    reference=true steps=10 warmup=2 workers_per_rank=1``.
     Table ``data/derived/train/bench_train.parquet`` (and ``.txt``), figure ``train_vs_ranks``."""
     import pandas as pd
     from matplotlib import pyplot as plt
@@ -238,7 +245,8 @@ def bench_train(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     if not ok:
         raise RuntimeError(f"bench train needs the network lab, which is unavailable here: {why}")
     defaults = {"workloads": list(TRAIN_WORKLOADS), "ranks": [4, 8], "rates": [1.0], "schemes": list(TRAIN_SCHEMES),
-                "update": "lazy", "steps": 10, "warmup": 2, "workers_per_rank": 1}  # fmt: skip
+                "update": "lazy", "sparse_embedding": "true", "reference": "true", "steps": 10, "warmup": 2,
+                "workers_per_rank": 1}  # fmt: skip
     types = {"workloads": names, "ranks": ints, "rates": floats, "schemes": names}
     opts = parse_sets("train", overrides, defaults, types)
     rows = []
@@ -248,7 +256,11 @@ def bench_train(overrides: list[str] | tuple[str, ...] = ()) -> dict:
             base.name = f"bench-train-{workload}-r{ranks}"
             base.dist.num_ranks = ranks
             base.train.workers_per_rank = opts["workers_per_rank"]
-            variants = {s: {"sync.scheme": s, "train.embedding_update": opts["update"]} for s in opts["schemes"]}
+            common = {"train.embedding_update": opts["update"], "model.sparse_embedding": opts["sparse_embedding"]}
+            variants = {s: {"sync.scheme": s, **common} for s in opts["schemes"]}
+            if opts["reference"] == "true":  # the toolkit's plain step: AdamW over every row, a dense gradient
+                variants[REFERENCE] = {"sync.scheme": "allreduce", "train.embedding_update": "dense",
+                                       "model.sparse_embedding": "false"}  # fmt: skip
             sweep = training_sweep(base, bandwidths=opts["rates"], variants=variants, steps=opts["steps"],
                                    warmup=opts["warmup"], progress=True)  # fmt: skip
             rows.append(sweep.assign(workload=workload))
@@ -258,10 +270,14 @@ def bench_train(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     dense = table[table["variant"] == "allreduce"].set_index(["workload", "ranks", "bandwidth_gbps"])["tokens_per_s"]
     key = pd.MultiIndex.from_frame(table[["workload", "ranks", "bandwidth_gbps"]])
     table["speedup"] = table["tokens_per_s"].to_numpy() / dense.reindex(key).to_numpy()
+    if opts["reference"] == "true":
+        plain = table[table["variant"] == REFERENCE].set_index(["workload", "ranks", "bandwidth_gbps"])["tokens_per_s"]
+        table["speedup_vs_reference"] = table["tokens_per_s"].to_numpy() / plain.reindex(key).to_numpy()
     out_dir = paths.derived_dir() / "train"
     write_table(out_dir / "bench_train.parquet", table, {"options": opts})
     cols = ["workload", "ranks", "bandwidth_gbps", "variant", "step_s", "compute_s", "wait_s", "exchange_s", "rest_s",
-            *[c for c in REST if c in table], "tokens_per_s", "speedup"]  # fmt: skip
+            *[c for c in ("sparse_s", *REST) if c in table], "tokens_per_s", "speedup",
+            *(["speedup_vs_reference"] if "speedup_vs_reference" in table else [])]  # fmt: skip
     text = table[cols].round(3).to_string(index=False)
     atomic_write_text(out_dir / "bench_train.txt", text + "\n")
     with pd.option_context("display.width", 250, "display.max_columns", 30):

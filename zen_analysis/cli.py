@@ -239,7 +239,8 @@ EXAMPLES = {
                   "  zen-analysis bench-comm --synthetic --density 0.01 --skew 2 --overlap 0.5\n"
                   "  zen-analysis bench-comm reproduce-default --bandwidth-gbps 1   # root: the emulated network",
     "bench": "zen-analysis bench zen\n  zen-analysis bench ddp --set bandwidths=loopback,1 --set rounds=2\n"
-             "  zen-analysis bench netlab --set parts=schemes --set ranks=4",
+             "  zen-analysis bench netlab --set parts=schemes --set ranks=4\n"
+             "  zen-analysis bench train --set ranks=4,8 --set rates=1",
     "netlab": "zen-analysis netlab --bandwidth-gbps 1\n  zen-analysis netlab --cleanup\n"
               "  zen-analysis netlab --nodes 4 --bandwidth-gbps 1 -- scripts/ddp_transformers.py --zen natural",
 }  # fmt: skip
@@ -346,12 +347,13 @@ def _add_bench_comm_parser(sub: argparse._SubParsersAction) -> None:
 def _add_bench_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="benchmarks (ratios measured side by side, medians)")
     p.add_argument(
-        "what", choices=["capture", "characterize", "comm", "ddp", "evaluate", "hashing", "netlab", "stragglers", "zen"],
+        "what", choices=["capture", "characterize", "comm", "ddp", "evaluate", "hashing", "netlab", "stragglers", "train", "zen"],
         help="capture: capture overhead; characterize: 16M x 128 workers x 20 steps; ddp: the example DDP script "
         "(stock, natural Zen, top-k + Zen) on loopback and 1 Gbit/s links; comm: schemes measured vs "
         "modelled on the default run's embedding at 4 ranks; evaluate: modelling speed at 16M x 128 workers; "
         "hashing: Algorithm 1 vs argsort on 10M indices; netlab: schemes, hierarchical Zen and training measured on "
-        "the emulated network (root); stragglers: EDiT vs A-EDiT with a 2x straggler; "
+        "the emulated network (root); stragglers: EDiT vs A-EDiT with a 2x straggler; train: training throughput "
+        "of every scheme on lstm-words at 4 and 8 ranks x 1 Gbit/s links (root); "
         "zen: zen_sum vs dense all-reduce and sparse schemes up to 128M elements, with the local-work floor",
     )  # fmt: skip
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="a benchmark option (each names its own; "

@@ -153,3 +153,30 @@ def test_row_helpers_check_their_input():
     g[[1, 4], 2] = 1.0
     assert nonzero_rows(g).tolist() == [1, 4]
     assert nonzero_rows(g.to_sparse(1)).tolist() == [1, 4]
+
+
+def test_the_loop_takes_rows_from_the_ids_of_an_untied_embedding_and_scans_a_tied_one():
+    from zen_analysis.sync.sparse import SparseSync
+
+    class LM(nn.Module):
+        def __init__(self, tied: bool):
+            super().__init__()
+            self.embed = nn.Embedding(20, 4)
+            self.head = nn.Linear(4, 20, bias=False)
+            if tied:
+                self.head.weight = self.embed.weight
+
+        def get_input_embeddings(self):
+            return self.embed
+
+        def forward(self, ids):
+            return self.head(self.embed(input=ids))  # by keyword: the pre-hook still sees the ids
+
+    for tied, source in ((False, "ids"), (True, "scan")):
+        sync = SparseSync("zen")
+        model = LM(tied)
+        sync.attach(model)
+        assert sync.row_source == source
+        model(torch.tensor([[3, 5, 3]])).sum().backward()
+        rows = sync._rows_seen(torch.device("cpu"))
+        assert (rows is None) if tied else rows.tolist() == [3, 5]

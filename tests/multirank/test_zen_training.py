@@ -54,7 +54,8 @@ def test_the_lazy_embedding_update_is_one_optimizer_whatever_the_sync():
     m_dense, p_dense = _train("allreduce", steps=12, lazy=True)
     m_zen, p_zen = _train("zen", steps=12, lazy=True)
     m_sparse, _ = _train("zen", steps=12, lazy=True, sparse_embedding=True)  # nn.Embedding(sparse=True)
-    for m in (m_zen, m_sparse):
+    m_densified, _ = _train("allreduce", steps=12, lazy=True, sparse_embedding=True)  # all-reduced densified
+    for m in (m_zen, m_sparse, m_densified):
         torch.testing.assert_close(torch.tensor(m["loss"].values), torch.tensor(m_dense["loss"].values), rtol=0, atol=1e-5)
     assert m_dense["loss"].iloc[-1] < m_dense["loss"].iloc[0] - 0.1  # it trains
     emb_dense, emb_zen = p_dense["model.embed_tokens.weight"], p_zen["model.embed_tokens.weight"]

@@ -17,6 +17,7 @@ import torch.distributed as dist
 from torch import nn
 
 from zen_analysis.comm.exchange import ring_volume
+from zen_analysis.comm.rows import sparse_rows
 
 
 
@@ -125,22 +126,36 @@ class DenseAllReduce(GradSync):
 
 
 def flatten_grads(bucket: list[nn.Parameter]) -> torch.Tensor:
-    """The bucket's gradients (zeros where a parameter has none; a sparse one made dense) as one flat tensor."""
-    return torch.cat([_dense_grad(p).reshape(-1) for p in bucket])
-
-
-def _dense_grad(p: nn.Parameter) -> torch.Tensor:
-    if p.grad is None:
-        return torch.zeros_like(p)
-    return p.grad.to_dense() if p.grad.is_sparse else p.grad
+    """The bucket's gradients (zeros where a parameter has none) as one flat tensor; a sparse one (a
+    ``sparse=True`` embedding's rows) is written densified straight into its slice, its rows coalesced as the
+    sparse path coalesces them (the same numbers whichever sync sums them)."""
+    flat_N = torch.empty(sum(p.numel() for p in bucket), dtype=bucket[0].dtype, device=bucket[0].device)
+    offset = 0
+    for p in bucket:
+        part = flat_N[offset : offset + p.numel()]
+        if p.grad is None:
+            part.zero_()
+        elif p.grad.is_sparse:
+            rows_K, values_KD = sparse_rows(p.grad)
+            part.zero_().view(p.shape[0], -1)[rows_K] = values_KD.reshape(rows_K.numel(), -1)
+        else:
+            part.copy_(p.grad.reshape(-1))
+        offset += p.numel()
+    return flat_N
 
 
 def unflatten_into_grads(bucket: list[nn.Parameter], flat_N: torch.Tensor) -> None:
-    """Write consecutive slices of ``flat_N`` into the bucket's ``.grad`` (created where missing)."""
+    """Write consecutive slices of ``flat_N`` into the bucket's ``.grad`` (created where missing); a sparse
+    gradient comes back dense, as a view of its slice (no second dense copy: ``flat_N`` must be the caller's own
+    fresh buffer, as :class:`DenseAllReduce`'s is)."""
     offset = 0
     for p in bucket:
         n = p.numel()
-        if p.grad is None or p.grad.is_sparse:  # a sparse gradient comes back dense (all-reduced densely)
-            p.grad = torch.zeros_like(p)
-        p.grad.copy_(flat_N[offset : offset + n].view_as(p))
+        part = flat_N[offset : offset + n].view_as(p)
+        if p.grad is not None and p.grad.is_sparse:  # the all-reduce's fresh buffer: nothing else holds it
+            p.grad = part
+        elif p.grad is None:
+            p.grad = part.clone()
+        else:
+            p.grad.copy_(part)
         offset += n

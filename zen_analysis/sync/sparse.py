@@ -21,6 +21,11 @@ from zen_analysis.train.model import input_embedding_name
 from zen_analysis.zen.sync import NodeGroups, zen_sum_hierarchical
 
 
+def _holders(model: nn.Module, weight: nn.Parameter) -> int:
+    """How many modules hold ``weight`` as a parameter of their own (2 for an embedding tied to the LM head)."""
+    return sum(p is weight for m in model.modules() for p in m.parameters(recurse=False))
+
+
 GRANULARITIES = ("rows", "elements")
 ROW_SOURCES = ("ids", "scan")
 
@@ -53,7 +58,9 @@ class SparseSync(GradSync):
         self.granularity = "elements" if scheme == "auto" or gpus_per_node > 1 else granularity
         """``rows`` or ``elements``; the planner (``auto``) and the hierarchical mode work by elements."""
         self.row_source = row_source
-        self._ids: list[torch.Tensor] = []
+        """``ids`` (the looked-up token ids: the rows an untied embedding's gradient can be non-zero in; a tied
+        embedding, whose output use touches every row, falls back to ``scan`` at ``attach``) or ``scan``."""
+        self._ids: list[torch.Tensor | None] = []
         self.union_rows: torch.Tensor | None = None
         """By rows: the rows of the last summed gradient that some rank touched (sorted or in the scheme's order);
         every other row of the averaged gradient is zero. What a lazy row update (``train.embedding_update``)
@@ -78,10 +85,10 @@ class SparseSync(GradSync):
         named = dict(model.named_parameters())
         self.sparse_params = [named[name]]
         if self.granularity == "rows" and self.row_source == "ids":
-            embedding = model.get_input_embeddings()
-            if embedding.weight is not named[name]:
-                raise ValueError(f"row_source='ids' needs {name} to be the input embedding's weight")
-            embedding.register_forward_pre_hook(self._record_ids)
+            if _holders(model, named[name]) > 1:  # tied to an output layer: every row gets a gradient
+                self.row_source = "scan"
+            else:
+                model.get_input_embeddings().register_forward_pre_hook(self._record_ids, with_kwargs=True)
         others = [p for n, p in named.items() if p.requires_grad and n != name]
         self.dense.attach(model, others)
         world = self.dense._world()
@@ -126,16 +133,18 @@ class SparseSync(GradSync):
             self.sparse_bytes_sent += int(measured["bytes_sent"].sum())
             self.sparse_seconds += float(measured["seconds"].sum())
 
-    def _record_ids(self, module: nn.Module, args: tuple) -> None:
-        """The embedding's forward pre-hook: keep the ids of every training forward (not evaluation's)."""
+    def _record_ids(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        """The embedding's forward pre-hook: keep the ids of every training forward (not evaluation's); a forward
+        whose ids it cannot see turns this step's rows into a row-wise pass."""
         if module.training and torch.is_grad_enabled():
-            self._ids.append(args[0].detach().reshape(-1))
+            ids = args[0] if args else kwargs.get("input")
+            self._ids.append(ids.detach().reshape(-1) if isinstance(ids, torch.Tensor) else None)
 
     def _rows_seen(self, device: torch.device) -> torch.Tensor | None:
         """This step's looked-up rows (sorted, distinct), or None for a row-wise pass; clears the record."""
-        if self.row_source != "ids":
-            return None
         ids, self._ids = self._ids, []
+        if self.row_source != "ids" or any(i is None for i in ids):
+            return None
         return torch.unique(torch.cat(ids)).to(device) if ids else torch.zeros(0, dtype=torch.long, device=device)
 
     def _sum_by_rows(self, p: nn.Parameter, world: int) -> None:
