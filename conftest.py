@@ -18,6 +18,7 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 _DATA = tempfile.mkdtemp(prefix="zen-analysis-tests-")
 os.environ["ZEN_ANALYSIS_DATA"] = _DATA
 os.environ["ZEN_ANALYSIS_FIGURES"] = os.path.join(_DATA, "figures")
+os.environ["ZEN_ANALYSIS_QUICK"] = "1"  # notebooks under test take fewer repeats where they time things
 
 
 def pytest_sessionfinish(session, exitstatus):

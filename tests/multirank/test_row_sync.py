@@ -140,6 +140,25 @@ def test_a_rank_summing_by_rows_and_one_by_elements_are_refused():
         assert message is not None and "width" in message, message
 
 
+def _bad_rows_body(rank, world):
+    out = {}
+    for name in ("zen", "sparcml"):  # a check riding on the first count exchange, and one in a call of its own
+        rows = torch.tensor([12 if rank == 0 else 3])  # rank 0's row is outside the 10-row table
+        try:
+            build_scheme(name).sum_rows(rows, torch.ones(1, 4), 10)
+            out[name] = None
+        except ValueError as exc:
+            out[name] = (type(exc).__name__, str(exc))
+    return out
+
+
+def test_invalid_rows_on_one_rank_raise_on_every_rank_and_nobody_waits():
+    bad, good = fork_launch(_bad_rows_body, 2)
+    for name in ("zen", "sparcml"):
+        assert bad[name][0] == "ValueError" and "[0, 10)" in bad[name][1], bad
+        assert good[name][0] == "RanksDisagreeError" and "(invalid rows)" in good[name][1], good
+
+
 def test_row_helpers_check_their_input():
     rows, vals = canonical_rows(torch.tensor([3, 1, 3]), torch.tensor([[1.0], [2.0], [4.0]]), 5)
     assert rows.tolist() == [1, 3] and vals.tolist() == [[2.0], [5.0]]

@@ -26,7 +26,7 @@ import torch.distributed as dist
 
 from zen_analysis.comm.cost import local_time, phase_times
 from zen_analysis.comm.dtypes import SUPPORTED, check_dtype, dtype_code, dtype_of_code, value_bytes
-from zen_analysis.comm.exchange import Exchange
+from zen_analysis.comm.exchange import Exchange, RanksDisagreeError
 from zen_analysis.comm.rows import canonical_rows, nonzero_rows
 from zen_analysis.comm.topology import Topology
 from zen_analysis.comm.traffic import COLUMNS, Traffic
@@ -84,12 +84,25 @@ class CommScheme(ABC):
         """The row-granular sum over ranks (:mod:`zen_analysis.comm.rows`): this rank passes the rows of a
         ``num_rows`` x D table it holds (1-D integer rows; duplicates are summed) and their (K, D) values; returns
         (rows, values) of the sum, identical on every rank: every row some rank passed, each once, with its sum
-        over ranks in the values' dtype (the union, in the scheme's order). The index space is the rows: one index
-        and D values travel per entry, and the byte model is :meth:`model` with ``width=D``. ``allreduce`` sums
-        the dense table and returns its non-zero rows. Equal to ``all_reduce`` of the dense tables, bit for bit
-        on integer-valued inputs."""
-        rows_K, values_KD = canonical_rows(rows_K, values_KD.detach(), num_rows)
-        ex, t0 = self._begin(group, num_rows, values_KD.dtype, width=values_KD.shape[1])
+        over ranks in the values' dtype (the union, in the scheme's order). Invalid rows raise ``ValueError`` on
+        the rank that passed them and ``RanksDisagreeError`` on the others (none waits). The index space is the
+        rows: one index and D values travel per entry, and the byte model is :meth:`model` with ``width=D``.
+        ``allreduce`` sums the dense table and returns its non-zero rows. Equal to ``all_reduce`` of the dense
+        tables, bit for bit on integer-valued inputs."""
+        try:
+            rows_K, values_KD = canonical_rows(rows_K, values_KD.detach(), num_rows)
+            bad, width = None, values_KD.shape[1]
+        except ValueError as exc:  # still joins the agreement check, as an invalid width: no rank waits for it
+            bad, width = exc, INVALID_ROWS
+        try:
+            ex, t0 = self._begin(group, num_rows, values_KD.dtype, width=width)
+            if bad is not None:
+                ex.agree()  # the call a folded check rides on (a no-op once checked): the others raise
+        except RanksDisagreeError:
+            if bad is None:
+                raise
+        if bad is not None:  # every rank raises: this one its own error, the others RanksDisagreeError
+            raise bad
         out = self._sum_rows(rows_K, values_KD, num_rows, ex)
         self._end(ex, t0)
         return out
@@ -121,7 +134,7 @@ class CommScheme(ABC):
         t0 = time.perf_counter()
         if self.check_ranks:
             ex.expect_agreement(self.agreement_fields(numel, dtype, width),
-                                {"dtype": dtype_of_code, "scheme": _scheme_of_code})  # fmt: skip
+                                {"dtype": dtype_of_code, "scheme": _scheme_of_code, "width": _width})  # fmt: skip
             if not (self.folds_agreement and dtype in SUPPORTED):
                 ex.agree()  # an unsupported dtype still takes part: the other ranks must not wait for it
             check_dtype(dtype)  # every rank passed it (else the check raised): all refuse alike
@@ -212,6 +225,14 @@ class CommScheme(ABC):
     def _sum_rows(self, rows_K: torch.Tensor, values_KD: torch.Tensor, num_rows: int, ex: Exchange) -> tuple[torch.Tensor, torch.Tensor]:
         """(rows, values) of the sum over ranks of this rank's row set (sorted, distinct) and (K, D) values."""
         raise NotImplementedError(f"{self.name} has no row-granular sum")
+
+
+INVALID_ROWS = -1
+"""The row width a rank sends in the agreement check when its rows are invalid (it raises their ``ValueError``)."""
+
+
+def _width(width: int) -> str:
+    return "(invalid rows)" if width == INVALID_ROWS else str(width)
 
 
 def _code(name: str) -> int:
