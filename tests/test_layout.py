@@ -133,7 +133,7 @@ LAYERS = (
     ("models and data", "train.model train.tokenizer train.corpus train.data"),
     ("sparse data", "sparsity sparsity.metrics sparsity.synthetic sparsity.topk zen zen.hashing zen.native zen.hierarchical "
                     "zen.bitmap capture.schema capture.buckets"),
-    ("stores, collectives, processes", "capture capture.traces capture.summary comm.exchange comm.rows comm.traffic comm.formats "
+    ("stores, collectives, processes", "capture capture.traces capture.summary comm.coo comm.exchange comm.rows comm.traffic comm.formats "
                                        "comm.topology comm.cost comm.dtypes dist dist.netlab dist.env dist.entry dist.procs"),
     ("algorithms", "sync sync.base zen.sync local_sgd"),
     ("schemes", "comm comm.schemes"),

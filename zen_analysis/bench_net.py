@@ -51,26 +51,15 @@ def bench_netlab(overrides: list[str] | tuple[str, ...] = ()) -> dict:
 
 def _netlab_schemes(run: str, opts: dict, out_dir: Path) -> pd.DataFrame:
     """``schemes``: the scheme sweep, its table (printed wide) and figure ``netlab_speedup``."""
-    import pandas as pd
-    from matplotlib import pyplot as plt
 
-    from zen_analysis.atomic import atomic_write_text
-    from zen_analysis.derived import write_table
     from zen_analysis.experiments.netlab import scheme_sweep
     from zen_analysis.plots import comm as comm_figs
-    from zen_analysis.plots import style
 
     sweep = scheme_sweep(run, ranks=opts["ranks"], bandwidths=opts["bandwidths"], repeats=opts["repeats"])
-    write_table(out_dir / "scheme_sweep.parquet", sweep, {"options": opts})
     cols = ["kind", "ranks", "bandwidth_gbps", "scheme", "bytes_sent_max_rank", "measured_s_median", "modelled_s",
             "speedup_measured", "speedup_modelled", "lossless"]  # fmt: skip
-    text = sweep[cols].round(4).to_string(index=False)
-    atomic_write_text(out_dir / "scheme_sweep.txt", text + "\n")
-    with pd.option_context("display.width", 250, "display.max_columns", 30):
-        print(text)
-    fig = comm_figs.measured_speedup_vs_bandwidth(sweep)
-    style.savefig(fig, "netlab_speedup")
-    plt.close(fig)
+    _publish(sweep, out_dir / "scheme_sweep", sweep[cols].round(4), opts, comm_figs.measured_speedup_vs_bandwidth,
+             "netlab_speedup")  # fmt: skip
     return sweep
 
 
@@ -231,15 +220,11 @@ def bench_train(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     reference=true steps=10 warmup=2 workers_per_rank=1``.
     Table ``data/derived/train/bench_train.parquet`` (and ``.txt``), figure ``train_vs_ranks``."""
     import pandas as pd
-    from matplotlib import pyplot as plt
 
     from zen_analysis import paths
-    from zen_analysis.atomic import atomic_write_text
-    from zen_analysis.derived import write_table
     from zen_analysis.dist import netlab
     from zen_analysis.experiments.netlab import REST, training_sweep
     from zen_analysis.plots import comm as comm_figs
-    from zen_analysis.plots import style
 
     ok, why = netlab.available()
     if not ok:
@@ -274,15 +259,28 @@ def bench_train(overrides: list[str] | tuple[str, ...] = ()) -> dict:
         plain = table[table["variant"] == REFERENCE].set_index(["workload", "ranks", "bandwidth_gbps"])["tokens_per_s"]
         table["speedup_vs_reference"] = table["tokens_per_s"].to_numpy() / plain.reindex(key).to_numpy()
     out_dir = paths.derived_dir() / "train"
-    write_table(out_dir / "bench_train.parquet", table, {"options": opts})
     cols = ["workload", "ranks", "bandwidth_gbps", "variant", "step_s", "compute_s", "wait_s", "exchange_s", "rest_s",
             *[c for c in ("sparse_s", *REST) if c in table], "tokens_per_s", "speedup",
             *(["speedup_vs_reference"] if "speedup_vs_reference" in table else [])]  # fmt: skip
-    text = table[cols].round(3).to_string(index=False)
-    atomic_write_text(out_dir / "bench_train.txt", text + "\n")
+    _publish(table, out_dir / "bench_train", table[cols].round(3), opts, comm_figs.training_vs_ranks, "train_vs_ranks")
+    return {"train": table}
+
+
+def _publish(table: pd.DataFrame, stem: Path, shown: pd.DataFrame, opts: dict, draw, figure: str) -> None:
+    """A benchmark's results: ``table`` as ``<stem>.parquet`` (stamped with the options), ``shown`` as
+    ``<stem>.txt`` and on stdout, and ``draw(table)`` as figure ``figure``."""
+    import pandas as pd
+    from matplotlib import pyplot as plt
+
+    from zen_analysis.atomic import atomic_write_text
+    from zen_analysis.derived import write_table
+    from zen_analysis.plots import style
+
+    write_table(stem.with_suffix(".parquet"), table, {"options": opts})
+    text = shown.to_string(index=False)
+    atomic_write_text(stem.with_suffix(".txt"), text + "\n")
     with pd.option_context("display.width", 250, "display.max_columns", 30):
         print(text)
-    fig = comm_figs.training_vs_ranks(table)
-    style.savefig(fig, "train_vs_ranks")
+    fig = draw(table)
+    style.savefig(fig, figure)
     plt.close(fig)
-    return {"train": table}

@@ -44,7 +44,8 @@ import torch
 
 from zen_analysis import workspace
 from zen_analysis.comm.dtypes import accumulate_dtype
-from zen_analysis.comm.exchange import Exchange, coo_words, pack_coo, sum_by_index, unpack_coo
+from zen_analysis.comm.coo import coo_words, pack_coo, sum_by_index, unpack_coo
+from zen_analysis.comm.exchange import Exchange
 from zen_analysis.zen import native
 from zen_analysis.zen.bitmap import StaticSets, bits_at, popcounts, set_positions, static_sets
 from zen_analysis.zen.hierarchical import _hierarchical_hash, bucket_reference

@@ -14,12 +14,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from zen_analysis.comm.coo import sum_by_index
 from zen_analysis.comm.dtypes import accumulate_dtype
-from zen_analysis.comm.exchange import Exchange, sum_by_index
+from zen_analysis.comm.exchange import Exchange
 from zen_analysis.comm.formats import bitmap_bytes, pack_bits, unpack_bits
 from zen_analysis.comm.schemes.base import CommScheme
 from zen_analysis.comm.traffic import Traffic
 from zen_analysis.sparsity.metrics import partition_of, union_of
+from zen_analysis.zen.bitmap import bits_at
 
 
 def _layout(numel: int, world: int, block: int) -> tuple[int, list[int]]:
@@ -30,13 +32,6 @@ def _layout(numel: int, world: int, block: int) -> tuple[int, list[int]]:
 
 def _block_sizes(blocks: torch.Tensor, numel: int, block: int) -> torch.Tensor:
     return torch.clamp(numel - blocks * block, max=block)
-
-
-def _bits_over(positions_K: torch.Tensor, num_bits: int) -> torch.Tensor:
-    """A packed bitmap of ``num_bits`` bits with ``positions_K`` set."""
-    mask = torch.zeros(num_bits, dtype=torch.bool, device=positions_K.device)
-    mask[positions_K] = True
-    return pack_bits(mask)
 
 
 class OmniReduce(CommScheme):
@@ -121,7 +116,7 @@ class OmniReduce(CommScheme):
         lo, hi = spans[ex.rank]
         me_bits = bitmap_bytes(hi - lo)
         cuts = torch.searchsorted(rows_K, torch.tensor(bounds, device=rows_K.device)).tolist()  # rows are sorted
-        bitmaps = [_bits_over(rows_K[cuts[j]:cuts[j + 1]] - lo_j, hi_j - lo_j) for j, (lo_j, hi_j) in enumerate(spans)]
+        bitmaps = [bits_at(rows_K[cuts[j]:cuts[j + 1]] - lo_j, bitmap_bytes(hi_j - lo_j)) for j, (lo_j, hi_j) in enumerate(spans)]
         with ex.phase("push"):
             r_bits = ex.all_to_all_v(torch.cat(bitmaps), bm_sizes, torch.full((W,), me_bits, dtype=torch.int64)).to(dev)
             r_rows = [lo + torch.nonzero(unpack_bits(b, hi - lo), as_tuple=True)[0] for b in torch.split(r_bits, [me_bits] * W)]
@@ -131,7 +126,7 @@ class OmniReduce(CommScheme):
         with ex.local("aggregate"):
             u_rows, sums = sum_by_index(torch.cat(r_rows), r_vals.view(-1, D))  # in float32 for fp16/bf16
         with ex.phase("pull"):
-            all_bits = ex.all_gather_v(_bits_over(u_rows - lo, hi - lo), bm_sizes).to(dev)
+            all_bits = ex.all_gather_v(bits_at(u_rows - lo, me_bits), bm_sizes).to(dev)
             rows_by_owner = [
                 lo_j + torch.nonzero(unpack_bits(b, hi_j - lo_j), as_tuple=True)[0]
                 for (lo_j, hi_j), b in zip(spans, torch.split(all_bits, bm_sizes.tolist()))

@@ -17,7 +17,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from zen_analysis.comm.exchange import Exchange, index_bytes, index_dtype
+from zen_analysis.comm.coo import index_bytes, index_dtype
+from zen_analysis.comm.exchange import Exchange
 from zen_analysis.comm.rows import nonzero_rows
 from zen_analysis.comm.schemes.base import CommScheme, coo_of
 from zen_analysis.comm.traffic import Traffic
