@@ -36,32 +36,39 @@ class Bucket:
         return [[n, s, e] for n, s, e in self.parts]
 
 
-def ddp_buckets(model: nn.Module, bucket_mb: float) -> list[Bucket]:
-    """The model's trainable parameters in DDP's buckets of ``bucket_mb`` MiB (reverse registration order; a
-    bucket closes once it holds at least the cap). Names are ``bucket00``, ``bucket01``, ... in that order, so
-    ``bucket00`` holds the last-registered parameters (the LM head side)."""
+def bucket_parameters(named: list[tuple[str, nn.Parameter]], bucket_mb: float) -> list[list[tuple[str, nn.Parameter]]]:
+    """``named`` (``(name, parameter)`` in registration order) grouped into DDP's buckets of ``bucket_mb`` MiB:
+    reverse registration order, a bucket closing once it holds at least the cap. The first bucket holds the
+    last-registered parameters, whose gradients backward produces first."""
     if bucket_mb <= 0:
         raise ValueError("bucket_mb must be positive")
     cap = int(bucket_mb * 2**20)
-    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad][::-1]
-    groups: list[list[tuple[str, int]]] = []
-    current: list[tuple[str, int]] = []
+    groups: list[list[tuple[str, nn.Parameter]]] = []
+    current: list[tuple[str, nn.Parameter]] = []
     size = 0
-    for name, p in params:
-        current.append((name, p.numel()))
+    for name, p in named[::-1]:
+        current.append((name, p))
         size += p.numel() * p.element_size()
         if size >= cap:
             groups.append(current)
             current, size = [], 0
     if current:
         groups.append(current)
+    return groups
+
+
+def ddp_buckets(model: nn.Module, bucket_mb: float) -> list[Bucket]:
+    """The model's trainable parameters in DDP's buckets of ``bucket_mb`` MiB (:func:`bucket_parameters`). Names
+    are ``bucket00``, ``bucket01``, ... in that order, so ``bucket00`` holds the last-registered parameters (the LM
+    head side)."""
+    groups = bucket_parameters([(n, p) for n, p in model.named_parameters() if p.requires_grad], bucket_mb)
     width = max(2, len(str(len(groups) - 1)))
     buckets = []
     for i, group in enumerate(groups):
         parts, at = [], 0
-        for name, numel in group:
-            parts.append((name, at, at + numel))
-            at += numel
+        for name, p in group:
+            parts.append((name, at, at + p.numel()))
+            at += p.numel()
         buckets.append(Bucket(f"bucket{i:0{width}d}", tuple(parts)))
     return buckets
 

@@ -56,6 +56,10 @@ class ExperimentConfig:
             missing = [k for k, ok in needs.items() if not ok]
             if missing:
                 raise ValueError(f"model.sparse_embedding=true gives the embedding a sparse gradient: set {', '.join(missing)}")
+        if self.sync.overlap and (self.sync.scheme in tuple(MethodName) or self.perturb.bandwidth_gbps > 0):
+            raise ValueError("sync.overlap overlaps a per-step sum with backward on a real link: not with a local SGD "
+                             "method (no per-step sum) nor perturb.bandwidth_gbps (its emulated delay sleeps after "
+                             "backward); use dist.network=netlab for a slow link")  # fmt: skip
         scheme = self.sync.scheme  # a_edit, or another local SGD method given a sync time
         time_based = scheme == MethodName.A_EDIT or (scheme in tuple(MethodName) and self.local_sgd.sync_time_s > 0)
         if time_based and (self.train.eval_every or self.capture.enabled):

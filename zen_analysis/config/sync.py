@@ -7,6 +7,9 @@ from dataclasses import dataclass
 
 from zen_analysis.config.names import SYNC_SCHEMES, MethodName, PlannerName
 
+WIRE_DTYPES = ("model", "bfloat16", "float16")
+"""``sync.wire_dtype``'s values: the gradients' own dtype, or a 2-byte float they are summed in."""
+
 NOT_SUMMING = (PlannerName.AUTO, *MethodName)
 """Schemes ``sync.compress=topk`` cannot go in front of: ``auto`` (the planner picks per tensor) and the local SGD
 methods (no per-step sum of gradients)."""
@@ -43,6 +46,18 @@ class SyncConfig:
     row_source: str = "ids"
     """By rows: where this rank's rows come from: ``ids``, the token ids its forward passes looked up this step
     (free), or ``scan``, a row-wise pass over the gradient."""
+    overlap: bool = False
+    """Start summing each gradient bucket while backward still runs (DDP's overlap): as soon as backward has produced
+    every gradient of a bucket (``bucket_mb``; DDP's reverse registration order), its dense all-reduce is launched
+    asynchronously, or with ``compress=topk`` a worker thread compresses and sums it over a process group of its own;
+    the loop waits for what is left after backward (the natural path sums the embedding meanwhile). The same buckets
+    in the same order as without it: the same numbers, bit for bit. Not on capture steps (the capture edits gradients
+    after backward). Pays where a sum waits on the network while a core is free for backward."""
+    wire_dtype: str = "model"
+    """The dtype gradients are summed in: ``model`` (their own), or ``bfloat16`` / ``float16``: cast before the sum
+    and back after, every scheme and dense all-reduce alike (DDP's ``bf16_compress_hook``; LLM training's usual
+    wire format): half the value bytes of a float32 model. Lossy as the cast is (a sum is rounded once where a rank
+    adds, :mod:`zen_analysis.comm.dtypes`; top-k's error feedback keeps the rounding rest)."""
     zen_cache_mb: float = 256.0
     """Zen's static hash sets (with their position tables and accumulators) kept per process, least recently
     used dropped first (``zen.bitmap.set_cache_limit``; the set in use is always kept): 8 + 4 / world bytes per
@@ -61,6 +76,11 @@ class SyncConfig:
             raise ValueError(f"sync.granularity must be 'rows' or 'elements', got {self.granularity!r}")
         if self.row_source not in ("ids", "scan"):
             raise ValueError(f"sync.row_source must be 'ids' or 'scan', got {self.row_source!r}")
+        if self.wire_dtype not in WIRE_DTYPES:
+            raise ValueError(f"sync.wire_dtype must be one of {WIRE_DTYPES}, got {self.wire_dtype!r}")
+        if self.wire_dtype != "model" and self.gpus_per_node > 1:
+            raise ValueError("sync.wire_dtype applies to flat syncs: the hierarchical mode (sync.gpus_per_node > 1) "
+                             "sums in the gradients' dtype")  # fmt: skip
         if self.bucket_mb <= 0:
             raise ValueError("sync.bucket_mb must be positive")
         if self.compress not in ("none", "topk"):

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -74,9 +75,10 @@ def scheme_sweep(
 
 REST = ("clip_s", "optimizer_s", "zero_grad_s", "stats_s")
 """The rest of a step after the sync, as the loop times it: clipping, optimizer, zero_grad, the loss mean."""
-PARTS = ("sparse_s", *REST)
+PARTS = ("sparse_s", "overlap_s", "hidden_s", *REST)
 """The step's parts :func:`training_sweep` reports beside step, compute, sync and exchange: the sparse path's
-seconds (inside the sync) and :data:`REST`."""
+seconds (inside the sync), with ``sync.overlap`` the seconds the sums started during backward took and those of
+them before backward ended, and :data:`REST`."""
 
 
 def training_sweep(
@@ -88,21 +90,22 @@ def training_sweep(
     warmup: int = 2,
     progress: bool = False,
 ) -> pd.DataFrame:
-    """Train ``base`` for ``steps`` steps in the lab at each bandwidth with each variant (name -> overrides;
-    default :data:`TRAINING_VARIANTS`), capture off. One row per (bandwidth, variant): medians over the steps
-    after ``warmup`` of rank 0's step, compute, sync (its time in ``synchronize``) and exchange (sync less the wait
-    for the slowest rank's compute) seconds, the rest of the step (:data:`REST`), tokens/s at the median step, and
-    the per-step losses."""
+    """Train ``base`` for ``steps`` steps in the lab at each bandwidth with each variant (name -> overrides, which
+    may set ``train.num_steps`` of their own; default :data:`TRAINING_VARIANTS`), capture off. One row per
+    (bandwidth, variant): medians over the steps after ``warmup`` of rank 0's step, compute, sync (its time in
+    ``synchronize``) and exchange (sync less the wait for the slowest rank's compute) seconds, the step's other
+    parts (:data:`PARTS`), tokens/s at the median step, and the per-step losses and step times."""
     from zen_analysis.config import apply_overrides
     from zen_analysis.dist.launch import launch
 
     rows = []
     for gbps in bandwidths:
         for name, sets in (variants or TRAINING_VARIANTS).items():
-            cfg = apply_overrides(copy.deepcopy(base), [f"{k}={v}" for k, v in sets.items()] + [
-                "dist.network=netlab", f"dist.bandwidth_gbps={gbps}", f"train.num_steps={steps}", "capture.enabled=false"])  # fmt: skip
+            cfg = apply_overrides(copy.deepcopy(base), [
+                "dist.network=netlab", f"dist.bandwidth_gbps={gbps}", f"train.num_steps={steps}", "capture.enabled=false",
+                *[f"{k}={v}" for k, v in sets.items()]])  # fmt: skip
             cfg.name = f"{base.name}-netlab"
-            cfg.run_id = f"{base.name}-netlab-{gbps:g}-{name.replace(' + ', '-')}"
+            cfg.run_id = f"{base.name}-netlab-{gbps:g}-{re.sub(r'[^A-Za-z0-9._-]+', '-', name)}"
             m = launch(cfg, overwrite=True, progress=progress, echo=False).metrics()
             timed = m.iloc[warmup:]
             step_s = float(timed["step_s"].median())
@@ -111,10 +114,20 @@ def training_sweep(
                 "ranks": cfg.dist.num_ranks, "workers_per_rank": cfg.train.workers_per_rank, "step_s": step_s, "sync_s": float(timed["sync_s"].median()),
                 "exchange_s": float(timed["exchange_s"].median()), "compute_s": float(timed["compute_s"].median()),
                 "tokens_per_s": cfg.global_batch * cfg.train.seq_len / step_s, "losses": m["loss"].tolist(),
-                "run_id": cfg.run_id,
+                "step_times": m["step_s"].tolist(), "run_id": cfg.run_id,
                 **{c: float(timed[c].median()) for c in PARTS if c in timed},
             })  # fmt: skip
     return pd.DataFrame(rows)
+
+
+def time_to_loss(losses: Sequence[float], step_times: Sequence[float], target: float, *, window: int = 5) -> tuple[float, int]:
+    """(wall-clock seconds, steps) a run took until the mean of its last ``window`` per-step losses first reached
+    ``target``: the sum of its step times up to that step, the first one (set-up, Zen's static sets) included; (nan,
+    -1) if it never did. A trailing mean, as one step's loss moves with its batch by more than the schemes differ."""
+    for k in range(window - 1, len(losses)):
+        if sum(losses[k - window + 1 : k + 1]) / window <= target:
+            return float(sum(step_times[: k + 1])), k + 1
+    return float("nan"), -1
 
 
 DDP_VARIANTS = {

@@ -230,3 +230,48 @@ def training_vs_ranks(bench: pd.DataFrame) -> plt.Figure:
     fig.suptitle("Training throughput behind shaped links (paper Fig. 11, measured)", y=1.0)
     fig.tight_layout()
     return fig
+
+
+def training_vs_rate(bench: pd.DataFrame) -> plt.Figure:
+    """The measured analogue of Fig. 11 against Fig. 12 (25 vs 100 Gbit/s): per workload, training throughput
+    against the link rate at the largest rank count, one line per variant. ``bench``: ``bench train``'s table."""
+    style.apply()
+    workloads = list(dict.fromkeys(bench["workload"]))
+    fig, axes = plt.subplots(1, len(workloads), figsize=(7 * len(workloads), 4.4), squeeze=False)
+    palette = style.palette(bench["variant"].unique())
+    for ax, workload in zip(axes[0], workloads):
+        d = bench[bench["workload"] == workload]
+        d = d[d["ranks"] == d["ranks"].max()]
+        sns.lineplot(data=d, x="bandwidth_gbps", y="tokens_per_s", hue="variant", marker="o", ax=ax, palette=palette)
+        rates = sorted(d["bandwidth_gbps"].unique())
+        ax.set_xscale("log")
+        ax.set_xticks(rates, [f"{r:g}" for r in rates])
+        ax.minorticks_off()
+        ax.set(xlabel="link rate (Gbit/s, each rank)", ylabel="tokens / s (median step)",
+               title=f"{workload} on {int(d['ranks'].iloc[0])} ranks")  # fmt: skip
+        ax.legend(fontsize=8, title=None)
+    fig.suptitle("Training throughput against the link rate (paper Fig. 11-12, measured)", y=1.02)
+    fig.tight_layout()
+    return fig
+
+
+def time_to_loss(bench: pd.DataFrame) -> plt.Figure:
+    """Top-k against dense training in wall-clock time: each variant's loss (trailing mean of 5 steps) against the
+    seconds it has trained, with the dense run's final loss as the target line (left), and the time each variant
+    took to reach it (right; a missing bar: not reached). ``bench``: ``bench train``'s ``topk`` table."""
+    style.apply()
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(15, 4.6), gridspec_kw={"width_ratios": [1.4, 1]})
+    palette = style.palette(bench["variant"].unique())
+    for _, r in bench.iterrows():
+        loss = pd.Series(r["losses"]).rolling(5).mean()
+        ax.plot(pd.Series(r["step_times"]).cumsum(), loss, label=r["variant"], color=palette.get(r["variant"]))
+    target = float(bench["target_loss"].iloc[0])
+    ax.axhline(target, color="k", ls="--", lw=1, label=f"dense final loss {target:.3f}")
+    ax.set(xlabel="wall-clock seconds (sum of rank 0's steps)", ylabel="training loss (mean of the last 5 steps)",
+           title=f"{int(bench['ranks'].iloc[0])} ranks at {bench['bandwidth_gbps'].iloc[0]:g} Gbit/s")  # fmt: skip
+    ax.legend(fontsize=8)
+    bx.barh(bench["variant"], bench["time_to_loss_s"], color=[palette.get(v) for v in bench["variant"]])
+    bx.set(xlabel="seconds to the dense run's final loss", title="time to loss (no bar: not reached)")
+    fig.suptitle("Top-k of every bucket + a sparse scheme against dense all-reduce, to the same loss", y=1.02)
+    fig.tight_layout()
+    return fig

@@ -10,15 +10,17 @@ once, then all-reduce flattened gradient buckets. The sparse syncs (:mod:`zen_an
 
 from __future__ import annotations
 
+import functools
+import time
 from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
+from zen_analysis.capture.buckets import bucket_parameters
 from zen_analysis.comm.exchange import ring_volume
 from zen_analysis.comm.rows import sparse_rows
-
 
 
 class GradSync:
@@ -50,12 +52,25 @@ class GradSync:
     link_seconds: Callable[[int], float] | None = None
     """Under ``perturb.bandwidth_gbps``: seconds an all-reduce of n bytes takes on the slow link (asynchronous
     syncs keep their own link clock)."""
+    overlap: bool = False
+    """The sync starts each bucket's sum while the step's last backward still runs (:meth:`before_last_backward`)."""
+    overlap_seconds: float = 0.0
+    """With ``overlap``: seconds the sums started during backward took, added up over steps: a worker thread's own
+    time on each bucket, or for asynchronous all-reduces (whose progress is gloo's and not observed) the span from
+    a step's first launch to the moment the last was seen complete (at least the end of backward)."""
+    hidden_seconds: float = 0.0
+    """With ``overlap``: of ``overlap_seconds``, the seconds spent before backward ended (hidden behind it)."""
 
     def attach(self, model: nn.Module) -> None:
         raise NotImplementedError
 
     def synchronize(self, model: nn.Module) -> None:
         raise NotImplementedError
+
+    def before_last_backward(self) -> None:
+        """The loop calls it just before the backward of a step's last micro-batch (not on capture steps: the
+        capture edits gradients after backward). An overlapping sync starts summing each bucket as soon as backward
+        has produced its final gradients; :meth:`synchronize` finishes. Default: nothing."""
 
     def set_link(self, delay: Callable[[int], None], link_seconds: Callable[[int], float]) -> None:
         """The emulated slow link of ``perturb.bandwidth_gbps`` (before :meth:`attach`)."""
@@ -77,19 +92,80 @@ class GradSync:
         return None
 
 
+class ReadyBuckets:
+    """Starts each bucket's sum as soon as backward has produced every gradient in it, DDP's reducer's way: a
+    post-accumulate-grad hook on every parameter counts its bucket down, and ``launch(b)`` runs in bucket order only
+    (bucket b once it and every bucket before it are complete), so every rank issues its collectives in the same
+    order whatever order autograd runs in. Live for one backward between :meth:`arm` and :meth:`disarm`; a
+    parameter that got no gradient holds its bucket (and the later ones) back until :meth:`disarm` hands them over.
+
+    Buckets come in reverse registration order (:func:`~zen_analysis.capture.buckets.bucket_parameters`), the
+    order backward produces gradients, so the first launches while most of backward is still to run."""
+
+    def __init__(self, buckets: list[list[nn.Parameter]], launch: Callable[[int], None]) -> None:
+        self._sizes = [len(b) for b in buckets]
+        self._launch = launch
+        self._left: list[int] = []
+        self._next = len(buckets)
+        self.armed = False
+        self.first_launch: float | None = None
+        """perf_counter() of this backward's first launch (None: none yet)."""
+        for b, bucket in enumerate(buckets):
+            for p in bucket:
+                p.register_post_accumulate_grad_hook(functools.partial(self._ready, b))
+
+    def arm(self) -> None:
+        self._left, self._next, self.armed, self.first_launch = list(self._sizes), 0, True, None
+
+    def _ready(self, b: int, _param: nn.Parameter) -> None:
+        if not self.armed:
+            return
+        self._left[b] -= 1
+        while self._next < len(self._left) and self._left[self._next] == 0:
+            self._fire()
+
+    def _fire(self) -> None:
+        if self.first_launch is None:
+            self.first_launch = time.perf_counter()
+        self._next += 1
+        self._launch(self._next - 1)
+
+    def disarm(self) -> None:
+        """Launch, in order, every bucket backward did not (all of them after a backward it was not armed for); the
+        hooks rest until the next :meth:`arm`."""
+        if not self.armed:
+            self._next, self.first_launch = 0, None
+        while self._next < len(self._sizes):
+            self._fire()
+        self.armed = False
+
+
 class DenseAllReduce(GradSync):
-    """Bucketed dense all-reduce of every gradient, averaged over ranks (the baseline)."""
+    """Bucketed dense all-reduce of every gradient, averaged over ranks (the baseline). Buckets are DDP's (reverse
+    registration order, ``bucket_mb`` each); with ``overlap`` each bucket's all-reduce starts, asynchronously, as
+    soon as backward has filled it (:class:`ReadyBuckets`), as DDP does; otherwise all of them after backward, one
+    after the other. Either way the same buckets in the same order: the same sums, bit for bit."""
 
     name = "allreduce"
 
-    def __init__(self, *, bucket_mb: float = 25.0, group: dist.ProcessGroup | None = None) -> None:
-        self.bucket_bytes = int(bucket_mb * 2**20)
+    def __init__(self, *, bucket_mb: float = 25.0, group: dist.ProcessGroup | None = None, overlap: bool = False,
+                 wire_dtype: torch.dtype | None = None) -> None:  # fmt: skip
+        self.bucket_mb = bucket_mb
         self.group = group
+        self.overlap = overlap
+        self.wire_dtype = wire_dtype
+        """The dtype buckets are all-reduced in (None: the gradients' own); bf16 sends a float32 model's gradients
+        at 2 bytes a value, as DDP's ``bf16_compress_hook`` does, and they come back as float32."""
         self.delay = None
         """Set by the loop under ``perturb.bandwidth_gbps``: sleeps as long as an all-reduce of n bytes would take."""
         self.bytes_sent = 0
         """Bytes this rank sent in all-reduces so far (ring volume, 2 (W - 1) / W x buffer)."""
+        self.overlap_seconds = 0.0
+        self.hidden_seconds = 0.0
         self._buckets: list[list[nn.Parameter]] = []
+        self._started = 0.0
+        self._ready: ReadyBuckets | None = None
+        self._inflight: list[tuple[int, torch.Tensor, dist.Work]] = []
 
     def _world(self) -> int:
         return dist.get_world_size(self.group) if dist.is_initialized() else 1
@@ -101,28 +177,66 @@ class DenseAllReduce(GradSync):
         if self._world() > 1:
             for p in params:  # identical start on every rank, whatever each rank's RNG did
                 dist.broadcast(p.data, src=0, group=self.group)
-        self._buckets, bucket, size = [], [], 0
-        for p in params:
-            bucket.append(p)
-            size += p.numel() * p.element_size()
-            if size >= self.bucket_bytes:
-                self._buckets.append(bucket)
-                bucket, size = [], 0
-        if bucket:
-            self._buckets.append(bucket)
+        groups = bucket_parameters([(str(i), p) for i, p in enumerate(params)], self.bucket_mb)
+        self._buckets = [[p for _, p in group] for group in groups]
+        if self.overlap and self._world() > 1:
+            self._ready = ReadyBuckets(self._buckets, self._launch)
+
+    def before_last_backward(self) -> None:
+        if self._ready is not None:
+            self._ready.arm()
+
+    def _flat(self, b: int) -> torch.Tensor:
+        flat_N = flatten_grads(self._buckets[b])
+        return flat_N if self.wire_dtype in (None, flat_N.dtype) else flat_N.to(self.wire_dtype)
+
+    def _launch(self, b: int) -> None:
+        flat_N = self._flat(b)
+        self._inflight.append((b, flat_N, dist.all_reduce(flat_N, group=self.group, async_op=True)))
+
+    def start(self) -> None:
+        """After backward: with ``overlap``, launch the buckets backward left (asynchronously); else nothing."""
+        self._started = time.perf_counter()
+        if self._ready is not None:
+            self._ready.disarm()
+
+    def finish(self) -> None:
+        """Every bucket summed and averaged into ``.grad``: the launched ones waited for, the rest (no
+        ``overlap``) all-reduced now, one after the other."""
+        world = self._world()
+        if self._ready is None:
+            for b, bucket in enumerate(self._buckets):
+                flat_N = self._flat(b)
+                dist.all_reduce(flat_N, group=self.group)
+                self._account(flat_N, world)
+                unflatten_into_grads(bucket, self._averaged(b, flat_N, world))
+            return
+        for b, flat_N, work in self._inflight:
+            work.wait()
+            self._account(flat_N, world)
+            unflatten_into_grads(self._buckets[b], self._averaged(b, flat_N, world))
+        if self._inflight:  # gloo's progress is not observed: the span from the first launch to seen complete
+            first = self._ready.first_launch
+            self.overlap_seconds += time.perf_counter() - first
+            self.hidden_seconds += max(self._started - first, 0.0)
+        self._inflight = []
+
+    def _averaged(self, b: int, sum_N: torch.Tensor, world: int) -> torch.Tensor:
+        """The bucket's sum back in its gradients' dtype, averaged: a fresh buffer (:func:`unflatten_into_grads`)."""
+        dtype = self._buckets[b][0].dtype
+        return (sum_N if sum_N.dtype == dtype else sum_N.to(dtype)).div_(world)
+
+    def _account(self, flat_N: torch.Tensor, world: int) -> None:
+        nbytes = flat_N.numel() * flat_N.element_size()
+        self.bytes_sent += int(ring_volume(nbytes, world))
+        if self.delay:
+            self.delay(nbytes)
 
     def synchronize(self, model: nn.Module) -> None:
-        world = self._world()
-        if world == 1:
+        if self._world() == 1:
             return
-        for bucket in self._buckets:
-            flat_N = flatten_grads(bucket)
-            dist.all_reduce(flat_N, group=self.group)
-            self.bytes_sent += int(ring_volume(flat_N.numel() * flat_N.element_size(), world))
-            if self.delay:
-                self.delay(flat_N.numel() * flat_N.element_size())
-            flat_N /= world
-            unflatten_into_grads(bucket, flat_N)
+        self.start()
+        self.finish()
 
 
 def flatten_grads(bucket: list[nn.Parameter]) -> torch.Tensor:

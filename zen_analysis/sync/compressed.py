@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import time
 import zlib
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.distributed as dist
@@ -18,7 +18,7 @@ from torch import nn
 
 from zen_analysis.comm import build_scheme
 from zen_analysis.sparsity.topk import TopKCompressor
-from zen_analysis.sync.base import DenseAllReduce, GradSync, flatten_grads, unflatten_into_grads
+from zen_analysis.sync.base import DenseAllReduce, GradSync, ReadyBuckets, flatten_grads, unflatten_into_grads
 
 THRESHOLDS = ("local", "global")
 
@@ -56,6 +56,9 @@ class HookState(Stats):
     seed: int = 0
     threshold: str = "local"
     overlap: bool = False
+    wire_dtype: torch.dtype | None = None
+    """The dtype the kept values are summed in (None: the gradient's own); bf16 halves a float32 model's value
+    bytes, and error feedback keeps what rounding to it left out."""
     threshold_bytes_sent: int = 0
     names: dict = field(default_factory=dict, repr=False)
     compressor: TopKCompressor | None = field(default=None, repr=False)
@@ -93,9 +96,9 @@ class HookState(Stats):
 
 def _sparsify(state: HookState, flat_N: torch.Tensor, parts, key: str, step: int, group) -> tuple[torch.Tensor, int]:
     """Top-k of ``flat_N`` plus its parameters' residuals (``parts``: (parameter, start, end)); the unsent rest
-    becomes their new residuals. Returns the sparse tensor to sum, in ``flat_N``'s dtype (a bf16 model's values
-    travel at 2 bytes), and the count kept. Residuals are float32 (float64 for a float64 model) and keep what the
-    rounding to ``flat_N``'s dtype left out of the sent values."""
+    becomes their new residuals. Returns the sparse tensor to sum, in the state's ``wire_dtype`` or else
+    ``flat_N``'s dtype (a bf16 model's values travel at 2 bytes), and the count kept. Residuals are float32 (float64
+    for a float64 model) and keep what the rounding to that dtype left out of the sent values."""
     rank = dist.get_rank(group)
     acc_N = flat_N.detach().to(torch.promote_types(flat_N.dtype, torch.float32), copy=True).reshape(-1)
     for p, s, e in parts:
@@ -111,9 +114,10 @@ def _sparsify(state: HookState, flat_N: torch.Tensor, parts, key: str, step: int
             return torch.cat(pieces)
     gen = state.compressor.generator(worker=rank, tensor=key, step=step, device=acc_N.device)
     idx_K = state.compressor.select(acc_N, generator=gen, gather=gather)
-    sparse_N = torch.zeros(acc_N.numel(), dtype=flat_N.dtype, device=acc_N.device)
-    sparse_N[idx_K] = acc_N[idx_K].to(flat_N.dtype)
-    acc_N[idx_K] -= sparse_N[idx_K].to(acc_N.dtype)  # zero, unless rounding to the model's dtype left a rest
+    wire = state.wire_dtype or flat_N.dtype
+    sparse_N = torch.zeros(acc_N.numel(), dtype=wire, device=acc_N.device)
+    sparse_N[idx_K] = acc_N[idx_K].to(wire)
+    acc_N[idx_K] -= sparse_N[idx_K].to(acc_N.dtype)  # zero, unless rounding to the wire's dtype left a rest
     for p, s, e in parts:  # views of one tensor per bucket: freed once every parameter has a newer residual
         state._residuals[id(p)] = acc_N[s:e]
     return sparse_N, int(idx_K.numel())
@@ -143,16 +147,25 @@ def bucket_key(state: Stats, parts) -> str:
 
 
 class CompressedSync(GradSync):
-    """Every gradient, flattened into buckets of ``bucket_mb``, top-k sparsified per bucket (error feedback per
+    """Every gradient, flattened into DDP's buckets of ``bucket_mb``, top-k sparsified per bucket (error feedback per
     parameter) and summed with a sparse scheme; the training loop's counterpart of
-    :func:`zen_analysis.sync.ddp.comm_hook`."""
+    :func:`zen_analysis.sync.ddp.comm_hook`. With ``overlap`` a worker thread compresses and sums each bucket (over
+    a process group of its own) as soon as backward has filled it (:class:`~zen_analysis.sync.base.ReadyBuckets`),
+    while backward computes the next; the same buckets, keys and steps as inline, so the same sums bit for bit."""
 
     def __init__(self, scheme: str = "zen", *, ratio: float = 0.05, bucket_mb: float = 25.0, seed: int = 0,
-                 group: dist.ProcessGroup | None = None) -> None:  # fmt: skip
+                 group: dist.ProcessGroup | None = None, overlap: bool = False,
+                 wire_dtype: torch.dtype | None = None) -> None:  # fmt: skip
         self.name = f"topk-{scheme}"
-        self.state = HookState(scheme=scheme, ratio=ratio, group=group, seed=seed)
+        self.overlap = overlap
+        self.state = HookState(scheme=scheme, ratio=ratio, group=group, seed=seed, wire_dtype=wire_dtype)
         self._layout = DenseAllReduce(bucket_mb=bucket_mb, group=group)  # parameter broadcast and bucketing
         self.group = group
+        self.overlap_seconds = 0.0
+        self.hidden_seconds = 0.0
+        self._parts: list[list[tuple[nn.Parameter, int, int]]] = []
+        self._ready: ReadyBuckets | None = None
+        self._inflight: list[tuple[int, Future]] = []
 
     @property
     def sparse_bytes_sent(self) -> int:
@@ -161,15 +174,51 @@ class CompressedSync(GradSync):
     def attach(self, model: nn.Module) -> None:
         self._layout.attach(model)
         self.state.names = {id(p): n for n, p in model.named_parameters()}
-
-    def synchronize(self, model: nn.Module) -> None:
-        if self._layout._world() == 1:
-            return
-        for b, bucket in enumerate(self._layout._buckets):
+        self._parts = []
+        for bucket in self._layout._buckets:
             parts, at = [], 0
             for p in bucket:
                 parts.append((p, at, at + p.numel()))
                 at += p.numel()
-            summed_N, row = compress_and_sum(flatten_grads(bucket), self.state, f"bucket{b}", parts)
-            unflatten_into_grads(bucket, summed_N)
-            self.state._finish_bucket(row, b == len(self._layout._buckets) - 1)
+            self._parts.append(parts)
+        if self.overlap and self._layout._world() > 1:
+            self.state = replace(self.state, overlap=True)  # its own process group and worker thread
+            self._ready = ReadyBuckets(self._layout._buckets, self._submit)
+
+    def before_last_backward(self) -> None:
+        if self._ready is not None:
+            self._ready.arm()
+
+    def _sum_bucket(self, b: int, step: int, group) -> tuple[torch.Tensor, dict, float]:
+        """Bucket ``b`` compressed and summed: (the average, its ``last_step`` row, when the work began)."""
+        t0 = time.perf_counter()
+        summed_N, row = compress_and_sum(flatten_grads(self._layout._buckets[b]), self.state, f"bucket{b}",
+                                         self._parts[b], step=step, group=group)  # fmt: skip
+        return summed_N, row, t0
+
+    def _submit(self, b: int) -> None:
+        self._inflight.append((b, self.state._executor.submit(self._sum_bucket, b, self.state.step,
+                                                              self.state._worker_group)))  # fmt: skip
+
+    def synchronize(self, model: nn.Module) -> None:
+        if self._layout._world() == 1:
+            return
+        last = len(self._layout._buckets) - 1
+        if self._ready is None:
+            for b, bucket in enumerate(self._layout._buckets):
+                summed_N, row, _ = self._sum_bucket(b, self.state.step, None)
+                unflatten_into_grads(bucket, summed_N)
+                self.state._finish_bucket(row, b == last)
+            return
+        backward_end = time.perf_counter()
+        self._ready.disarm()
+        for b, fut in self._inflight:
+            summed_N, row, t0 = fut.result()
+            unflatten_into_grads(self._layout._buckets[b], summed_N)
+            self.state._finish_bucket(row, b == last)
+            self.overlap_seconds += row["seconds"]  # the worker's own time on the bucket: compression and sum
+            self.hidden_seconds += min(max(backward_end - t0, 0.0), row["seconds"])
+        self._inflight = []
+
+    def finalize(self, model: nn.Module) -> None:
+        self.state.close()

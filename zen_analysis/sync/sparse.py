@@ -49,6 +49,8 @@ class SparseSync(GradSync):
         gpus_per_node: int = 0,
         granularity: str = "rows",
         row_source: str = "ids",
+        overlap: bool = False,
+        wire_dtype: torch.dtype | None = None,
         **options,
     ) -> None:
         if granularity not in GRANULARITIES:
@@ -75,7 +77,13 @@ class SparseSync(GradSync):
         """Zen's hierarchical mode when > 1: reduce-scatter inside nodes, Zen across, all-gather inside."""
         self._groups = None
         self.group = group
-        self.dense = DenseAllReduce(bucket_mb=bucket_mb, group=group)
+        self.overlap = overlap
+        self.wire_dtype = wire_dtype
+        """The dtype every gradient is summed in (None: its own): bf16 sends a float32 model's values at 2 bytes,
+        the embedding's rows through the scheme as the other buckets through the all-reduce."""
+        self.dense = DenseAllReduce(bucket_mb=bucket_mb, group=group, overlap=overlap, wire_dtype=wire_dtype)
+        """Every other gradient; with ``overlap`` its buckets are summed while backward runs, and whatever is still
+        in flight when backward ends goes on while the embedding is summed."""
         self.sparse_params: list[nn.Parameter] = []
         self.sparse_bytes_sent = 0
         self.sparse_seconds = 0.0
@@ -103,11 +111,26 @@ class SparseSync(GradSync):
                 raise ValueError("the hierarchical mode (sync.gpus_per_node > 1) is Zen's, on the default group")
             self._groups = NodeGroups(self.gpus_per_node)
 
+    def before_last_backward(self) -> None:
+        self.dense.before_last_backward()
+
+    @property
+    def overlap_seconds(self) -> float:
+        return self.dense.overlap_seconds
+
+    @property
+    def hidden_seconds(self) -> float:
+        return self.dense.hidden_seconds
+
     def synchronize(self, model: nn.Module) -> None:
         world = self.dense._world()
         if world == 1:
             return
-        self.dense.synchronize(model)
+        self.dense.start()  # overlap: the buckets backward left, asynchronously, while the embedding is summed
+        self._sum_sparse(world)
+        self.dense.finish()
+
+    def _sum_sparse(self, world: int) -> None:
         for p in self.sparse_params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
@@ -126,9 +149,11 @@ class SparseSync(GradSync):
                 continue
             if self.granularity == "rows":
                 self._sum_by_rows(p, world)
-            else:
+            elif self._wire(p.grad) is p.grad:
                 self.scheme.run(p.grad, group=self.group)  # in place, like all_reduce
                 p.grad.div_(world)
+            else:
+                p.grad.copy_(self.scheme.run(self._wire(p.grad), group=self.group)).div_(world)
             measured = self.scheme.last_measured()
             self.sparse_bytes_sent += int(measured["bytes_sent"].sum())
             self.sparse_seconds += float(measured["seconds"].sum())
@@ -153,16 +178,20 @@ class SparseSync(GradSync):
         rows = self._rows_seen(grad.device)
         if grad.is_sparse:  # nn.Embedding(sparse=True): the gradient holds its rows
             rows_K, values_KD = sparse_rows(grad)
-            u_rows, u_values = self.scheme.sum_rows(rows_K, values_KD, grad.shape[0], group=self.group)
-            p.grad = torch.sparse_coo_tensor(u_rows.unsqueeze(0), u_values / world, grad.shape)
+            u_rows, u_values = self.scheme.sum_rows(rows_K, self._wire(values_KD), grad.shape[0], group=self.group)
+            p.grad = torch.sparse_coo_tensor(u_rows.unsqueeze(0), u_values.to(grad.dtype) / world, grad.shape)
             self.union_rows = u_rows
             return
         if rows is None:
             rows = nonzero_rows(grad)
-        u_rows, u_values = self.scheme.sum_rows(rows, grad[rows], grad.shape[0], group=self.group)
+        u_rows, u_values = self.scheme.sum_rows(rows, self._wire(grad[rows]), grad.shape[0], group=self.group)
         grad.index_fill_(0, rows, 0)  # a row this rank held that the union does not carry (allreduce) is zero
-        grad[u_rows] = u_values / world
+        grad[u_rows] = u_values.to(grad.dtype) / world
         self.union_rows = u_rows
+
+    def _wire(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` in the dtype it is summed in (itself when that is its own)."""
+        return x if self.wire_dtype in (None, x.dtype) else x.to(self.wire_dtype)
 
     def _profile(self, grad: torch.Tensor) -> None:
         """Gather every rank's non-zero indices of the embedding gradient for the planner (profiling only)."""

@@ -258,6 +258,7 @@ def _step(run: _Run, sync: GradSync, step: int, *, local_losses: bool, straggle:
     sync_bytes0 = sync.sparse_bytes_sent or 0
     sparse_s0 = sync.sparse_seconds
     sync_s0 = sync.sync_seconds
+    overlap_s0, hidden_s0 = sync.overlap_seconds, sync.hidden_seconds
     local_loss = 0.0
     for v in range(V):
         worker = info.rank * V + v
@@ -266,6 +267,8 @@ def _step(run: _Run, sync: GradSync, step: int, *, local_losses: bool, straggle:
         x, y = x.to(info.device), y.to(info.device)
         with capture.worker(step=step, worker=worker) if capturing else contextlib.nullcontext():
             micro_loss = lm_loss(model, x, y) / V  # mean over the rank's batch
+            if v == V - 1 and not capturing:  # sync.overlap: buckets start summing as backward fills them
+                sync.before_last_backward()
             micro_loss.backward()
         local_loss += micro_loss.item()
     if capturing:
@@ -318,6 +321,9 @@ def _step(run: _Run, sync: GradSync, step: int, *, local_losses: bool, straggle:
     if sync.sparse_bytes_sent is not None:  # a sparse scheme syncs the embedding: its bytes and seconds this step
         row["sparse_bytes_sent_rank0"] = sync.sparse_bytes_sent - sync_bytes0
         row["sparse_s"] = sync.sparse_seconds - sparse_s0
+    if sync.overlap:  # the sums started during backward: how long they took, and how much of it backward hid
+        row["overlap_s"] = sync.overlap_seconds - overlap_s0
+        row["hidden_s"] = sync.hidden_seconds - hidden_s0
     if t.eval_every and (step + 1) % t.eval_every == 0 and step + 1 < t.num_steps:
         row["val_loss"] = evaluate(model, data, cfg, info)
     if local_losses:
