@@ -130,7 +130,7 @@ def test_the_loop_calls_only_what_the_sync_contract_declares():
 
 LAYERS = (
     ("foundations", "paths atomic workspace indices config recipes derived dist.observe"),
-    ("models and data", "train.model train.tokenizer train.corpus train.data"),
+    ("models and data", "train.model train.tokenizer train.corpus train.ctr train.data"),
     ("sparse data", "sparsity sparsity.metrics sparsity.synthetic sparsity.topk zen zen.hashing zen.native zen.hierarchical "
                     "zen.bitmap capture.schema capture.buckets"),
     ("stores, collectives, processes", "capture capture.traces capture.summary comm.coo comm.exchange comm.rows comm.traffic comm.formats "

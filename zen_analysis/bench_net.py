@@ -201,8 +201,8 @@ def bench_ddp(overrides: list[str] | tuple[str, ...] = ()) -> dict:
 TRAIN_PARTS = ("natural", "topk", "overlap")
 """``bench train``'s parts: the natural-sparsity workloads with every scheme against ranks and rates; top-k of the
 default Llama's buckets to the dense run's loss; the sparse sum overlapped with backward on 2 ranks."""
-TRAIN_WORKLOADS = ("lstm-words",)
-"""``bench train``'s natural-sparsity workloads by default (recipe names): the paper's LSTM."""
+TRAIN_WORKLOADS = ("lstm-words", "deepfm")
+"""``bench train``'s natural-sparsity workloads by default (recipe names): the paper's LSTM and DeepFM."""
 TRAIN_SCHEMES = ("allreduce", "zen", "agsparse", "sparcml", "omnireduce", "sparse_ps", "bp_coo")
 TOPK_SCHEMES = ("zen", "agsparse", "omnireduce", "sparcml")
 """Top-k's schemes (the paper's Fig. 13 baselines, with AGsparse, DDP's own sparse sum)."""

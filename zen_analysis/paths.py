@@ -34,6 +34,11 @@ def tokens_dir() -> Path:
     return data_dir() / "tokens"
 
 
+def ctr_dir() -> Path:
+    """Generated click-through-rate datasets (``zen_analysis.train.ctr``): ``data/ctr/<name>-<params hash>/``."""
+    return data_dir() / "ctr"
+
+
 def traces_dir() -> Path:
     return data_dir() / "traces"
 

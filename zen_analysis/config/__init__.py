@@ -14,7 +14,7 @@ the submodules are its layout, not its interface.
 """
 
 from zen_analysis.config.capture import CaptureConfig
-from zen_analysis.config.data import DATA_SOURCES, TOKENIZERS, DataConfig
+from zen_analysis.config.data import CTR_SOURCES, DATA_SOURCES, TOKENIZERS, DataConfig
 from zen_analysis.config.dist import BACKENDS, LAUNCHERS, NETWORKS, DistConfig
 from zen_analysis.config.experiment import ExperimentConfig
 from zen_analysis.config.local_sgd import EDIT_CLIP, LocalSGDSection
@@ -28,6 +28,7 @@ from zen_analysis.config.train import TrainConfig
 __all__ = [
     "ARCHS",
     "BACKENDS",
+    "CTR_SOURCES",
     "DATA_SOURCES",
     "EDIT_CLIP",
     "LAUNCHERS",

@@ -1,17 +1,22 @@
-"""``data``: where the training text comes from and how it is tokenized."""
+"""``data``: where the training text comes from and how it is tokenized, or the synthetic CTR data DeepFM trains on."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
-DATA_SOURCES = ("stdlib", "files", "hub")
+DATA_SOURCES = ("stdlib", "files", "hub", "criteo-synth")
 TOKENIZERS = ("bpe", "words")
+CTR_SOURCES = ("criteo-synth",)
+"""Sources of click-through-rate samples (``zen_analysis.train.ctr``) rather than text: ``model.arch=deepfm`` data."""
+CTR_FIELD_ORDERS = ("cardinality", "criteo")
 
 
 @dataclass(kw_only=True)
 class DataConfig:
     source: str = "stdlib"
-    """``stdlib`` (the running interpreter's standard-library .py files, offline), ``files`` or ``hub``."""
+    """``stdlib`` (the running interpreter's standard-library .py files, offline), ``files`` or ``hub``: text for the
+    language models; ``criteo-synth``: Criteo-like click-through-rate samples generated offline for DeepFM
+    (``zen_analysis.train.ctr``; the ``ctr_*`` fields below, and none of the text fields, apply to it)."""
     files: tuple[str, ...] = ()
     """With source=files: text files or directories (all files below a directory are read)."""
     hub_dataset: str = ""
@@ -33,6 +38,24 @@ class DataConfig:
     ``[UNK]``."""
     val_fraction: float = 0.02
     """Fraction of documents held out for validation (chosen by document hash, not position)."""
+    ctr_rows: int = 1_000_000
+    """``criteo-synth``: embedding rows in all (the id space): Criteo Kaggle's 26 field cardinalities scaled down
+    proportionally to about this total, each field at least 2 rows (so the total can exceed it by a few rows)."""
+    ctr_zipf: float = 1.1
+    """``criteo-synth``: Zipf exponent of the ids within each field (id k of a field drawn with probability
+    proportional to (k + 1) ** -ctr_zipf before the ids are renumbered by frequency)."""
+    ctr_dense: int = 13
+    """``criteo-synth``: dense (count) features per sample, log-transformed as Criteo's 13 usually are."""
+    ctr_train_samples: int = 600_000
+    """``criteo-synth``: samples in the training split (batches draw from it with replacement)."""
+    ctr_val_samples: int = 60_000
+    """``criteo-synth``: samples in the validation split (same generator, other draws)."""
+    ctr_field_order: str = "cardinality"
+    """``criteo-synth``: how the 26 fields follow one another in the id space: ``cardinality`` (smallest field first)
+    or ``criteo`` (C1..C26). The samples and labels are the same; only the ids' layout, and so the skew across
+    contiguous partitions of the embedding, differs (see ``zen_analysis.train.ctr``)."""
+    ctr_seed: int = 0
+    """``criteo-synth``: seed of the generator (the ids, dense features, teacher model and labels)."""
 
     def __post_init__(self) -> None:
         if self.source not in DATA_SOURCES:
@@ -51,3 +74,26 @@ class DataConfig:
             raise ValueError(f"data.min_count must be >= 1, got {self.min_count}")
         if not 0.0 < self.val_fraction < 0.5:
             raise ValueError("data.val_fraction must be in (0, 0.5)")
+        self._check_ctr()
+
+    def _check_ctr(self) -> None:
+        ctr_fields = [f for f in fields(self) if f.name.startswith("ctr_")]
+        if self.source not in CTR_SOURCES:
+            changed = [f"data.{f.name}" for f in ctr_fields if getattr(self, f.name) != f.default]
+            if changed:
+                raise ValueError(f"{', '.join(changed)} apply to data.source=criteo-synth only; remove them or set "
+                                 "data.source=criteo-synth")  # fmt: skip
+            return
+        if self.ctr_rows < 2 * 26:
+            raise ValueError(f"data.ctr_rows={self.ctr_rows} is too small: the 26 fields need at least 2 rows each (>= 52)")
+        if self.ctr_rows >= 2**31:
+            raise ValueError(f"data.ctr_rows={self.ctr_rows} does not fit the int32 id files: use fewer than 2**31 rows")
+        if not 0.0 < self.ctr_zipf <= 3.0:
+            raise ValueError(f"data.ctr_zipf={self.ctr_zipf} must be in (0, 3] (Criteo-like skew: about 1.1)")
+        if self.ctr_dense < 1:
+            raise ValueError(f"data.ctr_dense must be >= 1 (Criteo has 13), got {self.ctr_dense}")
+        if self.ctr_train_samples < 1000 or self.ctr_val_samples < 100:
+            raise ValueError("data.ctr_train_samples must be >= 1000 and data.ctr_val_samples >= 100 (the label "
+                             "model is calibrated on the training split)")  # fmt: skip
+        if self.ctr_field_order not in CTR_FIELD_ORDERS:
+            raise ValueError(f"data.ctr_field_order={self.ctr_field_order!r} is unknown; choose one of {CTR_FIELD_ORDERS}")

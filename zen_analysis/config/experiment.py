@@ -8,7 +8,7 @@ from typing import Any
 
 from zen_analysis.config import overrides
 from zen_analysis.config.capture import CaptureConfig
-from zen_analysis.config.data import DataConfig
+from zen_analysis.config.data import CTR_SOURCES, DataConfig
 from zen_analysis.config.dist import DistConfig
 from zen_analysis.config.local_sgd import LocalSGDSection
 from zen_analysis.config.model import ModelConfig
@@ -48,6 +48,7 @@ class ExperimentConfig:
                 "capture.natural needs untied embeddings: with tied input/output embeddings the LM head "
                 "gives every embedding row a gradient. Set model.tie_embeddings=false or capture.natural=false."
             )
+        self._check_ctr()
         if self.model.sparse_embedding:
             needs = {"train.embedding_update=lazy": self.train.embedding_update == "lazy",
                      "model.tie_embeddings=false": not self.model.tie_embeddings,
@@ -69,6 +70,22 @@ class ExperimentConfig:
         if c.enabled and not c.natural and (c.topk_scope == "none" or (c.topk_scope == "tensor" and not c.topk_tensors)):
             raise ValueError("capture is enabled but records nothing: set capture.natural, capture.topk_scope=bucket "
                              "or capture.topk_scope=tensor with capture.topk_tensors")
+
+    def _check_ctr(self) -> None:
+        """DeepFM trains on CTR samples and only on them; a sample is one "token" (``train.seq_len=1``); the loss
+        spikes of ``perturb.spikes`` corrupt token sequences and are refused for it."""
+        deepfm, ctr = self.model.arch == "deepfm", self.data.source in CTR_SOURCES
+        if deepfm != ctr:
+            raise ValueError(f"model.arch={self.model.arch} cannot train on data.source={self.data.source}: "
+                             "model.arch=deepfm goes with data.source=criteo-synth, and only with it")  # fmt: skip
+        if not deepfm:
+            return
+        if self.train.seq_len != 1:
+            raise ValueError(f"model.arch=deepfm trains on samples, not sequences: set train.seq_len=1 (got "
+                             f"{self.train.seq_len}), so the tokens counted per step are the samples")  # fmt: skip
+        if self.perturb.spikes != "none":
+            raise ValueError("perturb.spikes corrupts token sequences (the EDiT loss-spike ablation); it has no "
+                             "meaning for CTR samples: set perturb.spikes=none with model.arch=deepfm")  # fmt: skip
 
     @property
     def num_workers(self) -> int:

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-ARCHS = ("llama", "opt", "gemma2", "gpt2", "lstm")
+ARCHS = ("llama", "opt", "gemma2", "gpt2", "lstm", "deepfm")
+DEEPFM_MLP = (400, 400, 400)
+"""DeepFM's hidden layers as in its paper (Guo et al., IJCAI'17: 400-400-400 on Criteo)."""
 
 
 @dataclass(kw_only=True)
 class ModelConfig:
     arch: str = "llama"
     """``llama`` (LlamaForCausalLM), ``opt`` (OPTForCausalLM), ``gemma2`` (Gemma2ForCausalLM): the Zen paper's three
-    LLM families; ``gpt2`` (GPT2LMHeadModel) or ``lstm`` (plain-torch LSTM LM)."""
+    LLM families; ``gpt2`` (GPT2LMHeadModel) or ``lstm`` (plain-torch LSTM LM); ``deepfm`` (DeepFM, the paper's
+    recommendation workload, on ``data.source=criteo-synth``)."""
     hidden_size: int = 256
-    """Model width (LSTM: embedding and hidden size)."""
+    """Model width (LSTM: embedding and hidden size; DeepFM: the FM's embedding dimension per field)."""
     num_layers: int = 2
+    """Transformer / LSTM layers (DeepFM's depth is ``mlp_sizes``)."""
     num_heads: int = 4
     intermediate_size: int = 0
     """MLP width; 0 means the architecture's usual ratio (Llama 8/3 x hidden rounded to 64; OPT, GPT-2 and Gemma 2
@@ -29,6 +33,9 @@ class ModelConfig:
     """0 keeps ranks bit-identical and runs reproducible."""
     adaptive_cutoffs: tuple[int, ...] = ()
     """LSTM only: adaptive-softmax cluster boundaries (e.g. 2048,8192); empty means a full softmax."""
+    mlp_sizes: tuple[int, ...] = DEEPFM_MLP
+    """DeepFM only: the widths of the DNN's hidden layers (ReLU), from the flattened field embeddings and the dense
+    features to the one logit."""
 
     def __post_init__(self) -> None:
         if self.adaptive_cutoffs and self.arch != "lstm":
@@ -39,7 +46,13 @@ class ModelConfig:
             raise ValueError(f"model.arch={self.arch!r} is unknown; choose one of {ARCHS}")
         if self.hidden_size <= 0 or self.num_layers <= 0:
             raise ValueError("model.hidden_size and model.num_layers must be positive")
-        if self.arch != "lstm" and self.hidden_size % self.num_heads:
+        if tuple(self.mlp_sizes) != DEEPFM_MLP and self.arch != "deepfm":
+            raise ValueError("model.mlp_sizes applies to model.arch=deepfm only")
+        if not self.mlp_sizes or any(w <= 0 for w in self.mlp_sizes):
+            raise ValueError(f"model.mlp_sizes must be one or more positive widths (e.g. 400,400,400), got {self.mlp_sizes}")
+        if self.arch == "deepfm" and self.tie_embeddings:
+            raise ValueError("model.arch=deepfm has no output embedding to tie: set model.tie_embeddings=false")
+        if self.arch not in ("lstm", "deepfm") and self.hidden_size % self.num_heads:
             raise ValueError(
                 f"model.hidden_size={self.hidden_size} must be divisible by model.num_heads={self.num_heads}"
             )

@@ -8,6 +8,9 @@ idempotent and safe to call from several processes. :class:`TokenData` reads the
 Batches are a pure function of (seed, split, step, worker): worker ``w`` draws the same sequences whether it is
 hosted by rank 0 of a 1-rank run or rank 1 of a 2-rank run. That is what makes runs reproducible and lets a
 test compare a 2-rank run with a 1-rank run on the same global batch.
+
+``data.source=criteo-synth`` is not text: :func:`prepare`, :func:`prepared_for_run` and :func:`open_data` hand it to
+:mod:`zen_analysis.train.ctr` (generated click-through-rate samples, batches with the same interface).
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ import torch
 
 from zen_analysis import paths
 from zen_analysis.atomic import atomic_path, atomic_write_json, file_lock
-from zen_analysis.config import DataConfig
+from zen_analysis.config import CTR_SOURCES, DataConfig
+from zen_analysis.train import ctr
 from zen_analysis.train.corpus import load_corpus
 from zen_analysis.train.tokenizer import EOS, cache_name, load_or_train, tokenizer_path
 
@@ -54,8 +58,10 @@ class PreparedData:
         return cls(**{**d, "tokens_dir": Path(d["tokens_dir"]), "tokenizer_file": Path(d["tokenizer_file"])})
 
 
-def prepared_for_run(cfg: DataConfig, run_dir: Path) -> PreparedData:
+def prepared_for_run(cfg: DataConfig, run_dir: Path) -> PreparedData | ctr.PreparedCTR:
     """The data a launcher prepared for this run (``run_dir/data.json``), else :func:`prepare` it here."""
+    if cfg.source in CTR_SOURCES:
+        return ctr.prepared_for_run(cfg, run_dir)
     record = run_dir / "data.json"
     if record.exists():
         prepared = PreparedData.from_dict(json.loads(record.read_text()))
@@ -78,8 +84,11 @@ def _encode_to(path: Path, tok, texts: list[str], dtype: np.dtype, *, desc: str,
     return total
 
 
-def prepare(cfg: DataConfig, *, progress: bool = True) -> PreparedData:
-    """Load the corpus, train (or load) its tokenizer and write the token streams, reusing every cache."""
+def prepare(cfg: DataConfig, *, progress: bool = True) -> PreparedData | ctr.PreparedCTR:
+    """Load the corpus, train (or load) its tokenizer and write the token streams, reusing every cache (a CTR
+    source: generate its samples, :func:`zen_analysis.train.ctr.prepare`)."""
+    if cfg.source in CTR_SOURCES:
+        return ctr.prepare(cfg, progress=progress)
     corpus = load_corpus(cfg)
     train_texts, val_texts = corpus.split(cfg.val_fraction)
     kind = {"kind": cfg.tokenizer, "min_count": cfg.min_count}
@@ -119,6 +128,13 @@ def prepare(cfg: DataConfig, *, progress: bool = True) -> PreparedData:
     )
 
 
+def open_data(prepared: PreparedData | ctr.PreparedCTR, *, seq_len: int, seed: int) -> TokenData | ctr.CTRData:
+    """The training loop's batches of ``prepared``: :class:`TokenData` of ``seq_len`` tokens, or CTR samples."""
+    if isinstance(prepared, ctr.PreparedCTR):
+        return ctr.CTRData(prepared, seed=seed)
+    return TokenData(prepared, seq_len=seq_len, seed=seed)
+
+
 class TokenData:
     """Seeded batches from a prepared token cache."""
 
@@ -138,6 +154,11 @@ class TokenData:
                     f"the {split} split has {len(stream)} tokens, fewer than train.seq_len+2={seq_len + 2}: "
                     "use a larger corpus (data.max_bytes) or a shorter train.seq_len"
                 )
+
+    @property
+    def input_dims(self) -> dict[str, int]:
+        """What :func:`zen_analysis.train.model.build_model` needs from the data besides ``vocab_size``: nothing."""
+        return {}
 
     def batch(self, split: str, *, step: int, worker: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(inputs, targets), each (batch_size, seq_len) int64: random windows drawn by (seed, split, step, worker)."""

@@ -34,8 +34,9 @@ from zen_analysis.capture.traces import TraceWriter, write_manifest
 from zen_analysis.config import ExperimentConfig
 from zen_analysis.dist import env
 from zen_analysis.dist.env import RankInfo
-from zen_analysis.train.data import TokenData, prepared_for_run
-from zen_analysis.train.model import build_model, input_embedding_name, lm_loss
+from zen_analysis.train.ctr import CTRData
+from zen_analysis.train.data import TokenData, open_data, prepared_for_run
+from zen_analysis.train.model import build_model, input_embedding_name, model_loss, to_device
 from zen_analysis.train.optim import LazyRowAdamW, clip_grad_norm_by_rows, embedding_rows
 from zen_analysis.train.perturb import network_delay, network_seconds, spiked, straggler
 from zen_analysis.sync.base import GradSync
@@ -71,13 +72,13 @@ def _mean_over_ranks(x: float, info: RankInfo) -> float:
 
 
 @torch.no_grad()
-def evaluate(model, data: TokenData, cfg: ExperimentConfig, info: RankInfo) -> float:
+def evaluate(model, data: TokenData | CTRData, cfg: ExperimentConfig, info: RankInfo) -> float:
     """Mean validation loss over ``eval_batches`` batches per rank (fixed batches, averaged over ranks)."""
     model.eval()
     losses = []
     for b in range(cfg.train.eval_batches):
         x, y = data.batch("val", step=b, worker=info.rank, batch_size=cfg.train.batch_per_worker)
-        losses.append(lm_loss(model, x.to(info.device), y.to(info.device)).item())
+        losses.append(model_loss(model, to_device(x, info.device), y.to(info.device)).item())
     model.train()
     return _mean_over_ranks(sum(losses) / len(losses), info)
 
@@ -120,7 +121,7 @@ class _Run:
     info: RankInfo
     log: Callable[[str], Any]
     run_dir: Path
-    data: TokenData
+    data: TokenData | CTRData
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
     row_optimizer: LazyRowAdamW | None
@@ -176,9 +177,9 @@ def _setup(
     V = t.workers_per_rank
     # ---- data and model: the seed makes every rank build identical weights
     prepared = prepared_for_run(cfg.data, run_dir)
-    data = TokenData(prepared, seq_len=t.seq_len, seed=t.seed)
+    data = open_data(prepared, seq_len=t.seq_len, seed=t.seed)
     torch.manual_seed(t.seed)
-    model = build_model(cfg.model, vocab_size=data.vocab_size, max_seq_len=t.seq_len).to(info.device)
+    model = build_model(cfg.model, vocab_size=data.vocab_size, max_seq_len=t.seq_len, **data.input_dims).to(info.device)
     model.train()
     sync = sync or build_sync(cfg.sync, cfg.local_sgd)
     if cfg.perturb.bandwidth_gbps > 0:  # every cross-worker all-reduce of the sync also pays a slow link
@@ -264,9 +265,9 @@ def _step(run: _Run, sync: GradSync, step: int, *, local_losses: bool, straggle:
         worker = info.rank * V + v
         x, y = data.batch("train", step=step, worker=worker, batch_size=t.batch_per_worker)
         x, y = spiked(cfg, info, step, x, y, data.vocab_size, micro=v)
-        x, y = x.to(info.device), y.to(info.device)
+        x, y = to_device(x, info.device), y.to(info.device)
         with capture.worker(step=step, worker=worker) if capturing else contextlib.nullcontext():
-            micro_loss = lm_loss(model, x, y) / V  # mean over the rank's batch
+            micro_loss = model_loss(model, x, y) / V  # mean over the rank's batch
             if v == V - 1 and not capturing:  # sync.overlap: buckets start summing as backward fills them
                 sync.before_last_backward()
             micro_loss.backward()

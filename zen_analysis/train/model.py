@@ -1,4 +1,4 @@
-"""Models built from config, never downloaded: small Llama, OPT, Gemma 2 and GPT-2, and an LSTM language model.
+"""Models built from config, never downloaded: small Llama, OPT, Gemma 2 and GPT-2, an LSTM language model and DeepFM.
 
 The model code knows nothing about distribution; gradient sync and capture attach to it afterwards.
 
@@ -16,9 +16,15 @@ untied embedding is a model of an LLM's input embedding, not of those checkpoint
 No embedding row is a padding row (``pad_token_id=None``): OPT's and Gemma 2's configs default to
 ``pad_token_id`` 1 and 0, which becomes ``nn.Embedding(padding_idx=...)``, a row that never gets a gradient; our
 ids 0 and 1 are real tokens (0 is EOS), so such a row would understate the natural sparsity's density.
+
+DeepFM (Guo et al., IJCAI'17) is the paper's recommendation workload (on Criteo; here on
+:mod:`zen_analysis.train.ctr`'s synthetic data). Its natural-sparsity tensor is its one embedding table: each sample
+looks up one row per field, so the rows with a gradient are exactly the batch's ids.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -63,6 +69,57 @@ class LSTMLanguageModel(nn.Module):
         if self.adaptive_head is not None:
             return self.adaptive_head(h_ND, targets_BT.reshape(-1)).loss
         return nn.functional.cross_entropy(self.lm_head(h_ND), targets_BT.reshape(-1))
+
+
+class CTRInputs(NamedTuple):
+    """One batch of click-through-rate samples: what :class:`DeepFM` takes (B samples, F fields, D dense features)."""
+
+    ids_BF: torch.Tensor
+    """(B, F) int64 global row ids, one per field (the fields' ids follow one another in one id space)."""
+    dense_BD: torch.Tensor
+    """(B, D) float32 dense features."""
+
+
+class DeepFM(nn.Module):
+    """DeepFM (Guo et al., IJCAI'17): an FM and a DNN sharing the field embeddings, their logits summed.
+
+    One ``nn.Embedding(num_rows, dim + 1)`` holds both of the FM's per-id parameters: columns ``[:dim]`` are the
+    second-order vectors (shared with the DNN), the last column the first-order weight. So the natural-sparsity tensor
+    is a single table whose touched rows are exactly the ids in the batch, every element of such a row non-zero.
+    The dense features enter the FM's linear part (with the global bias) and, beside the flattened field embeddings,
+    the DNN; they have no second-order vectors.
+    """
+
+    def __init__(self, *, num_rows: int, num_fields: int, num_dense: int, dim: int, mlp_sizes: tuple[int, ...],
+                 dropout: float = 0.0) -> None:  # fmt: skip
+        super().__init__()
+        self.dim = dim
+        self.embed = nn.Embedding(num_rows, dim + 1)
+        self.linear = nn.Linear(num_dense, 1)  # the FM's first order of the dense features, and the global bias
+        layers: list[nn.Module] = []
+        width = num_fields * dim + num_dense
+        for size in mlp_sizes:
+            layers += [nn.Linear(width, size), nn.ReLU(), nn.Dropout(dropout)]
+            width = size
+        self.dnn = nn.Sequential(*layers, nn.Linear(width, 1))
+        nn.init.normal_(self.embed.weight, std=0.01)
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embed
+
+    def forward(self, inputs: CTRInputs) -> torch.Tensor:
+        """The click logits (B,)."""
+        ids_BF, dense_BD = inputs
+        e_BFC = self.embed(ids_BF)  # (B, F, dim + 1), one lookup: the table's gradient rows are the batch's ids
+        v_BFE, w_BF = e_BFC[..., : self.dim], e_BFC[..., self.dim]
+        first_B = w_BF.sum(1) + self.linear(dense_BD).squeeze(1)
+        second_B = 0.5 * (v_BFE.sum(1).square() - v_BFE.square().sum(1)).sum(1)  # sum over field pairs of <v_f, v_g>
+        deep_B = self.dnn(torch.cat([v_BFE.flatten(1), dense_BD], dim=1)).squeeze(1)
+        return first_B + second_B + deep_B
+
+    def loss(self, inputs: CTRInputs, targets_B: torch.Tensor) -> torch.Tensor:
+        """Mean binary cross-entropy of the click logits."""
+        return nn.functional.binary_cross_entropy_with_logits(self(inputs), targets_B)
 
 
 def preload(arch: str) -> None:
@@ -179,9 +236,21 @@ def _gemma2(cfg: ModelConfig, vocab_size: int, max_seq_len: int) -> nn.Module:
     return Gemma2ForCausalLM(hf)
 
 
-def build_model(cfg: ModelConfig, *, vocab_size: int, max_seq_len: int) -> nn.Module:
+def build_model(
+    cfg: ModelConfig, *, vocab_size: int, max_seq_len: int, num_fields: int = 0, num_dense: int = 0
+) -> nn.Module:
     """A freshly initialised model; seed torch beforehand for identical weights on every rank. With
-    ``cfg.sparse_embedding`` the input embedding's backward gives sparse COO gradients (the same weights)."""
+    ``cfg.sparse_embedding`` the input embedding's backward gives sparse COO gradients (the same weights).
+
+    DeepFM's ``num_fields`` and ``num_dense`` come from its data (``CTRData.input_dims``), the one place they are
+    known; ``vocab_size`` is then the rows of its table."""
+    if cfg.arch == "deepfm":
+        if num_fields < 1 or num_dense < 1:
+            raise ValueError("model.arch=deepfm needs num_fields and num_dense from its data (data.source=criteo-synth)")
+        model = DeepFM(num_rows=vocab_size, num_fields=num_fields, num_dense=num_dense, dim=cfg.hidden_size,
+                       mlp_sizes=tuple(cfg.mlp_sizes), dropout=cfg.dropout)  # fmt: skip
+        model.embed.sparse = cfg.sparse_embedding
+        return model
     if cfg.arch == "lstm":
         model = LSTMLanguageModel(
             vocab_size=vocab_size,
@@ -200,6 +269,21 @@ def build_model(cfg: ModelConfig, *, vocab_size: int, max_seq_len: int) -> nn.Mo
     pad = model.get_input_embeddings().padding_idx
     assert pad is None, f"{cfg.arch}: embedding row {pad} is a padding row (never gets a gradient)"
     return model
+
+
+def model_loss(model: nn.Module, inputs, targets: torch.Tensor) -> torch.Tensor:
+    """The training loss of any model here: its own ``loss`` for the models that define one (the LSTM LM, DeepFM),
+    else the HF causal LM's mean next-token cross-entropy (:func:`lm_loss`)."""
+    if isinstance(model, (LSTMLanguageModel, DeepFM)):
+        return model.loss(inputs, targets)
+    return lm_loss(model, inputs, targets)
+
+
+def to_device(inputs, device: torch.device):
+    """``inputs`` on ``device``: a tensor (token ids), or a NamedTuple of tensors (:class:`CTRInputs`) field by field."""
+    if isinstance(inputs, torch.Tensor):
+        return inputs.to(device)
+    return type(inputs)(*(t.to(device) for t in inputs))
 
 
 def lm_loss(model: nn.Module, inputs_BT: torch.Tensor, targets_BT: torch.Tensor) -> torch.Tensor:
