@@ -179,7 +179,12 @@ class SparseSync(GradSync):
         if grad.is_sparse:  # nn.Embedding(sparse=True): the gradient holds its rows
             rows_K, values_KD = sparse_rows(grad)
             u_rows, u_values = self.scheme.sum_rows(rows_K, self._wire(values_KD), grad.shape[0], group=self.group)
-            p.grad = torch.sparse_coo_tensor(u_rows.unsqueeze(0), u_values.to(grad.dtype) / world, grad.shape)
+            if u_rows.numel() > 1 and not bool((u_rows[1:] > u_rows[:-1]).all()):  # Zen's come in hash order
+                order = torch.argsort(u_rows)
+                u_rows, u_values = u_rows[order], u_values[order]
+            # sorted and distinct: flagged coalesced, so the clip and the row update read it without a sort and copy
+            p.grad = torch.sparse_coo_tensor(u_rows.unsqueeze(0), u_values.to(grad.dtype) / world, grad.shape,
+                                             is_coalesced=True)  # fmt: skip
             self.union_rows = u_rows
             return
         if rows is None:

@@ -52,14 +52,24 @@ def lr_at(cfg: ExperimentConfig, step: int) -> float:
     return t.lr * (t.min_lr_ratio + (1 - t.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
-def _step_stats(loss: float, compute_s: float, info: RankInfo) -> tuple[float, float]:
-    """(the mean of ``loss`` over ranks, the longest ``compute_s`` of any rank) in the one collective the loss
-    mean needs anyway: rank r adds its compute time at position r + 1 of a zero vector, summed."""
+def _start_step_stats(loss: float, compute_s: float, info: RankInfo):
+    """Start the step's one statistics collective, asynchronously: the mean of ``loss`` over ranks and the longest
+    ``compute_s`` (rank r adds its compute time at position r + 1 of a zero vector, summed). Started after the sync
+    and read after the optimizer (:func:`_end_step_stats`), it travels while the clip and the optimizer run. None on
+    one rank."""
     if info.world_size == 1:
-        return loss, compute_s
+        return None
     t = torch.zeros(1 + info.world_size, dtype=torch.float64, device=info.device)
     t[0], t[1 + info.rank] = loss, compute_s
-    dist.all_reduce(t)
+    return t, dist.all_reduce(t, async_op=True)
+
+
+def _end_step_stats(pending, loss: float, compute_s: float, info: RankInfo) -> tuple[float, float]:
+    """(the mean loss over ranks, the longest compute time) of :func:`_start_step_stats`'s collective."""
+    if pending is None:
+        return loss, compute_s
+    t, work = pending
+    work.wait()
     return t[0].item() / info.world_size, t[1:].max().item()
 
 
@@ -278,6 +288,9 @@ def _step(run: _Run, sync: GradSync, step: int, *, local_losses: bool, straggle:
     t_sync = time.perf_counter()
     compute_s = t_sync - t0
     sync.synchronize(model)
+    # after the sync, never before: the sync's collectives (buckets held back by a parameter without a gradient on
+    # some rank launch only in synchronize) must come in the same order on every rank
+    stats = None if local_losses else _start_step_stats(local_loss, compute_s, info)
     t_clip = time.perf_counter()
     sync_s = t_clip - t_sync
     rows = {}  # lazy: the embedding's non-zero rows, what the clip reads and the row update steps
@@ -298,7 +311,7 @@ def _step(run: _Run, sync: GradSync, step: int, *, local_losses: bool, straggle:
     if local_losses:
         loss, compute_max_s = local_loss, compute_s
     else:
-        loss, compute_max_s = _step_stats(local_loss, compute_s, info)
+        loss, compute_max_s = _end_step_stats(stats, local_loss, compute_s, info)
     step_s = time.perf_counter() - t0
     row = {
         "step": step,
@@ -310,7 +323,8 @@ def _step(run: _Run, sync: GradSync, step: int, *, local_losses: bool, straggle:
         # the exchange alone: rank 0's sync less its wait for the slowest rank's compute
         "exchange_s": max(sync_s - (compute_max_s - compute_s), 0.0),
         # the rest of the step, after the sync: clipping (the lazy update's row finding included), the
-        # optimizer, zero_grad, and the loss mean over ranks (a rendezvous: it waits for the slowest rank)
+        # optimizer, zero_grad, and the wait for the loss mean over ranks (started after the sync: a rendezvous, but
+        # it travels while the clip and the optimizer run)
         "clip_s": t_opt - t_clip,
         "optimizer_s": t_zero - t_opt,
         "zero_grad_s": t_stats - t_zero,

@@ -202,7 +202,7 @@ def clip_grad_norm_by_rows(params: Iterable[torch.Tensor], max_norm: float, rows
         if p not in rows:
             p.grad.mul_(coef)
         elif p.grad.is_sparse:
-            p.grad = torch.sparse_coo_tensor(*_scaled_sparse(p.grad, coef))
+            p.grad = torch.sparse_coo_tensor(*_scaled_sparse(p.grad, coef), is_coalesced=True)  # sparse_rows' order
         else:
             p.grad[rows[p]] *= coef
     return total
