@@ -4,6 +4,7 @@ import copy
 import json
 
 import pytest
+import torch.distributed as dist
 
 from zen_analysis import paths, recipes
 from zen_analysis.dist.launch import launch
@@ -39,3 +40,47 @@ def test_overlapped_sums_equal_inline_bit_for_bit(sync):
     assert (overlapped["overlap_s"] >= overlapped["hidden_s"]).all() and (overlapped["hidden_s"] > 0).all()
     captured = m[m["captured"]]  # summed after backward: nothing hidden
     assert (captured["hidden_s"] == 0).all()
+
+
+def _held_back(rank: int, world: int) -> list:
+    """One rank's backward skips a layer (no gradient: its bucket is held back there and launched inside the
+    sync), the other's does not; a Zen sum runs between start and finish, as the natural path's."""
+    import torch
+    from torch import nn
+
+    from zen_analysis.comm import build_scheme
+    from zen_analysis.sync.base import DenseAllReduce
+
+    torch.manual_seed(0)
+    model = nn.ModuleDict({"a": nn.Linear(64, 64), "b": nn.Linear(64, 64), "c": nn.Linear(64, 1)})
+    sync = DenseAllReduce(bucket_mb=64 * 65 * 4 / 2**20, overlap=True)  # a bucket per layer
+    sync.attach(model)
+    out = []
+    for step in range(3):
+        torch.manual_seed(10 * step + rank)
+        x = torch.randn(8, 64)
+        h = model["a"](x).relu()
+        if rank == 0 or step == 1:  # rank 1 skips layer b on steps 0 and 2
+            h = model["b"](h).relu()
+        sync.before_last_backward()
+        model["c"](h).sum().backward()
+        expect = {n: (p.grad.clone() if p.grad is not None else torch.zeros_like(p)) for n, p in model.named_parameters()}
+        sync.start()  # no collective may come between backward and here: the held-back bucket goes first
+        rows = torch.tensor([rank, 5]) if rank else torch.tensor([0, 5])
+        u_rows, u_vals = build_scheme("zen").sum_rows(rows, torch.ones(2, 3), 16)
+        sync.finish()
+        for g in expect.values():
+            dist.all_reduce(g)
+        out.append((all(torch.equal(p.grad, expect[n] / world) for n, p in model.named_parameters()),
+                    sorted(u_rows.tolist()), u_vals.sum().item()))
+        model.zero_grad(set_to_none=True)
+    return out
+
+
+def test_a_bucket_held_back_on_one_rank_keeps_every_rank_in_step():
+    import torch.distributed  # noqa: F401  (the ranks import it)
+
+    from zen_analysis.dist.procs import fork_launch
+
+    for rank_out in fork_launch(_held_back, 2, timeout_s=60):
+        assert rank_out == [(True, [0, 1, 5], 12.0)] * 3  # sums right, and the ranks never fell out of step
