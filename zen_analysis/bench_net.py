@@ -243,14 +243,15 @@ def bench_train(overrides: list[str] | tuple[str, ...] = ()) -> dict:
         raise RuntimeError(f"bench train needs the network lab, which is unavailable here: {why}")
     defaults = {"parts": list(TRAIN_PARTS), "workloads": list(TRAIN_WORKLOADS), "ranks": [4, 8, 16], "rates": [1.0],
                 "schemes": list(TRAIN_SCHEMES), "wide_schemes": ["allreduce", "zen", "agsparse", "sparcml"],
+                "bf16_schemes": ["allreduce", "zen"], "own_ranks": [4, 16],
                 "update": "lazy", "sparse_embedding": "true", "reference": "false", "overlap": "true",
-                "bucket_mb": 25.0, "steps": 10, "warmup": 2, "workers_per_rank": 1,
+                "bucket_mb": 4.0, "steps": 10, "warmup": 2, "workers_per_rank": 1,
                 "topk_workload": "default", "topk_ranks": 8, "topk_rate": 1.0, "topk_schemes": list(TOPK_SCHEMES),
                 "topk_ratio": 0.05, "topk_steps": 40, "topk_extra": 1.5,
                 "overlap_workload": "default", "overlap_ranks": 2, "overlap_rate": 1.0, "overlap_bucket_mb": 2.0,
                 "overlap_steps": 12}  # fmt: skip
     types = {"parts": names, "workloads": names, "ranks": ints, "rates": floats, "schemes": names,
-             "wide_schemes": names, "topk_schemes": names}  # fmt: skip
+             "wide_schemes": names, "topk_schemes": names, "bf16_schemes": names, "own_ranks": ints}  # fmt: skip
     opts = parse_sets("train", overrides, defaults, types)
     unknown = set(opts["parts"]) - set(TRAIN_PARTS)
     if unknown:
@@ -269,31 +270,39 @@ def _train_natural(opts: dict):
 
     rows = []
     for workload in opts["workloads"]:
-        for ranks in opts["ranks"]:
+        runs = [(ranks, opts["workers_per_rank"]) for ranks in opts["ranks"]]
+        own = recipes.get(workload).train.workers_per_rank
+        runs += [(ranks, own) for ranks in opts["own_ranks"] if own != opts["workers_per_rank"]]
+        for ranks, workers in runs:
             base = recipes.get(workload)
-            base.name = f"bench-train-{workload}-r{ranks}"
+            label = workload if workers == opts["workers_per_rank"] else f"{workload} x{workers}"
+            base.name = f"bench-train-{workload}-r{ranks}-w{workers}"
             base.dist.num_ranks = ranks
-            base.train.workers_per_rank = opts["workers_per_rank"]
+            base.train.workers_per_rank = workers
             common = {"train.embedding_update": opts["update"], "model.sparse_embedding": opts["sparse_embedding"],
                       "sync.overlap": opts["overlap"], "sync.bucket_mb": opts["bucket_mb"]}  # fmt: skip
-            schemes = opts["schemes"] if ranks <= 8 else [s for s in opts["schemes"] if s in opts["wide_schemes"]]
+            wide = ranks > 8 or workers != opts["workers_per_rank"]
+            schemes = [s for s in opts["schemes"] if not wide or s in opts["wide_schemes"]]
             variants = {s: {"sync.scheme": s, **common} for s in schemes}
+            variants.update({f"{s}+bf16": {"sync.scheme": s, "sync.wire_dtype": "bfloat16", **common}
+                             for s in opts["bf16_schemes"] if not wide})  # fmt: skip
             if opts["reference"] == "true":  # the toolkit's plain step: AdamW over every row, a dense gradient
                 variants[REFERENCE] = {**common, "sync.scheme": "allreduce", "train.embedding_update": "dense",
                                        "model.sparse_embedding": "false"}  # fmt: skip
             sweep = training_sweep(base, bandwidths=opts["rates"], variants=variants, steps=opts["steps"],
                                    warmup=opts["warmup"], progress=True)  # fmt: skip
-            rows.append(sweep.assign(workload=workload))
+            rows.append(sweep.assign(workload=label))
     table = pd.concat(rows, ignore_index=True)
     table["wait_s"] = table["sync_s"] - table["exchange_s"]
     table["rest_s"] = table[[c for c in REST if c in table]].sum(1)
+    table["outside_compute"] = 1 - table["compute_s"] / table["step_s"]
     key = ["workload", "ranks", "bandwidth_gbps"]
     table["speedup"] = _over(table, key, "allreduce")
     if opts["reference"] == "true":
         table["speedup_vs_reference"] = _over(table, key, REFERENCE)
     cols = [*key, "variant", "step_s", "compute_s", "wait_s", "exchange_s", "rest_s",
-            *[c for c in ("sparse_s", "overlap_s", "hidden_s", *REST) if c in table], "tokens_per_s", "speedup",
-            *(["speedup_vs_reference"] if "speedup_vs_reference" in table else [])]  # fmt: skip
+            *[c for c in ("sparse_s", "overlap_s", "hidden_s", *REST) if c in table], "outside_compute",
+            "tokens_per_s", "speedup", *(["speedup_vs_reference"] if "speedup_vs_reference" in table else [])]  # fmt: skip
     out_dir = paths.derived_dir() / "train"
     _publish(table, out_dir / "bench_train", table[cols].round(3), opts, comm_figs.training_vs_ranks, "train_vs_ranks")
     if table["bandwidth_gbps"].nunique() > 1:

@@ -7,18 +7,18 @@ from typing import Any
 
 
 def ints(value: str) -> list[int]:
-    """``4,8`` -> ``[4, 8]``."""
-    return [int(v) for v in value.split(",")]
+    """``4,8`` -> ``[4, 8]``; an empty value is an empty list."""
+    return [int(v) for v in value.split(",") if v]
 
 
 def floats(value: str) -> list[float]:
-    """``0.5,1`` -> ``[0.5, 1.0]``."""
-    return [float(v) for v in value.split(",")]
+    """``0.5,1`` -> ``[0.5, 1.0]``; an empty value is an empty list."""
+    return [float(v) for v in value.split(",") if v]
 
 
 def names(value: str) -> list[str]:
-    """``schemes,nodes`` -> ``["schemes", "nodes"]``."""
-    return value.split(",")
+    """``schemes,nodes`` -> ``["schemes", "nodes"]``; an empty value is an empty list."""
+    return [v for v in value.split(",") if v]
 
 
 def parse_sets(
