@@ -32,13 +32,14 @@ from zen_analysis import paths, recipes
 from zen_analysis.atomic import atomic_write_text
 from zen_analysis.config import apply_overrides
 
-REPRODUCE_RUNS = ("default", "lstm-words", "workers128", "opt", "gemma2")
+REPRODUCE_RUNS = ("default", "lstm-words", "workers128", "opt", "gemma2", "deepfm")
 """Recipes trained and characterized by ``make reproduce``; their run ids are ``reproduce-<recipe>``."""
 RUN_OVERRIDES = {
     "opt": ("train.num_steps=30", "train.workers_per_rank=4"),
     "gemma2": ("train.num_steps=30", "train.workers_per_rank=4"),
+    "deepfm": ("train.num_steps=30", "train.workers_per_rank=4"),
 }
-"""Trims of the reproduction runs, to keep ``make reproduce`` in its budget: OPT and Gemma 2 (for the
+"""Trims of the reproduction runs, to keep ``make reproduce`` in its budget: OPT, Gemma 2 and DeepFM (for the
 characterization only) train 30 steps with 16 workers, captured at steps 0, 10 and 20."""
 EVALUATE_STEPS = 3
 """Captured steps per run the scheme evaluation models (bucket traces are large: all seven schemes on every

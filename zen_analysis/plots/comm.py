@@ -226,7 +226,7 @@ def training_vs_ranks(bench: pd.DataFrame) -> plt.Figure:
             bx.barh(last["variant"], last[col], left=left, color=color, label=label)
             left = left + last[col]
         bx.set(xlabel="median seconds per step, rank 0", title=f"{workload}: the step at {ranks[-1]} ranks")
-        bx.legend(fontsize=8, loc="lower right")
+        bx.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.suptitle("Training throughput behind shaped links (paper Fig. 11, measured)", y=1.0)
     fig.tight_layout()
     return fig
@@ -270,8 +270,12 @@ def time_to_loss(bench: pd.DataFrame) -> plt.Figure:
     ax.set(xlabel="wall-clock seconds (sum of rank 0's steps)", ylabel="training loss (mean of the last 5 steps)",
            title=f"{int(bench['ranks'].iloc[0])} ranks at {bench['bandwidth_gbps'].iloc[0]:g} Gbit/s")  # fmt: skip
     ax.legend(fontsize=8)
-    bx.barh(bench["variant"], bench["time_to_loss_s"], color=[palette.get(v) for v in bench["variant"]])
-    bx.set(xlabel="seconds to the dense run's final loss", title="time to loss (no bar: not reached)")
+    bx.barh(bench["variant"], bench["time_to_loss_s"].fillna(0), color=[palette.get(v) for v in bench["variant"]])
+    for y, (_, r) in enumerate(bench.iterrows()):
+        if pd.isna(r["time_to_loss_s"]):
+            bx.text(0, y, f"  not reached in {len(r['losses'])} steps ({sum(r['step_times']):.0f} s): "
+                          f"{r['final_loss']:.3f}", va="center", fontsize=8)  # fmt: skip
+    bx.set(xlabel="seconds to the dense run's final loss", title="time to loss")
     fig.suptitle("Top-k of every bucket + a sparse scheme against dense all-reduce, to the same loss", y=1.02)
     fig.tight_layout()
     return fig

@@ -1,0 +1,70 @@
+"""Per-call cost against bytes: the sparse schemes' row sum (``CommScheme.sum_rows``) of an embedding gradient, each
+rank behind a shaped link of the network lab (root).
+
+    .venv/bin/python scripts/sum_rows_lab.py --ranks 8 --tokens 512            # one lstm-words micro-batch a rank
+    .venv/bin/python scripts/sum_rows_lab.py --ranks 16 --tokens 4096          # the recipe's 8 micro-batches
+
+Each rank draws ``--tokens`` ids from a Zipf law (exponent ``--zipf``) over ``--rows`` rows (default the lstm-words
+vocabulary, 69,071 words; ids by frequency, as its vocabulary is ordered), keeps the distinct ones as its rows, gives
+each ``--dim`` random values, and every scheme in ``--schemes`` sums them ``--repeats`` times (a barrier before
+each). Printed per scheme, rank 0's: the median seconds of the repeats after the first two, the bytes the scheme
+sent in its last run, the rows the rank held, and the scheme's phases' seconds. It is what ``bench train``'s README
+discussion quotes: where a step touches a few hundred rows per rank, the number of collective calls decides, not the
+bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+
+def _ranks(rank: int, world: int, schemes: list[str], rows: int, dim: int, tokens: int, zipf: float, repeats: int) -> dict:
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+
+    from zen_analysis.comm import build_scheme
+
+    p = 1.0 / np.arange(1, rows + 1) ** zipf
+    rows_K = torch.unique(torch.from_numpy(np.random.default_rng(rank).choice(rows, size=tokens, p=p / p.sum())))
+    values_KD = torch.randn(rows_K.numel(), dim, generator=torch.Generator().manual_seed(rank))
+    out = {}
+    for name in schemes:
+        scheme = build_scheme(name, seed=0)
+        times = []
+        for _ in range(repeats):
+            dist.barrier()
+            t0 = time.perf_counter()
+            scheme.sum_rows(rows_K, values_KD, rows)
+            times.append(time.perf_counter() - t0)
+        m = scheme.last_measured()
+        out[name] = {"median_s": float(np.median(times[2:])), "bytes_sent": int(m["bytes_sent"].sum()),
+                     "rows": rows_K.numel(), "phases_s": m.groupby("phase")["seconds"].sum().round(4).to_dict()}  # fmt: skip
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ranks", type=int, default=8)
+    ap.add_argument("--tokens", type=int, default=512, help="ids each rank looks up (distinct ones are its rows)")
+    ap.add_argument("--rows", type=int, default=69_071)
+    ap.add_argument("--dim", type=int, default=256)
+    ap.add_argument("--zipf", type=float, default=1.1)
+    ap.add_argument("--schemes", default="zen,agsparse,sparcml")
+    ap.add_argument("--bandwidth-gbps", type=float, default=1.0)
+    ap.add_argument("--repeats", type=int, default=12)
+    args = ap.parse_args()
+    from zen_analysis.dist.netlab import NetLab
+    from zen_analysis.dist.procs import fork_launch
+
+    with NetLab(ranks=args.ranks, bandwidth_gbps=args.bandwidth_gbps) as lab:
+        res = fork_launch(_ranks, args.ranks, args.schemes.split(","), args.rows, args.dim, args.tokens, args.zipf,
+                          args.repeats, lab=lab)  # fmt: skip
+    print(f"{args.ranks} ranks x {args.tokens} tokens behind {args.bandwidth_gbps:g} Gbit/s, rank 0:")
+    for name, r in res[0].items():
+        print(f"  {name:10s} {1e3 * r['median_s']:8.1f} ms  {r['bytes_sent']:>11,} bytes  {r['rows']} rows  {r['phases_s']}")
+
+
+if __name__ == "__main__":
+    main()
