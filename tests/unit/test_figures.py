@@ -53,6 +53,13 @@ def _figures():
     dens = pd.DataFrame([{"workload": w, "n": n, "gamma": n ** 0.6} for w in ("a", "b") for n in (2, 4, 8, 16)])
     skew = pd.DataFrame([{"workload": "a", "worker": 0, "num_partitions": p, "skewness": p ** 0.5} for p in (2, 8, 32)])
     methods = pd.DataFrame([{"method": m, "step": s, "loss": 5 - s / 10, "elapsed_s": s} for m in ("sync", "diloco", "edit", "a_edit") for s in range(5)])
+    rates = pd.concat([bench.assign(bandwidth_gbps=b) for b in (0.5, 1.0, 2.5)], ignore_index=True)
+    topk = pd.DataFrame([{"variant": v, "ranks": 8, "bandwidth_gbps": 1.0, "losses": list(6 - np.arange(12) / 10 + k / 20),
+                          "step_times": [1.0] * 12, "target_loss": 5.0, "final_loss": 5.0 + k / 20,
+                          "time_to_loss_s": 12.0 if k == 0 else float("nan")}
+                         for k, v in enumerate(("allreduce", "topk+zen", "topk+agsparse"))])  # fmt: skip
+    imbalance = pd.DataFrame([{"workload": f"run{w}: embedding", "n": n, "push": 1.0 + w / 100, "pull": 1.02, "mean_nnz": 1000,
+                               "union_nnz": 4000} for w in range(12) for n in (2, 4, 8)])  # more workloads than a palette's 10
     return {
         "fig8": comm.normalized_time(_schemes_df()),
         "fig15": comm.speedup(speed, _measured()),
@@ -60,6 +67,9 @@ def _figures():
         "netlab_speedup": comm.measured_speedup_vs_bandwidth(sweep),
         "netlab_training": comm.training_vs_bandwidth(train),
         "train_vs_ranks": comm.training_vs_ranks(bench),
+        "train_vs_rate": comm.training_vs_rate(rates),
+        "train_time_to_loss": comm.time_to_loss(topk),
+        "theorem2": zen.theorem2(imbalance),
         "fig17a": comm.wire_size(sizes),
         "fig16": zen.hashing_cost(cost),
         "fig2b": sparsity.densification(dens),

@@ -88,10 +88,11 @@ def theorem2(table: pd.DataFrame) -> plt.Figure:
     style.apply()
     long = table.melt(id_vars=["workload", "n", "mean_nnz", "union_nnz"], value_vars=["push", "pull"],
                       var_name="direction", value_name="imbalance")  # fmt: skip
+    workloads = list(long["workload"].unique())  # one colour each: the default palette has 10, reproduce makes 11
+    colors = dict(zip(workloads, sns.color_palette("tab20" if len(workloads) > 10 else None, n_colors=len(workloads))))
     grid = sns.relplot(data=long, x="n", y="imbalance", hue="workload", col="direction", kind="line", marker="o",
-                       height=3.6, aspect=1.2, errorbar=None)  # fmt: skip
+                       height=3.6, aspect=1.2, errorbar=None, palette=colors)  # fmt: skip
     ns = sorted(table["n"].unique())
-    colors = dict(zip(long["workload"].unique(), sns.color_palette()))
     for (direction, ax) in zip(("push", "pull"), grid.axes.flat):
         ax.set_xscale("log", base=2)
         ax.set_xticks(ns, [str(n) for n in ns])
