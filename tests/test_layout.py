@@ -143,7 +143,7 @@ LAYERS = (
     ("training", "train train.loop capture.hooks dist.rundir"),
     ("launch", "dist.launch"),
     ("plots", "plots"),
-    ("experiments", "experiments reproduce bench bench_net bench_options"),
+    ("experiments", "experiments reproduce bench bench_net bench_train bench_options"),
     ("interface", "cli explore __main__"),
 )  # fmt: skip
 """The package's layers, lowest first (module names under ``zen_analysis``; a name covers its submodules unless a

@@ -20,7 +20,8 @@ each name to its function.
 from __future__ import annotations
 
 from zen_analysis import recipes
-from zen_analysis.bench_net import bench_ddp, bench_netlab, bench_train
+from zen_analysis.bench_net import bench_ddp, bench_netlab
+from zen_analysis.bench_train import bench_train
 from zen_analysis.bench_options import floats, ints, parse_sets
 from zen_analysis.config import apply_overrides
 

@@ -1,6 +1,7 @@
 """The benchmarks on the emulated network (``zen-analysis bench netlab`` / ``bench ddp``; registered in
 :data:`zen_analysis.bench.BENCHMARKS`): schemes, hierarchical Zen, training and a user's DDP script behind shaped
-links. Tables in ``data/derived/netlab/`` and ``data/derived/ddp/``."""
+links. Tables in ``data/derived/netlab/`` and ``data/derived/ddp/``. Training throughput across the paper's
+workloads is :mod:`zen_analysis.bench_train`; :func:`publish` is how both write a benchmark's table and figure."""
 
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ def _netlab_schemes(run: str, opts: dict, out_dir: Path) -> pd.DataFrame:
     sweep = scheme_sweep(run, ranks=opts["ranks"], bandwidths=opts["bandwidths"], repeats=opts["repeats"])
     cols = ["kind", "ranks", "bandwidth_gbps", "scheme", "bytes_sent_max_rank", "measured_s_median", "modelled_s",
             "speedup_measured", "speedup_modelled", "lossless"]  # fmt: skip
-    _publish(sweep, out_dir / "scheme_sweep", sweep[cols].round(4), opts, comm_figs.measured_speedup_vs_bandwidth,
+    publish(sweep, out_dir / "scheme_sweep", sweep[cols].round(4), opts, comm_figs.measured_speedup_vs_bandwidth,
              "netlab_speedup")  # fmt: skip
     return sweep
 
@@ -198,196 +199,7 @@ def bench_ddp(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     return {"ddp": summary}
 
 
-TRAIN_PARTS = ("natural", "topk", "overlap")
-"""``bench train``'s parts: the natural-sparsity workloads with every scheme against ranks and rates; top-k of the
-default Llama's buckets to the dense run's loss; the sparse sum overlapped with backward on 2 ranks."""
-TRAIN_WORKLOADS = ("lstm-words", "deepfm")
-"""``bench train``'s natural-sparsity workloads by default (recipe names): the paper's LSTM and DeepFM."""
-TRAIN_SCHEMES = ("allreduce", "zen", "agsparse", "sparcml", "omnireduce", "sparse_ps", "bp_coo")
-TOPK_SCHEMES = ("zen", "agsparse", "omnireduce", "sparcml")
-"""Top-k's schemes (the paper's Fig. 13 baselines, with AGsparse, DDP's own sparse sum)."""
-REFERENCE = "allreduce-adamw"
-"""``bench train``'s reference variant: dense all-reduce with the plain step (AdamW over every embedding row, a
-dense embedding gradient), what the toolkit's loop did before the lazy row update."""
-
-
-def bench_train(overrides: list[str] | tuple[str, ...] = ()) -> dict:
-    """Training throughput behind shaped links (root; the network lab), one micro-batch per rank by default
-    (``workers_per_rank``: a GPU step's compute-to-communication ratio, not the recipes' 8 micro-batches), in
-    :data:`TRAIN_PARTS` (``parts``). Medians after ``warmup`` steps on rank 0: step, compute, waiting, exchange,
-    the sparse path's seconds, the overlapped sums', and the rest (clip, optimizer, zero_grad, the loss mean).
-
-    * ``natural``: each of ``workloads`` x ``ranks`` x ``rates`` x ``schemes`` (the natural path: the embedding's
-      gradient summed by the scheme, by rows; ``allreduce`` everything dense), ``steps`` steps; every variant
-      runs the same step: the embedding stepped by ``update`` (``lazy``: the same optimizer for all) with a
-      ``sparse_embedding`` gradient (dense all-reduce sums it densified, as Horovod's ``sparse_as_dense``), the
-      other gradients in buckets of ``bucket_mb`` whose sums start during backward with ``overlap``; with
-      ``reference`` the plain step too (:data:`REFERENCE`). At more than 8 ranks only ``wide_schemes`` run.
-      ``speedup``: tokens/s over ``allreduce``'s. Table ``bench_train``, figures ``train_vs_ranks`` (and
-      ``train_vs_rate`` with several rates).
-    * ``topk``: ``topk_workload`` (the default Llama) on ``topk_ranks`` ranks at ``topk_rate`` Gbit/s: dense
-      all-reduce for ``topk_steps`` steps, then DGC top-``topk_ratio`` of every bucket + each of ``topk_schemes``
-      for up to ``topk_extra`` x as many, all at a constant learning rate after warm-up (so a longer run follows
-      the same schedule); the wall-clock time until the trailing mean of 5 losses reaches the dense run's final
-      one. Table ``bench_train_topk``, figure ``train_time_to_loss``.
-    * ``overlap``: ``overlap_workload`` on ``overlap_ranks`` ranks (one core each) at ``overlap_rate`` Gbit/s,
-      buckets of ``overlap_bucket_mb``: dense all-reduce, Zen's natural path and top-k + Zen, each inline and with
-      its sums started during backward (``sync.overlap``); the hidden fraction of the sums and the step against
-      inline. Table ``bench_train_overlap``.
-
-    Tables under ``data/derived/train/``."""
-    from zen_analysis.dist import netlab
-
-    ok, why = netlab.available()
-    if not ok:
-        raise RuntimeError(f"bench train needs the network lab, which is unavailable here: {why}")
-    defaults = {"parts": list(TRAIN_PARTS), "workloads": list(TRAIN_WORKLOADS), "ranks": [4, 8, 16], "rates": [1.0],
-                "schemes": list(TRAIN_SCHEMES), "wide_schemes": ["allreduce", "zen", "agsparse", "sparcml"],
-                "bf16_schemes": ["allreduce", "zen"], "own_ranks": [4, 16],
-                "update": "lazy", "sparse_embedding": "true", "reference": "false", "overlap": "true",
-                "bucket_mb": 4.0, "steps": 10, "warmup": 2, "workers_per_rank": 1,
-                "topk_workload": "default", "topk_ranks": 8, "topk_rate": 1.0, "topk_schemes": list(TOPK_SCHEMES),
-                "topk_ratio": 0.05, "topk_steps": 40, "topk_extra": 1.5,
-                "overlap_workload": "default", "overlap_ranks": 2, "overlap_rate": 1.0, "overlap_bucket_mb": 2.0,
-                "overlap_steps": 12}  # fmt: skip
-    types = {"parts": names, "workloads": names, "ranks": ints, "rates": floats, "schemes": names,
-             "wide_schemes": names, "topk_schemes": names, "bf16_schemes": names, "own_ranks": ints}  # fmt: skip
-    opts = parse_sets("train", overrides, defaults, types)
-    unknown = set(opts["parts"]) - set(TRAIN_PARTS)
-    if unknown:
-        raise ValueError(f"bench train's parts are {', '.join(TRAIN_PARTS)}; got {sorted(unknown)}")
-    parts = {"natural": _train_natural, "topk": _train_topk, "overlap": _train_overlap}
-    return {part: parts[part](opts) for part in opts["parts"]}
-
-
-def _train_natural(opts: dict):
-    """``bench train``'s ``natural`` part (:func:`bench_train`)."""
-    import pandas as pd
-
-    from zen_analysis import paths
-    from zen_analysis.experiments.netlab import REST, training_sweep
-    from zen_analysis.plots import comm as comm_figs
-
-    rows = []
-    for workload in opts["workloads"]:
-        runs = [(ranks, opts["workers_per_rank"]) for ranks in opts["ranks"]]
-        own = recipes.get(workload).train.workers_per_rank
-        runs += [(ranks, own) for ranks in opts["own_ranks"] if own != opts["workers_per_rank"]]
-        for ranks, workers in runs:
-            base = recipes.get(workload)
-            label = workload if workers == opts["workers_per_rank"] else f"{workload} x{workers}"
-            base.name = f"bench-train-{workload}-r{ranks}-w{workers}"
-            base.dist.num_ranks = ranks
-            base.train.workers_per_rank = workers
-            common = {"train.embedding_update": opts["update"], "model.sparse_embedding": opts["sparse_embedding"],
-                      "sync.overlap": opts["overlap"], "sync.bucket_mb": opts["bucket_mb"]}  # fmt: skip
-            wide = ranks > 8 or workers != opts["workers_per_rank"]
-            schemes = [s for s in opts["schemes"] if not wide or s in opts["wide_schemes"]]
-            variants = {s: {"sync.scheme": s, **common} for s in schemes}
-            variants.update({f"{s}+bf16": {"sync.scheme": s, "sync.wire_dtype": "bfloat16", **common}
-                             for s in opts["bf16_schemes"] if not wide})  # fmt: skip
-            if opts["reference"] == "true":  # the toolkit's plain step: AdamW over every row, a dense gradient
-                variants[REFERENCE] = {**common, "sync.scheme": "allreduce", "train.embedding_update": "dense",
-                                       "model.sparse_embedding": "false"}  # fmt: skip
-            sweep = training_sweep(base, bandwidths=opts["rates"], variants=variants, steps=opts["steps"],
-                                   warmup=opts["warmup"], progress=True)  # fmt: skip
-            rows.append(sweep.assign(workload=label))
-    table = pd.concat(rows, ignore_index=True)
-    table["wait_s"] = table["sync_s"] - table["exchange_s"]
-    table["rest_s"] = table[[c for c in REST if c in table]].sum(1)
-    table["outside_compute"] = 1 - table["compute_s"] / table["step_s"]
-    key = ["workload", "ranks", "bandwidth_gbps"]
-    table["speedup"] = _over(table, key, "allreduce")
-    if opts["reference"] == "true":
-        table["speedup_vs_reference"] = _over(table, key, REFERENCE)
-    cols = [*key, "variant", "step_s", "compute_s", "wait_s", "exchange_s", "rest_s",
-            *[c for c in ("sparse_s", "overlap_s", "hidden_s", *REST) if c in table], "outside_compute",
-            "tokens_per_s", "speedup", *(["speedup_vs_reference"] if "speedup_vs_reference" in table else [])]  # fmt: skip
-    out_dir = paths.derived_dir() / "train"
-    _publish(table, out_dir / "bench_train", table[cols].round(3), opts, comm_figs.training_vs_ranks, "train_vs_ranks")
-    if table["bandwidth_gbps"].nunique() > 1:
-        _draw(comm_figs.training_vs_rate(table), "train_vs_rate")
-    return table
-
-
-def _over(table, key: list[str], variant: str):
-    """Each row's tokens/s over ``variant``'s at the same ``key`` (NaN where ``variant`` did not run)."""
-    import pandas as pd
-
-    base = table[table["variant"] == variant].set_index(key)["tokens_per_s"]
-    return table["tokens_per_s"].to_numpy() / base.reindex(pd.MultiIndex.from_frame(table[key])).to_numpy()
-
-
-def _train_topk(opts: dict):
-    """``bench train``'s ``topk`` part (:func:`bench_train`): wall-clock time to the dense run's final loss."""
-    import math
-
-    from zen_analysis import paths
-    from zen_analysis.experiments.netlab import REST, time_to_loss, training_sweep
-    from zen_analysis.plots import comm as comm_figs
-
-    base = recipes.get(opts["topk_workload"])
-    base.name = f"bench-train-topk-{opts['topk_workload']}-r{opts['topk_ranks']}"
-    base.dist.num_ranks = opts["topk_ranks"]
-    base.train.workers_per_rank = opts["workers_per_rank"]
-    base.train.min_lr_ratio = 1.0  # constant after warm-up: a longer run follows the dense run's schedule
-    longer = math.ceil(opts["topk_steps"] * opts["topk_extra"])
-    common = {"sync.overlap": opts["overlap"], "sync.bucket_mb": opts["bucket_mb"]}
-    variants = {"allreduce": {"sync.scheme": "allreduce", **common}}
-    for s in opts["topk_schemes"]:
-        variants[f"topk+{s}"] = {"sync.scheme": s, "sync.compress": "topk", "sync.topk_ratio": opts["topk_ratio"],
-                                 "train.num_steps": longer, **common}  # fmt: skip
-    table = training_sweep(base, bandwidths=[opts["topk_rate"]], variants=variants, steps=opts["topk_steps"],
-                           warmup=opts["warmup"], progress=True)  # fmt: skip
-    dense = table.set_index("variant").loc["allreduce"]
-    target = sum(dense["losses"][-5:]) / 5
-    reached = [time_to_loss(r["losses"], r["step_times"], target) for _, r in table.iterrows()]
-    table["target_loss"] = target
-    table["final_loss"] = [sum(r[-5:]) / 5 for r in table["losses"]]
-    table["time_to_loss_s"] = [t for t, _ in reached]
-    table["steps_to_loss"] = [k for _, k in reached]
-    dense_time = table.loc[table["variant"] == "allreduce", "time_to_loss_s"].iloc[0]
-    table["time_to_loss_vs_dense"] = dense_time / table["time_to_loss_s"]
-    table["wait_s"] = table["sync_s"] - table["exchange_s"]
-    table["rest_s"] = table[[c for c in REST if c in table]].sum(1)
-    table["speedup"] = table["tokens_per_s"] / table.set_index("variant").loc["allreduce", "tokens_per_s"]
-    cols = ["ranks", "bandwidth_gbps", "variant", "step_s", "compute_s", "wait_s", "exchange_s", "rest_s",
-            "tokens_per_s", "speedup", "target_loss", "final_loss", "steps_to_loss", "time_to_loss_s",
-            "time_to_loss_vs_dense"]  # fmt: skip
-    _publish(table, paths.derived_dir() / "train" / "bench_train_topk", table[cols].round(4), opts,
-             comm_figs.time_to_loss, "train_time_to_loss")  # fmt: skip
-    return table
-
-
-def _train_overlap(opts: dict):
-    """``bench train``'s ``overlap`` part (:func:`bench_train`): the sums started during backward against inline."""
-    from zen_analysis import paths
-    from zen_analysis.experiments.netlab import training_sweep
-
-    base = recipes.get(opts["overlap_workload"])
-    base.name = f"bench-train-overlap-{opts['overlap_workload']}-r{opts['overlap_ranks']}"
-    base.dist.num_ranks = opts["overlap_ranks"]
-    base.train.workers_per_rank = opts["workers_per_rank"]
-    kinds = {"allreduce": {"sync.scheme": "allreduce"}, "zen": {"sync.scheme": "zen"},
-             "topk+zen": {"sync.scheme": "zen", "sync.compress": "topk", "sync.topk_ratio": opts["topk_ratio"]}}
-    variants = {f"{name}{'+overlap' * (ov == 'true')}": {**sets, "sync.overlap": ov,
-                                                         "sync.bucket_mb": opts["overlap_bucket_mb"]}
-                for name, sets in kinds.items() for ov in ("false", "true")}  # fmt: skip
-    table = training_sweep(base, bandwidths=[opts["overlap_rate"]], variants=variants, steps=opts["overlap_steps"],
-                           warmup=opts["warmup"], progress=True)  # fmt: skip
-    table["kind"] = table["variant"].str.removesuffix("+overlap")
-    inline = table[~table["variant"].str.endswith("+overlap")].set_index("kind")
-    table["sum_inline_s"] = table["kind"].map(inline["sync_s"])  # the inline sum: all of it after backward
-    table["hidden_fraction"] = table["hidden_s"] / table["overlap_s"]
-    table["step_vs_inline"] = table["kind"].map(inline["step_s"]) / table["step_s"]
-    table["losses_equal_inline"] = [r["losses"] == inline.loc[r["kind"], "losses"] for _, r in table.iterrows()]
-    cols = ["ranks", "bandwidth_gbps", "variant", "step_s", "compute_s", "sync_s", "sum_inline_s", "overlap_s",
-            "hidden_s", "hidden_fraction", "step_vs_inline", "losses_equal_inline"]  # fmt: skip
-    _publish(table, paths.derived_dir() / "train" / "bench_train_overlap", table[cols].round(3), opts)
-    return table
-
-
-def _publish(table: pd.DataFrame, stem: Path, shown: pd.DataFrame, opts: dict, draw=None, figure: str = "") -> None:
+def publish(table: pd.DataFrame, stem: Path, shown: pd.DataFrame, opts: dict, draw=None, figure: str = "") -> None:
     """A benchmark's results: ``table`` as ``<stem>.parquet`` (stamped with the options), ``shown`` as
     ``<stem>.txt`` and on stdout, and ``draw(table)`` (if given) as figure ``figure``."""
     import pandas as pd
@@ -401,10 +213,10 @@ def _publish(table: pd.DataFrame, stem: Path, shown: pd.DataFrame, opts: dict, d
     with pd.option_context("display.width", 250, "display.max_columns", 30):
         print(text)
     if draw is not None:
-        _draw(draw(table), figure)
+        draw_figure(draw(table), figure)
 
 
-def _draw(fig, figure: str) -> None:
+def draw_figure(fig, figure: str) -> None:
     """Save ``fig`` as ``figures/<figure>.png`` / ``.pdf`` and close it."""
     from matplotlib import pyplot as plt
 

@@ -38,6 +38,12 @@ def check_dtype(dtype: torch.dtype, *, what: str = "the tensor") -> torch.dtype:
     return dtype
 
 
+def on_wire(x: torch.Tensor, wire_dtype: torch.dtype | None) -> torch.Tensor:
+    """``x`` in the dtype it is summed in (``sync.wire_dtype``): ``x`` itself when that is None or its own, else a
+    cast copy (a 2-byte float on the wire; the caller casts the sum back)."""
+    return x if wire_dtype in (None, x.dtype) else x.to(wire_dtype)
+
+
 def value_bytes(dtype: torch.dtype) -> int:
     """Bytes one value of ``dtype`` takes on the wire."""
     return check_dtype(dtype).itemsize

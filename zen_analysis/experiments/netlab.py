@@ -93,8 +93,9 @@ def training_sweep(
     """Train ``base`` for ``steps`` steps in the lab at each bandwidth with each variant (name -> overrides, which
     may set ``train.num_steps`` of their own; default :data:`TRAINING_VARIANTS`), capture off. One row per
     (bandwidth, variant): medians over the steps after ``warmup`` of rank 0's step, compute, sync (its time in
-    ``synchronize``) and exchange (sync less the wait for the slowest rank's compute) seconds, the step's other
-    parts (:data:`PARTS`), tokens/s at the median step, and the per-step losses and step times."""
+    ``synchronize``) and exchange (sync less the wait for the slowest rank's compute, ``wait_s``) seconds, the step's
+    other parts (:data:`PARTS`; ``rest_s``: the medians of :data:`REST` added), tokens/s at the median step, and the
+    per-step losses and step times."""
     from zen_analysis.config import apply_overrides
     from zen_analysis.dist.launch import launch
 
@@ -117,7 +118,10 @@ def training_sweep(
                 "step_times": m["step_s"].tolist(), "run_id": cfg.run_id,
                 **{c: float(timed[c].median()) for c in PARTS if c in timed},
             })  # fmt: skip
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    out["wait_s"] = out["sync_s"] - out["exchange_s"]  # waiting for the slowest rank's compute, inside the sync
+    out["rest_s"] = out[[c for c in REST if c in out]].sum(1)
+    return out
 
 
 def time_to_loss(losses: Sequence[float], step_times: Sequence[float], target: float, *, window: int = 5) -> tuple[float, int]:

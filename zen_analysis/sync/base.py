@@ -19,6 +19,7 @@ import torch.distributed as dist
 from torch import nn
 
 from zen_analysis.capture.buckets import bucket_parameters
+from zen_analysis.comm.dtypes import on_wire
 from zen_analysis.comm.exchange import ring_volume
 from zen_analysis.comm.rows import sparse_rows
 
@@ -187,8 +188,7 @@ class DenseAllReduce(GradSync):
             self._ready.arm()
 
     def _flat(self, b: int) -> torch.Tensor:
-        flat_N = flatten_grads(self._buckets[b])
-        return flat_N if self.wire_dtype in (None, flat_N.dtype) else flat_N.to(self.wire_dtype)
+        return on_wire(flatten_grads(self._buckets[b]), self.wire_dtype)
 
     def _launch(self, b: int) -> None:
         flat_N = self._flat(b)

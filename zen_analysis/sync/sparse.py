@@ -14,6 +14,7 @@ import torch.distributed as dist
 from torch import nn
 
 from zen_analysis.comm import build_scheme
+from zen_analysis.comm.dtypes import on_wire
 from zen_analysis.comm.exchange import Exchange
 from zen_analysis.comm.rows import nonzero_rows, sparse_rows
 from zen_analysis.sync.base import DenseAllReduce, GradSync
@@ -195,8 +196,7 @@ class SparseSync(GradSync):
         self.union_rows = u_rows
 
     def _wire(self, x: torch.Tensor) -> torch.Tensor:
-        """``x`` in the dtype it is summed in (itself when that is its own)."""
-        return x if self.wire_dtype in (None, x.dtype) else x.to(self.wire_dtype)
+        return on_wire(x, self.wire_dtype)
 
     def _profile(self, grad: torch.Tensor) -> None:
         """Gather every rank's non-zero indices of the embedding gradient for the planner (profiling only)."""
