@@ -36,10 +36,15 @@ def test_overlapped_sums_equal_inline_bit_for_bit(sync):
     assert "overlap_s" not in m_inline
     overlapped = m[~m["captured"]]
     assert len(overlapped) == 2
-    # the first bucket's sum started inside backward: part of the sums' time was hidden behind it
-    assert (overlapped["overlap_s"] >= overlapped["hidden_s"]).all() and (overlapped["hidden_s"] > 0).all()
-    captured = m[m["captured"]]  # summed after backward: nothing hidden
-    assert (captured["hidden_s"] == 0).all()
+    # buckets were launched inside backward (which ones follows from the graph); of the sums' time, part was spent
+    # before backward ended: for an asynchronous all-reduce always (its launch precedes the end of backward), for
+    # top-k's worker thread only if the machine scheduled it before backward ended (on 2 busy cores it may not)
+    assert (overlapped["early_buckets"] > 0).all()
+    assert (overlapped["overlap_s"] >= overlapped["hidden_s"]).all() and (overlapped["hidden_s"] >= 0).all()
+    if sync.get("compress") != "topk":
+        assert (overlapped["hidden_s"] > 0).all()
+    captured = m[m["captured"]]  # summed after backward: nothing launched early, nothing hidden
+    assert (captured["early_buckets"] == 0).all() and (captured["hidden_s"] == 0).all()
 
 
 def _held_back(rank: int, world: int) -> list:

@@ -61,6 +61,9 @@ class GradSync:
     a step's first launch to the moment the last was seen complete (at least the end of backward)."""
     hidden_seconds: float = 0.0
     """With ``overlap``: of ``overlap_seconds``, the seconds spent before backward ended (hidden behind it)."""
+    early_buckets: int = 0
+    """With ``overlap``: buckets whose sum was launched before backward ended, added up over steps (which buckets
+    those are follows from the graph alone; how much of their time backward hides depends on the machine)."""
 
     def attach(self, model: nn.Module) -> None:
         raise NotImplementedError
@@ -111,6 +114,8 @@ class ReadyBuckets:
         self.armed = False
         self.first_launch: float | None = None
         """perf_counter() of this backward's first launch (None: none yet)."""
+        self.early = 0
+        """Buckets the last armed backward launched itself (the rest :meth:`disarm` launched after it)."""
         for b, bucket in enumerate(buckets):
             for p in bucket:
                 p.register_post_accumulate_grad_hook(functools.partial(self._ready, b))
@@ -136,6 +141,7 @@ class ReadyBuckets:
         hooks rest until the next :meth:`arm`."""
         if not self.armed:
             self._next, self.first_launch = 0, None
+        self.early = self._next
         while self._next < len(self._sizes):
             self._fire()
         self.armed = False
@@ -163,6 +169,7 @@ class DenseAllReduce(GradSync):
         """Bytes this rank sent in all-reduces so far (ring volume, 2 (W - 1) / W x buffer)."""
         self.overlap_seconds = 0.0
         self.hidden_seconds = 0.0
+        self.early_buckets = 0
         self._buckets: list[list[nn.Parameter]] = []
         self._started = 0.0
         self._ready: ReadyBuckets | None = None
@@ -199,6 +206,7 @@ class DenseAllReduce(GradSync):
         self._started = time.perf_counter()
         if self._ready is not None:
             self._ready.disarm()
+            self.early_buckets += self._ready.early
 
     def finish(self) -> None:
         """Every bucket summed and averaged into ``.grad``: the launched ones waited for, the rest (no

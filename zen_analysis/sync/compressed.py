@@ -163,6 +163,7 @@ class CompressedSync(GradSync):
         self.group = group
         self.overlap_seconds = 0.0
         self.hidden_seconds = 0.0
+        self.early_buckets = 0
         self._parts: list[list[tuple[nn.Parameter, int, int]]] = []
         self._ready: ReadyBuckets | None = None
         self._inflight: list[tuple[int, Future]] = []
@@ -212,6 +213,7 @@ class CompressedSync(GradSync):
             return
         backward_end = time.perf_counter()
         self._ready.disarm()
+        self.early_buckets += self._ready.early
         for b, fut in self._inflight:
             summed_N, row, t0 = fut.result()
             unflatten_into_grads(self._layout._buckets[b], summed_N)

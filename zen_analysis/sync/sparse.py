@@ -123,6 +123,10 @@ class SparseSync(GradSync):
     def hidden_seconds(self) -> float:
         return self.dense.hidden_seconds
 
+    @property
+    def early_buckets(self) -> int:
+        return self.dense.early_buckets
+
     def synchronize(self, model: nn.Module) -> None:
         world = self.dense._world()
         if world == 1:

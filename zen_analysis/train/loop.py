@@ -269,7 +269,7 @@ def _step(run: _Run, sync: GradSync, step: int, *, local_losses: bool, straggle:
     sync_bytes0 = sync.sparse_bytes_sent or 0
     sparse_s0 = sync.sparse_seconds
     sync_s0 = sync.sync_seconds
-    overlap_s0, hidden_s0 = sync.overlap_seconds, sync.hidden_seconds
+    overlap_s0, hidden_s0, early0 = sync.overlap_seconds, sync.hidden_seconds, sync.early_buckets
     local_loss = 0.0
     for v in range(V):
         worker = info.rank * V + v
@@ -339,6 +339,7 @@ def _step(run: _Run, sync: GradSync, step: int, *, local_losses: bool, straggle:
     if sync.overlap:  # the sums started during backward: how long they took, and how much of it backward hid
         row["overlap_s"] = sync.overlap_seconds - overlap_s0
         row["hidden_s"] = sync.hidden_seconds - hidden_s0
+        row["early_buckets"] = sync.early_buckets - early0
     if t.eval_every and (step + 1) % t.eval_every == 0 and step + 1 < t.num_steps:
         row["val_loss"] = evaluate(model, data, cfg, info)
     if local_losses:
