@@ -27,8 +27,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 from zen_analysis import recipes
-from zen_analysis.comm.exchange import ring_bytes_sent
-from zen_analysis.train.data import TokenData, prepare
+from zen_analysis.wire.exchange import ring_bytes_sent
+from zen_analysis.workload.data import TokenData, prepare
 from zen_analysis.sync.ddp import register
 
 SIZES = {"smoke": recipes.smoke, "default": recipes.default}

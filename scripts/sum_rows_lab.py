@@ -55,8 +55,8 @@ def main() -> None:
     ap.add_argument("--bandwidth-gbps", type=float, default=1.0)
     ap.add_argument("--repeats", type=int, default=12)
     args = ap.parse_args()
-    from zen_analysis.dist.netlab import NetLab
-    from zen_analysis.dist.procs import fork_launch
+    from zen_analysis.ranks.netlab import NetLab
+    from zen_analysis.ranks.procs import fork_launch
 
     with NetLab(ranks=args.ranks, bandwidth_gbps=args.bandwidth_gbps) as lab:
         res = fork_launch(_ranks, args.ranks, args.schemes.split(","), args.rows, args.dim, args.tokens, args.zipf,

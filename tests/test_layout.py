@@ -106,7 +106,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[set[str]]:
 
 def test_no_import_cycle():
     """The package imports in layers: no module imports, at the top or inside a function, one that imports it back
-    (the last cycle, through the training launcher, went when the process machinery moved to dist.procs)."""
+    (the last cycle, through the training launcher, went when the process machinery moved to ranks.procs)."""
     found = _cycles(_import_graph())
     assert not found, [sorted(c) for c in found]
     # the check itself sees cycles: a planted one is found
@@ -129,19 +129,18 @@ def test_the_loop_calls_only_what_the_sync_contract_declares():
 
 
 LAYERS = (
-    ("foundations", "paths atomic workspace indices config recipes derived dist.observe"),
-    ("models and data", "train.model train.tokenizer train.corpus train.ctr train.data"),
-    ("sparse data", "sparsity sparsity.metrics sparsity.synthetic sparsity.topk zen zen.hashing zen.native zen.hierarchical "
-                    "zen.bitmap capture.schema capture.buckets"),
-    ("stores, collectives, processes", "capture capture.traces capture.summary comm.coo comm.exchange comm.rows comm.traffic comm.formats "
-                                       "comm.topology comm.cost comm.dtypes dist dist.netlab dist.env dist.entry dist.procs"),
+    ("foundations", "paths atomic workspace indices config recipes derived runs.observe"),
+    ("models and data", "workload"),
+    ("sparse data", "sparsity sparsity.metrics sparsity.synthetic zen zen.hashing zen.native zen.hierarchical "
+                    "zen.bitmap capture.schema capture.buckets capture.topk"),
+    ("stores, collectives, processes", "capture capture.traces capture.summary wire comm.formats ranks"),
     ("algorithms", "sync sync.base zen.sync local_sgd"),
     ("schemes", "comm comm.schemes"),
     ("measurement", "comm.measure comm.calibrate comm.replay"),
-    ("sync registry", "sync.sparse sync.compressed sync.registry sync.ddp sync.integrations zen.planner"),
+    ("sync registry", "sync.sparse sync.compressed sync.planner sync.ddp sync.integrations train.registry"),
     ("analysis", "sparsity.characterize sparsity.workloads sparsity.report comm.evaluate"),
-    ("training", "train train.loop capture.hooks dist.rundir"),
-    ("launch", "dist.launch"),
+    ("training", "train train.loop capture.hooks runs.rundir"),
+    ("launch", "runs runs.launch"),
     ("plots", "plots"),
     ("experiments", "experiments reproduce bench bench_net bench_train bench_options"),
     ("interface", "cli explore __main__"),
@@ -179,3 +178,33 @@ def test_imports_point_down_the_layers():
     assert not upward, upward
     # the check itself sees an upward import: the training loop is above the schemes
     assert _layer_of("zen_analysis.train.loop") > _layer_of("zen_analysis.comm.schemes.zen") > _layer_of("zen_analysis.zen.sync")
+
+
+def _package_of(module: str, packages: set[str]) -> str:
+    """The folder holding ``module``: a package's ``__init__`` is the package itself."""
+    return module if module in packages else module.rsplit(".", 1)[0]
+
+
+def _package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Subpackage -> the subpackages its modules import (at any depth: ``comm`` and ``comm.schemes`` are two). The
+    root package is left out: its modules are the foundations below every folder (``paths``, ``config``'s
+    ``recipes``...) and the interface above them all (``cli``, the lazy facade), and ``LAYERS`` orders them."""
+    packages = {m for m in graph if (TESTS.parent / m.replace(".", "/") / "__init__.py").exists()}
+    out: dict[str, set[str]] = {p: set() for p in packages if p != "zen_analysis"}
+    for mod, targets in graph.items():
+        a = _package_of(mod, packages)
+        for t in targets:
+            b = _package_of(t, packages)
+            if a != b and "zen_analysis" not in (a, b):
+                out[a].add(b)
+    return out
+
+
+def test_no_two_folders_import_each_other():
+    """A folder is a layer: no subpackage imports, directly or through others, one that imports it back."""
+    found = _cycles(_package_graph(_import_graph()))
+    assert not found, [sorted(c) for c in found]
+    # the check itself sees a pair of folders: a module of capture importing the loop would close one
+    planted = _import_graph()
+    planted["zen_analysis.capture.traces"] = planted["zen_analysis.capture.traces"] | {"zen_analysis.train.loop"}
+    assert _cycles(_package_graph(planted))

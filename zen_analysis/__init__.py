@@ -21,16 +21,16 @@ if TYPE_CHECKING:
     from zen_analysis import recipes
     from zen_analysis.capture.traces import TraceReader
     from zen_analysis.config import ExperimentConfig, apply_overrides
-    from zen_analysis.dist.launch import RunResult, launch
-    from zen_analysis.dist.procs import RankFailedError
+    from zen_analysis.runs.launch import RunResult, launch
+    from zen_analysis.ranks.procs import RankFailedError
 
 _LAZY = {
     "ExperimentConfig": "zen_analysis.config",
     "apply_overrides": "zen_analysis.config",
     "TraceReader": "zen_analysis.capture.traces",
-    "launch": "zen_analysis.dist.launch",
-    "RankFailedError": "zen_analysis.dist.procs",
-    "RunResult": "zen_analysis.dist.launch",
+    "launch": "zen_analysis.runs.launch",
+    "RankFailedError": "zen_analysis.ranks.procs",
+    "RunResult": "zen_analysis.runs.launch",
 }
 
 

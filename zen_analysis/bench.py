@@ -27,7 +27,7 @@ from zen_analysis.config import apply_overrides
 
 
 def bench_capture(overrides: list[str] | tuple[str, ...] = ()) -> dict:
-    from zen_analysis.dist.launch import launch
+    from zen_analysis.runs.launch import launch
 
     cfg = recipes.default()
     cfg.name = "bench-capture"
@@ -124,7 +124,7 @@ def bench_comm(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     its alpha-beta model on this machine calibrated at 4 ranks (``zen-analysis bench-comm`` with the
     reproduce run; trains it first if ``make reproduce`` has not)."""
     from zen_analysis.comm import measure, replay
-    from zen_analysis.dist.launch import ensure_run
+    from zen_analysis.runs.launch import ensure_run
     from zen_analysis.reproduce import reproduce_run_id
 
     opts = parse_sets("comm", overrides, {"ranks": 4, "steps": 3, "repeats": 25})

@@ -23,8 +23,8 @@ def bench_netlab(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     ``train_bandwidths`` (figure ``netlab_training``). ``--set parts=schemes,nodes,train ranks=4,8
     bandwidths=0.5,1,2.5,10 train_bandwidths=1 train_steps=12 repeats=10``. Tables in ``data/derived/netlab/``."""
     from zen_analysis import paths
-    from zen_analysis.dist import netlab
-    from zen_analysis.dist.launch import ensure_run
+    from zen_analysis.ranks import netlab
+    from zen_analysis.runs.launch import ensure_run
     from zen_analysis.reproduce import reproduce_run_id
 
     ok, why = netlab.available()
@@ -175,7 +175,7 @@ def bench_ddp(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     from zen_analysis import paths
     from zen_analysis.atomic import atomic_write_text
     from zen_analysis.derived import write_table
-    from zen_analysis.dist import netlab
+    from zen_analysis.ranks import netlab
     from zen_analysis.experiments.netlab import DDP_VARIANTS, ddp_script_sweep
 
     defaults = {"ranks": 4, "bandwidths": [None, 1.0], "steps": 12, "rounds": 2, "warmup": 2, "batch": 8,

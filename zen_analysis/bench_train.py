@@ -47,7 +47,7 @@ def bench_train(overrides: list[str] | tuple[str, ...] = ()) -> dict:
       inline. Table ``bench_train_overlap``.
 
     Tables under ``data/derived/train/``."""
-    from zen_analysis.dist import netlab
+    from zen_analysis.ranks import netlab
 
     ok, why = netlab.available()
     if not ok:

@@ -75,7 +75,7 @@ def _first_sentence(doc: str | None) -> str:
 
 def cmd_runs(args: argparse.Namespace) -> None:
     from zen_analysis import paths
-    from zen_analysis.dist.rundir import delete_run, list_runs, prune_runs
+    from zen_analysis.runs.rundir import delete_run, list_runs, prune_runs
 
     if args.delete:
         for run_id in args.delete:
@@ -101,7 +101,7 @@ def cmd_config(args: argparse.Namespace) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> None:
-    from zen_analysis.dist.launch import launch
+    from zen_analysis.runs.launch import launch
 
     result = launch(_config(args), overwrite=args.overwrite)
     print(json.dumps(result.summary, indent=2))
@@ -109,14 +109,14 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 
 def cmd_prepare(args: argparse.Namespace) -> None:
-    from zen_analysis.dist.launch import prepare_run
+    from zen_analysis.runs.launch import prepare_run
 
     cfg = _config(args)
     run_dir = prepare_run(cfg, overwrite=args.overwrite)
     print(run_dir)
     print(
         "start the ranks on every machine with:\n  torchrun --nnodes=<N> --node-rank=<i> --nproc-per-node=<GPUs> "
-        f"--rdzv-backend=c10d --rdzv-endpoint=<host0>:29500 -m zen_analysis.dist.entry --run-dir {run_dir}"
+        f"--rdzv-backend=c10d --rdzv-endpoint=<host0>:29500 -m zen_analysis.ranks.entry --run-dir {run_dir}"
     )
 
 
@@ -193,10 +193,10 @@ def cmd_bench(args: argparse.Namespace) -> None:
 
 
 def cmd_netlab(args: argparse.Namespace) -> None:
-    from zen_analysis.dist import netlab
+    from zen_analysis.ranks import netlab
 
     if args.program:
-        from zen_analysis.dist.procs import run_in_lab
+        from zen_analysis.ranks.procs import run_in_lab
 
         program = args.program[1:] if args.program[0] == "--" else args.program
         sys.exit(run_in_lab(program, nodes=args.nodes, ranks_per_node=args.ranks_per_node,

@@ -35,7 +35,7 @@ def tokens_dir() -> Path:
 
 
 def ctr_dir() -> Path:
-    """Generated click-through-rate datasets (``zen_analysis.train.ctr``): ``data/ctr/<name>-<params hash>/``."""
+    """Generated click-through-rate datasets (``zen_analysis.workload.ctr``): ``data/ctr/<name>-<params hash>/``."""
     return data_dir() / "ctr"
 
 

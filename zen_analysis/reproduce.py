@@ -60,7 +60,7 @@ def _stage_netlab(overrides) -> None:
     hierarchical Zen on 2 nodes x 2 ranks; skipped, with the reason, where the lab cannot be built."""
     from matplotlib import pyplot as plt
 
-    from zen_analysis.dist import netlab
+    from zen_analysis.ranks import netlab
 
     ok, why = netlab.available()
     if not ok:
@@ -86,7 +86,7 @@ def _stage_netlab(overrides) -> None:
 def _train(names, overrides) -> list[str]:
     """Train and capture the recipes ``names`` as ``reproduce-<recipe>``; their capture reports."""
     from zen_analysis.capture.summary import describe_run
-    from zen_analysis.dist.launch import launch
+    from zen_analysis.runs.launch import launch
 
     reports = []
     for name in names:

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from zen_analysis import recipes
-from zen_analysis.dist.launch import launch
+from zen_analysis.runs.launch import launch
 
 pytestmark = pytest.mark.gpu
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from zen_analysis import recipes
-from zen_analysis.dist.launch import launch
+from zen_analysis.runs.launch import launch
 from zen_analysis.zen.bitmap import HashBitmap
 from zen_analysis.zen.hierarchical import hierarchical_hash
 

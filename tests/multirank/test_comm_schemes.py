@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from zen_analysis.comm import SCHEMES, build_scheme
-from zen_analysis.dist.procs import fork_launch
+from zen_analysis.ranks.procs import fork_launch
 
 KINDS = ["random", "empty", "full", "same_as_0", "first_partition", "endpoints", "disjoint"]
 

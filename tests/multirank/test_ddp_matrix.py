@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from zen_analysis.dist.procs import fork_launch
+from zen_analysis.ranks.procs import fork_launch
 
 VOCAB, DIM = 400, 16
 

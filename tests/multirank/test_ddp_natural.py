@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from zen_analysis.dist.procs import fork_launch
+from zen_analysis.ranks.procs import fork_launch
 
 
 class _LM(nn.Module):

@@ -6,7 +6,7 @@ import copy
 import torch
 
 from zen_analysis import recipes
-from zen_analysis.dist.launch import launch
+from zen_analysis.runs.launch import launch
 from zen_analysis.sparsity.characterize import characterize, load_tables
 
 

@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from zen_analysis.comm import SCHEMES, build_scheme
-from zen_analysis.comm.dtypes import SUPPORTED
-from zen_analysis.dist.procs import fork_launch
+from zen_analysis.wire.dtypes import SUPPORTED
+from zen_analysis.ranks.procs import fork_launch
 
 UNSUPPORTED = (torch.complex64, torch.bool, torch.int16)
 LAYOUTS = ("flat", "2d", "transposed", "strided", "channels_last", "one", "empty")

@@ -27,8 +27,8 @@ import torch.distributed as dist
 from zen_analysis import paths, recipes
 from zen_analysis.capture.traces import TraceError, TraceReader
 from zen_analysis.comm.evaluate import evaluate
-from zen_analysis.dist.launch import RunInUseError, launch, prepare_run
-from zen_analysis.dist.procs import RankFailedError
+from zen_analysis.runs.launch import RunInUseError, launch, prepare_run
+from zen_analysis.ranks.procs import RankFailedError
 from zen_analysis.sparsity.characterize import characterize
 
 VICTIM = "victim"
@@ -301,7 +301,7 @@ def test_a_data_root_with_url_characters_still_rendezvouses_in_its_own_run_direc
 
 
 def test_fork_launch_listens_on_loopback_only():
-    from zen_analysis.dist.procs import fork_launch
+    from zen_analysis.ranks.procs import fork_launch
 
     def fn(rank, world):
         t = torch.ones(1)
@@ -361,7 +361,7 @@ _FIRST = textwrap.dedent(
     """
     import json, sys, time
     from zen_analysis import recipes
-    from zen_analysis.dist.launch import launch
+    from zen_analysis.runs.launch import launch
 
     def slow(cfg, *, info, log):
         time.sleep(float(sys.argv[1]))
@@ -398,7 +398,7 @@ def test_the_same_run_id_cannot_be_launched_twice_at_once(lab):
 
 
 def test_the_root_cause_is_a_fatal_signal_then_a_real_error_then_an_abort(tmp_path):
-    from zen_analysis.dist.procs import _failure
+    from zen_analysis.ranks.procs import _failure
 
     (tmp_path / "errors").mkdir()
     (tmp_path / "errors" / "rank0.txt").write_text("Traceback...\nValueError: the real error\n")

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from zen_analysis.dist.procs import fork_launch, free_port
+from zen_analysis.ranks.procs import fork_launch, free_port
 
 STEPS = 3
 VOCAB = 300

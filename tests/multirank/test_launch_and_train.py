@@ -9,8 +9,8 @@ import torch
 import torch.distributed as dist
 
 from zen_analysis import recipes
-from zen_analysis.dist.launch import launch
-from zen_analysis.dist.procs import RankFailedError
+from zen_analysis.runs.launch import launch
+from zen_analysis.ranks.procs import RankFailedError
 
 
 def _smoke(**fields):
@@ -64,7 +64,7 @@ def test_a_global_top_k_threshold_pools_every_ranks_samples():
 
 
 def test_two_ranks_train_like_one_rank_on_the_same_global_batch():
-    from zen_analysis.dist.observe import forward
+    from zen_analysis.runs.observe import forward
     from zen_analysis.plots.training import LiveLoss
 
     one = launch(_smoke(dist__num_ranks=1, train__workers_per_rank=4, capture__enabled=False), progress=False, echo=False)
@@ -191,7 +191,7 @@ def test_torchrun_launcher_reports_the_failing_rank():
 
 def test_ensure_run_reuses_a_finished_run_with_the_same_config():
     from zen_analysis import paths
-    from zen_analysis.dist.launch import ensure_run
+    from zen_analysis.runs.launch import ensure_run
 
     cfg = _smoke(train__num_steps=2)
     cfg.run_id = "ensure-run-test"

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from zen_analysis import paths, recipes
-from zen_analysis.dist.launch import launch
+from zen_analysis.runs.launch import launch
 
 
 def _run(scheme: str, tag: str, **local):

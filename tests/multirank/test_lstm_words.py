@@ -3,7 +3,7 @@
 import torch
 
 from zen_analysis import recipes
-from zen_analysis.dist.launch import launch
+from zen_analysis.runs.launch import launch
 
 
 def test_lstm_words_smoke_trains_and_captures_the_word_embedding_on_two_ranks():

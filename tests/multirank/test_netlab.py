@@ -1,4 +1,4 @@
-"""The emulated network (zen_analysis.dist.netlab): shaping holds, nothing is left behind however the creator
+"""The emulated network (zen_analysis.ranks.netlab): shaping holds, nothing is left behind however the creator
 ends, cleanup touches only lab namespaces, and without privileges the lab says why. Skipped where the lab cannot
 be built (the reason is the skip message)."""
 
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from zen_analysis.dist import netlab
+from zen_analysis.ranks import netlab
 
 OK, WHY = netlab.available()
 needs_lab = pytest.mark.skipif(not OK, reason=f"network lab unavailable: {WHY}")
@@ -50,7 +50,7 @@ def test_nodes_share_a_namespace_per_node_and_leave_nothing_on_an_exception():
 
 @needs_lab
 def test_a_creator_killed_with_sigkill_leaves_no_namespace():
-    code = "from zen_analysis.dist.netlab import NetLab; import sys, time; lab = NetLab(2, 1.0); print(lab.tag, flush=True); time.sleep(600)"
+    code = "from zen_analysis.ranks.netlab import NetLab; import sys, time; lab = NetLab(2, 1.0); print(lab.tag, flush=True); time.sleep(600)"
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     tag = proc.stdout.readline().strip()
     assert len(netlab.lab_namespaces(tag)) == 3
@@ -85,7 +85,7 @@ def _drop_net_admin() -> None:  # in the child before exec: root without CAP_NET
 
 def test_without_privileges_the_lab_says_why():
     code = (
-        "from zen_analysis.dist import netlab\n"
+        "from zen_analysis.ranks import netlab\n"
         "ok, why = netlab.available(); print(ok, why)\n"
         "try:\n    netlab.NetLab(2, 1.0)\nexcept RuntimeError as e:\n    print('refused:', e)\n"
     )
@@ -136,7 +136,7 @@ def _crash(rank: int, world: int) -> None:
 
 @needs_lab
 def test_ranks_in_the_lab_talk_over_the_shaped_links_and_a_crash_leaves_nothing():
-    from zen_analysis.dist.procs import RankFailedError, fork_launch
+    from zen_analysis.ranks.procs import RankFailedError, fork_launch
 
     numel = 2 << 20  # 8 MB: a ring all-reduce moves 2 (W - 1) / W of it through each rank's link
     with netlab.NetLab(4, 1.0) as lab:
@@ -159,7 +159,7 @@ def test_schemes_replayed_in_the_lab_are_lossless_with_the_modelled_bytes(capsys
     from zen_analysis.cli import main
     from zen_analysis.comm.calibrate import calibrate, netlab_calibration_path, preset
     from zen_analysis.comm.measure import SUMMARY_COLUMNS
-    from zen_analysis.comm.topology import GBPS
+    from zen_analysis.wire.topology import GBPS
 
     # alpha fitted inside the lab, the bandwidth the link's payload rate (a small calibration: the model's numbers
     # are not what this test checks)
@@ -185,7 +185,7 @@ def _training(run_id: str, steps: int = 4, **dist):
     import copy
 
     from zen_analysis import recipes
-    from zen_analysis.dist.launch import launch
+    from zen_analysis.runs.launch import launch
 
     cfg = recipes.smoke()
     cfg.name = cfg.run_id = run_id
@@ -225,8 +225,8 @@ def _killed_on_rank_2(cfg, *, info, log):
 @needs_lab
 def test_a_rank_killed_in_a_lab_launch_raises_and_leaves_no_namespace():
     from zen_analysis import recipes
-    from zen_analysis.dist.launch import launch
-    from zen_analysis.dist.procs import RankFailedError
+    from zen_analysis.runs.launch import launch
+    from zen_analysis.ranks.procs import RankFailedError
 
     cfg = recipes.smoke()
     cfg.run_id = "netlab-killed"
@@ -241,7 +241,7 @@ def test_an_interrupted_lab_launch_leaves_no_namespace(tmp_path):
     code = (
         "import time\n"
         "from zen_analysis import recipes\n"
-        "from zen_analysis.dist.launch import launch\n"
+        "from zen_analysis.runs.launch import launch\n"
         "def slow(cfg, *, info, log):\n"
         "    time.sleep(600)\n"
         "cfg = recipes.smoke(); cfg.run_id = 'netlab-interrupted'; cfg.dist.network = 'netlab'\n"
@@ -269,7 +269,7 @@ def test_a_users_torchrun_script_runs_across_lab_nodes(tmp_path):
     import json
     from pathlib import Path
 
-    from zen_analysis.dist.procs import run_in_lab
+    from zen_analysis.ranks.procs import run_in_lab
 
     script = Path(__file__).resolve().parents[2] / "scripts" / "ddp_transformers.py"
     out = tmp_path / "m.json"

@@ -7,7 +7,7 @@ import pytest
 import torch.distributed as dist
 
 from zen_analysis import paths, recipes
-from zen_analysis.dist.launch import launch
+from zen_analysis.runs.launch import launch
 
 
 def _train(overlap: bool, **sync):
@@ -85,7 +85,7 @@ def _held_back(rank: int, world: int) -> list:
 def test_a_bucket_held_back_on_one_rank_keeps_every_rank_in_step():
     import torch.distributed  # noqa: F401  (the ranks import it)
 
-    from zen_analysis.dist.procs import fork_launch
+    from zen_analysis.ranks.procs import fork_launch
 
     for rank_out in fork_launch(_held_back, 2, timeout_s=60):
         assert rank_out == [(True, [0, 1, 5], 12.0)] * 3  # sums right, and the ranks never fell out of step

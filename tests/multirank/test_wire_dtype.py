@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from zen_analysis import recipes
-from zen_analysis.dist.launch import launch
+from zen_analysis.runs.launch import launch
 
 
 def _train(wire: str, **sync):

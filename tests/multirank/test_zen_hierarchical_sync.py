@@ -3,13 +3,13 @@ node's sum dense or by Zen's own push and pull), on values that cancel to exact 
 
 import torch
 
-from zen_analysis.dist.procs import fork_launch
+from zen_analysis.ranks.procs import fork_launch
 
 
 def _body(rank, world, numel):
     import torch.distributed as dist
 
-    from zen_analysis.comm.exchange import Exchange
+    from zen_analysis.wire.exchange import Exchange
     from zen_analysis.zen.sync import NodeGroups, zen_sum, zen_sum_hierarchical
 
     groups = NodeGroups(2)

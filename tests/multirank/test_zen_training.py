@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from zen_analysis import paths, recipes
-from zen_analysis.dist.launch import launch
+from zen_analysis.runs.launch import launch
 
 
 def _train(scheme: str, steps: int = 30, *, lazy: bool = False, sparse_embedding: bool = False, **sync):
@@ -62,8 +62,8 @@ def test_the_lazy_embedding_update_is_one_optimizer_whatever_the_sync():
     torch.testing.assert_close(emb_zen, emb_dense, rtol=1e-3, atol=1e-5)
     cfg = recipes.smoke()
     cfg.run_id = "parity-allreduce--lazy"
-    from zen_analysis.train.data import TokenData, prepared_for_run
-    from zen_analysis.train.model import build_model
+    from zen_analysis.workload.data import TokenData, prepared_for_run
+    from zen_analysis.workload.model import build_model
 
     data = TokenData(prepared_for_run(cfg.data, paths.run_dir(cfg.run_id)), seq_len=cfg.train.seq_len, seed=cfg.train.seed)
     torch.manual_seed(cfg.train.seed)
@@ -114,7 +114,7 @@ def _ddp_hook_body(rank, world):
 
 
 def test_ddp_comm_hook_gives_the_same_gradients_for_every_scheme():
-    from zen_analysis.dist.procs import fork_launch
+    from zen_analysis.ranks.procs import fork_launch
 
     results = fork_launch(_ddp_hook_body, 4)
     for r in results:

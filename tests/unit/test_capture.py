@@ -5,7 +5,7 @@ import torch
 from zen_analysis.capture.hooks import GradientCapture, match_tensors
 from zen_analysis.capture.traces import TraceReader, TraceWriter, write_manifest
 from zen_analysis.config import CaptureConfig, ModelConfig
-from zen_analysis.train.model import build_model, lm_loss
+from zen_analysis.workload.model import build_model, lm_loss
 
 import pytest
 

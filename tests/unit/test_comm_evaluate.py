@@ -8,7 +8,7 @@ from zen_analysis.capture.traces import SparseGrad, TraceWriter, write_manifest
 from zen_analysis.comm import build_scheme
 from zen_analysis.comm.evaluate import best_scheme, evaluate
 from zen_analysis.comm.calibrate import preset
-from zen_analysis.comm.topology import Topology
+from zen_analysis.wire.topology import Topology
 
 W, N = 4, 4096
 

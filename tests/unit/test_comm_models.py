@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from zen_analysis.comm import build_scheme
-from zen_analysis.comm.cost import t_agsparse, t_allreduce, t_bp, t_hc
+from zen_analysis.wire.cost import t_agsparse, t_allreduce, t_bp, t_hc
 from zen_analysis.comm.formats import hash_partitions, pack_bits, unpack_bits
 from zen_analysis.comm.calibrate import preset
-from zen_analysis.comm.topology import PRESETS, Topology
+from zen_analysis.wire.topology import PRESETS, Topology
 from zen_analysis.zen import owner
 
 N_RANKS, M, K = 8, 80_000, 8_000  # K non-zeros per rank: density 0.1, spread evenly over the 8 ranges

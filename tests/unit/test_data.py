@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from zen_analysis.config import DataConfig
-from zen_analysis.train.corpus import load_corpus
-from zen_analysis.train.data import TokenData, prepare
+from zen_analysis.workload.corpus import load_corpus
+from zen_analysis.workload.data import TokenData, prepare
 
 SMALL = DataConfig(source="stdlib", max_bytes=300_000, vocab_size=512)
 
@@ -43,7 +43,7 @@ def test_hub_dataset_offline_fails_fast_with_advice():
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     code = (
         "from zen_analysis.config import DataConfig\n"
-        "from zen_analysis.train.corpus import load_corpus\n"
+        "from zen_analysis.workload.corpus import load_corpus\n"
         "try:\n"
         "    load_corpus(DataConfig(source='hub', hub_dataset='wikitext', hub_config='wikitext-2-raw-v1'))\n"
         "except ValueError as e:\n"

@@ -109,7 +109,7 @@ def test_unknown_sync_scheme_is_rejected_by_the_config_before_any_rank_starts():
 
 def test_the_config_list_of_schemes_is_the_registries():
     from zen_analysis.local_sgd import METHODS
-    from zen_analysis.sync.registry import SPARSE_SCHEMES, SYNCS
+    from zen_analysis.train.registry import SPARSE_SCHEMES, SYNCS
 
     assert set(SYNC_SCHEMES) == {*SYNCS, *SPARSE_SCHEMES, "auto", *METHODS}
     assert set(SPARSE_SCHEMES) | {"allreduce"} == set(SCHEMES)

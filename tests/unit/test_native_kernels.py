@@ -127,7 +127,7 @@ def test_extract_is_nonzero_and_gather(n, density):
     ref = torch.nonzero(x, as_tuple=True)[0]
     assert torch.equal(idx, ref) and torch.equal(val.nan_to_num(7.0), x[ref].nan_to_num(7.0))
     for servers in (1, 3, 4):  # the fused extraction + bucketing: the torch grouping, packed
-        from zen_analysis.comm.coo import pack_coo
+        from zen_analysis.wire.coo import pack_coo
         from zen_analysis.zen.hierarchical import bucket_reference
 
         sets = static_sets(max(n, 1), servers, 5)
@@ -250,7 +250,7 @@ def test_workspaces_are_reused_per_name_and_shrink():
 def test_extract_pack_takes_the_static_sets_and_refuses_foreign_ones():
     """``extract_pack`` takes the StaticSets of (numel, n, seed) and refuses a set built for another world size,
     seed or tensor size (a foreign position table would send every entry to the wrong bit, silently)."""
-    from zen_analysis.comm.coo import pack_coo
+    from zen_analysis.wire.coo import pack_coo
     from zen_analysis.zen.hierarchical import bucket_reference
 
     gen = torch.Generator().manual_seed(3)

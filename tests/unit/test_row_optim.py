@@ -4,7 +4,7 @@ import re
 import pytest
 import torch
 
-from zen_analysis.comm.rows import nonzero_rows
+from zen_analysis.wire.rows import nonzero_rows
 from zen_analysis.train.optim import LazyRowAdamW
 
 STATE_KEYS = ("step", "exp_avg", "exp_avg_sq")

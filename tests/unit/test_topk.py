@@ -2,7 +2,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zen_analysis.sparsity.topk import TopKCompressor
+from zen_analysis.capture.topk import TopKCompressor
 
 
 def make(**kw):

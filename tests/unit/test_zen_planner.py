@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from zen_analysis.comm.topology import PRESETS, Topology
-from zen_analysis.zen.planner import Planner
+from zen_analysis.wire.topology import PRESETS, Topology
+from zen_analysis.sync.planner import Planner
 
 
 @pytest.fixture(autouse=True)

@@ -36,10 +36,10 @@ import torch.distributed as dist
 from torch import nn
 
 from zen_analysis.capture.buckets import Bucket, ddp_buckets
-from zen_analysis.sparsity.topk import TopKCompressor
+from zen_analysis.capture.topk import TopKCompressor
 from zen_analysis.capture.traces import SparseGrad, TraceWriter
 from zen_analysis.config import CaptureConfig
-from zen_analysis.train.model import input_embedding_name
+from zen_analysis.workload.model import input_embedding_name
 
 
 def match_tensors(model: nn.Module, patterns: tuple[str, ...]) -> list[str]:

@@ -4,7 +4,7 @@
 and ``traffic`` (the bytes ``run`` moves, computed from index sets alone).
 
 The registry is imported lazily: the ``zen`` scheme runs :mod:`zen_analysis.zen.sync`, which itself builds on
-:mod:`zen_analysis.comm.exchange`, so importing the exchange must not pull in the schemes.
+:mod:`zen_analysis.wire.exchange`, so importing the exchange must not pull in the schemes.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ schemes themselves on forked gloo ranks (:func:`zen_analysis.comm.measure.measur
 regressing the measured phases on the model's calls and bytes (:func:`fit_links`, :func:`fit_local_work`). It is
 stored in ``data/calibration/local-<n>.json`` (loopback) or ``netlab-<n>.json`` (inside the emulated network).
 :func:`local`, :func:`netlab` and :func:`preset` return topologies, calibrating on first use; the topology itself
-(:class:`~zen_analysis.comm.topology.Topology`, the paper's presets) is plain data and runs nothing.
+(:class:`~zen_analysis.wire.topology.Topology`, the paper's presets) is plain data and runs nothing.
 
 Why the schemes and not each primitive timed alone: on this project's 2-core machine a primitive timed in a tight
 loop priced a call 2-3x cheaper at 4 ranks than it costs inside a scheme's call sequence (a gloo call takes
@@ -25,10 +25,10 @@ import pandas as pd
 from zen_analysis import paths
 from zen_analysis.atomic import atomic_write_json
 from zen_analysis.comm import SCHEMES, build_scheme
-from zen_analysis.comm.cost import phase_features
+from zen_analysis.wire.cost import phase_features
 from zen_analysis.comm.measure import measure
-from zen_analysis.comm.topology import GBPS, PRESETS, Topology, load
-from zen_analysis.dist.netlab import TCP_PAYLOAD_FRACTION, available
+from zen_analysis.wire.topology import GBPS, PRESETS, Topology, load
+from zen_analysis.ranks.netlab import TCP_PAYLOAD_FRACTION, available
 from zen_analysis.sparsity.synthetic import synthetic_index_sets
 
 
@@ -56,7 +56,7 @@ def calibrate(
     """Fit each primitive's alpha and bandwidth from the schemes themselves, run on synthetic index sets
     (skew 1, overlap 0.3, three densities) — so per-call costs that only show inside a scheme's call sequence
     (waking ranks that idled through local work, scheduler ticks on a shared CPU) are in alpha. For every
-    measured (scheme, phase) the model's slowest-rank calls and bytes (:func:`~zen_analysis.comm.cost.phase_features`)
+    measured (scheme, phase) the model's slowest-rank calls and bytes (:func:`~zen_analysis.wire.cost.phase_features`)
     are regressed on its mean wire time, per primitive, on relative error. The fit never sees the workload
     it is later checked on (captured traces). The same runs fit each scheme's local-work costs
     (:func:`fit_local_work`: per dense element scanned, byte moved, non-zero
@@ -166,9 +166,9 @@ def local(num_ranks: int = 2, *, recalibrate: bool = False) -> Topology:
 
 
 def netlab(num_ranks: int, bandwidth_gbps: float, *, ranks_per_node: int = 1, recalibrate: bool = False) -> Topology:
-    """Ranks behind the emulated network's links (:mod:`zen_analysis.dist.netlab`), ``bandwidth_gbps`` each way.
+    """Ranks behind the emulated network's links (:mod:`zen_analysis.ranks.netlab`), ``bandwidth_gbps`` each way.
 
-    Bandwidth as configured, in TCP payload (:data:`~zen_analysis.dist.netlab.TCP_PAYLOAD_FRACTION` of the
+    Bandwidth as configured, in TCP payload (:data:`~zen_analysis.ranks.netlab.TCP_PAYLOAD_FRACTION` of the
     rate); per-call costs (alpha per primitive) and local work fitted inside a lab of ``num_ranks`` single-rank
     nodes at 1 Gbit/s (:func:`calibrate`; stored as ``netlab-<n>.json``,
     calibrated on first use) and used at every rate: a token bucket adds no latency, so a call's fixed cost is

@@ -20,10 +20,10 @@ import pyarrow as pa
 import torch
 
 from zen_analysis.capture.traces import TraceReader
-from zen_analysis.comm.cost import phase_times
+from zen_analysis.wire.cost import phase_times
 from zen_analysis.comm.schemes import SCHEMES, build_scheme
 from zen_analysis.comm.calibrate import preset
-from zen_analysis.comm.topology import Topology
+from zen_analysis.wire.topology import Topology
 from zen_analysis.derived import (
     read_stamp,
     read_table,

@@ -30,7 +30,7 @@ def wire_sizes(indices: torch.Tensor, numel: int, *, num_partitions: int = 16, b
     * ``hash_bitmap``: Zen's pull, each server's bitmap over its static hash set S_p plus the values — numel / 8
       bytes of bitmaps whatever n (these are the sizes ``zen`` puts on the wire).
     """
-    from zen_analysis.comm.coo import index_bytes
+    from zen_analysis.wire.coo import index_bytes
 
     idx = torch.as_tensor(indices).long()
     nnz = idx.numel()

@@ -24,8 +24,8 @@ import torch
 
 from zen_analysis.comm import SCHEMES
 from zen_analysis.derived import write_table
-from zen_analysis.dist.netlab import NetLab
-from zen_analysis.dist.procs import fork_launch
+from zen_analysis.ranks.netlab import NetLab
+from zen_analysis.ranks.procs import fork_launch
 
 
 def _replay(rank: int, world: int, sets: list, values: list | None, numel: int, repeats: int, names: list[str],
@@ -94,7 +94,7 @@ def measure(
     collective calls and barriers; no bytes), phase ``total`` a whole run end to end as training runs it (no
     sync before each collective; ranks aligned by a barrier before each repeat), their seconds in the wire
     columns (``end_to_end=False`` skips those repeats). ``bandwidth_gbps``: the ranks run in the emulated
-    network (:class:`~zen_analysis.dist.netlab.NetLab`), each behind a link of that rate."""
+    network (:class:`~zen_analysis.ranks.netlab.NetLab`), each behind a link of that rate."""
     world = len(index_sets)
     names = list(schemes or SCHEMES)
     sets = [torch.as_tensor(s, dtype=torch.long) for s in index_sets]

@@ -7,7 +7,7 @@ from dataclasses import dataclass, fields
 DATA_SOURCES = ("stdlib", "files", "hub", "criteo-synth")
 TOKENIZERS = ("bpe", "words")
 CTR_SOURCES = ("criteo-synth",)
-"""Sources of click-through-rate samples (``zen_analysis.train.ctr``) rather than text: ``model.arch=deepfm`` data."""
+"""Sources of click-through-rate samples (``zen_analysis.workload.ctr``) rather than text: ``model.arch=deepfm`` data."""
 CTR_FIELD_ORDERS = ("cardinality", "criteo")
 
 
@@ -16,7 +16,7 @@ class DataConfig:
     source: str = "stdlib"
     """``stdlib`` (the running interpreter's standard-library .py files, offline), ``files`` or ``hub``: text for the
     language models; ``criteo-synth``: Criteo-like click-through-rate samples generated offline for DeepFM
-    (``zen_analysis.train.ctr``; the ``ctr_*`` fields below, and none of the text fields, apply to it)."""
+    (``zen_analysis.workload.ctr``; the ``ctr_*`` fields below, and none of the text fields, apply to it)."""
     files: tuple[str, ...] = ()
     """With source=files: text files or directories (all files below a directory are read)."""
     hub_dataset: str = ""
@@ -53,7 +53,7 @@ class DataConfig:
     ctr_field_order: str = "cardinality"
     """``criteo-synth``: how the 26 fields follow one another in the id space: ``cardinality`` (smallest field first)
     or ``criteo`` (C1..C26). The samples and labels are the same; only the ids' layout, and so the skew across
-    contiguous partitions of the embedding, differs (see ``zen_analysis.train.ctr``)."""
+    contiguous partitions of the embedding, differs (see ``zen_analysis.workload.ctr``)."""
     ctr_seed: int = 0
     """``criteo-synth``: seed of the generator (the ids, dense features, teacher model and labels)."""
 

@@ -25,7 +25,7 @@ class DistConfig:
     """torchrun only: the endpoint's port; 0 picks a free one. torchrun's c10d store listens on it on every
     interface (as torchrun always does)."""
     network: str = "loopback"
-    """``netlab``: the ranks run in the emulated network (:mod:`zen_analysis.dist.netlab`, root only), each lab node
+    """``netlab``: the ranks run in the emulated network (:mod:`zen_analysis.ranks.netlab`, root only), each lab node
     behind a link of ``bandwidth_gbps``; the lab is built for the launch and removed after it. Changes time, not
     numbers."""
     bandwidth_gbps: float = 1.0

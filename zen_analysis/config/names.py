@@ -24,7 +24,7 @@ class SchemeName(enum.StrEnum):
 
 
 class PlannerName(enum.StrEnum):
-    """``auto``: Zen's planner picks one of the schemes per tensor after profiling (``zen_analysis.zen.planner``)."""
+    """``auto``: Zen's planner picks one of the schemes per tensor after profiling (``zen_analysis.sync.planner``)."""
 
     AUTO = "auto"
 
@@ -45,4 +45,4 @@ METHODS: tuple[str, ...] = tuple(m.value for m in MethodName)
 
 SYNC_SCHEMES: tuple[str, ...] = tuple(n.value for n in (*SchemeName, *PlannerName, *MethodName))
 """Every ``sync.scheme`` (checked here, before any rank starts; a test keeps it equal to the registries in
-``sync.registry``, ``comm.schemes`` and ``local_sgd``)."""
+``train.registry``, ``comm.schemes`` and ``local_sgd``)."""

@@ -1,4 +1,4 @@
-"""``sync``: how gradients are synchronised (``zen_analysis.sync.registry.build_sync`` turns it into the loop's
+"""``sync``: how gradients are synchronised (``zen_analysis.train.registry.build_sync`` turns it into the loop's
 sync object)."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ class SyncConfig:
     """Gradient synchronization plugged into the training loop: ``allreduce`` (dense) or a sparse scheme for
     the input embedding's gradient (``zen``, ``bp_coo``, ``agsparse``, ``sparcml``, ``omnireduce``,
     ``sparse_ps``; see ``zen_analysis.sync``), or ``auto``: Zen's planner picks zen, sparcml or dense
-    all-reduce after profiling (``zen_analysis.zen.planner``). A local SGD method (``post_local_sgd``,
+    all-reduce after profiling (``zen_analysis.sync.planner``). A local SGD method (``post_local_sgd``,
     ``diloco``, ``edit``, ``a_edit``) is set up by the ``local_sgd`` section. The names: ``config.names``."""
     bucket_mb: float = 25.0
     """Dense gradients are flattened into buckets of about this size per collective."""
@@ -57,7 +57,7 @@ class SyncConfig:
     """The dtype gradients are summed in: ``model`` (their own), or ``bfloat16`` / ``float16``: cast before the sum
     and back after, every scheme and dense all-reduce alike (DDP's ``bf16_compress_hook``; LLM training's usual
     wire format): half the value bytes of a float32 model. Lossy as the cast is (a sum is rounded once where a rank
-    adds, :mod:`zen_analysis.comm.dtypes`; top-k's error feedback keeps the rounding rest)."""
+    adds, :mod:`zen_analysis.wire.dtypes`; top-k's error feedback keeps the rounding rest)."""
     zen_cache_mb: float = 256.0
     """Zen's static hash sets (with their position tables and accumulators) kept per process, least recently
     used dropped first (``zen.bitmap.set_cache_limit``; the set in use is always kept): 8 + 4 / world bytes per

@@ -12,7 +12,7 @@ def method_run(base, method: str, *, tag: str = "", progress: bool = False, **se
     ``perturb.straggler=consistent``); returns the run summary plus ``metrics`` (rank 0's per-step rows)."""
     from zen_analysis import paths
     from zen_analysis.config import apply_overrides
-    from zen_analysis.dist.launch import launch
+    from zen_analysis.runs.launch import launch
 
     cfg = copy.deepcopy(base)
     cfg.run_id = f"{base.name}-{method}{'-' + tag if tag else ''}"

@@ -1,4 +1,4 @@
-"""Experiments measured on the emulated network (:mod:`zen_analysis.dist.netlab`): every rank behind a shaped link.
+"""Experiments measured on the emulated network (:mod:`zen_analysis.ranks.netlab`): every rank behind a shaped link.
 
 * :func:`scheme_sweep`: the measured Fig. 15 — every scheme replaying a run's captured tensors (natural and top-k)
   at several rank counts and link rates; per scheme the end-to-end time (median over repeats of the slowest
@@ -97,7 +97,7 @@ def training_sweep(
     other parts (:data:`PARTS`; ``rest_s``: the medians of :data:`REST` added), tokens/s at the median step, and the
     per-step losses and step times."""
     from zen_analysis.config import apply_overrides
-    from zen_analysis.dist.launch import launch
+    from zen_analysis.runs.launch import launch
 
     rows = []
     for gbps in bandwidths:
@@ -166,7 +166,7 @@ def ddp_script_sweep(
     progress: bool = True,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The example DDP script per variant and link rate (``None``: loopback, one ``torchrun --standalone``; a rate:
-    one torchrun per lab node, :func:`~zen_analysis.dist.procs.run_in_lab`), ``rounds`` times interleaved. One row
+    one torchrun per lab node, :func:`~zen_analysis.ranks.procs.run_in_lab`), ``rounds`` times interleaved. One row
     per (network, variant): rank 0's median step time and bytes per step (the hooks' measured sparse bytes + the
     dense all-reduces' ring volume) after ``warmup`` steps, the sum's seconds and the part backward waited for
     (top-k), and the largest per-step loss difference from stock DDP's (natural: float noise only). Returns that
@@ -176,7 +176,7 @@ def ddp_script_sweep(
     import sys
     import tempfile
 
-    from zen_analysis.dist.procs import run_in_lab
+    from zen_analysis.ranks.procs import run_in_lab
 
     unknown = set(variants) - set(DDP_VARIANTS)
     if unknown:
@@ -230,7 +230,7 @@ def _node_replay(rank: int, world: int, sets: list, numel: int, ranks_per_node: 
     import torch
     import torch.distributed as dist
 
-    from zen_analysis.comm.exchange import Exchange
+    from zen_analysis.wire.exchange import Exchange
     from zen_analysis.zen.sync import NodeGroups, zen_sum, zen_sum_hierarchical
 
     gen = torch.Generator().manual_seed(rank)
@@ -279,8 +279,8 @@ def node_comparison(
     one row per method with the median over repeats of the slowest rank, the speedup over all-reduce and whether
     every rank's result equals ``all_reduce`` bit for bit."""
     from zen_analysis.capture.traces import TraceReader
-    from zen_analysis.dist.netlab import NetLab
-    from zen_analysis.dist.procs import fork_launch
+    from zen_analysis.ranks.netlab import NetLab
+    from zen_analysis.ranks.procs import fork_launch
 
     reader = TraceReader(run)
     tensors = reader.manifest["tensors"]
@@ -307,7 +307,7 @@ def loopback_twins(run_ids: Sequence[str], *, progress: bool = False) -> pd.Data
     largest difference."""
     from zen_analysis import paths
     from zen_analysis.config import ExperimentConfig
-    from zen_analysis.dist.launch import launch
+    from zen_analysis.runs.launch import launch
 
     rows = []
     for run_id in run_ids:

@@ -43,7 +43,7 @@ def parity_runs(cfg, *, variants: Sequence[str] = tuple(VARIANTS), reuse: bool =
     import json
 
     from zen_analysis import paths
-    from zen_analysis.dist.launch import launch
+    from zen_analysis.runs.launch import launch
 
     frames, summaries = [], {}
     for name in variants:

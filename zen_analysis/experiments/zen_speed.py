@@ -115,7 +115,7 @@ def speed_table(
     :data:`VARIANTS` (those whose scheme is in ``schemes``)."""
     from zen_analysis.comm import build_scheme
     from zen_analysis.comm.calibrate import local
-    from zen_analysis.dist.procs import fork_launch
+    from zen_analysis.ranks.procs import fork_launch
     from zen_analysis.sparsity.synthetic import synthetic_index_sets
 
     topo = local(ranks) if model else None

@@ -31,7 +31,7 @@ def loss_curve(metrics: pd.DataFrame, *, ax: plt.Axes | None = None, label: str 
 
 def live_view(rows: list[dict], *, title: str = "", final: dict | None = None) -> plt.Figure:
     """What :class:`LiveLoss` draws: the loss curve and each step's throughput (tokens/s over all ranks)."""
-    from zen_analysis.dist.observe import tokens_per_s
+    from zen_analysis.runs.observe import tokens_per_s
 
     style.apply()
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.5), width_ratios=(3, 2))
@@ -54,10 +54,10 @@ class LiveLoss:
     redrawn at most every ``every_s`` seconds as steps complete and once more when the run ends (the launcher
     calls :meth:`finish`: the final validation loss, or what stopped the run). ``forward`` also sends every
     number on to ``fn(name, value, step)``, e.g. TensorBoard's ``SummaryWriter.add_scalar``
-    (:func:`zen_analysis.dist.observe.forward`)."""
+    (:func:`zen_analysis.runs.observe.forward`)."""
 
     def __init__(self, *, every_s: float = 1.0, forward=None) -> None:
-        from zen_analysis.dist.observe import forward as forwarder
+        from zen_analysis.runs.observe import forward as forwarder
 
         self.rows: list[dict] = []
         self.every_s = every_s

@@ -5,7 +5,7 @@ of every step; after it every rank holds the same averaged gradient. :class:`Gra
 counter the loop reads; the default, :class:`DenseAllReduce`, is what DDP does: broadcast rank 0's parameters
 once, then all-reduce flattened gradient buckets. The sparse syncs (:mod:`zen_analysis.sync.sparse`,
 :mod:`zen_analysis.sync.compressed`) and local SGD (:mod:`zen_analysis.local_sgd`) derive from it;
-:func:`zen_analysis.sync.registry.build_sync` is the one place a configured name becomes a sync.
+:func:`zen_analysis.train.registry.build_sync` is the one place a configured name becomes a sync.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import torch.distributed as dist
 from torch import nn
 
 from zen_analysis.capture.buckets import bucket_parameters
-from zen_analysis.comm.dtypes import on_wire
-from zen_analysis.comm.exchange import ring_volume
-from zen_analysis.comm.rows import sparse_rows
+from zen_analysis.wire.dtypes import on_wire
+from zen_analysis.wire.exchange import ring_volume
+from zen_analysis.wire.rows import sparse_rows
 
 
 class GradSync:

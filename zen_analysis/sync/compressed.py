@@ -17,7 +17,7 @@ import torch.distributed as dist
 from torch import nn
 
 from zen_analysis.comm import build_scheme
-from zen_analysis.sparsity.topk import TopKCompressor
+from zen_analysis.capture.topk import TopKCompressor
 from zen_analysis.sync.base import DenseAllReduce, GradSync, ReadyBuckets, flatten_grads, unflatten_into_grads
 
 THRESHOLDS = ("local", "global")

@@ -34,8 +34,8 @@ import torch.distributed as dist
 from torch import nn
 
 from zen_analysis.comm import build_scheme
-from zen_analysis.comm.exchange import ring_bytes_sent
-from zen_analysis.comm.rows import nonzero_rows, sparse_rows
+from zen_analysis.wire.exchange import ring_bytes_sent
+from zen_analysis.wire.rows import nonzero_rows, sparse_rows
 from zen_analysis.sync.compressed import HookState, Stats, bucket_key, compress_and_sum
 from zen_analysis.zen.bitmap import cache_limit, set_cache_limit
 
@@ -83,7 +83,7 @@ class NaturalState(Stats):
     """``rows``: a table's gradient summed by rows (one index and ``dim`` values per row touched); ``elements``: one
     index per non-zero element."""
     dense_bytes_sent: int = 0
-    """Bytes of the stock all-reduces (ring volume, :func:`~zen_analysis.comm.exchange.ring_bytes_sent`)."""
+    """Bytes of the stock all-reduces (ring volume, :func:`~zen_analysis.wire.exchange.ring_bytes_sent`)."""
     sparse_buckets: int = 0
     dense_buckets: int = 0
     names: dict = field(default_factory=dict, repr=False)
@@ -251,11 +251,11 @@ def register(ddp_model: nn.Module, *, mode: str = "natural", scheme: str = "zen"
 
     The hook sums over the DDP model's own process group (``DDP(..., process_group=pg)``; :func:`model_group`);
     ``group``, if given, must span the same ranks. Gradients are summed in their own dtype (a bf16 model's values
-    travel at 2 bytes; :mod:`zen_analysis.comm.dtypes`).
+    travel at 2 bytes; :mod:`zen_analysis.wire.dtypes`).
 
     ``mode="natural"``: the gradients of ``params`` (default :func:`sparse_parameters`: the untied embeddings, dense
     or ``sparse=True``) are summed losslessly by ``scheme``, everything else by DDP's own all-reduce; a 2-D table by
-    rows (``granularity="rows"``, :mod:`zen_analysis.comm.rows`) or by elements (``"elements"``).
+    rows (``granularity="rows"``, :mod:`zen_analysis.wire.rows`) or by elements (``"elements"``).
     ``mode="topk"``: DGC top-``ratio`` of every bucket with error feedback per parameter, then ``scheme`` (lossy as
     the sparsifier is; :func:`comm_hook`); ``threshold="local" | "global"``; ``overlap=True`` sums on a worker
     thread while backward goes on (creates a process group: call ``register`` on every rank).

@@ -2,7 +2,7 @@
 section 5: the sparse path carries the embedding only), every other gradient by the dense baseline.
 
 By rows (``granularity="rows"``, the default): the gradient's index space is the embedding's rows and each entry a
-row of ``dim`` values (:mod:`zen_analysis.comm.rows`), the rows being the token ids this rank's forward passes
+row of ``dim`` values (:mod:`zen_analysis.wire.rows`), the rows being the token ids this rank's forward passes
 looked up this step (``row_source="ids"``, a forward pre-hook on the embedding) or those a row-wise pass finds
 (``"scan"``); a ``sparse=True`` embedding's gradient gives its rows itself and stays sparse. By elements: one index
 per non-zero element, found by a pass over the whole gradient (the paper's COO view)."""
@@ -14,11 +14,11 @@ import torch.distributed as dist
 from torch import nn
 
 from zen_analysis.comm import build_scheme
-from zen_analysis.comm.dtypes import on_wire
-from zen_analysis.comm.exchange import Exchange
-from zen_analysis.comm.rows import nonzero_rows, sparse_rows
+from zen_analysis.wire.dtypes import on_wire
+from zen_analysis.wire.exchange import Exchange
+from zen_analysis.wire.rows import nonzero_rows, sparse_rows
 from zen_analysis.sync.base import DenseAllReduce, GradSync
-from zen_analysis.train.model import input_embedding_name
+from zen_analysis.workload.model import input_embedding_name
 from zen_analysis.zen.sync import NodeGroups, zen_sum_hierarchical
 
 
@@ -71,7 +71,7 @@ class SparseSync(GradSync):
         self.name = scheme
         self.options = options
         self.planner = planner
-        """With ``scheme="auto"``: a :class:`zen_analysis.zen.planner.Planner`; the embedding goes through dense
+        """With ``scheme="auto"``: a :class:`zen_analysis.sync.planner.Planner`; the embedding goes through dense
         all-reduce while it profiles, then through the scheme it picks (``decisions``)."""
         self.scheme = build_scheme("allreduce" if scheme == "auto" else scheme, **({} if scheme == "auto" else options))
         self.gpus_per_node = gpus_per_node

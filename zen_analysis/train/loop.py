@@ -32,15 +32,15 @@ from zen_analysis.atomic import atomic_path, atomic_write_json
 from zen_analysis.capture.hooks import GradientCapture
 from zen_analysis.capture.traces import TraceWriter, write_manifest
 from zen_analysis.config import ExperimentConfig
-from zen_analysis.dist import env
-from zen_analysis.dist.env import RankInfo
-from zen_analysis.train.ctr import CTRData
-from zen_analysis.train.data import TokenData, open_data, prepared_for_run
-from zen_analysis.train.model import build_model, input_embedding_name, model_loss, to_device
+from zen_analysis.ranks import env
+from zen_analysis.ranks.env import RankInfo
+from zen_analysis.workload.ctr import CTRData
+from zen_analysis.workload.data import TokenData, open_data, prepared_for_run
+from zen_analysis.workload.model import build_model, input_embedding_name, model_loss, to_device
 from zen_analysis.train.optim import LazyRowAdamW, clip_grad_norm_by_rows, embedding_rows
 from zen_analysis.train.perturb import network_delay, network_seconds, spiked, straggler
 from zen_analysis.sync.base import GradSync
-from zen_analysis.sync.registry import build_sync
+from zen_analysis.train.registry import build_sync
 
 
 def lr_at(cfg: ExperimentConfig, step: int) -> float:

@@ -1,6 +1,6 @@
 """Lazy row updates for embedding tables: :class:`LazyRowAdamW` steps only the rows of a (V, D) table that received
 a gradient this step, the semantics of ``torch.optim.SparseAdam`` and TF Addons' ``LazyAdam`` that recommendation
-trainers use; :func:`zen_analysis.comm.rows.nonzero_rows` finds those rows from a dense or sparse gradient.
+trainers use; :func:`zen_analysis.wire.rows.nonzero_rows` finds those rows from a dense or sparse gradient.
 
 Why lazy: with V in the tens of thousands and a few hundred ids per batch, a dense AdamW step reads and writes the
 whole table and both moments every step, and its decoupled weight decay shrinks every row, trained or not. The lazy
@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 import torch
 from torch.optim.adamw import adamw
 
-from zen_analysis.comm.rows import row_mask, sparse_rows
+from zen_analysis.wire.rows import row_mask, sparse_rows
 
 __all__ = ["LazyRowAdamW", "clip_grad_norm_by_rows", "embedding_rows"]
 
@@ -58,7 +58,7 @@ class LazyRowAdamW(torch.optim.Optimizer):
     When every row is touched in every step, parameters and state are bit-identical to
     ``torch.optim.AdamW(..., foreach=False)`` with the same hyperparameters.
 
-    Gradients may be dense (rows found by one row-wise pass, :func:`~zen_analysis.comm.rows.row_mask`) or sparse COO from ``nn.Embedding(sparse=True)``
+    Gradients may be dense (rows found by one row-wise pass, :func:`~zen_analysis.wire.rows.row_mask`) or sparse COO from ``nn.Embedding(sparse=True)``
     (coalesced; its indices are the rows). State per parameter, as AdamW's: ``step`` (a scalar float32 tensor on
     the CPU; float64 when that is torch's default dtype), ``exp_avg`` and ``exp_avg_sq`` (dense, V x D).
     """

@@ -11,9 +11,9 @@ import time
 
 import torch
 
-from zen_analysis.comm.exchange import ring_volume
+from zen_analysis.wire.exchange import ring_volume
 from zen_analysis.config import ExperimentConfig
-from zen_analysis.dist.env import RankInfo
+from zen_analysis.ranks.env import RankInfo
 
 
 def spike_step(p, step: int) -> bool:

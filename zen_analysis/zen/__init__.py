@@ -5,8 +5,10 @@
   reference); :mod:`~zen_analysis.zen.native` — its compiled CPU kernel (built on first use, ctypes);
 * :mod:`~zen_analysis.zen.bitmap` — the hash bitmap: static hash sets S_p, lossless pull encoding;
 * :mod:`~zen_analysis.zen.sync` — ``zen_sum``, push + aggregate + pull on any process group (the ``zen`` scheme
-  of :mod:`zen_analysis.comm` and ``sync.scheme=zen`` in training run it);
-* :mod:`~zen_analysis.zen.planner` — the planner choosing Balanced Parallelism, Hierarchical Centralization or dense.
+  of :mod:`zen_analysis.comm` and ``sync.scheme=zen`` in training run it).
+
+Zen's planner, choosing Balanced Parallelism, Hierarchical Centralization or dense per tensor, sits above the
+schemes it chooses among: :mod:`zen_analysis.sync.planner`.
 
 The experiments on Zen (parity, Theorem 2, the Fig. 16 hashing cost, the speed benchmark) are in
 :mod:`zen_analysis.experiments`.

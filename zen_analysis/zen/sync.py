@@ -33,7 +33,7 @@ but two threads' collectives on one group would interleave anyway). A rank whose
 -0.0 where no rank has a non-zero keeps its -0.0 (``all_reduce`` gives +0.0): equal, not bitwise identical.
 
 The result equals ``all_reduce`` of the dense tensors (bit for bit on integer-valued inputs). Byte and call
-accounting goes through :class:`~zen_analysis.comm.exchange.Exchange`, so the ``zen`` scheme's traffic model
+accounting goes through :class:`~zen_analysis.wire.exchange.Exchange`, so the ``zen`` scheme's traffic model
 covers it; local steps are timed under ``ex.local_seconds`` (extract, hash — on the CPU one fused step,
 extract+pack — aggregate (with the encode), decode, scatter).
 """
@@ -43,9 +43,9 @@ from __future__ import annotations
 import torch
 
 from zen_analysis import workspace
-from zen_analysis.comm.dtypes import accumulate_dtype
-from zen_analysis.comm.coo import coo_words, pack_coo, sum_by_index, unpack_coo
-from zen_analysis.comm.exchange import Exchange
+from zen_analysis.wire.dtypes import accumulate_dtype
+from zen_analysis.wire.coo import coo_words, pack_coo, sum_by_index, unpack_coo
+from zen_analysis.wire.exchange import Exchange
 from zen_analysis.zen import native
 from zen_analysis.zen.bitmap import StaticSets, bits_at, popcounts, set_positions, static_sets
 from zen_analysis.zen.hierarchical import _hierarchical_hash, bucket_reference
@@ -124,7 +124,7 @@ def aggregate_encode(got: torch.Tensor, sets: StaticSets, p: int, recv_W: torch.
     block by block in a cache-sized accumulator: O(received + |S_p| / 8); otherwise (e.g. Algorithm 1's buckets)
     one compiled pass sets the bits and sums into a persistent |S_p| accumulator that the read-out leaves zeroed.
     Values other than float32 (``dtype``) take the torch path, summed in
-    :func:`~zen_analysis.comm.dtypes.accumulate_dtype` (fp16/bf16 in float32, rounded once)."""
+    :func:`~zen_analysis.wire.dtypes.accumulate_dtype` (fp16/bf16 in float32, rounded once)."""
     size = sets.sizes[p]
     nbytes = sets.byte_starts[p + 1] - sets.byte_starts[p]
     got = got.to(sets.order.device)  # the exchange's device (CUDA under NCCL) may differ from the input's
@@ -191,7 +191,7 @@ def _indices_of_bits(all_bits: torch.Tensor, sets: StaticSets) -> torch.Tensor:
 
 def zen_sum_rows(rows_K: torch.Tensor, values_KD: torch.Tensor, num_rows: int, ex: Exchange, *,
                  seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """Zen by rows (:mod:`zen_analysis.comm.rows`): the index space is the ``num_rows`` rows of a table and every
+    """Zen by rows (:mod:`zen_analysis.wire.rows`): the index space is the ``num_rows`` rows of a table and every
     entry a row of D values. Push: each of this rank's rows (sorted, distinct) to its server h0(row) mod n as its
     position in S_p and its D values (counts, then one ``all_to_all_single``); each server sums its rows (sorted
     by position: S_p order, in float32 for fp16/bf16, rounded once); pull: every server's hash bitmap over its S_p
@@ -308,7 +308,7 @@ def zen_sum_hierarchical(
         raise ValueError(f"node_sum must be one of {NODE_SUMS}, got {node_sum!r}")
     if node_sum == "sparse" or (node_sum == "auto" and x_N.device.type == "cpu"):
         return _hierarchical_sparse(x_N, groups, seed=seed, hashing=hashing, exchanges=exchanges)
-    from zen_analysis.comm.exchange import ring_chunk_sizes
+    from zen_analysis.wire.exchange import ring_chunk_sizes
 
     N, G = x_N.numel(), groups.gpus_per_node
     sizes = ring_chunk_sizes(N, G)

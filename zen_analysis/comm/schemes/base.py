@@ -3,9 +3,9 @@
 ``run(tensor, *, group)`` sums the ranks' dense tensors with real collectives and logs the bytes it passed to
 them and the calls it made per (phase, kind) in ``last_measured()``; ``traffic(index_sets, numel)`` predicts
 those bytes and calls for every rank from the ranks' non-zero index sets. Values travel at their dtype's width
-(:mod:`zen_analysis.comm.dtypes`: the dtype contract, what is summed in what precision), indices as int32 below
+(:mod:`zen_analysis.wire.dtypes`: the dtype contract, what is summed in what precision), indices as int32 below
 2**31 elements. Before summing, the ranks check that they agree on numel, dtype, scheme and hash seed
-(``check_ranks``); a disagreement raises :class:`~zen_analysis.comm.exchange.RanksDisagreeError` on every rank.
+(``check_ranks``); a disagreement raises :class:`~zen_analysis.wire.exchange.RanksDisagreeError` on every rank.
 
 Autograd: ``run`` bumps the tensor's version counter, as every in-place torch operation does, so autograd refuses
 a backward that would read a tensor saved for it and then summed in place (``dist.all_reduce`` does not bump it,
@@ -24,12 +24,12 @@ import pandas as pd
 import torch
 import torch.distributed as dist
 
-from zen_analysis.comm.cost import local_time, phase_times
-from zen_analysis.comm.dtypes import SUPPORTED, check_dtype, dtype_code, dtype_of_code, value_bytes
-from zen_analysis.comm.exchange import Exchange, RanksDisagreeError
-from zen_analysis.comm.rows import canonical_rows, nonzero_rows
-from zen_analysis.comm.topology import Topology
-from zen_analysis.comm.traffic import COLUMNS, Traffic
+from zen_analysis.wire.cost import local_time, phase_times
+from zen_analysis.wire.dtypes import SUPPORTED, check_dtype, dtype_code, dtype_of_code, value_bytes
+from zen_analysis.wire.exchange import Exchange, RanksDisagreeError
+from zen_analysis.wire.rows import canonical_rows, nonzero_rows
+from zen_analysis.wire.topology import Topology
+from zen_analysis.wire.traffic import COLUMNS, Traffic
 from zen_analysis.indices import as_index_tensor
 from zen_analysis.sparsity.metrics import index_set
 
@@ -59,7 +59,7 @@ class CommScheme(ABC):
         """Raise ``ValueError`` if this scheme cannot run on ``world`` ranks (default: any)."""
 
     def run(self, tensor: torch.Tensor, *, group: dist.ProcessGroup | None = None) -> torch.Tensor:
-        """The sum over ranks of ``tensor`` (any shape, a dtype of :data:`~zen_analysis.comm.dtypes.SUPPORTED`),
+        """The sum over ranks of ``tensor`` (any shape, a dtype of :data:`~zen_analysis.wire.dtypes.SUPPORTED`),
         **in place** like ``dist.all_reduce``, in the tensor's own dtype: afterwards ``tensor`` holds the sum,
         identical on every rank, and is returned. Pass a copy to keep the input.
 
@@ -81,7 +81,7 @@ class CommScheme(ABC):
 
     def sum_rows(self, rows_K: torch.Tensor, values_KD: torch.Tensor, num_rows: int, *,
                  group: dist.ProcessGroup | None = None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-        """The row-granular sum over ranks (:mod:`zen_analysis.comm.rows`): this rank passes the rows of a
+        """The row-granular sum over ranks (:mod:`zen_analysis.wire.rows`): this rank passes the rows of a
         ``num_rows`` x D table it holds (1-D integer rows; duplicates are summed) and their (K, D) values; returns
         (rows, values) of the sum, identical on every rank: every row some rank passed, each once, with its sum
         over ranks in the values' dtype (the union, in the scheme's order). Invalid rows raise ``ValueError`` on
@@ -187,7 +187,7 @@ class CommScheme(ABC):
              dtype: torch.dtype = torch.float32, width: int = 0) -> pd.DataFrame:  # fmt: skip
         """Modelled seconds per phase (alpha-beta on ``topology``) with the bottleneck rank of each phase, and a
         ``local`` row for the ranks' own work when ``topology`` is calibrated for this scheme's
-        (:func:`~zen_analysis.comm.cost.local_time`)."""
+        (:func:`~zen_analysis.wire.cost.local_time`)."""
         traffic = self.model(index_sets, numel, dtype=dtype, width=width)
         out = phase_times(traffic, topology)
         local = local_time(traffic, topology, self.name)

@@ -14,14 +14,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from zen_analysis.comm.coo import sum_by_index
-from zen_analysis.comm.dtypes import accumulate_dtype
-from zen_analysis.comm.exchange import Exchange
-from zen_analysis.comm.formats import bitmap_bytes, pack_bits, unpack_bits
+from zen_analysis.wire.coo import sum_by_index
+from zen_analysis.wire.dtypes import accumulate_dtype
+from zen_analysis.wire.exchange import Exchange
 from zen_analysis.comm.schemes.base import CommScheme
-from zen_analysis.comm.traffic import Traffic
+from zen_analysis.wire.traffic import Traffic
 from zen_analysis.sparsity.metrics import partition_of, union_of
-from zen_analysis.zen.bitmap import bits_at
+from zen_analysis.zen.bitmap import bitmap_bytes, bits_at, pack_bits, unpack_bits
 
 
 def _layout(numel: int, world: int, block: int) -> tuple[int, list[int]]:

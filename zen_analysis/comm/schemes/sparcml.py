@@ -17,11 +17,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from zen_analysis.comm.coo import index_bytes, index_dtype
-from zen_analysis.comm.exchange import Exchange
-from zen_analysis.comm.rows import nonzero_rows
+from zen_analysis.wire.coo import index_bytes, index_dtype
+from zen_analysis.wire.exchange import Exchange
+from zen_analysis.wire.rows import nonzero_rows
 from zen_analysis.comm.schemes.base import CommScheme, coo_of
-from zen_analysis.comm.traffic import Traffic
+from zen_analysis.wire.traffic import Traffic
 from zen_analysis.sparsity.metrics import union_sizes
 
 DENSE = -1

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import torch
 
-from zen_analysis.comm.exchange import Exchange
+from zen_analysis.wire.exchange import Exchange
 from zen_analysis.comm.schemes.base import CommScheme
 from zen_analysis.comm.schemes.owner import push_traffic
-from zen_analysis.comm.traffic import Traffic
+from zen_analysis.wire.traffic import Traffic
 from zen_analysis.zen.bitmap import bitmap_bytes, hash_partition_sizes
 from zen_analysis.zen.hashing import hash_owner
 from zen_analysis.zen.sync import HASHINGS, zen_sum, zen_sum_rows

@@ -18,7 +18,7 @@ No embedding row is a padding row (``pad_token_id=None``): OPT's and Gemma 2's c
 ids 0 and 1 are real tokens (0 is EOS), so such a row would understate the natural sparsity's density.
 
 DeepFM (Guo et al., IJCAI'17) is the paper's recommendation workload (on Criteo; here on
-:mod:`zen_analysis.train.ctr`'s synthetic data). Its natural-sparsity tensor is its one embedding table: each sample
+:mod:`zen_analysis.workload.ctr`'s synthetic data). Its natural-sparsity tensor is its one embedding table: each sample
 looks up one row per field, so the rows with a gradient are exactly the batch's ids.
 """
 

@@ -164,7 +164,7 @@ class NetLab:
         self.tag = secrets.token_hex(3)
         self.switch = f"zl-{self.tag}-sw"
         self._guard = subprocess.Popen(
-            [sys.executable, "-c", "import sys; sys.stdin.buffer.read(); from zen_analysis.dist.netlab import cleanup; "
+            [sys.executable, "-c", "import sys; sys.stdin.buffer.read(); from zen_analysis.ranks.netlab import cleanup; "
              "cleanup(sys.argv[1])", self.tag],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )  # fmt: skip

@@ -1,7 +1,7 @@
 """The COO wire format every sparse scheme packs: an index (int32 below 2**31 entries, as in the paper) and its
 values at their dtype's width, one entry after another, so one collective call carries both; and the sum of
-entries by index, how a rank adds what it received (:mod:`zen_analysis.comm.dtypes` says in what precision).
-An entry is an element (one value) or a row (``width`` values: :mod:`zen_analysis.comm.rows`)."""
+entries by index, how a rank adds what it received (:mod:`zen_analysis.wire.dtypes` says in what precision).
+An entry is an element (one value) or a row (``width`` values: :mod:`zen_analysis.wire.rows`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import math
 
 import torch
 
-from zen_analysis.comm.dtypes import accumulate_dtype, value_bytes
+from zen_analysis.wire.dtypes import accumulate_dtype, value_bytes
 
 
 def index_dtype(numel: int) -> torch.dtype:
@@ -78,7 +78,7 @@ def row_width(val_K: torch.Tensor) -> int:
 
 def sum_by_index(idx_K: torch.Tensor, val_K: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(distinct indices ascending, the sum of each one's values in ``val_K``'s dtype): added in
-    :func:`~zen_analysis.comm.dtypes.accumulate_dtype` in the entries' order (fp16/bf16 in float32, rounded once).
+    :func:`~zen_analysis.wire.dtypes.accumulate_dtype` in the entries' order (fp16/bf16 in float32, rounded once).
     ``val_K`` may be (K,) or rows (K, D)."""
     u_idx, inverse = torch.unique(idx_K, return_inverse=True)
     acc = accumulate_dtype(val_K.dtype)

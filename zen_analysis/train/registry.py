@@ -12,7 +12,7 @@ from zen_analysis.sync.base import DenseAllReduce, GradSync
 from zen_analysis.sync.compressed import CompressedSync
 from zen_analysis.sync.sparse import SparseSync
 from zen_analysis.zen.bitmap import set_cache_limit
-from zen_analysis.zen.planner import Planner
+from zen_analysis.sync.planner import Planner
 
 SYNCS = {"allreduce": DenseAllReduce}
 """Dense syncs by name; every other scheme of the registry is a sparse one."""

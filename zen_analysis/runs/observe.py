@@ -1,4 +1,4 @@
-"""Watching a launch while it runs: the ``on_metrics`` protocol of :func:`~zen_analysis.dist.launch.launch`.
+"""Watching a launch while it runs: the ``on_metrics`` protocol of :func:`~zen_analysis.runs.launch.launch`.
 
 An observer is a callable taking each batch of new rows of rank 0's ``metrics.jsonl`` (one dict per step: ``step``,
 ``loss``, ``step_s``, ``tokens``, ``val_loss`` on evaluation steps, ...). If it also has ``finish(summary, error)``,

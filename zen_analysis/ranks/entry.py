@@ -1,4 +1,4 @@
-"""The single rank entry: ``python -m zen_analysis.dist.entry --run-dir data/runs/<run_id>``.
+"""The single rank entry: ``python -m zen_analysis.ranks.entry --run-dir data/runs/<run_id>``.
 
 Fork children and torchrun processes both end up in :func:`run_rank`: read ``config.json`` and ``launch.json``
 from the run directory, send this rank's output to ``logs/rank{r}.log``, create the process group, run the
@@ -52,7 +52,7 @@ def is_timeout(text: str) -> bool:
 
 def run_rank(run_dir: Path, target: Callable[..., Any] | None = None) -> int:
     """Run one rank to completion; returns the process exit code (0 on success)."""
-    from zen_analysis.dist import env
+    from zen_analysis.ranks import env
 
     run_dir = Path(run_dir)
     rank = int(os.environ.get("RANK", "0"))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from zen_analysis.comm.coo import sum_by_index
+from zen_analysis.wire.coo import sum_by_index
 
 
 def nonzero_rows(grad_RD: torch.Tensor) -> torch.Tensor:

@@ -20,7 +20,7 @@ from typing import Any
 from zen_analysis import paths
 from zen_analysis.atomic import atomic_write_json, atomic_write_text
 from zen_analysis.config import ExperimentConfig
-from zen_analysis.dist.entry import DEFAULT_TARGET
+from zen_analysis.ranks.entry import DEFAULT_TARGET
 
 
 class RunInUseError(ValueError):
@@ -109,7 +109,7 @@ def claim_run(cfg: ExperimentConfig, *, overwrite: bool) -> RunLock:
 
 
 def write_run(cfg: ExperimentConfig, target: Callable[..., Any] | str | None, progress: bool) -> Path:
-    from zen_analysis.train.data import prepare
+    from zen_analysis.workload.data import prepare
 
     run_dir = paths.run_dir(cfg.run_id)
     atomic_write_text(run_dir / "config.json", cfg.to_json())
@@ -123,7 +123,7 @@ def prepare_run(
     cfg: ExperimentConfig, *, target: Callable[..., Any] | str | None = None, progress: bool = True, overwrite: bool = False
 ) -> Path:
     """Write the run directory (config.json, launch.json, data.json) and prepare the data, for ranks started by
-    hand (``torchrun ... -m zen_analysis.dist.entry --run-dir``).
+    hand (``torchrun ... -m zen_analysis.ranks.entry --run-dir``).
 
     The run id must be a name (``paths.check_run_id``); an existing run of that id is replaced only with
     ``overwrite`` and never while another launch holds it. The lock is released on return: the ranks you start

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import torch
 
-from zen_analysis.comm.cost import t_allreduce, t_bp, t_hc
+from zen_analysis.wire.cost import t_allreduce, t_bp, t_hc
 
 CANDIDATES = ("zen", "sparcml", "allreduce")
 

@@ -5,15 +5,15 @@ only read caches), then starts ``cfg.dist.num_ranks`` ranks:
 
 * CPU (gloo): forked children. Each one first calls ``torch.set_num_threads(1)`` (a fork after the parent used
   torch's thread pool deadlocks otherwise), asks the kernel to kill it if the parent dies (no orphans), and runs
-  :func:`zen_analysis.dist.entry.run_rank`. Fork, unlike spawn, also runs functions defined in a notebook.
-* GPU (NCCL): a ``torchrun`` subprocess running ``python -m zen_analysis.dist.entry`` (CUDA must never be
+  :func:`zen_analysis.ranks.entry.run_rank`. Fork, unlike spawn, also runs functions defined in a notebook.
+* GPU (NCCL): a ``torchrun`` subprocess running ``python -m zen_analysis.ranks.entry`` (CUDA must never be
   initialised in a process that forks). Several machines: run the same torchrun command on each (README).
 
 While ranks run, a progress bar follows rank 0's ``metrics.jsonl`` and rank 0's log lines are echoed. When a rank
 fails, the others are killed at once and :class:`RankFailedError` is raised naming the rank, with its traceback;
 a hung collective fails its peers after ``dist.timeout_s``. Results are read back from the run directory.
 
-Starting, watching and stopping processes, and naming the failed rank, is :mod:`zen_analysis.dist.procs` (below
+Starting, watching and stopping processes, and naming the failed rank, is :mod:`zen_analysis.ranks.procs` (below
 training); this module adds the run directory, the data and the training loop.
 """
 
@@ -37,10 +37,10 @@ import pandas as pd
 
 from zen_analysis import paths
 from zen_analysis.config import ExperimentConfig
-from zen_analysis.dist import observe
-from zen_analysis.dist.entry import TIMEOUT_HINT, run_rank
-from zen_analysis.dist.env import loopback_env
-from zen_analysis.dist.procs import (
+from zen_analysis.runs import observe
+from zen_analysis.ranks.entry import TIMEOUT_HINT, run_rank
+from zen_analysis.ranks.env import loopback_env
+from zen_analysis.ranks.procs import (
     _POLL_S,
     RankFailedError,
     _die_with_parent,
@@ -52,7 +52,7 @@ from zen_analysis.dist.procs import (
     free_port,
     torchrun_per_node,
 )
-from zen_analysis.dist.rundir import RunInUseError, claim_run, prepare_run, target_spec, write_run
+from zen_analysis.runs.rundir import RunInUseError, claim_run, prepare_run, target_spec, write_run
 
 __all__ = ["RunInUseError", "RunResult", "ensure_run", "launch", "prepare_run"]
 
@@ -107,7 +107,7 @@ def _fork_child(rank: int, world: int, run_dir: Path, target: Callable[..., Any]
         **loopback_env(run_dir / ".rendezvous"),
     )
     if lab_namespace is not None:  # this rank's lab node: gloo talks over its shaped link (the store stays a file)
-        from zen_analysis.dist.netlab import enter_node
+        from zen_analysis.ranks.netlab import enter_node
 
         enter_node(lab_namespace)
     os._exit(run_rank(run_dir, target))
@@ -132,7 +132,7 @@ def launch(
         progress: show a progress bar over training steps.
         echo: print rank 0's log lines as they appear.
         timeout_s: stop everything and raise if the ranks run longer than this.
-        on_metrics: an observer or a list of them (:mod:`zen_analysis.dist.observe`): called with each batch of
+        on_metrics: an observer or a list of them (:mod:`zen_analysis.runs.observe`): called with each batch of
             new rows of rank 0's ``metrics.jsonl`` (live plots, TensorBoard); an observer's ``finish(summary,
             error)`` is called once at the end, also when the run fails or is interrupted.
         overwrite: replace an earlier run of the same id (without it, an existing id is an error).
@@ -165,7 +165,7 @@ def _network(cfg: ExperimentConfig):
     it ends; nothing for loopback."""
     if cfg.dist.network != "netlab":
         return contextlib.nullcontext()
-    from zen_analysis.dist.netlab import NetLab
+    from zen_analysis.ranks.netlab import NetLab
 
     return NetLab(cfg.dist.num_ranks, cfg.dist.bandwidth_gbps, ranks_per_node=cfg.dist.ranks_per_node)
 
@@ -240,15 +240,15 @@ def _launch_claimed(cfg: ExperimentConfig, *, target, progress, echo, timeout_s,
 
 def _start_torchrun(cfg: ExperimentConfig, run_dir: Path, lab) -> list[Any]:
     """The torchrun path: one torchrun per node of ``lab``, else one local torchrun of ``num_ranks`` ranks (its
-    output in ``logs/torchrun.log``); every rank runs ``python -m zen_analysis.dist.entry`` on ``run_dir``."""
+    output in ``logs/torchrun.log``); every rank runs ``python -m zen_analysis.ranks.entry`` on ``run_dir``."""
     if lab is not None:
-        program = ["-m", "zen_analysis.dist.entry", "--run-dir", str(run_dir)]
+        program = ["-m", "zen_analysis.ranks.entry", "--run-dir", str(run_dir)]
         return torchrun_per_node(lab, program, cfg.dist.master_port or free_port(), run_dir / "logs")
     port = cfg.dist.master_port or free_port()
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={cfg.dist.num_ranks}",
         f"--master-addr={cfg.dist.master_addr}", f"--master-port={port}",
-        "-m", "zen_analysis.dist.entry", "--run-dir", str(run_dir),
+        "-m", "zen_analysis.ranks.entry", "--run-dir", str(run_dir),
     ]  # fmt: skip
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
     with open(run_dir / "logs" / "torchrun.log", "w") as out:
@@ -259,7 +259,7 @@ def _start_forked(cfg: ExperimentConfig, run_dir: Path, target, lab) -> list[Any
     """The fork path: one forked child per rank (:func:`_fork_child`), each in its lab node's namespace when there
     is a ``lab``; the training loop and the model's code are imported here first, so the children inherit them."""
     import zen_analysis.train.loop  # noqa: F401 - import once here; forked ranks inherit it instead of re-importing
-    from zen_analysis.train.model import preload
+    from zen_analysis.workload.model import preload
 
     preload(cfg.model.arch)
 

@@ -1,14 +1,14 @@
 """The process machinery below training: start ranks, watch them, stop them, and say which one failed and why.
 
-It imports only the standard library, torch and ``zen_analysis.dist.entry`` / ``env`` /
+It imports only the standard library, torch and ``zen_analysis.ranks.entry`` / ``env`` /
 ``netlab``, never the training loop, the model, the capture or the run directory, so the low-level measurements
-(``comm``, ``zen``) can start ranks without importing training. :mod:`zen_analysis.dist.launch` (training runs)
+(``comm``, ``zen``) can start ranks without importing training. :mod:`zen_analysis.runs.launch` (training runs)
 builds on it.
 
 * :func:`fork_launch`: run ``fn(rank, world, *args)`` on N forked gloo ranks and gather what each returns (tests,
   benchmarks and notebooks that exchange tensors without training).
 * :func:`torchrun_per_node` / :func:`run_in_lab`: one ``torchrun`` per emulated lab node
-  (:mod:`zen_analysis.dist.netlab`), the README's multi-node recipe on one machine.
+  (:mod:`zen_analysis.ranks.netlab`), the README's multi-node recipe on one machine.
 * :class:`RankFailedError` and the helpers behind it: which rank is the root cause (a fatal signal, then a real
   error, then an abort, then a timeout), with its traceback or the end of its log; stopping the survivors;
   children that die with their parent (no orphans).
@@ -29,8 +29,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from zen_analysis.dist.entry import is_timeout
-from zen_analysis.dist.env import loopback_env
+from zen_analysis.ranks.entry import is_timeout
+from zen_analysis.ranks.env import loopback_env
 
 __all__ = ["RankFailedError", "fork_launch", "free_port", "run_in_lab", "torchrun_per_node"]
 
@@ -178,7 +178,7 @@ def torchrun_per_node(lab, program: list[str], port: int, log_dir: Path, *, node
     each inside its node's namespace with ``ranks_per_node`` processes, meeting by c10d rendezvous at node 0's lab
     address: the README's multi-node recipe, with the lab's links between the nodes. Node i's output goes to
     ``log_dir/torchrun-node<i>.log`` (node 0's to this process's stdout and stderr with ``node0_inherits_output``)."""
-    from zen_analysis.dist.netlab import LAB_INTERFACE, address, enter
+    from zen_analysis.ranks.netlab import LAB_INTERFACE, address, enter
 
     log_dir.mkdir(parents=True, exist_ok=True)
     procs = []
@@ -225,7 +225,7 @@ def _fork_fn_child(rank: int, world: int, out_dir: Path, fn: Callable[..., Any],
         env = loopback_env(out_dir / "rendezvous")
         os.environ["GLOO_SOCKET_IFNAME"] = env["GLOO_SOCKET_IFNAME"]
         if lab_namespace is not None:  # this rank's lab node: gloo talks over its shaped link
-            from zen_analysis.dist.netlab import enter_node
+            from zen_analysis.ranks.netlab import enter_node
 
             enter_node(lab_namespace)
         dist.init_process_group(
@@ -246,9 +246,9 @@ def _fork_fn_child(rank: int, world: int, out_dir: Path, fn: Callable[..., Any],
 def fork_launch(fn: Callable[..., Any], num_ranks: int, *args: Any, timeout_s: float = 120.0, lab=None) -> list[Any]:
     """Run ``fn(rank, world, *args)`` on ``num_ranks`` forked gloo ranks; returns each rank's result.
 
-    The light-weight sibling of :func:`~zen_analysis.dist.launch.launch` for tests, benchmarks and notebooks that exchange tensors without
+    The light-weight sibling of :func:`~zen_analysis.runs.launch.launch` for tests, benchmarks and notebooks that exchange tensors without
     training: no config, no data preparation. A failing rank raises :class:`RankFailedError` with its traceback.
-    ``lab``: a :class:`~zen_analysis.dist.netlab.NetLab` with ``num_ranks`` ranks; each rank then runs in its lab
+    ``lab``: a :class:`~zen_analysis.ranks.netlab.NetLab` with ``num_ranks`` ranks; each rank then runs in its lab
     node and gloo talks over the shaped links (the rendezvous stays a file).
     """
     if lab is not None and lab.ranks != num_ranks:
@@ -291,7 +291,7 @@ def run_in_lab(program: list[str], *, nodes: int, ranks_per_node: int = 1, bandw
     (0 if every node succeeded); the lab is removed however it ends, and Ctrl-C stops every node."""
     import tempfile
 
-    from zen_analysis.dist.netlab import NetLab
+    from zen_analysis.ranks.netlab import NetLab
 
     with contextlib.ExitStack() as stack:
         logs = Path(log_dir) if log_dir else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="zen-netlab-")))

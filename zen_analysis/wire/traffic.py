@@ -1,6 +1,6 @@
 """Traffic models: the bytes a scheme's ``run`` moves, computed from index sets alone (no processes).
 
-:class:`Traffic` mirrors :class:`zen_analysis.comm.exchange.Exchange` rule for rule, for all ranks at once.
+:class:`Traffic` mirrors :class:`zen_analysis.wire.exchange.Exchange` rule for rule, for all ranks at once.
 It keeps one (W, W) matrix per (phase, kind) of the bytes rank i addresses to rank j, so a 1024-rank model
 is a handful of numpy operations rather than W^2 Python calls; per-rank bytes sent and received are its row
 and column sums.
@@ -13,7 +13,7 @@ from collections import defaultdict
 import numpy as np
 import pandas as pd
 
-from zen_analysis.comm.exchange import COUNT_BYTES, ring_chunk_sizes
+from zen_analysis.wire.exchange import COUNT_BYTES, ring_chunk_sizes
 
 COLUMNS = ["rank", "phase", "kind", "bytes_sent", "bytes_received", "calls"]
 WORK_FEATURES = ("scanned", "bytes", "written")

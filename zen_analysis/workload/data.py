@@ -10,7 +10,7 @@ hosted by rank 0 of a 1-rank run or rank 1 of a 2-rank run. That is what makes r
 test compare a 2-rank run with a 1-rank run on the same global batch.
 
 ``data.source=criteo-synth`` is not text: :func:`prepare`, :func:`prepared_for_run` and :func:`open_data` hand it to
-:mod:`zen_analysis.train.ctr` (generated click-through-rate samples, batches with the same interface).
+:mod:`zen_analysis.workload.ctr` (generated click-through-rate samples, batches with the same interface).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ import torch
 from zen_analysis import paths
 from zen_analysis.atomic import atomic_path, atomic_write_json, file_lock
 from zen_analysis.config import CTR_SOURCES, DataConfig
-from zen_analysis.train import ctr
-from zen_analysis.train.corpus import load_corpus
-from zen_analysis.train.tokenizer import EOS, cache_name, load_or_train, tokenizer_path
+from zen_analysis.workload import ctr
+from zen_analysis.workload.corpus import load_corpus
+from zen_analysis.workload.tokenizer import EOS, cache_name, load_or_train, tokenizer_path
 
 _ENCODE_CHUNK = 256  # documents per encode_batch call; bounds memory and drives the progress bar
 _SPLIT_IDS = {"train": 0, "val": 1}
@@ -86,7 +86,7 @@ def _encode_to(path: Path, tok, texts: list[str], dtype: np.dtype, *, desc: str,
 
 def prepare(cfg: DataConfig, *, progress: bool = True) -> PreparedData | ctr.PreparedCTR:
     """Load the corpus, train (or load) its tokenizer and write the token streams, reusing every cache (a CTR
-    source: generate its samples, :func:`zen_analysis.train.ctr.prepare`)."""
+    source: generate its samples, :func:`zen_analysis.workload.ctr.prepare`)."""
     if cfg.source in CTR_SOURCES:
         return ctr.prepare(cfg, progress=progress)
     corpus = load_corpus(cfg)
@@ -157,7 +157,7 @@ class TokenData:
 
     @property
     def input_dims(self) -> dict[str, int]:
-        """What :func:`zen_analysis.train.model.build_model` needs from the data besides ``vocab_size``: nothing."""
+        """What :func:`zen_analysis.workload.model.build_model` needs from the data besides ``vocab_size``: nothing."""
         return {}
 
     def batch(self, split: str, *, step: int, worker: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -25,8 +25,8 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from zen_analysis.comm.topology import Topology
-from zen_analysis.comm.traffic import WORK_FEATURES, Traffic
+from zen_analysis.wire.topology import Topology
+from zen_analysis.wire.traffic import WORK_FEATURES, Traffic
 
 
 def phase_times(traffic: Traffic, topology: Topology) -> pd.DataFrame:
@@ -75,7 +75,7 @@ def phase_times(traffic: Traffic, topology: Topology) -> pd.DataFrame:
 def local_time(traffic: Traffic, topology: Topology, scheme: str) -> tuple[float, int] | None:
     """(seconds, bottleneck rank) of the ranks' own work — scanning the dense tensor, encoding / decoding /
     summing what they send and receive, writing the result — priced by ``topology``'s fitted costs for
-    ``scheme`` (:attr:`~zen_analysis.comm.topology.Topology.local_work`); None where it has none. The slowest
+    ``scheme`` (:attr:`~zen_analysis.wire.topology.Topology.local_work`); None where it has none. The slowest
     rank's total stands for the whole run's local time (phases wait for it)."""
     costs = topology.local_costs(scheme)
     if costs is None or not traffic.work:

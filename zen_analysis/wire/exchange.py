@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 
 from zen_analysis import workspace
-from zen_analysis.comm.coo import coo_words, pack_coo, row_width, sum_by_index, unpack_coo
+from zen_analysis.wire.coo import coo_words, pack_coo, row_width, sum_by_index, unpack_coo
 
 COUNT_BYTES = 8  # counts travel as int64
 
@@ -296,7 +296,7 @@ def push_to_owners(
     """The push of Parallelism schemes: ``idx_K``/``val_K`` grouped by owner (``send_W[j]`` entries for rank j)
     go to their owners (count exchange + one ``all_to_all_single`` of packed COO, phase ``push``); returns this
     rank's (indices ascending, summed values in ``val_K``'s dtype, added in
-    :func:`~zen_analysis.comm.dtypes.accumulate_dtype`). An index that sums to zero stays in the set. ``val_K``
+    :func:`~zen_analysis.wire.dtypes.accumulate_dtype`). An index that sums to zero stays in the set. ``val_K``
     (K, D) pushes rows: ``numel`` counts rows."""
     dtype, width = val_K.dtype, row_width(val_K)
     w = coo_words(numel, dtype, width)
