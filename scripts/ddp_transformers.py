@@ -27,9 +27,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 from zen_analysis import recipes
+from zen_analysis.sync.ddp import register
 from zen_analysis.wire.exchange import ring_bytes_sent
 from zen_analysis.workload.data import TokenData, prepare
-from zen_analysis.sync.ddp import register
 
 SIZES = {"smoke": recipes.smoke, "default": recipes.default}
 
@@ -37,16 +37,30 @@ SIZES = {"smoke": recipes.smoke, "default": recipes.default}
 def build(family: str, vocab_size: int, m, seq_len: int) -> torch.nn.Module:
     """A causal LM of the recipe's size, from config, with untied input and output embeddings."""
     if family == "gpt2":
-        return GPT2LMHeadModel(GPT2Config(
-            vocab_size=vocab_size, n_embd=m.hidden_size, n_layer=m.num_layers, n_head=m.num_heads,
-            n_positions=seq_len, tie_word_embeddings=False, bos_token_id=0, eos_token_id=0,
-        ))  # fmt: skip
-    return LlamaForCausalLM(LlamaConfig(
-        vocab_size=vocab_size, hidden_size=m.hidden_size, num_hidden_layers=m.num_layers,
-        num_attention_heads=m.num_heads, num_key_value_heads=m.num_heads,
-        intermediate_size=64 * round(8 * m.hidden_size / 3 / 64), max_position_embeddings=seq_len,
-        tie_word_embeddings=False,
-    ))  # fmt: skip
+        return GPT2LMHeadModel(
+            GPT2Config(
+                vocab_size=vocab_size,
+                n_embd=m.hidden_size,
+                n_layer=m.num_layers,
+                n_head=m.num_heads,
+                n_positions=seq_len,
+                tie_word_embeddings=False,
+                bos_token_id=0,
+                eos_token_id=0,
+            )
+        )
+    return LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=vocab_size,
+            hidden_size=m.hidden_size,
+            num_hidden_layers=m.num_layers,
+            num_attention_heads=m.num_heads,
+            num_key_value_heads=m.num_heads,
+            intermediate_size=64 * round(8 * m.hidden_size / 3 / 64),
+            max_position_embeddings=seq_len,
+            tie_word_embeddings=False,
+        )
+    )
 
 
 def main() -> None:
@@ -115,22 +129,47 @@ def main() -> None:
         step_s = time.perf_counter() - t0
         mean = loss.detach().clone()
         dist.all_reduce(mean)
-        now = (getattr(state, "bytes_sent", 0) + getattr(state, "threshold_bytes_sent", 0), getattr(state, "dense_bytes_sent", 0),
-               getattr(state, "sync_s", 0.0), getattr(state, "exposed_s", 0.0))  # fmt: skip
+        now = (
+            getattr(state, "bytes_sent", 0) + getattr(state, "threshold_bytes_sent", 0),
+            getattr(state, "dense_bytes_sent", 0),
+            getattr(state, "sync_s", 0.0),
+            getattr(state, "exposed_s", 0.0),
+        )
         sparse_b, dense_b, sync_s, exposed_s = (a - b for a, b in zip(now, before))
         before = now
         if state is None:
             dense_b = stock_bytes
             sparse_b = (world - 1) * row_bytes * int(x.unique().numel()) if args.sparse_embedding else 0
-        rows.append({"step": step, "loss": mean.item() / world, "step_s": step_s, "sparse_bytes": sparse_b,
-                     "dense_bytes": dense_b, "bytes": sparse_b + dense_b, "sync_s": sync_s, "exposed_s": exposed_s})  # fmt: skip
+        rows.append(
+            {
+                "step": step,
+                "loss": mean.item() / world,
+                "step_s": step_s,
+                "sparse_bytes": sparse_b,
+                "dense_bytes": dense_b,
+                "bytes": sparse_b + dense_b,
+                "sync_s": sync_s,
+                "exposed_s": exposed_s,
+            }
+        )
         if rank == 0:
             print(f"step {step}: loss {rows[-1]['loss']:.4f}, {step_s:.3f} s, {rows[-1]['bytes']:,} B sent", flush=True)
     if rank == 0 and args.out:
         with open(args.out, "w") as f:
-            json.dump({"zen": args.zen, "model": args.model, "sparse_embedding": args.sparse_embedding,
-                       "threshold": args.threshold, "overlap": args.overlap, "ranks": world,
-                       "backend": dist.get_backend(), "parameters": numel, "steps": rows}, f)  # fmt: skip
+            json.dump(
+                {
+                    "zen": args.zen,
+                    "model": args.model,
+                    "sparse_embedding": args.sparse_embedding,
+                    "threshold": args.threshold,
+                    "overlap": args.overlap,
+                    "ranks": world,
+                    "backend": dist.get_backend(),
+                    "parameters": numel,
+                    "steps": rows,
+                },
+                f,
+            )
     # the DDP model first, while the process group lives on: a Python comm hook's last asynchronous all-reduce may
     # still be releasing its tensors on gloo's worker thread, which needs the GIL, and a process group destroyed
     # with the model (the Reducer holds the last reference after destroy_process_group) joins that thread while

@@ -19,7 +19,9 @@ import argparse
 import time
 
 
-def _ranks(rank: int, world: int, schemes: list[str], rows: int, dim: int, tokens: int, zipf: float, repeats: int) -> dict:
+def _ranks(
+    rank: int, world: int, schemes: list[str], rows: int, dim: int, tokens: int, zipf: float, repeats: int
+) -> dict:
     import numpy as np
     import torch
     import torch.distributed as dist
@@ -39,8 +41,12 @@ def _ranks(rank: int, world: int, schemes: list[str], rows: int, dim: int, token
             scheme.sum_rows(rows_K, values_KD, rows)
             times.append(time.perf_counter() - t0)
         m = scheme.last_measured()
-        out[name] = {"median_s": float(np.median(times[2:])), "bytes_sent": int(m["bytes_sent"].sum()),
-                     "rows": rows_K.numel(), "phases_s": m.groupby("phase")["seconds"].sum().round(4).to_dict()}  # fmt: skip
+        out[name] = {
+            "median_s": float(np.median(times[2:])),
+            "bytes_sent": int(m["bytes_sent"].sum()),
+            "rows": rows_K.numel(),
+            "phases_s": m.groupby("phase")["seconds"].sum().round(4).to_dict(),
+        }
     return out
 
 
@@ -59,11 +65,23 @@ def main() -> None:
     from zen_analysis.ranks.procs import fork_launch
 
     with NetLab(ranks=args.ranks, bandwidth_gbps=args.bandwidth_gbps) as lab:
-        res = fork_launch(_ranks, args.ranks, args.schemes.split(","), args.rows, args.dim, args.tokens, args.zipf,
-                          args.repeats, lab=lab)  # fmt: skip
+        res = fork_launch(
+            _ranks,
+            args.ranks,
+            args.schemes.split(","),
+            args.rows,
+            args.dim,
+            args.tokens,
+            args.zipf,
+            args.repeats,
+            lab=lab,
+        )
     print(f"{args.ranks} ranks x {args.tokens} tokens behind {args.bandwidth_gbps:g} Gbit/s, rank 0:")
     for name, r in res[0].items():
-        print(f"  {name:10s} {1e3 * r['median_s']:8.1f} ms  {r['bytes_sent']:>11,} bytes  {r['rows']} rows  {r['phases_s']}")
+        print(
+            f"  {name:10s} {1e3 * r['median_s']:8.1f} ms  {r['bytes_sent']:>11,} bytes  {r['rows']} rows  "
+            f"{r['phases_s']}"
+        )
 
 
 if __name__ == "__main__":

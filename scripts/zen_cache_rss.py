@@ -89,29 +89,32 @@ def run(args) -> None:
     if args.limit_mb is not None:
         bitmap.set_cache_limit(int(args.limit_mb * 2**20))
     limit_mb = bitmap._CACHE_LIMIT[0] / 2**20
-    bitmap.static_sets(1000, args.n, 0).rank_of  # warm up the imports and the kernel build
+    _ = bitmap.static_sets(1000, args.n, 0).rank_of  # warm up the imports and the kernel build
     bitmap._CACHE.clear()
     base = _status_mb("VmRSS")
     t0 = time.perf_counter()
     if args.what == "sizes":
         step = (args.hi - args.lo) // max(1, args.count - 1)
         for i in range(args.count):
-            bitmap.static_sets(args.lo + i * step, args.n, 0).rank_of
+            _ = bitmap.static_sets(args.lo + i * step, args.n, 0).rank_of
         label = f"sizes count={args.count} lo={args.lo} hi={args.hi}"
     else:
         numels = [int(v) for v in args.numels.split(",")]
         peak_during = 0.0
         for _ in range(args.steps):
             for numel in numels:
-                bitmap.static_sets(numel, args.n, 0).rank_of
+                _ = bitmap.static_sets(numel, args.n, 0).rank_of
                 if args.limit_mb == 0:
                     bitmap._CACHE.clear()  # uncached: the next step rebuilds it
             peak_during = max(peak_during, _status_mb("VmRSS"))
         label = f"workload numels={args.numels} steps={args.steps}"
     wall = time.perf_counter() - t0
-    print(f"{label} n={args.n} limit_mb={limit_mb:g} counted_mb={_counted_mb(bitmap):.1f} "
-          f"held_mb={_held_mb(bitmap, hashing, tables):.1f} base_rss_mb={base:.1f} rss_mb={_status_mb('VmRSS'):.1f} "
-          f"peak_rss_mb={_status_mb('VmHWM'):.1f} entries={len(bitmap._CACHE)} wall_s={wall:.1f}", flush=True)  # fmt: skip
+    print(
+        f"{label} n={args.n} limit_mb={limit_mb:g} counted_mb={_counted_mb(bitmap):.1f} "
+        f"held_mb={_held_mb(bitmap, hashing, tables):.1f} base_rss_mb={base:.1f} rss_mb={_status_mb('VmRSS'):.1f} "
+        f"peak_rss_mb={_status_mb('VmHWM'):.1f} entries={len(bitmap._CACHE)} wall_s={wall:.1f}",
+        flush=True,
+    )
 
 
 def compare(args) -> None:

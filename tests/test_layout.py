@@ -121,8 +121,14 @@ def test_the_loop_calls_only_what_the_sync_contract_declares():
     from zen_analysis.sync.base import GradSync
 
     tree = ast.parse((TESTS.parent / "zen_analysis" / "train" / "loop.py").read_text())
-    probes = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", None) in ("getattr", "hasattr")
-              and n.args and getattr(n.args[0], "id", None) == "sync"]  # fmt: skip
+    probes = [
+        n.lineno
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call)
+        and getattr(n.func, "id", None) in ("getattr", "hasattr")
+        and n.args
+        and getattr(n.args[0], "id", None) == "sync"
+    ]
     assert not probes, f"loop.py probes the sync object at lines {probes}"
     used = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and getattr(n.value, "id", None) == "sync"}
     assert used <= set(dir(GradSync)), f"loop.py uses undeclared sync members {sorted(used - set(dir(GradSync)))}"
@@ -131,8 +137,11 @@ def test_the_loop_calls_only_what_the_sync_contract_declares():
 LAYERS = (
     ("foundations", "paths atomic workspace indices config recipes derived runs.observe"),
     ("models and data", "workload"),
-    ("sparse data", "sparsity sparsity.metrics sparsity.synthetic zen zen.hashing zen.native zen.hierarchical "
-                    "zen.bitmap capture.schema capture.buckets capture.topk"),
+    (
+        "sparse data",
+        "sparsity sparsity.metrics sparsity.synthetic zen zen.hashing zen.native zen.hierarchical "
+        "zen.bitmap capture.schema capture.buckets capture.topk",
+    ),
     ("stores, collectives, processes", "capture capture.traces capture.summary wire comm.formats ranks"),
     ("algorithms", "sync sync.base zen.sync local_sgd"),
     ("schemes", "comm comm.schemes"),
@@ -144,7 +153,7 @@ LAYERS = (
     ("plots", "plots"),
     ("experiments", "experiments reproduce bench bench_net bench_train bench_options"),
     ("interface", "cli explore __main__"),
-)  # fmt: skip
+)
 """The package's layers, lowest first (module names under ``zen_analysis``; a name covers its submodules unless a
 longer name is listed too). A module imports only from its own layer or below — at the top of the file or inside a
 function. CONTRIBUTING.md says what each layer holds and where a new scheme, sync or figure goes."""
@@ -177,7 +186,11 @@ def test_imports_point_down_the_layers():
                 upward.append(f"{mod} ({LAYERS[_layer_of(mod)][0]}) -> {t} ({LAYERS[_layer_of(t)][0]})")
     assert not upward, upward
     # the check itself sees an upward import: the training loop is above the schemes
-    assert _layer_of("zen_analysis.train.loop") > _layer_of("zen_analysis.comm.schemes.zen") > _layer_of("zen_analysis.zen.sync")
+    assert (
+        _layer_of("zen_analysis.train.loop")
+        > _layer_of("zen_analysis.comm.schemes.zen")
+        > _layer_of("zen_analysis.zen.sync")
+    )
 
 
 def _package_of(module: str, packages: set[str]) -> str:

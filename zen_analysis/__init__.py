@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     from zen_analysis import recipes
     from zen_analysis.capture.traces import TraceReader
     from zen_analysis.config import ExperimentConfig, apply_overrides
-    from zen_analysis.runs.launch import RunResult, launch
     from zen_analysis.ranks.procs import RankFailedError
+    from zen_analysis.runs.launch import RunResult, launch
 
 _LAZY = {
     "ExperimentConfig": "zen_analysis.config",

@@ -2,7 +2,8 @@
 
 A run killed mid-way must leave every completed file readable: write to a temporary name in the same directory,
 fsync, then ``os.replace`` (atomic on POSIX); a set of files that belong together (a run's characterization
-tables) is built in a temporary directory and swapped in whole (:func:`atomic_dir`). Caches built by several processes (ranks started by torchrun on
+tables) is built in a temporary directory and swapped in whole (:func:`atomic_dir`). Caches built by several processes
+(ranks started by torchrun on
 one node) are guarded by an ``flock`` so only one builds them.
 """
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from zen_analysis import recipes
 from zen_analysis.bench_net import bench_ddp, bench_netlab
-from zen_analysis.bench_train import bench_train
 from zen_analysis.bench_options import floats, ints, parse_sets
+from zen_analysis.bench_train import bench_train
 from zen_analysis.config import apply_overrides
 
 
@@ -80,7 +80,18 @@ def _synthetic_embedding_run(run_id: str, *, num_rows: int, width: int, num_work
                 tokens = np.minimum(rng.zipf(1.1, size=4096) - 1, num_rows - 1)
                 rows_K = torch.from_numpy(np.unique(tokens))
                 idx = (rows_K[:, None] * width + cols_W).reshape(-1)
-                writer.add(SparseGrad(step, rank * per_rank + v, rank, "embed.weight", "natural", (num_rows, width), idx, torch.ones(idx.numel())))
+                writer.add(
+                    SparseGrad(
+                        step,
+                        rank * per_rank + v,
+                        rank,
+                        "embed.weight",
+                        "natural",
+                        (num_rows, width),
+                        idx,
+                        torch.ones(idx.numel()),
+                    )
+                )
             writer.end_step()
         writer.close()
     tensors = {"embed.weight": {"kind": "natural", "shape": [num_rows, width], "numel": num_rows * width}}
@@ -110,7 +121,12 @@ def bench_characterize(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     from zen_analysis.capture.traces import TraceReader
 
     df = TraceReader(run_id).summary()
-    out = {"characterize_s": wall, "peak_rss_mb": peak_mb, "generate_s": gen_s, "mean_density": float(df["density"].mean())}
+    out = {
+        "characterize_s": wall,
+        "peak_rss_mb": peak_mb,
+        "generate_s": gen_s,
+        "mean_density": float(df["density"].mean()),
+    }
     print(
         f"characterize: 16.8M-element embedding, 128 workers, 20 steps (mean density {100 * out['mean_density']:.2f}%, "
         f"traces generated in {gen_s:.0f} s)\n  wall time {wall:.1f} s (fresh process, imports included), "
@@ -124,8 +140,8 @@ def bench_comm(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     its alpha-beta model on this machine calibrated at 4 ranks (``zen-analysis bench-comm`` with the
     reproduce run; trains it first if ``make reproduce`` has not)."""
     from zen_analysis.comm import measure, replay
-    from zen_analysis.runs.launch import ensure_run
     from zen_analysis.reproduce import reproduce_run_id
+    from zen_analysis.runs.launch import ensure_run
 
     opts = parse_sets("comm", overrides, {"ranks": 4, "steps": 3, "repeats": 25})
     cfg = recipes.default()
@@ -133,8 +149,10 @@ def bench_comm(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     run = ensure_run(cfg)
     df = replay.replay_run(run, ranks=opts["ranks"], steps=opts["steps"], repeats=opts["repeats"], recalibrate=True)
     summary = measure.summarize(df)
-    print(f"{run} embedding ({df['numel'].iloc[0]:,} elements), {opts['ranks']} gloo ranks, {opts['steps']} steps, "
-          f"{opts['repeats']} repeats")  # fmt: skip
+    print(
+        f"{run} embedding ({df['numel'].iloc[0]:,} elements), {opts['ranks']} gloo ranks, {opts['steps']} steps, "
+        f"{opts['repeats']} repeats"
+    )
     print(measure.report(summary))
     return {"phases": df, "summary": summary}
 
@@ -146,9 +164,9 @@ def bench_evaluate(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     import time
 
     from zen_analysis.capture.traces import TraceReader
+    from zen_analysis.comm.calibrate import preset
     from zen_analysis.comm.evaluate import DEFAULT_TOPOLOGIES, _rows, evaluate
     from zen_analysis.comm.schemes import SCHEMES
-    from zen_analysis.comm.calibrate import preset
 
     parse_sets("evaluate", overrides, {})
     run_id = "bench-characterize-16M-128w-20s"
@@ -163,9 +181,11 @@ def bench_evaluate(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     t0 = time.perf_counter()
     _rows("embed.weight", "natural", step, 65536 * 256, sets, topos, list(SCHEMES))
     at128 = time.perf_counter() - t0
-    print(f"evaluate: 16.8M-element embedding, 128 workers, 7 schemes x 3 topologies\n"
-          f"  {per_step:.1f} s per captured step (n = 2, 4, ..., 128; tables included)\n"
-          f"  {at128:.1f} s for n = 128 alone (one step; hash tables warm)")  # fmt: skip
+    print(
+        f"evaluate: 16.8M-element embedding, 128 workers, 7 schemes x 3 topologies\n"
+        f"  {per_step:.1f} s per captured step (n = 2, 4, ..., 128; tables included)\n"
+        f"  {at128:.1f} s for n = 128 alone (one step; hash tables warm)"
+    )
     return {"per_step_s": per_step, "n128_s": at128}
 
 
@@ -184,7 +204,9 @@ def bench_hashing(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     opts = parse_sets("hashing", overrides, {"numel": 214_000_000, "nnz": 10_000_000, "partitions": 16, "repeats": 5})
     gen = torch.Generator().manual_seed(0)
     idx = torch.unique(torch.randint(0, opts["numel"], (int(opts["nnz"] * 1.03),), generator=gen))
-    idx = idx[torch.randperm(idx.numel(), generator=gen)[: opts["nnz"]]]  # distinct, unsorted (as nonzero() of a bucket)
+    idx = idx[
+        torch.randperm(idx.numel(), generator=gen)[: opts["nnz"]]
+    ]  # distinct, unsorted (as nonzero() of a bucket)
 
     def median(fn) -> float:
         fn()
@@ -209,10 +231,12 @@ def bench_hashing(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     best = out["native_s"] if native.available() else out["torch_rounds_s"]
     print(
         f"hashing {idx.numel():,} indices of a {opts['numel']:,}-element tensor into {n} partitions "
-        f"({out['threads']} torch threads; Algorithm 1 with r1 = 2x, k = 3, {100 * out['serial_fraction']:.1f}% to serial regions):\n"
+        f"({out['threads']} torch threads; Algorithm 1 with r1 = 2x, k = 3, {100 * out['serial_fraction']:.1f}% "
+        "to serial regions):\n"
         f"  hierarchical_hash, native kernel: {out['native_s']:.3f} s   torch rounds: {out['torch_rounds_s']:.3f} s\n"
         f"  argsort reference: {out['argsort_s']:.3f} s   memory-copy floor: {out['memcpy_s']:.4f} s\n"
-        f"  Algorithm 1 / argsort = {best / out['argsort_s']:.2f} (target <= 1), / memcpy = {best / out['memcpy_s']:.0f}"
+        f"  Algorithm 1 / argsort = {best / out['argsort_s']:.2f} (target <= 1), / memcpy = "
+        f"{best / out['memcpy_s']:.0f}"
     )
     return out
 
@@ -249,16 +273,19 @@ def bench_stragglers(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     with pd.option_context("display.width", 250, "display.max_columns", 20):
         print(out.round(3).to_string(index=False))
     for world, r in ratios.items():
-        print(f"{world} ranks: A-EDiT / EDiT tokens/s with the straggler = {r['whole_run']:.2f} (whole run), "
-              f"{r['local_phase']:.2f} (local phase); independent devices would give {r['ideal']:.2f}; "
-              f"A-EDiT sync time {r['sync_time_s']:.2f} s")  # fmt: skip
+        print(
+            f"{world} ranks: A-EDiT / EDiT tokens/s with the straggler = {r['whole_run']:.2f} (whole run), "
+            f"{r['local_phase']:.2f} (local phase); independent devices would give {r['ideal']:.2f}; "
+            f"A-EDiT sync time {r['sync_time_s']:.2f} s"
+        )
     return {"table": out, "ratios": ratios}
 
 
 def bench_zen(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     """``zen_sum`` vs dense all-reduce, AGsparse and BP-COO on 2 gloo ranks (one per core), at 4M / 32M / 128M
     elements and 0.5% / 1% / 5% density with 30% overlap, beside the local-work floor and Zen's local steps
-    (:mod:`zen_analysis.experiments.zen_speed`), medians of 9. ``--set sizes=4000000,32000000 densities=0.01 repeats=5``."""
+    (:mod:`zen_analysis.experiments.zen_speed`), medians of 9. ``--set sizes=4000000,32000000 densities=0.01
+    repeats=5``."""
     import pandas as pd
 
     from zen_analysis.experiments import zen_speed
@@ -271,19 +298,26 @@ def bench_zen(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     if len(wrong):
         raise RuntimeError(f"a scheme's sum differs from all_reduce:\n{wrong}")
     summ = summary(table)
-    steps = table[table["what"].str.startswith("zen:")].pivot_table(index=["numel", "density"], columns="what", values="seconds")
+    steps = table[table["what"].str.startswith("zen:")].pivot_table(
+        index=["numel", "density"], columns="what", values="seconds"
+    )
     with pd.option_context("display.width", 250, "display.max_columns", 30, "display.float_format", "{:.4f}".format):
-        print(f"{opts['ranks']} gloo ranks, medians of {opts['repeats']} of the slowest rank's seconds (every result equal to all_reduce):")
+        print(
+            f"{opts['ranks']} gloo ranks, medians of {opts['repeats']} of the slowest rank's seconds (every "
+            "result equal to all_reduce):"
+        )
         print(summ.to_string())
         print("Zen's local steps (seconds, slowest rank):")
         print(steps.to_string())
         calls = table[table["what"] == "zen"]["calls"].max()
         print(f"zen_sum collective calls per sync: {int(calls)}")
         check = model_check(table)
-        print(f"time model (wire + local work, this machine calibrated at {opts['ranks']} ranks on <= 4M elements) / measured:")
+        print(
+            f"time model (wire + local work, this machine calibrated at {opts['ranks']} ranks on <= 4M "
+            "elements) / measured:"
+        )
         print(check.to_string(float_format="{:.2f}".format))
     return {"table": table, "summary": summ, "model": check}
-
 
 
 BENCHMARKS = {

@@ -19,20 +19,30 @@ def bench_netlab(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     """Measured on the emulated network (root; :mod:`zen_analysis.experiments.netlab`), on the default run (trained
     first if ``make reproduce`` has not): ``schemes``, every scheme replaying its natural and top-k tensors at
     ``ranks`` x ``bandwidths`` (figure ``netlab_speedup``); ``nodes``, flat vs hierarchical Zen vs all-reduce on
-    2 nodes x 2 ranks at ``node_bandwidths``; ``train``, the default recipe trained for ``train_steps`` steps per variant at
+    2 nodes x 2 ranks at ``node_bandwidths``; ``train``, the default recipe trained for ``train_steps`` steps per
+    variant at
     ``train_bandwidths`` (figure ``netlab_training``). ``--set parts=schemes,nodes,train ranks=4,8
     bandwidths=0.5,1,2.5,10 train_bandwidths=1 train_steps=12 repeats=10``. Tables in ``data/derived/netlab/``."""
     from zen_analysis import paths
     from zen_analysis.ranks import netlab
-    from zen_analysis.runs.launch import ensure_run
     from zen_analysis.reproduce import reproduce_run_id
+    from zen_analysis.runs.launch import ensure_run
 
     ok, why = netlab.available()
     if not ok:
         raise RuntimeError(f"bench netlab needs the network lab, which is unavailable here: {why}")
-    defaults = {"parts": ["schemes", "nodes", "train"], "ranks": [4, 8], "bandwidths": [0.5, 1.0, 2.5, 10.0],
-                "node_bandwidths": [1.0, 0.25], "train_bandwidths": [1.0], "train_steps": 12, "repeats": 10,
-                "train_workers_per_rank": 8, "edit_bandwidth": 0.5, "edit_steps": 40}  # fmt: skip
+    defaults = {
+        "parts": ["schemes", "nodes", "train"],
+        "ranks": [4, 8],
+        "bandwidths": [0.5, 1.0, 2.5, 10.0],
+        "node_bandwidths": [1.0, 0.25],
+        "train_bandwidths": [1.0],
+        "train_steps": 12,
+        "repeats": 10,
+        "train_workers_per_rank": 8,
+        "edit_bandwidth": 0.5,
+        "edit_steps": 40,
+    }
     types = {"parts": names, "ranks": ints, "bandwidths": floats, "node_bandwidths": floats, "train_bandwidths": floats}
     opts = parse_sets("netlab", overrides, defaults, types)
     cfg = recipes.default()
@@ -40,8 +50,14 @@ def bench_netlab(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     run = ensure_run(cfg)
     out_dir = paths.derived_dir() / "netlab"
     result: dict = {}
-    parts = {"schemes": _netlab_schemes, "nodes": _netlab_nodes, "train": _netlab_train, "figures": _netlab_figures,
-             "twins": _netlab_twins, "edit": _netlab_edit}  # fmt: skip
+    parts = {
+        "schemes": _netlab_schemes,
+        "nodes": _netlab_nodes,
+        "train": _netlab_train,
+        "figures": _netlab_figures,
+        "twins": _netlab_twins,
+        "edit": _netlab_edit,
+    }
     for part, fn in parts.items():  # in this order, whatever the order of --set parts
         if part in opts["parts"]:
             table = fn(run, opts, out_dir)
@@ -57,10 +73,26 @@ def _netlab_schemes(run: str, opts: dict, out_dir: Path) -> pd.DataFrame:
     from zen_analysis.plots import comm as comm_figs
 
     sweep = scheme_sweep(run, ranks=opts["ranks"], bandwidths=opts["bandwidths"], repeats=opts["repeats"])
-    cols = ["kind", "ranks", "bandwidth_gbps", "scheme", "bytes_sent_max_rank", "measured_s_median", "modelled_s",
-            "speedup_measured", "speedup_modelled", "lossless"]  # fmt: skip
-    publish(sweep, out_dir / "scheme_sweep", sweep[cols].round(4), opts, comm_figs.measured_speedup_vs_bandwidth,
-             "netlab_speedup")  # fmt: skip
+    cols = [
+        "kind",
+        "ranks",
+        "bandwidth_gbps",
+        "scheme",
+        "bytes_sent_max_rank",
+        "measured_s_median",
+        "modelled_s",
+        "speedup_measured",
+        "speedup_modelled",
+        "lossless",
+    ]
+    publish(
+        sweep,
+        out_dir / "scheme_sweep",
+        sweep[cols].round(4),
+        opts,
+        comm_figs.measured_speedup_vs_bandwidth,
+        "netlab_speedup",
+    )
     return sweep
 
 
@@ -71,8 +103,10 @@ def _netlab_nodes(run: str, opts: dict, out_dir: Path) -> pd.DataFrame:
     from zen_analysis.atomic import atomic_write_text
     from zen_analysis.experiments.netlab import node_comparison
 
-    nodes = pd.concat([node_comparison(run, bandwidth_gbps=b, repeats=opts["repeats"]) for b in opts["node_bandwidths"]],
-                      ignore_index=True)  # fmt: skip
+    nodes = pd.concat(
+        [node_comparison(run, bandwidth_gbps=b, repeats=opts["repeats"]) for b in opts["node_bandwidths"]],
+        ignore_index=True,
+    )
     text = nodes.round(4).to_string(index=False)
     atomic_write_text(out_dir / "node_comparison.txt", text + "\n")
     print(text)
@@ -116,9 +150,11 @@ def _netlab_figures(run: str, opts: dict, out_dir: Path) -> None:
     from zen_analysis.plots import comm as comm_figs
     from zen_analysis.plots import style
 
-    for table, draw, name in (("scheme_sweep", comm_figs.measured_speedup_vs_bandwidth, "netlab_speedup"),
-                              ("training", comm_figs.training_vs_bandwidth, "netlab_training"),
-                              ("training-w1", comm_figs.training_vs_bandwidth, "netlab_training-w1")):  # fmt: skip
+    for table, draw, name in (
+        ("scheme_sweep", comm_figs.measured_speedup_vs_bandwidth, "netlab_speedup"),
+        ("training", comm_figs.training_vs_bandwidth, "netlab_training"),
+        ("training-w1", comm_figs.training_vs_bandwidth, "netlab_training-w1"),
+    ):
         if (out_dir / f"{table}.parquet").exists():
             fig = draw(read_table(out_dir / f"{table}.parquet"))
             style.savefig(fig, name)
@@ -151,12 +187,17 @@ def _netlab_edit(run: str, opts: dict, out_dir: Path) -> pd.DataFrame:
     base.train.workers_per_rank = 1
     base.train.num_steps = opts["edit_steps"]
     base.train.eval_every = 0
-    check = slow_network_check(base, bandwidth_gbps=opts["edit_bandwidth"], **{"local_sgd.warmup_steps": 4,
-                               "local_sgd.interval": 8, "local_sgd.ewma_warmup": 3})  # fmt: skip
+    check = slow_network_check(
+        base,
+        bandwidth_gbps=opts["edit_bandwidth"],
+        **{"local_sgd.warmup_steps": 4, "local_sgd.interval": 8, "local_sgd.ewma_warmup": 3},
+    )
     text = check.round(3).to_string(index=False)
     atomic_write_text(out_dir / "edit_slow_network.txt", text + "\n")
-    print(f"EDiT with every rank behind a {opts['edit_bandwidth']:g} Gbit/s link: the perturb.bandwidth_gbps sleep "
-          f"emulation vs the lab (loopback, no slow link: {check.attrs['loopback_tokens_per_s']:.0f} tokens/s)")  # fmt: skip
+    print(
+        f"EDiT with every rank behind a {opts['edit_bandwidth']:g} Gbit/s link: the perturb.bandwidth_gbps sleep "
+        f"emulation vs the lab (loopback, no slow link: {check.attrs['loopback_tokens_per_s']:.0f} tokens/s)"
+    )
     print(text)
     return check
 
@@ -175,11 +216,20 @@ def bench_ddp(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     from zen_analysis import paths
     from zen_analysis.atomic import atomic_write_text
     from zen_analysis.derived import write_table
-    from zen_analysis.ranks import netlab
     from zen_analysis.experiments.netlab import DDP_VARIANTS, ddp_script_sweep
+    from zen_analysis.ranks import netlab
 
-    defaults = {"ranks": 4, "bandwidths": [None, 1.0], "steps": 12, "rounds": 2, "warmup": 2, "batch": 8,
-                "size": "default", "variants": list(DDP_VARIANTS), "bucket_mb": 25.0}  # fmt: skip
+    defaults = {
+        "ranks": 4,
+        "bandwidths": [None, 1.0],
+        "steps": 12,
+        "rounds": 2,
+        "warmup": 2,
+        "batch": 8,
+        "size": "default",
+        "variants": list(DDP_VARIANTS),
+        "bucket_mb": 25.0,
+    }
     opts = parse_sets("ddp", overrides, defaults, {"bandwidths": _bandwidths, "variants": names})
     if any(b is not None for b in opts["bandwidths"]):
         ok, why = netlab.available()
@@ -191,8 +241,16 @@ def bench_ddp(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     stamp = {"options": {k: str(v) for k, v in opts.items()}}
     write_table(out_dir / "ddp_script.parquet", summary, stamp)
     write_table(out_dir / "ddp_script_steps.parquet", steps, stamp)
-    cols = ["network", "variant", "step_s_median", "speedup_vs_stock", "bytes_per_step", "sync_s_median",
-            "exposed_s_median", "loss_max_diff_vs_stock"]  # fmt: skip
+    cols = [
+        "network",
+        "variant",
+        "step_s_median",
+        "speedup_vs_stock",
+        "bytes_per_step",
+        "sync_s_median",
+        "exposed_s_median",
+        "loss_max_diff_vs_stock",
+    ]
     text = summary[cols].round(4).to_string(index=False)
     atomic_write_text(out_dir / "ddp_script.txt", text + "\n")
     print(text)

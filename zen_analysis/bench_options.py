@@ -22,7 +22,10 @@ def names(value: str) -> list[str]:
 
 
 def parse_sets(
-    bench: str, items: Iterable[str], defaults: Mapping[str, Any], types: Mapping[str, Callable[[str], Any]] | None = None
+    bench: str,
+    items: Iterable[str],
+    defaults: Mapping[str, Any],
+    types: Mapping[str, Callable[[str], Any]] | None = None,
 ) -> dict[str, Any]:
     """``defaults`` updated by ``items`` (``key=value`` strings, the last one of a key wins). A value is converted by
     ``types[key]``, else by its default's own type (``int``, ``float`` or ``str``), so list-valued options need a

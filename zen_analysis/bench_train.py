@@ -52,17 +52,47 @@ def bench_train(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     ok, why = netlab.available()
     if not ok:
         raise RuntimeError(f"bench train needs the network lab, which is unavailable here: {why}")
-    defaults = {"parts": list(TRAIN_PARTS), "workloads": list(TRAIN_WORKLOADS), "ranks": [4, 8, 16], "rates": [1.0],
-                "schemes": list(TRAIN_SCHEMES), "wide_schemes": ["allreduce", "zen", "agsparse", "sparcml"],
-                "bf16_schemes": ["allreduce", "zen"], "own_ranks": [4, 16],
-                "update": "lazy", "sparse_embedding": "true", "reference": "false", "overlap": "true",
-                "bucket_mb": 4.0, "steps": 10, "warmup": 2, "workers_per_rank": 1,
-                "topk_workload": "default", "topk_ranks": 8, "topk_rate": 1.0, "topk_schemes": list(TOPK_SCHEMES),
-                "topk_ratio": 0.05, "topk_steps": 40, "topk_extra": 1.5,
-                "overlap_workload": "default", "overlap_ranks": 2, "overlap_rate": 1.0, "overlap_bucket_mb": 2.0,
-                "overlap_steps": 12}  # fmt: skip
-    types = {"parts": names, "workloads": names, "ranks": ints, "rates": floats, "schemes": names,
-             "wide_schemes": names, "topk_schemes": names, "bf16_schemes": names, "own_ranks": ints}  # fmt: skip
+    defaults = {
+        "parts": list(TRAIN_PARTS),
+        "workloads": list(TRAIN_WORKLOADS),
+        "ranks": [4, 8, 16],
+        "rates": [1.0],
+        "schemes": list(TRAIN_SCHEMES),
+        "wide_schemes": ["allreduce", "zen", "agsparse", "sparcml"],
+        "bf16_schemes": ["allreduce", "zen"],
+        "own_ranks": [4, 16],
+        "update": "lazy",
+        "sparse_embedding": "true",
+        "reference": "false",
+        "overlap": "true",
+        "bucket_mb": 4.0,
+        "steps": 10,
+        "warmup": 2,
+        "workers_per_rank": 1,
+        "topk_workload": "default",
+        "topk_ranks": 8,
+        "topk_rate": 1.0,
+        "topk_schemes": list(TOPK_SCHEMES),
+        "topk_ratio": 0.05,
+        "topk_steps": 40,
+        "topk_extra": 1.5,
+        "overlap_workload": "default",
+        "overlap_ranks": 2,
+        "overlap_rate": 1.0,
+        "overlap_bucket_mb": 2.0,
+        "overlap_steps": 12,
+    }
+    types = {
+        "parts": names,
+        "workloads": names,
+        "ranks": ints,
+        "rates": floats,
+        "schemes": names,
+        "wide_schemes": names,
+        "topk_schemes": names,
+        "bf16_schemes": names,
+        "own_ranks": ints,
+    }
     opts = parse_sets("train", overrides, defaults, types)
     unknown = set(opts["parts"]) - set(TRAIN_PARTS)
     if unknown:
@@ -90,18 +120,37 @@ def _train_natural(opts: dict):
             base.name = f"bench-train-{workload}-r{ranks}-w{workers}"
             base.dist.num_ranks = ranks
             base.train.workers_per_rank = workers
-            common = {"train.embedding_update": opts["update"], "model.sparse_embedding": opts["sparse_embedding"],
-                      "sync.overlap": opts["overlap"], "sync.bucket_mb": opts["bucket_mb"]}  # fmt: skip
+            common = {
+                "train.embedding_update": opts["update"],
+                "model.sparse_embedding": opts["sparse_embedding"],
+                "sync.overlap": opts["overlap"],
+                "sync.bucket_mb": opts["bucket_mb"],
+            }
             wide = ranks > 8 or workers != opts["workers_per_rank"]
             schemes = [s for s in opts["schemes"] if not wide or s in opts["wide_schemes"]]
             variants = {s: {"sync.scheme": s, **common} for s in schemes}
-            variants.update({f"{s}+bf16": {"sync.scheme": s, "sync.wire_dtype": "bfloat16", **common}
-                             for s in opts["bf16_schemes"] if not wide})  # fmt: skip
+            variants.update(
+                {
+                    f"{s}+bf16": {"sync.scheme": s, "sync.wire_dtype": "bfloat16", **common}
+                    for s in opts["bf16_schemes"]
+                    if not wide
+                }
+            )
             if opts["reference"] == "true":  # the toolkit's plain step: AdamW over every row, a dense gradient
-                variants[REFERENCE] = {**common, "sync.scheme": "allreduce", "train.embedding_update": "dense",
-                                       "model.sparse_embedding": "false"}  # fmt: skip
-            sweep = training_sweep(base, bandwidths=opts["rates"], variants=variants, steps=opts["steps"],
-                                   warmup=opts["warmup"], progress=True)  # fmt: skip
+                variants[REFERENCE] = {
+                    **common,
+                    "sync.scheme": "allreduce",
+                    "train.embedding_update": "dense",
+                    "model.sparse_embedding": "false",
+                }
+            sweep = training_sweep(
+                base,
+                bandwidths=opts["rates"],
+                variants=variants,
+                steps=opts["steps"],
+                warmup=opts["warmup"],
+                progress=True,
+            )
             rows.append(sweep.assign(workload=label))
     table = pd.concat(rows, ignore_index=True)
     table["outside_compute"] = 1 - table["compute_s"] / table["step_s"]
@@ -109,9 +158,20 @@ def _train_natural(opts: dict):
     table["speedup"] = _over(table, key, "allreduce")
     if opts["reference"] == "true":
         table["speedup_vs_reference"] = _over(table, key, REFERENCE)
-    cols = [*key, "variant", "step_s", "compute_s", "wait_s", "exchange_s", "rest_s",
-            *[c for c in ("sparse_s", "overlap_s", "hidden_s", *REST) if c in table], "outside_compute",
-            "tokens_per_s", "speedup", *(["speedup_vs_reference"] if "speedup_vs_reference" in table else [])]  # fmt: skip
+    cols = [
+        *key,
+        "variant",
+        "step_s",
+        "compute_s",
+        "wait_s",
+        "exchange_s",
+        "rest_s",
+        *[c for c in ("sparse_s", "overlap_s", "hidden_s", *REST) if c in table],
+        "outside_compute",
+        "tokens_per_s",
+        "speedup",
+        *(["speedup_vs_reference"] if "speedup_vs_reference" in table else []),
+    ]
     out_dir = paths.derived_dir() / "train"
     publish(table, out_dir / "bench_train", table[cols].round(3), opts, comm_figs.training_vs_ranks, "train_vs_ranks")
     if table["bandwidth_gbps"].nunique() > 1:
@@ -144,10 +204,21 @@ def _train_topk(opts: dict):
     common = {"sync.overlap": opts["overlap"], "sync.bucket_mb": opts["bucket_mb"]}
     variants = {"allreduce": {"sync.scheme": "allreduce", **common}}
     for s in opts["topk_schemes"]:
-        variants[f"topk+{s}"] = {"sync.scheme": s, "sync.compress": "topk", "sync.topk_ratio": opts["topk_ratio"],
-                                 "train.num_steps": longer, **common}  # fmt: skip
-    table = training_sweep(base, bandwidths=[opts["topk_rate"]], variants=variants, steps=opts["topk_steps"],
-                           warmup=opts["warmup"], progress=True)  # fmt: skip
+        variants[f"topk+{s}"] = {
+            "sync.scheme": s,
+            "sync.compress": "topk",
+            "sync.topk_ratio": opts["topk_ratio"],
+            "train.num_steps": longer,
+            **common,
+        }
+    table = training_sweep(
+        base,
+        bandwidths=[opts["topk_rate"]],
+        variants=variants,
+        steps=opts["topk_steps"],
+        warmup=opts["warmup"],
+        progress=True,
+    )
     dense = table.set_index("variant").loc["allreduce"]
     target = sum(dense["losses"][-5:]) / 5
     reached = [time_to_loss(r["losses"], r["step_times"], target) for _, r in table.iterrows()]
@@ -158,11 +229,31 @@ def _train_topk(opts: dict):
     dense_time = table.loc[table["variant"] == "allreduce", "time_to_loss_s"].iloc[0]
     table["time_to_loss_vs_dense"] = dense_time / table["time_to_loss_s"]
     table["speedup"] = table["tokens_per_s"] / table.set_index("variant").loc["allreduce", "tokens_per_s"]
-    cols = ["ranks", "bandwidth_gbps", "variant", "step_s", "compute_s", "wait_s", "exchange_s", "rest_s",
-            "tokens_per_s", "speedup", "target_loss", "final_loss", "steps_to_loss", "time_to_loss_s",
-            "time_to_loss_vs_dense"]  # fmt: skip
-    publish(table, paths.derived_dir() / "train" / "bench_train_topk", table[cols].round(4), opts,
-             comm_figs.time_to_loss, "train_time_to_loss")  # fmt: skip
+    cols = [
+        "ranks",
+        "bandwidth_gbps",
+        "variant",
+        "step_s",
+        "compute_s",
+        "wait_s",
+        "exchange_s",
+        "rest_s",
+        "tokens_per_s",
+        "speedup",
+        "target_loss",
+        "final_loss",
+        "steps_to_loss",
+        "time_to_loss_s",
+        "time_to_loss_vs_dense",
+    ]
+    publish(
+        table,
+        paths.derived_dir() / "train" / "bench_train_topk",
+        table[cols].round(4),
+        opts,
+        comm_figs.time_to_loss,
+        "train_time_to_loss",
+    )
     return table
 
 
@@ -175,20 +266,47 @@ def _train_overlap(opts: dict):
     base.name = f"bench-train-overlap-{opts['overlap_workload']}-r{opts['overlap_ranks']}"
     base.dist.num_ranks = opts["overlap_ranks"]
     base.train.workers_per_rank = opts["workers_per_rank"]
-    kinds = {"allreduce": {"sync.scheme": "allreduce"}, "zen": {"sync.scheme": "zen"},
-             "topk+zen": {"sync.scheme": "zen", "sync.compress": "topk", "sync.topk_ratio": opts["topk_ratio"]}}
-    variants = {f"{name}{'+overlap' * (ov == 'true')}": {**sets, "sync.overlap": ov,
-                                                         "sync.bucket_mb": opts["overlap_bucket_mb"]}
-                for name, sets in kinds.items() for ov in ("false", "true")}  # fmt: skip
-    table = training_sweep(base, bandwidths=[opts["overlap_rate"]], variants=variants, steps=opts["overlap_steps"],
-                           warmup=opts["warmup"], progress=True)  # fmt: skip
+    kinds = {
+        "allreduce": {"sync.scheme": "allreduce"},
+        "zen": {"sync.scheme": "zen"},
+        "topk+zen": {"sync.scheme": "zen", "sync.compress": "topk", "sync.topk_ratio": opts["topk_ratio"]},
+    }
+    variants = {
+        f"{name}{'+overlap' * (ov == 'true')}": {
+            **sets,
+            "sync.overlap": ov,
+            "sync.bucket_mb": opts["overlap_bucket_mb"],
+        }
+        for name, sets in kinds.items()
+        for ov in ("false", "true")
+    }
+    table = training_sweep(
+        base,
+        bandwidths=[opts["overlap_rate"]],
+        variants=variants,
+        steps=opts["overlap_steps"],
+        warmup=opts["warmup"],
+        progress=True,
+    )
     table["kind"] = table["variant"].str.removesuffix("+overlap")
     inline = table[~table["variant"].str.endswith("+overlap")].set_index("kind")
     table["sum_inline_s"] = table["kind"].map(inline["sync_s"])  # the inline sum: all of it after backward
     table["hidden_fraction"] = table["hidden_s"] / table["overlap_s"]
     table["step_vs_inline"] = table["kind"].map(inline["step_s"]) / table["step_s"]
     table["losses_equal_inline"] = [r["losses"] == inline.loc[r["kind"], "losses"] for _, r in table.iterrows()]
-    cols = ["ranks", "bandwidth_gbps", "variant", "step_s", "compute_s", "sync_s", "sum_inline_s", "overlap_s",
-            "hidden_s", "hidden_fraction", "step_vs_inline", "losses_equal_inline"]  # fmt: skip
+    cols = [
+        "ranks",
+        "bandwidth_gbps",
+        "variant",
+        "step_s",
+        "compute_s",
+        "sync_s",
+        "sum_inline_s",
+        "overlap_s",
+        "hidden_s",
+        "hidden_fraction",
+        "step_vs_inline",
+        "losses_equal_inline",
+    ]
     publish(table, paths.derived_dir() / "train" / "bench_train_overlap", table[cols].round(3), opts)
     return table

@@ -55,15 +55,22 @@ def config_file(path: Path) -> ExperimentConfig:
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("recipe", help=f"recipe name ({', '.join(recipes.RECIPES)}) or a config.json path")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config field, e.g. train.num_steps=20")
-    p.add_argument("--run-id", help="run directory name: letters, digits, '.', '_', '-' (default: <recipe>-<timestamp>)")
+    p.add_argument(
+        "--set", action="append", metavar="KEY=VALUE", help="override a config field, e.g. train.num_steps=20"
+    )
+    p.add_argument(
+        "--run-id", help="run directory name: letters, digits, '.', '_', '-' (default: <recipe>-<timestamp>)"
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an existing run of the same id (never one in use)")
 
 
 def cmd_recipes(args: argparse.Namespace) -> None:
     for name, fn in recipes.RECIPES.items():
         cfg = fn()
-        print(f"{name:12s} {cfg.model.arch:6s} W={cfg.num_workers:<4d} steps={cfg.train.num_steps:<4d} {_first_sentence(fn.__doc__)}")
+        print(
+            f"{name:12s} {cfg.model.arch:6s} W={cfg.num_workers:<4d} steps={cfg.train.num_steps:<4d} "
+            f"{_first_sentence(fn.__doc__)}"
+        )
 
 
 def _first_sentence(doc: str | None) -> str:
@@ -91,8 +98,11 @@ def cmd_runs(args: argparse.Namespace) -> None:
         return
     print(f"{'run id':40s} {'recipe':12s} {'ranks x w':>9s} {'steps':>5s} {'size':>9s} {'finished':>8s}  started")
     for r in rows:
-        print(f"{r['run_id']:40s} {r['recipe']:12s} {r['ranks_x_workers']:>9s} {r['steps'] if r['steps'] is not None else '?':>5} "
-              f"{r['bytes'] / 1e6:>7.1f}MB {'yes' if r['finished'] else 'no':>8s}  {r['started']}")  # fmt: skip
+        print(
+            f"{r['run_id']:40s} {r['recipe']:12s} {r['ranks_x_workers']:>9s} "
+            f"{r['steps'] if r['steps'] is not None else '?':>5} "
+            f"{r['bytes'] / 1e6:>7.1f}MB {'yes' if r['finished'] else 'no':>8s}  {r['started']}"
+        )
     print(f"{len(rows)} runs, {sum(r['bytes'] for r in rows) / 1e6:.1f} MB under {paths.data_dir()}")
 
 
@@ -161,25 +171,47 @@ def cmd_bench_comm(args: argparse.Namespace) -> None:
     if args.synthetic:
         if args.run:
             raise ValueError("give a run id or --synthetic, not both")
-        df, stats = replay.replay_synthetic(numel=args.numel, density=args.density, skew=args.skew,
-                                             overlap=args.overlap, ranks=args.ranks, repeats=args.repeats,
-                                             schemes=schemes, recalibrate=args.recalibrate,
-                                             bandwidth_gbps=args.bandwidth_gbps)  # fmt: skip
-        print(f"synthetic: {args.ranks} ranks, numel {args.numel:,}; measured " + ", ".join(f"{k} {v:.3f}" for k, v in stats.items()))
+        df, stats = replay.replay_synthetic(
+            numel=args.numel,
+            density=args.density,
+            skew=args.skew,
+            overlap=args.overlap,
+            ranks=args.ranks,
+            repeats=args.repeats,
+            schemes=schemes,
+            recalibrate=args.recalibrate,
+            bandwidth_gbps=args.bandwidth_gbps,
+        )
+        print(
+            f"synthetic: {args.ranks} ranks, numel {args.numel:,}; measured "
+            + ", ".join(f"{k} {v:.3f}" for k, v in stats.items())
+        )
     else:
         if not args.run:
             raise ValueError("bench-comm needs a run id (`zen-analysis runs` lists them) or --synthetic")
-        df = replay.replay_run(args.run, ranks=args.ranks, steps=args.steps, tensor=args.tensor,
-                                repeats=args.repeats, schemes=schemes, recalibrate=args.recalibrate,
-                                bandwidth_gbps=args.bandwidth_gbps)  # fmt: skip
-        print(f"{df['run'].iloc[0]} / {df['tensor'].iloc[0]} ({df['numel'].iloc[0]:,} elements): {args.ranks} gloo ranks, "
-              f"steps {sorted(df['step'].unique())}, {args.repeats} repeats; medians over steps")  # fmt: skip
+        df = replay.replay_run(
+            args.run,
+            ranks=args.ranks,
+            steps=args.steps,
+            tensor=args.tensor,
+            repeats=args.repeats,
+            schemes=schemes,
+            recalibrate=args.recalibrate,
+            bandwidth_gbps=args.bandwidth_gbps,
+        )
+        print(
+            f"{df['run'].iloc[0]} / {df['tensor'].iloc[0]} ({df['numel'].iloc[0]:,} elements): {args.ranks} "
+            "gloo ranks, "
+            f"steps {sorted(df['step'].unique())}, {args.repeats} repeats; medians over steps"
+        )
     topo = calibrate.model_topology(args.ranks, bandwidth_gbps=args.bandwidth_gbps)
     fits = ", ".join(f"{p} {1e6 * a:.0f} us + bytes / {b / 1e9:.3f} GB/s" for p, a, b in topo.calibrated)
     print(f"model {topo.name} calibrated at {args.ranks} ranks: {fits}")
     if args.bandwidth_gbps:
-        print(f"measured in the emulated network, each rank behind a {args.bandwidth_gbps:g} Gbit/s link (alpha fitted "
-              "inside the lab, bandwidth the link's TCP payload rate)")  # fmt: skip
+        print(
+            f"measured in the emulated network, each rank behind a {args.bandwidth_gbps:g} Gbit/s link (alpha fitted "
+            "inside the lab, bandwidth the link's TCP payload rate)"
+        )
     print(measure.report(measure.summarize(df)))
     if args.out:
         measure.write_summary(df, args.out, command=" ".join(sys.argv))
@@ -199,8 +231,11 @@ def cmd_netlab(args: argparse.Namespace) -> None:
         from zen_analysis.ranks.procs import run_in_lab
 
         program = args.program[1:] if args.program[0] == "--" else args.program
-        sys.exit(run_in_lab(program, nodes=args.nodes, ranks_per_node=args.ranks_per_node,
-                            bandwidth_gbps=args.bandwidth_gbps or 1.0))  # fmt: skip
+        sys.exit(
+            run_in_lab(
+                program, nodes=args.nodes, ranks_per_node=args.ranks_per_node, bandwidth_gbps=args.bandwidth_gbps or 1.0
+            )
+        )
     if args.cleanup:
         removed = netlab.cleanup()
         print(f"removed {len(removed)} lab namespaces" + (f": {', '.join(removed)}" if removed else ""))
@@ -211,7 +246,10 @@ def cmd_netlab(args: argparse.Namespace) -> None:
     print("the network lab is available", end="")
     if args.bandwidth_gbps:
         with netlab.NetLab(2, args.bandwidth_gbps) as lab:
-            print(f"; two nodes at {args.bandwidth_gbps:g} Gbit/s measure {lab.throughput_gbps():.3f} Gbit/s over TCP", end="")
+            print(
+                f"; two nodes at {args.bandwidth_gbps:g} Gbit/s measure {lab.throughput_gbps():.3f} Gbit/s over TCP",
+                end="",
+            )
     print()
 
 
@@ -228,40 +266,59 @@ class _Help(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpF
 EXAMPLES = {
     "recipes": "zen-analysis recipes",
     "config": "zen-analysis config default --set train.num_steps=10",
-    "train": "zen-analysis train smoke\n  zen-analysis train default --set dist.num_ranks=4 --set sync.scheme=zen --run-id my-zen",
+    "train": "zen-analysis train smoke\n"
+    "  zen-analysis train default --set dist.num_ranks=4 --set sync.scheme=zen --run-id my-zen",
     "prepare": "zen-analysis prepare default --run-id my-run --set dist.num_ranks=16",
     "runs": "zen-analysis runs\n  zen-analysis runs --delete smoke-20261201-101500\n  zen-analysis runs --prune",
     "traces": "zen-analysis traces reproduce-default",
     "characterize": "zen-analysis characterize reproduce-default --natural-granularity element",
     "evaluate": "zen-analysis evaluate reproduce-workers1024 --max-workers 1024",
-    "reproduce": "zen-analysis reproduce\n  zen-analysis reproduce --full\n  zen-analysis reproduce --only zen\n  zen-analysis reproduce --skip netlab",
+    "reproduce": "zen-analysis reproduce\n  zen-analysis reproduce --full\n"
+    "  zen-analysis reproduce --only zen\n  zen-analysis reproduce --skip netlab",
     "bench-comm": "zen-analysis bench-comm reproduce-default --ranks 4\n"
-                  "  zen-analysis bench-comm --synthetic --density 0.01 --skew 2 --overlap 0.5\n"
-                  "  zen-analysis bench-comm reproduce-default --bandwidth-gbps 1   # root: the emulated network",
+    "  zen-analysis bench-comm --synthetic --density 0.01 --skew 2 --overlap 0.5\n"
+    "  zen-analysis bench-comm reproduce-default --bandwidth-gbps 1   # root: the emulated network",
     "bench": "zen-analysis bench zen\n  zen-analysis bench ddp --set bandwidths=loopback,1 --set rounds=2\n"
-             "  zen-analysis bench netlab --set parts=schemes --set ranks=4\n"
-             "  zen-analysis bench train --set ranks=4,8 --set rates=1",
+    "  zen-analysis bench netlab --set parts=schemes --set ranks=4\n"
+    "  zen-analysis bench train --set ranks=4,8 --set rates=1",
     "netlab": "zen-analysis netlab --bandwidth-gbps 1\n  zen-analysis netlab --cleanup\n"
-              "  zen-analysis netlab --nodes 4 --bandwidth-gbps 1 -- scripts/ddp_transformers.py --zen natural",
-}  # fmt: skip
+    "  zen-analysis netlab --nodes 4 --bandwidth-gbps 1 -- scripts/ddp_transformers.py --zen natural",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``zen-analysis`` parser: one subcommand per ``cmd_*`` function, each with its examples."""
-    parser = argparse.ArgumentParser(prog="zen-analysis", description="Sparse gradient synchronization toolkit.",
-                                     epilog="examples:\n  " + "\n  ".join(v.split("\n")[0] for v in EXAMPLES.values()),
-                                     formatter_class=_Help)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="zen-analysis",
+        description="Sparse gradient synchronization toolkit.",
+        epilog="examples:\n  " + "\n  ".join(v.split("\n")[0] for v in EXAMPLES.values()),
+        formatter_class=_Help,
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add = sub.add_parser
 
     def command(name: str, help: str, **kw) -> argparse.ArgumentParser:  # noqa: A002 - argparse's own name
-        return add(name, help=help, description=kw.pop("description", help), formatter_class=_Help,
-                   epilog="examples:\n  " + EXAMPLES[name] if name in EXAMPLES else None, **kw)  # fmt: skip
+        return add(
+            name,
+            help=help,
+            description=kw.pop("description", help),
+            formatter_class=_Help,
+            epilog="examples:\n  " + EXAMPLES[name] if name in EXAMPLES else None,
+            **kw,
+        )
 
     sub.add_parser = command  # every subcommand gets the defaults formatter and its examples
-    for add_parsers in (_add_config_parsers, _add_runs_parser, _add_traces_parser, _add_characterize_parser,
-                        _add_evaluate_parser, _add_reproduce_parser, _add_bench_comm_parser, _add_bench_parser,
-                        _add_netlab_parser):  # fmt: skip
+    for add_parsers in (
+        _add_config_parsers,
+        _add_runs_parser,
+        _add_traces_parser,
+        _add_characterize_parser,
+        _add_evaluate_parser,
+        _add_reproduce_parser,
+        _add_bench_comm_parser,
+        _add_bench_parser,
+        _add_netlab_parser,
+    ):
         add_parsers(sub)  # in this order: the order of --help's list
     return parser
 
@@ -281,8 +338,12 @@ def _add_config_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_runs_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("runs", help="list the runs under the data root (id, recipe, size, finished), delete or prune them")
-    p.add_argument("--delete", nargs="+", metavar="RUN_ID", help="delete these runs (directory, traces, derived tables)")
+    p = sub.add_parser(
+        "runs", help="list the runs under the data root (id, recipe, size, finished), delete or prune them"
+    )
+    p.add_argument(
+        "--delete", nargs="+", metavar="RUN_ID", help="delete these runs (directory, traces, derived tables)"
+    )
     p.add_argument("--prune", action="store_true", help="delete every run but make reproduce's (reproduce-*)")
     p.set_defaults(func=cmd_runs)
 
@@ -296,8 +357,12 @@ def _add_traces_parser(sub: argparse._SubParsersAction) -> None:
 def _add_characterize_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("characterize", help="overlap, densification, skew, drift and imbalance tables of a run")
     p.add_argument("run", help="run id under data/traces, or a trace directory")
-    p.add_argument("--natural-granularity", choices=["row", "element"], default="row",
-                   help="embedding gradients by rows (token ids) or by elements")  # fmt: skip
+    p.add_argument(
+        "--natural-granularity",
+        choices=["row", "element"],
+        default="row",
+        help="embedding gradients by rows (token ids) or by elements",
+    )
     p.add_argument("--hash-seed", type=int, default=0, help="seed of Zen's h0 for the hash owner")
     p.add_argument("--force", action="store_true", help="recompute even if the tables are up to date")
     p.set_defaults(func=cmd_characterize)
@@ -306,20 +371,32 @@ def _add_characterize_parser(sub: argparse._SubParsersAction) -> None:
 def _add_evaluate_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("evaluate", help="modelled bytes and time of every scheme on a run's traces")
     p.add_argument("run", help="run id under data/traces, or a trace directory")
-    p.add_argument("--topology", action="append", help="topology preset (repeatable; default: the paper's and h200-node)")
+    p.add_argument(
+        "--topology", action="append", help="topology preset (repeatable; default: the paper's and h200-node)"
+    )
     p.add_argument("--max-workers", type=int, default=128, help="largest n modelled (up to the run's virtual workers)")
     p.add_argument("--force", action="store_true", help="recompute even if the table is up to date")
     p.set_defaults(func=cmd_evaluate)
 
 
 def _add_reproduce_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("reproduce", help="the main job: train + capture on the default data, then summarise",
-                       description="The main job, stage by stage: train, characterize, schemes, netlab, zen; with --full also "
-                       "edit and scale (the README's table says what each writes).")  # fmt: skip
+    p = sub.add_parser(
+        "reproduce",
+        help="the main job: train + capture on the default data, then summarise",
+        description="The main job, stage by stage: train, characterize, schemes, netlab, zen; with --full also "
+        "edit and scale (the README's table says what each writes).",
+    )
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field of every trained run")
-    p.add_argument("--only", action="append", metavar="STAGE", help="run only these stages (comma-separated or repeated)")
+    p.add_argument(
+        "--only", action="append", metavar="STAGE", help="run only these stages (comma-separated or repeated)"
+    )
     p.add_argument("--skip", action="append", metavar="STAGE", help="skip these stages")
-    p.add_argument("--full", action="store_true", help="also run the EDiT stage (edit: five trainings and an ablation, the longest) and the 1024-worker scale mode (scale, about 6 min)")
+    p.add_argument(
+        "--full",
+        action="store_true",
+        help="also run the EDiT stage (edit: five trainings and an ablation, the longest) and the 1024-worker "
+        "scale mode (scale, about 6 min)",
+    )
     p.set_defaults(func=cmd_reproduce)
 
 
@@ -337,17 +414,36 @@ def _add_bench_comm_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--density", type=float, default=0.025, help="--synthetic: non-zeros per rank / elements")
     p.add_argument("--skew", type=float, default=1.0, help="0 uniform; larger crowds non-zeros towards index 0")
     p.add_argument("--overlap", type=float, default=0.3, help="fraction of each set shared by all ranks")
-    p.add_argument("--bandwidth-gbps", type=float,
-                   help="run the ranks in the emulated network, each behind a link of this rate (root; see `netlab`)")
-    p.add_argument("--out", metavar="PATH", help="also write the per-scheme summary as Parquet (scheme, ranks, "
-                   "bandwidth_gbps, numel, bytes_sent_max_rank, measured_s_median, modelled_s, lossless, ...)")
+    p.add_argument(
+        "--bandwidth-gbps",
+        type=float,
+        help="run the ranks in the emulated network, each behind a link of this rate (root; see `netlab`)",
+    )
+    p.add_argument(
+        "--out",
+        metavar="PATH",
+        help="also write the per-scheme summary as Parquet (scheme, ranks, "
+        "bandwidth_gbps, numel, bytes_sent_max_rank, measured_s_median, modelled_s, lossless, ...)",
+    )
     p.set_defaults(func=cmd_bench_comm)
 
 
 def _add_bench_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="benchmarks (ratios measured side by side, medians)")
     p.add_argument(
-        "what", choices=["capture", "characterize", "comm", "ddp", "evaluate", "hashing", "netlab", "stragglers", "train", "zen"],
+        "what",
+        choices=[
+            "capture",
+            "characterize",
+            "comm",
+            "ddp",
+            "evaluate",
+            "hashing",
+            "netlab",
+            "stragglers",
+            "train",
+            "zen",
+        ],
         help="capture: capture overhead; characterize: 16M x 128 workers x 20 steps; ddp: the example DDP script "
         "(stock, natural Zen, top-k + Zen) on loopback and 1 Gbit/s links; comm: schemes measured vs "
         "modelled on the default run's embedding at 4 ranks; evaluate: modelling speed at 16M x 128 workers; "
@@ -355,24 +451,34 @@ def _add_bench_parser(sub: argparse._SubParsersAction) -> None:
         "the emulated network (root); stragglers: EDiT vs A-EDiT with a 2x straggler; train: training throughput "
         "of every scheme on lstm-words at 4 and 8 ranks x 1 Gbit/s links (root); "
         "zen: zen_sum vs dense all-reduce and sparse schemes up to 128M elements, with the local-work floor",
-    )  # fmt: skip
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="a benchmark option (each names its own; "
-                   "an unknown one lists them)")
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a benchmark option (each names its own; an unknown one lists them)",
+    )
     p.set_defaults(func=cmd_bench)
 
 
 def _add_netlab_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("netlab", help="the emulated network (namespaces + shaped links): check it, or remove leftovers",
-                       description="Without options: say whether a lab can be built here (root, iproute2, veth, "
-                       "bridge, tbf). Examples: zen-analysis netlab --bandwidth-gbps 1; zen-analysis netlab --cleanup; "
-                       "zen-analysis netlab --nodes 4 --bandwidth-gbps 1 -- scripts/ddp_transformers.py --zen natural "
-                       "(one torchrun per lab node running that program)")  # fmt: skip
+    p = sub.add_parser(
+        "netlab",
+        help="the emulated network (namespaces + shaped links): check it, or remove leftovers",
+        description="Without options: say whether a lab can be built here (root, iproute2, veth, "
+        "bridge, tbf). Examples: zen-analysis netlab --bandwidth-gbps 1; zen-analysis netlab --cleanup; "
+        "zen-analysis netlab --nodes 4 --bandwidth-gbps 1 -- scripts/ddp_transformers.py --zen natural "
+        "(one torchrun per lab node running that program)",
+    )
     p.add_argument("--cleanup", action="store_true", help="delete every lab namespace (zl-<tag>-...) left behind")
     p.add_argument("--bandwidth-gbps", type=float, help="also build a 2-node lab at this rate and measure it")
     p.add_argument("--nodes", type=int, default=2, help="with a program: lab nodes, one torchrun each")
     p.add_argument("--ranks-per-node", type=int, default=1, help="with a program: torchrun's --nproc-per-node")
-    p.add_argument("program", nargs=argparse.REMAINDER, help="-- script.py [args] (or -- -m module [args]): run it "
-                   "under torchrun across the lab's nodes")
+    p.add_argument(
+        "program",
+        nargs=argparse.REMAINDER,
+        help="-- script.py [args] (or -- -m module [args]): run it under torchrun across the lab's nodes",
+    )
     p.set_defaults(func=cmd_netlab)
 
 
@@ -388,7 +494,10 @@ def main(argv: list[str] | None = None) -> None:
     try:
         args.func(args)
     except KeyboardInterrupt:  # a launcher has already stopped its ranks on its way out
-        print("\nzen-analysis: interrupted (ranks it had started were stopped; finished files are intact)", file=sys.stderr)
+        print(
+            "\nzen-analysis: interrupted (ranks it had started were stopped; finished files are intact)",
+            file=sys.stderr,
+        )
         sys.exit(130)
     except (ValueError, TraceError) as exc:  # config, input and trace mistakes: a clear message, no traceback
         sys.exit(f"zen-analysis: error: {exc}")

@@ -17,8 +17,8 @@ from functools import lru_cache
 
 import matplotlib.pyplot as plt
 import numpy as np
-from matplotlib.ticker import MaxNLocator
 import torch
+from matplotlib.ticker import MaxNLocator
 
 from zen_analysis import paths
 from zen_analysis.capture.traces import TraceReader
@@ -120,11 +120,16 @@ def draw(stats: dict, *, title: str = "") -> plt.Figure:
     who = "worker" if group == 1 else f"workers (mean of {group})"
     ax = axes[0, 0]
     m = stats["density_map"]
-    im = ax.imshow(m, aspect="auto", cmap="magma_r", interpolation="nearest", extent=(0, stats["numel"], m.shape[0] - 0.5, -0.5))
+    im = ax.imshow(
+        m, aspect="auto", cmap="magma_r", interpolation="nearest", extent=(0, stats["numel"], m.shape[0] - 0.5, -0.5)
+    )
     ax.axhline(m.shape[0] - 1.5, color="0.4", lw=0.8)
     _worker_ticks(ax, m.shape[0] - 1, group, union=True)
-    ax.set(xlabel="token id (embedding row)" if row_mode else "flat index", ylabel=who,
-           title="density map of the index space")  # fmt: skip
+    ax.set(
+        xlabel="token id (embedding row)" if row_mode else "flat index",
+        ylabel=who,
+        title="density map of the index space",
+    )
     fig.colorbar(im, ax=ax, label="density per bin")
     ax = axes[0, 1]
     shares = stats.get("shares_map", stats["shares"])
@@ -147,8 +152,11 @@ def draw(stats: dict, *, title: str = "") -> plt.Figure:
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     among = stats.get("overlap_workers", len(stats["workers"]))
     first = f" among the first {among} workers" if among < len(stats["workers"]) else ""
-    ax.set(xlabel="overlap ratio |A∩B| / min(|A|, |B|)", ylabel="worker pairs",
-           title=f"pairwise overlap (C1): {len(ov):,} pairs{first}")  # fmt: skip
+    ax.set(
+        xlabel="overlap ratio |A∩B| / min(|A|, |B|)",
+        ylabel="worker pairs",
+        title=f"pairwise overlap (C1): {len(ov):,} pairs{first}",
+    )
     fig.suptitle(title)
     fig.tight_layout()
     return fig
@@ -178,8 +186,14 @@ class DensityExplorer:
         }
         self.status = w.HTML()
         self.output = w.Output()
-        self.widget = w.VBox([w.HBox(list(self.controls.values())[:3]), w.HBox(list(self.controls.values())[3:]),
-                              self.status, self.output])  # fmt: skip
+        self.widget = w.VBox(
+            [
+                w.HBox(list(self.controls.values())[:3]),
+                w.HBox(list(self.controls.values())[3:]),
+                self.status,
+                self.output,
+            ]
+        )
         self.stats: dict = {}
         self.figure: plt.Figure | None = None
         self.title = ""
@@ -247,9 +261,14 @@ class DensityExplorer:
         try:
             with self.output, warnings.catch_warnings():  # nothing of a redraw lands in JupyterLab's log console
                 warnings.simplefilter("ignore")
-                self.stats = explore_stats(c["run"], c["tensor"], c["step"], c["num_workers"], c["num_partitions"], c["granularity"])
+                self.stats = explore_stats(
+                    c["run"], c["tensor"], c["step"], c["num_workers"], c["num_partitions"], c["granularity"]
+                )
                 tensor = c["tensor"].removeprefix("model.")
-                self.title = f"{c['run']} · {tensor} · step {c['step']} · {len(self.stats['workers'])} workers · {c['granularity']}"
+                self.title = (
+                    f"{c['run']} · {tensor} · step {c['step']} · {len(self.stats['workers'])} workers "
+                    f"· {c['granularity']}"
+                )
                 if self.figure is not None:
                     plt.close(self.figure)
                 self.figure = draw(self.stats, title=self.title)

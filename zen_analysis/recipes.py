@@ -193,7 +193,9 @@ def deepfm() -> ExperimentConfig:
         name="deepfm",
         model=ModelConfig(arch="deepfm", hidden_size=16, mlp_sizes=(400, 400, 400)),
         data=DataConfig(source="criteo-synth", ctr_rows=1_000_000),
-        train=TrainConfig(num_steps=60, seq_len=1, batch_per_worker=1024, workers_per_rank=8, lr=1e-3, weight_decay=0.0),
+        train=TrainConfig(
+            num_steps=60, seq_len=1, batch_per_worker=1024, workers_per_rank=8, lr=1e-3, weight_decay=0.0
+        ),
         capture=CaptureConfig(every=10, topk_scope="none"),
         dist=DistConfig(num_ranks=4),
     )
@@ -206,8 +208,9 @@ def deepfm_smoke() -> ExperimentConfig:
         name="deepfm-smoke",
         model=ModelConfig(arch="deepfm", hidden_size=8, mlp_sizes=(64, 64)),
         data=DataConfig(source="criteo-synth", ctr_rows=20_000, ctr_train_samples=20_000, ctr_val_samples=4_000),
-        train=TrainConfig(num_steps=6, seq_len=1, batch_per_worker=256, workers_per_rank=2, warmup_steps=2, lr=1e-3,
-                          weight_decay=0.0),  # fmt: skip
+        train=TrainConfig(
+            num_steps=6, seq_len=1, batch_per_worker=256, workers_per_rank=2, warmup_steps=2, lr=1e-3, weight_decay=0.0
+        ),
         capture=CaptureConfig(every=2, steps_per_shard=2, topk_scope="none"),
         dist=DistConfig(num_ranks=2, timeout_s=60.0),
     )

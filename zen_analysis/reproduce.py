@@ -56,7 +56,8 @@ def reproduce_run_id(recipe: str) -> str:
 
 
 def _stage_netlab(overrides) -> None:
-    """Stage 4: every scheme measured with each of 4 ranks behind a 1 Gbit/s link (natural and top-k tensors), and flat vs
+    """Stage 4: every scheme measured with each of 4 ranks behind a 1 Gbit/s link (natural and top-k tensors), and
+    flat vs
     hierarchical Zen on 2 nodes x 2 ranks; skipped, with the reason, where the lab cannot be built."""
     from matplotlib import pyplot as plt
 
@@ -67,10 +68,13 @@ def _stage_netlab(overrides) -> None:
         print(f"== the emulated network: skipped ({why})")
         return
     run_id = _run_ids()[0]
-    print(f"== the emulated network: {run_id} replayed on {REPLAY_RANKS} ranks behind 1 Gbit/s links; flat vs "
-          "hierarchical Zen on 2 nodes x 2 ranks (the full sweep: `zen-analysis bench netlab`)")  # fmt: skip
+    print(
+        f"== the emulated network: {run_id} replayed on {REPLAY_RANKS} ranks behind 1 Gbit/s links; flat vs "
+        "hierarchical Zen on 2 nodes x 2 ranks (the full sweep: `zen-analysis bench netlab`)"
+    )
     from zen_analysis.experiments.netlab import node_comparison, scheme_sweep
-    from zen_analysis.plots import comm as comm_figs, style
+    from zen_analysis.plots import comm as comm_figs
+    from zen_analysis.plots import style
 
     sweep = scheme_sweep(run_id, ranks=(REPLAY_RANKS,), bandwidths=(1.0,), repeats=5)
     nodes = node_comparison(run_id, bandwidth_gbps=1.0, repeats=5)
@@ -92,7 +96,9 @@ def _train(names, overrides) -> list[str]:
     for name in names:
         cfg = apply_overrides(recipes.get(name), [*RUN_OVERRIDES.get(name, ()), *overrides])
         cfg.run_id = reproduce_run_id(name)
-        print(f"== training {name}: {cfg.num_workers} workers on {cfg.dist.num_ranks} ranks, {cfg.train.num_steps} steps")
+        print(
+            f"== training {name}: {cfg.num_workers} workers on {cfg.dist.num_ranks} ranks, {cfg.train.num_steps} steps"
+        )
         launch(cfg, overwrite=True)  # reproduce-<recipe> is this job's own run: a rerun replaces it
         reports.append(describe_run(cfg.run_id))
         print(reports[-1])
@@ -110,7 +116,9 @@ def _run_ids() -> list[str]:
     run_ids = [reproduce_run_id(name) for name in REPRODUCE_RUNS]
     missing = [r for r in run_ids if not (paths.trace_dir(r) / "manifest.json").exists()]
     if missing:
-        raise ValueError(f"runs {missing} are not captured yet: run the train stage first (`zen-analysis reproduce --only train`)")
+        raise ValueError(
+            f"runs {missing} are not captured yet: run the train stage first (`zen-analysis reproduce --only train`)"
+        )
     return run_ids
 
 
@@ -142,7 +150,8 @@ def _stage_schemes(overrides) -> None:
     from zen_analysis.derived import write_table
 
     run_ids = _run_ids()
-    from zen_analysis.plots import comm as comm_figs, style
+    from zen_analysis.plots import comm as comm_figs
+    from zen_analysis.plots import style
 
     schemes = evaluate_runs(run_ids, steps=EVALUATE_STEPS)
     fig = comm_figs.normalized_time(schemes, topology="paper-tcp25")
@@ -163,8 +172,11 @@ def _stage_schemes(overrides) -> None:
     lines = report(summarize(measured))
     atomic_write_text(paths.derived_dir() / "reproduce" / "schemes_measured.txt", lines + "\n")
     print(lines)
-    atomic_write_text(paths.derived_dir() / "reproduce" / "speedups.txt",
-                      speedups(schemes).pivot(index=["workload", "n"], columns="scheme", values="speedup").round(2).to_string() + "\n")  # fmt: skip
+    atomic_write_text(
+        paths.derived_dir() / "reproduce" / "speedups.txt",
+        speedups(schemes).pivot(index=["workload", "n"], columns="scheme", values="speedup").round(2).to_string()
+        + "\n",
+    )
     for fig, name in (
         (comm_figs.speedup(speedups(schemes), measured), "fig15_speedup"),
         (comm_figs.model_vs_measured(measured), "model_vs_measured"),
@@ -172,32 +184,43 @@ def _stage_schemes(overrides) -> None:
     ):
         style.savefig(fig, name)
         plt.close(fig)
-    print(f"scheme figures written to {paths.figures_dir()}: fig8_normalized_time, fig15_speedup, "
-          "fig17a_wire_size, model_vs_measured")  # fmt: skip
+    print(
+        f"scheme figures written to {paths.figures_dir()}: fig8_normalized_time, fig15_speedup, "
+        "fig17a_wire_size, model_vs_measured"
+    )
 
 
 def _stage_zen(overrides) -> None:
     """Stage 5: Zen's hashing cost (Fig. 16), Theorem 2, COO vs hash-bitmap pull (Fig. 17b), loss parity (Fig. 18)."""
-    print("== Zen: hashing cost (Fig. 16), Theorem 2 check, COO vs hash-bitmap pull (Fig. 17b), training parity (Fig. 18)")
+    print(
+        "== Zen: hashing cost (Fig. 16), Theorem 2 check, COO vs hash-bitmap pull (Fig. 17b), training parity (Fig. 18)"
+    )
     from matplotlib import pyplot as plt
 
     from zen_analysis.comm.evaluate import evaluate_runs, speedups
     from zen_analysis.derived import read_table
-    from zen_analysis.plots import style, zen as zen_figs
-    from zen_analysis.experiments.zen import parity_config, parity_runs, parity_summary, theorem2_table
     from zen_analysis.experiments.hashing_cost import hashing_cost
+    from zen_analysis.experiments.zen import parity_config, parity_runs, parity_summary, theorem2_table
+    from zen_analysis.plots import style
+    from zen_analysis.plots import zen as zen_figs
 
     run_ids = _run_ids()
     schemes = evaluate_runs(run_ids, steps=EVALUATE_STEPS)  # the tables stage 3 wrote (recomputed only if stale)
     measured_path = paths.derived_dir() / "reproduce" / "schemes_measured.parquet"
     if not measured_path.exists():
-        raise ValueError("the measured replay is missing: run the schemes stage first (`zen-analysis reproduce --only schemes`)")
+        raise ValueError(
+            "the measured replay is missing: run the schemes stage first (`zen-analysis reproduce --only schemes`)"
+        )
     measured = read_table(measured_path)
     cost = hashing_cost(numel=1 << 24)
     balance = theorem2_table(run_ids)
     parity = parity_runs(parity_config("default"), progress=True)
     out_dir = paths.derived_dir() / "reproduce"
-    for name, table in (("hashing_cost", cost), ("theorem2_imbalance", balance), ("parity_summary", parity_summary(parity))):
+    for name, table in (
+        ("hashing_cost", cost),
+        ("theorem2_imbalance", balance),
+        ("parity_summary", parity_summary(parity)),
+    ):
         atomic_write_text(out_dir / f"{name}.txt", table.to_string(index=False) + "\n")
     for fig, name in (
         (zen_figs.hashing_cost(cost), "fig16_hashing_cost"),
@@ -208,8 +231,10 @@ def _stage_zen(overrides) -> None:
         style.savefig(fig, name)
         plt.close(fig)
     print(parity_summary(parity).to_string(index=False))
-    print(f"Zen figures written to {paths.figures_dir()}: fig16_hashing_cost, theorem2_imbalance, fig17b_pull_format, "
-          f"fig18_loss_parity; tables in {out_dir}")  # fmt: skip
+    print(
+        f"Zen figures written to {paths.figures_dir()}: fig16_hashing_cost, theorem2_imbalance, fig17b_pull_format, "
+        f"fig18_loss_parity; tables in {out_dir}"
+    )
 
 
 def _stage_edit(overrides) -> None:
@@ -219,16 +244,28 @@ def _stage_edit(overrides) -> None:
     from zen_analysis.plots import style
 
     out_dir = paths.derived_dir() / "reproduce"
-    print("== EDiT: sync, Post-Local SGD, DiLoCo, EDiT and A-EDiT on the default Llama (4 ranks x 8 micro-batches), "
-          "60 steps each; the penalty ablation with injected spikes")  # fmt: skip
-    from zen_analysis.experiments.local_sgd import ABLATION_SPIKES, ABLATION_SYNC, EDIT_TUNED, compare_methods, penalty_ablation
+    print(
+        "== EDiT: sync, Post-Local SGD, DiLoCo, EDiT and A-EDiT on the default Llama (4 ranks x 8 micro-batches), "
+        "60 steps each; the penalty ablation with injected spikes"
+    )
+    from zen_analysis.experiments.local_sgd import (
+        ABLATION_SPIKES,
+        ABLATION_SYNC,
+        EDIT_TUNED,
+        compare_methods,
+        penalty_ablation,
+    )
     from zen_analysis.plots import local_sgd as lsgd_figs
 
     base = recipes.default()
     base.name = "reproduce-edit"
     base.train.eval_every = 0
-    runs = compare_methods(base, progress=True, per_method={"edit": EDIT_TUNED, "a_edit": EDIT_TUNED},
-                           **{"local_sgd.warmup_steps": 10, "local_sgd.interval": 4})  # fmt: skip
+    runs = compare_methods(
+        base,
+        progress=True,
+        per_method={"edit": EDIT_TUNED, "a_edit": EDIT_TUNED},
+        **{"local_sgd.warmup_steps": 10, "local_sgd.interval": 4},
+    )
     fig = lsgd_figs.loss_curves(runs)
     style.savefig(fig, "edit_loss_curves")
     plt.close(fig)
@@ -236,8 +273,13 @@ def _stage_edit(overrides) -> None:
     abl_base.name = "reproduce-ablation"
     abl_base.train.workers_per_rank = 1
     abl_base.train.num_steps = 160
-    ablation = penalty_ablation(abl_base, spikes=ABLATION_SPIKES, variants={"full penalty": "default", "no penalty": "none"},
-                                progress=True, **ABLATION_SYNC)  # fmt: skip
+    ablation = penalty_ablation(
+        abl_base,
+        spikes=ABLATION_SPIKES,
+        variants={"full penalty": "default", "no penalty": "none"},
+        progress=True,
+        **ABLATION_SYNC,
+    )
     fig = lsgd_figs.penalty_ablation(ablation, spike_steps=ablation.attrs["spike_steps"])
     style.savefig(fig, "edit_penalty_ablation")
     plt.close(fig)
@@ -253,7 +295,8 @@ def _stage_scale(overrides) -> None:
     from matplotlib import pyplot as plt
 
     from zen_analysis.experiments.schemes import scale_mode
-    from zen_analysis.plots import comm as comm_figs, style
+    from zen_analysis.plots import comm as comm_figs
+    from zen_analysis.plots import style
 
     out = paths.derived_dir() / "reproduce" / "capture_summary_scale.txt"
     atomic_write_text(out, "\n\n".join(_train((SCALE_RUN,), overrides)) + "\n")
@@ -279,8 +322,13 @@ STAGES = {
 wrote, so ``--only zen`` works on a data root where the train and schemes stages have run."""
 
 
-def reproduce(overrides: list[str] | tuple[str, ...] = (), *, only: Sequence[str] = (), skip: Sequence[str] = (),
-              full: bool = False) -> None:  # fmt: skip
+def reproduce(
+    overrides: list[str] | tuple[str, ...] = (),
+    *,
+    only: Sequence[str] = (),
+    skip: Sequence[str] = (),
+    full: bool = False,
+) -> None:
     """Run the stages of :data:`STAGES` in order: all of them but :data:`FULL_ONLY` (all with ``full``), or
     ``only`` these, less ``skip``."""
     unknown = sorted((set(only) | set(skip)) - set(STAGES))

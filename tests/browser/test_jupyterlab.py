@@ -49,9 +49,22 @@ def lab(tmp_path_factory):
         shutil.copy(NOTEBOOKS / name, root / name)
     port, token = _free_port(), os.urandom(12).hex()
     log = open(root / "jupyterlab.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", "--ServerApp.ip=127.0.0.1",
-                             f"--port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}"],
-                            stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "jupyter",
+            "lab",
+            "--no-browser",
+            "--allow-root",
+            "--ServerApp.ip=127.0.0.1",
+            f"--port={port}",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={root}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(240):
@@ -104,12 +117,19 @@ def _run_all(driver, url: str, token: str, notebook: str) -> None:
 
     body = lambda: driver.find_element(By.TAG_NAME, "body").text  # noqa: E731
     driver.get(f"{url}/lab/tree/{notebook}?token={token}&reset")
-    _wait(lambda: driver.find_elements(By.CSS_SELECTOR, ".jp-NotebookPanel .jp-Cell") and "Idle" in body(), 120, "the kernel")
+    _wait(
+        lambda: driver.find_elements(By.CSS_SELECTOR, ".jp-NotebookPanel .jp-Cell") and "Idle" in body(),
+        120,
+        "the kernel",
+    )
     for button in driver.find_elements(By.XPATH, "//button[normalize-space()='No']"):  # the news notification
         button.click()
     next(e for e in driver.find_elements(By.CSS_SELECTOR, ".lm-MenuBar-itemLabel") if e.text == "Run").click()
-    _wait(lambda: [e for e in driver.find_elements(By.CSS_SELECTOR, ".lm-Menu-itemLabel") if e.text == "Run All Cells"], 10,
-          "the Run menu")[0].click()  # fmt: skip
+    _wait(
+        lambda: [e for e in driver.find_elements(By.CSS_SELECTOR, ".lm-Menu-itemLabel") if e.text == "Run All Cells"],
+        10,
+        "the Run menu",
+    )[0].click()
 
     def prompts() -> list[str]:
         return [e.text.strip() for e in driver.find_elements(By.CSS_SELECTOR, ".jp-CodeCell .jp-InputPrompt")]
@@ -126,14 +146,25 @@ def _run_all(driver, url: str, token: str, notebook: str) -> None:
 def _errors(driver) -> list[str]:
     from selenium.webdriver.common.by import By
 
-    texts = [e.text for e in driver.find_elements(By.CSS_SELECTOR, ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")]
-    return [t for t in texts if "Traceback (most recent call last)" in t or "Error:" in t.splitlines()[-1:][0] if t.strip()]
+    texts = [
+        e.text
+        for e in driver.find_elements(
+            By.CSS_SELECTOR, ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"
+        )
+    ]
+    return [
+        t for t in texts if "Traceback (most recent call last)" in t or "Error:" in t.splitlines()[-1:][0] if t.strip()
+    ]
 
 
 def _cell_with(driver, code: str):
     from selenium.webdriver.common.by import By
 
-    cells = [c for c in driver.find_elements(By.CSS_SELECTOR, ".jp-CodeCell") if code in c.find_element(By.CSS_SELECTOR, ".jp-InputArea").text]
+    cells = [
+        c
+        for c in driver.find_elements(By.CSS_SELECTOR, ".jp-CodeCell")
+        if code in c.find_element(By.CSS_SELECTOR, ".jp-InputArea").text
+    ]
     assert cells, f"no cell with {code!r}"
     return cells[0]
 
@@ -171,7 +202,9 @@ def second_run():
             writer.add(SparseGrad.from_dense(g, step=step, worker=w, rank=0, tensor="emb", kind="natural"))
         writer.end_step()
     writer.close()
-    write_manifest(tdir, {"run_id": rid, "tensors": {"emb": {"kind": "natural", "shape": [rows, width], "numel": rows * width}}})
+    write_manifest(
+        tdir, {"run_id": rid, "tensors": {"emb": {"kind": "natural", "shape": [rows, width], "numel": rows * width}}}
+    )
     return rid
 
 
@@ -182,13 +215,23 @@ def test_notebook_03_explorer_redraws_once_per_action_and_its_title_matches_the_
 
     url, token = lab
     _run_all(browser, url, token, "03_density_explorer.ipynb")
-    status = _wait(lambda: [e for e in browser.find_elements(By.CSS_SELECTOR, ".widget-html-content") if e.text.startswith("ready")],
-                   30, "the explorer's status line")[0]  # fmt: skip
-    browser.execute_script("""const el = arguments[0]; window.__statuses = [];
-        new MutationObserver(() => window.__statuses.push(el.textContent)).observe(el, {childList: true, subtree: true, characterData: true});""",
-                           status)  # fmt: skip
-    selects = {e.find_element(By.CSS_SELECTOR, "label").text: e.find_element(By.TAG_NAME, "select")
-               for e in browser.find_elements(By.CSS_SELECTOR, ".widget-dropdown")}  # fmt: skip
+    status = _wait(
+        lambda: [
+            e for e in browser.find_elements(By.CSS_SELECTOR, ".widget-html-content") if e.text.startswith("ready")
+        ],
+        30,
+        "the explorer's status line",
+    )[0]
+    browser.execute_script(
+        """const el = arguments[0]; window.__statuses = [];
+        new MutationObserver(() => window.__statuses.push(el.textContent))
+            .observe(el, {childList: true, subtree: true, characterData: true});""",
+        status,
+    )
+    selects = {
+        e.find_element(By.CSS_SELECTOR, "label").text: e.find_element(By.TAG_NAME, "select")
+        for e in browser.find_elements(By.CSS_SELECTOR, ".widget-dropdown")
+    }
     assert {"run", "tensor", "step", "partitions"} <= set(selects)
     readout = browser.find_element(By.CSS_SELECTOR, ".widget-slider .widget-readout")
 
@@ -201,13 +244,20 @@ def test_notebook_03_explorer_redraws_once_per_action_and_its_title_matches_the_
     def act(what: str, fn) -> None:
         seen = len(browser.execute_script("return window.__statuses"))
         fn()
-        _wait(lambda: any(s.startswith("ready") for s in browser.execute_script("return window.__statuses")[seen:]), 120, what)
+        _wait(
+            lambda: any(s.startswith("ready") for s in browser.execute_script("return window.__statuses")[seen:]),
+            120,
+            what,
+        )
         time.sleep(1.5)  # a second redraw, if any, would land meanwhile
         new = [s for s in browser.execute_script("return window.__statuses")[seen:] if s.strip()]
         assert [s.split(" ")[0] for s in new] == ["computing…", "ready"], f"{what}: {new}"  # busy, then one redraw
         c = controls()
         title = new[-1].split(" · ", 1)[1]
-        expected = f"{c['run']} · {c['tensor'].removeprefix('model.')} · step {c['step']} · {c['workers']} workers · {c['granularity']}"
+        expected = (
+            f"{c['run']} · {c['tensor'].removeprefix('model.')} · step {c['step']} · {c['workers']} "
+            f"workers · {c['granularity']}"
+        )
         assert title == expected, f"{what}: title {title!r}, controls {c}"
 
     def type_workers(n: int):

@@ -44,9 +44,26 @@ def test_the_ddp_example_runs_on_nccl(tmp_path, flags):
     script = Path(__file__).resolve().parents[2] / "scripts" / "ddp_transformers.py"
     out = tmp_path / "metrics.json"
     ranks = min(2, torch.cuda.device_count())
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
-                           str(script), "--size", "smoke", "--steps", "4", "--out", str(out), *flags],
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={ranks}",
+            str(script),
+            "--size",
+            "smoke",
+            "--steps",
+            "4",
+            "--out",
+            str(out),
+            *flags,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["backend"] == "nccl" and len(result["steps"]) == 4

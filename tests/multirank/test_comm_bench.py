@@ -24,8 +24,10 @@ def _captured_run(rid: str) -> str:
             wr.add(SparseGrad(step, w, 0, "emb", "natural", (N // 4, 4), idx, torch.randn(idx.numel(), generator=gen)))
         wr.end_step()
     wr.close()
-    write_manifest(paths.trace_dir(rid), {"run_id": rid, "num_workers": 3,
-                                          "tensors": {"emb": {"kind": "natural", "shape": [N // 4, 4], "numel": N}}})  # fmt: skip
+    write_manifest(
+        paths.trace_dir(rid),
+        {"run_id": rid, "num_workers": 3, "tensors": {"emb": {"kind": "natural", "shape": [N // 4, 4], "numel": N}}},
+    )
     return rid
 
 

@@ -93,7 +93,10 @@ def test_all_ranks_empty_and_all_ranks_dense():
 def test_sparcml_folds_non_power_of_two_worlds_and_unknown_schemes_are_errors():
     frame = build_scheme("sparcml").traffic([torch.tensor([1]), torch.tensor([2]), torch.tensor([3, 4])], 10)
     fold = frame[frame["phase"] == "fold"].groupby("rank")[["bytes_sent", "bytes_received"]].sum()
-    assert fold.to_dict("index") == {0: {"bytes_sent": 0, "bytes_received": 8 + 16}, 2: {"bytes_sent": 8 + 16, "bytes_received": 0}}
+    assert fold.to_dict("index") == {
+        0: {"bytes_sent": 0, "bytes_received": 8 + 16},
+        2: {"bytes_sent": 8 + 16, "bytes_received": 0},
+    }
     assert set(frame[frame["phase"] == "stage0"]["rank"]) == {0, 1}  # rank 2 waits for the unfold
     with pytest.raises(ValueError, match="unknown scheme"):
         build_scheme("nope")
@@ -131,7 +134,15 @@ def test_collective_calls_per_sync(world):
     """Indices and values travel in one message: Zen makes 4 calls (counts, push, bitmaps, values). The ranks'
     agreement check rides on the first count exchange where a scheme has one, else it costs one call."""
     stages = world.bit_length() - 1
-    unchecked = {"allreduce": 1, "agsparse": 2, "sparse_ps": 4, "bp_coo": 4, "zen": 4, "omnireduce": 4, "sparcml": 2 * stages}
+    unchecked = {
+        "allreduce": 1,
+        "agsparse": 2,
+        "sparse_ps": 4,
+        "bp_coo": 4,
+        "zen": 4,
+        "omnireduce": 4,
+        "sparcml": 2 * stages,
+    }
     folded = {"agsparse", "sparse_ps", "bp_coo", "zen"}
     expected = {(n, False): c for n, c in unchecked.items()}
     expected |= {(n, True): c + (n not in folded) for n, c in unchecked.items()}
@@ -139,7 +150,20 @@ def test_collective_calls_per_sync(world):
         assert per_rank == expected
 
 
-_FACTORIES = {"zeros", "empty", "full", "ones", "arange", "tensor", "eye", "linspace", "randperm", "rand", "randn", "randint"}
+_FACTORIES = {
+    "zeros",
+    "empty",
+    "full",
+    "ones",
+    "arange",
+    "tensor",
+    "eye",
+    "linspace",
+    "randperm",
+    "rand",
+    "randn",
+    "randint",
+}
 
 
 def _device_audit(rank, world):
@@ -173,7 +197,9 @@ def _device_audit(rank, world):
 
 def test_every_scheme_names_the_device_of_every_tensor_it_creates():
     for per_rank in fork_launch(_device_audit, 3):
-        assert per_rank == [], "tensors created without a device (CPU by default, wrong under NCCL):\n" + "\n".join(per_rank)
+        assert per_rank == [], "tensors created without a device (CPU by default, wrong under NCCL):\n" + "\n".join(
+            per_rank
+        )
 
 
 def _floats_and_strides(rank, world):

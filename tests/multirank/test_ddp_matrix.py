@@ -47,7 +47,9 @@ def _trajectory(rank, config: dict, hook: str, group, steps: int = 3):
     from zen_analysis.sync.ddp import register
 
     torch.manual_seed(0)
-    module = _LM(sparse=config.get("sparse", False), unused=config.get("unused", False)).to(config.get("dtype", torch.float32))
+    module = _LM(sparse=config.get("sparse", False), unused=config.get("unused", False)).to(
+        config.get("dtype", torch.float32)
+    )
     model = DDP(module, process_group=group, **config.get("ddp", {}))
     state = None
     if hook == "natural":
@@ -99,7 +101,7 @@ def test_both_hooks_equal_stock_ddp_in_every_configuration():
                 # fp16: stock DDP halves each rank's gradient before summing, and a halved small fp16 gradient is
                 # subnormal, rounded (one unit in the last place apart, on a few elements); the rest bit for bit
                 tol = {"rtol": 2e-3, "atol": 1e-5} if name == "fp16" else {"rtol": 0, "atol": 0}
-                torch.testing.assert_close(params, stock, **tol, msg=lambda m: f"{hook} on {name}: {m}")
+                torch.testing.assert_close(params, stock, **tol, msg=lambda m: f"{hook} on {name}: {m}")  # noqa: B023
         # a 2-byte model's values travel at 2 bytes: the natural hook's COO entries (Zen: int32 position + value)
         # of the same rows are 6 bytes in bf16/fp16 against 8 in float32 on the push; the pull's values 2 against 4
         for half in ("bf16", "fp16"):

@@ -51,7 +51,9 @@ def _train(rank, world, bucket_cap_mb, scheme, sparse=False):
     return out
 
 
-@pytest.mark.parametrize("world, bucket_cap_mb, scheme", [(2, 0.001, "zen"), (4, 0.001, "zen"), (4, 25.0, "zen"), (2, 25.0, "agsparse")])
+@pytest.mark.parametrize(
+    "world, bucket_cap_mb, scheme", [(2, 0.001, "zen"), (4, 0.001, "zen"), (4, 25.0, "zen"), (2, 25.0, "agsparse")]
+)
 def test_natural_hook_gives_stock_ddp_parameters_every_step(world, bucket_cap_mb, scheme):
     for r in fork_launch(_train, world, bucket_cap_mb, scheme):
         torch.testing.assert_close(r["natural"], r["stock"], rtol=1e-5, atol=1e-6)
@@ -121,8 +123,15 @@ def _topk(rank, world, schemes, threshold, overlap, steps=5):
         for h in held:
             dist.all_reduce(h)
         moved = [world * (a - p.detach()) for a, p in zip(p0, model.parameters())]
-        out[scheme] = {"params": torch.stack(params), "held": held, "moved": moved, "layouts": layouts,
-                       "bytes": state.bytes_sent, "sync_s": state.sync_s, "exposed_s": state.exposed_s}  # fmt: skip
+        out[scheme] = {
+            "params": torch.stack(params),
+            "held": held,
+            "moved": moved,
+            "layouts": layouts,
+            "bytes": state.bytes_sent,
+            "sync_s": state.sync_s,
+            "exposed_s": state.exposed_s,
+        }
         del model, state
         dist.barrier()
     return out
@@ -174,9 +183,32 @@ def test_the_example_script_under_torchrun_matches_stock_ddp(tmp_path, model, fl
     results = {}
     for zen in ("off", "natural"):
         out = tmp_path / f"{zen}.json"
-        proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script),
-                               "--size", "smoke", "--steps", "4", "--batch", "4", "--zen", zen, "--model", model,
-                               "--out", str(out), *flags], capture_output=True, text=True, timeout=300)  # fmt: skip
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc-per-node=2",
+                str(script),
+                "--size",
+                "smoke",
+                "--steps",
+                "4",
+                "--batch",
+                "4",
+                "--zen",
+                zen,
+                "--model",
+                model,
+                "--out",
+                str(out),
+                *flags,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         result = json.loads(out.read_text())
         assert result["ranks"] == 2 and result["backend"] == "gloo" and len(result["steps"]) == 4

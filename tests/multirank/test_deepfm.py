@@ -44,8 +44,13 @@ def test_deepfm_smoke_trains_zen_matches_all_reduce_and_the_table_characterizes_
 
 
 def test_deepfm_smoke_with_a_sparse_table_and_the_lazy_update_trains():
-    _, result = _run("sparse-lazy", model__sparse_embedding=True, train__embedding_update="lazy",
-                     capture__enabled=False, sync__scheme="zen")  # fmt: skip
+    _, result = _run(
+        "sparse-lazy",
+        model__sparse_embedding=True,
+        train__embedding_update="lazy",
+        capture__enabled=False,
+        sync__scheme="zen",
+    )
     loss = result.metrics()["loss"].to_numpy()
     assert loss[-1] < loss[0] - 0.01
     digests = {s["param_sha256"] for s in result.results.values()}

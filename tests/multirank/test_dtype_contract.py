@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from zen_analysis.comm import SCHEMES, build_scheme
-from zen_analysis.wire.dtypes import SUPPORTED
 from zen_analysis.ranks.procs import fork_launch
+from zen_analysis.wire.dtypes import SUPPORTED
 
 UNSUPPORTED = (torch.complex64, torch.bool, torch.int16)
 LAYOUTS = ("flat", "2d", "transposed", "strided", "channels_last", "one", "empty")
@@ -19,8 +19,15 @@ KEYS = ["rank", "phase", "kind"]
 
 
 def _shape(layout: str, size: int) -> tuple[int, ...]:
-    return {"flat": (size,), "2d": (max(1, size // 7), 7), "transposed": (7, max(1, size // 7)), "strided": (size,),
-            "channels_last": (1, 3, max(1, size // 15), 5), "one": (1,), "empty": (0, 3)}[layout]  # fmt: skip
+    return {
+        "flat": (size,),
+        "2d": (max(1, size // 7), 7),
+        "transposed": (7, max(1, size // 7)),
+        "strided": (size,),
+        "channels_last": (1, 3, max(1, size // 15), 5),
+        "one": (1,),
+        "empty": (0, 3),
+    }[layout]
 
 
 def _values(dtype: torch.dtype, kind: str, numel: int, rank: int, seed: int) -> torch.Tensor:
@@ -122,8 +129,13 @@ def _check(world, batch):
 
 @pytest.mark.parametrize("world", [2, 3, 4])
 def test_every_scheme_sums_every_dtype_and_layout_as_all_reduce_or_refuses_it(world):
-    @settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True,
-              phases=[Phase.explicit, Phase.generate])  # no shrinking: each example forks ranks
+    @settings(
+        max_examples=2,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        derandomize=True,
+        phases=[Phase.explicit, Phase.generate],
+    )  # no shrinking: each example forks ranks
     @given(st.lists(cases(), min_size=14, max_size=14))
     def run_batch(batch):
         _check(world, batch)
@@ -256,8 +268,9 @@ def _mixed(rank, world, what, name):
     return "returned", None
 
 
-@pytest.mark.parametrize("what, name", [("scheme", "zen"), ("scheme", "sparcml"), ("unsupported", "zen"),
-                                        ("unsupported", "omnireduce")])  # fmt: skip
+@pytest.mark.parametrize(
+    "what, name", [("scheme", "zen"), ("scheme", "sparcml"), ("unsupported", "zen"), ("unsupported", "omnireduce")]
+)
 def test_ranks_passing_different_schemes_or_an_unsupported_dtype_all_raise(what, name):
     results = fork_launch(_mixed, 3, what, name, timeout_s=60)
     assert {r[0] for r in results} == {"RanksDisagreeError"}, results

@@ -27,8 +27,8 @@ import torch.distributed as dist
 from zen_analysis import paths, recipes
 from zen_analysis.capture.traces import TraceError, TraceReader
 from zen_analysis.comm.evaluate import evaluate
-from zen_analysis.runs.launch import RunInUseError, launch, prepare_run
 from zen_analysis.ranks.procs import RankFailedError
+from zen_analysis.runs.launch import RunInUseError, launch, prepare_run
 from zen_analysis.sparsity.characterize import characterize
 
 VICTIM = "victim"
@@ -47,7 +47,11 @@ def _smoke(run_id: str, **sets) -> object:
 
 def snapshot(root: Path) -> dict[str, str]:
     """sha256 of every file under ``root``."""
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def assert_preserved(before: dict[str, str], root: Path) -> None:
@@ -110,8 +114,13 @@ def test_an_absolute_run_id_is_refused_and_that_directory_survives(lab, tmp_path
 
 def test_the_cli_refuses_dot_dot_with_one_line(lab):
     before = snapshot(lab)
-    out = subprocess.run([sys.executable, "-m", "zen_analysis", "train", "smoke", "--run-id", ".."],
-                         capture_output=True, text=True, timeout=120, env={**os.environ, "ZEN_ANALYSIS_DATA": str(lab)})  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "zen_analysis", "train", "smoke", "--run-id", ".."],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "ZEN_ANALYSIS_DATA": str(lab)},
+    )
     assert out.returncode != 0 and "run id" in out.stderr and "Traceback" not in out.stderr
     assert_preserved(before, lab)
 
@@ -197,7 +206,9 @@ def test_random_bytes_inside_a_data_page_are_detected(lab, copy_of_victim, colum
     for k in range(12):
         raw = bytearray(clean)
         pos = start + int((k + 0.5) / 12 * (length - 64))
-        raw[pos : pos + 64] = torch.randint(0, 256, (64,), generator=torch.Generator().manual_seed(pos)).to(torch.uint8).numpy().tobytes()
+        raw[pos : pos + 64] = (
+            torch.randint(0, 256, (64,), generator=torch.Generator().manual_seed(pos)).to(torch.uint8).numpy().tobytes()
+        )
         shard.write_bytes(bytes(raw))
         before = snapshot(lab)
         with pytest.raises(TraceError, match=shard.name):
@@ -218,8 +229,11 @@ def test_indices_that_break_the_invariants_are_a_trace_error(lab, copy_of_victim
         bad = [list(reversed(x)) if how == "unsorted" else [*x[:-1], 10**9] for x in idx]
         import pyarrow as pa
 
-        t = table.set_column(table.schema.get_field_index("indices"), table.schema.field("indices"),
-                             pa.array(bad, type=table.schema.field("indices").type))  # fmt: skip
+        t = table.set_column(
+            table.schema.get_field_index("indices"),
+            table.schema.field("indices"),
+            pa.array(bad, type=table.schema.field("indices").type),
+        )
         pq.write_table(t.replace_schema_metadata(table.schema.metadata), shard)
         with pytest.raises(TraceError, match=rf"{shard.name}.*(sorted|range)"):
             list(TraceReader("badidx").records())
@@ -341,9 +355,24 @@ def _ctrl_c_reaches_python() -> None:
 
 def test_ctrl_c_ends_with_one_line(lab):
     env = {**os.environ, "ZEN_ANALYSIS_DATA": str(lab)}
-    proc = subprocess.Popen([sys.executable, "-m", "zen_analysis", "train", "smoke", "--run-id", "interrupted",
-                             "--set", "train.num_steps=500"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            preexec_fn=_ctrl_c_reaches_python)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "zen_analysis",
+            "train",
+            "smoke",
+            "--run-id",
+            "interrupted",
+            "--set",
+            "train.num_steps=500",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        preexec_fn=_ctrl_c_reaches_python,
+    )
     deadline = time.monotonic() + 120
     while not (lab / "runs" / "interrupted" / "logs" / "rank0.log").exists() and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -375,7 +404,9 @@ _FIRST = textwrap.dedent(
 
 def test_the_same_run_id_cannot_be_launched_twice_at_once(lab):
     env = {**os.environ, "ZEN_ANALYSIS_DATA": str(lab)}
-    first = subprocess.Popen([sys.executable, "-c", _FIRST, "12"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    first = subprocess.Popen(
+        [sys.executable, "-c", _FIRST, "12"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
     results = lab / "runs" / "twice" / "launch.json"
     deadline = time.monotonic() + 120
     while not results.exists() and time.monotonic() < deadline:

@@ -21,8 +21,16 @@ VOCAB = 300
 def _as_external_cluster(rank: int, world: int, port: int) -> None:
     """What torchrun would have set: Lightning's environment then creates no processes (``LOCAL_RANK``) and
     accelerate takes the multi-CPU path (``WORLD_SIZE`` > 1); both keep the process group fork_launch made."""
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
-                      NODE_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")  # fmt: skip
+    os.environ.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_WORLD_SIZE=str(world),
+        NODE_RANK="0",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        OMP_NUM_THREADS="1",
+    )
 
 
 def _tokens(n: int, length: int = 9) -> torch.Tensor:
@@ -67,8 +75,16 @@ def _lightning_rank(rank, world, port):
         model = LitLM()
         out.setdefault("initial", _params(model))
         strategy = ZenDDPStrategy(mode="natural", scheme="zen") if run == "zen" else DDPStrategy()
-        trainer = pl.Trainer(accelerator="cpu", devices=world, strategy=strategy, max_steps=STEPS, logger=False,
-                             enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
+        trainer = pl.Trainer(
+            accelerator="cpu",
+            devices=world,
+            strategy=strategy,
+            max_steps=STEPS,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+        )
         assert trainer.world_size == world and trainer.global_rank == rank
         trainer.fit(model, train_dataloaders=DataLoader(data, batch_size=4))
         out[run] = (torch.tensor(model.losses), _params(model))
@@ -97,8 +113,16 @@ def _llama():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                      num_key_value_heads=2, max_position_embeddings=32, tie_word_embeddings=False)  # fmt: skip
+    cfg = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=32,
+        tie_word_embeddings=False,
+    )
     return LlamaForCausalLM(cfg)
 
 
@@ -121,10 +145,23 @@ def _hf_rank(rank, world, port, tmp):
     out = {}
     for run in ("stock", "zen"):
         model = _llama()
-        args = TrainingArguments(output_dir=os.path.join(tmp, run), use_cpu=True, report_to=[], save_strategy="no",
-                                 max_steps=STEPS, logging_steps=1, dataloader_num_workers=0, per_device_train_batch_size=4,
-                                 optim="sgd", learning_rate=0.5, lr_scheduler_type="constant", seed=0, disable_tqdm=True,
-                                 dataloader_pin_memory=False, remove_unused_columns=False)  # fmt: skip
+        args = TrainingArguments(
+            output_dir=os.path.join(tmp, run),
+            use_cpu=True,
+            report_to=[],
+            save_strategy="no",
+            max_steps=STEPS,
+            logging_steps=1,
+            dataloader_num_workers=0,
+            per_device_train_batch_size=4,
+            optim="sgd",
+            learning_rate=0.5,
+            lr_scheduler_type="constant",
+            seed=0,
+            disable_tqdm=True,
+            dataloader_pin_memory=False,
+            remove_unused_columns=False,
+        )
         base = ZenTrainer if run == "zen" else Trainer
         cls = type(f"Recording{base.__name__}", (Recording, base), {})
         extra = {"zen_mode": "natural", "zen_scheme": "zen"} if run == "zen" else {}

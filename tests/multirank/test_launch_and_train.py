@@ -9,8 +9,8 @@ import torch
 import torch.distributed as dist
 
 from zen_analysis import recipes
-from zen_analysis.runs.launch import launch
 from zen_analysis.ranks.procs import RankFailedError
+from zen_analysis.runs.launch import launch
 
 
 def _smoke(**fields):
@@ -52,8 +52,12 @@ def test_a_global_top_k_threshold_pools_every_ranks_samples():
     thresholds."""
 
     def records(ranks, threshold):
-        cfg = _smoke(dist__num_ranks=ranks, train__workers_per_rank=4 // ranks, train__num_steps=1,
-                     capture__topk_threshold=threshold)  # fmt: skip
+        cfg = _smoke(
+            dist__num_ranks=ranks,
+            train__workers_per_rank=4 // ranks,
+            train__num_steps=1,
+            capture__topk_threshold=threshold,
+        )
         reader = launch(cfg, progress=False, echo=False).traces()
         return {(r.worker, r.tensor): r.indices_K for r in reader.records(step=0, kind="topk")}
 
@@ -64,13 +68,19 @@ def test_a_global_top_k_threshold_pools_every_ranks_samples():
 
 
 def test_two_ranks_train_like_one_rank_on_the_same_global_batch():
-    from zen_analysis.runs.observe import forward
     from zen_analysis.plots.training import LiveLoss
+    from zen_analysis.runs.observe import forward
 
-    one = launch(_smoke(dist__num_ranks=1, train__workers_per_rank=4, capture__enabled=False), progress=False, echo=False)
+    one = launch(
+        _smoke(dist__num_ranks=1, train__workers_per_rank=4, capture__enabled=False), progress=False, echo=False
+    )
     live, sent = LiveLoss(every_s=1e9), []  # draws the first step, then only at the end
-    two = launch(_smoke(dist__num_ranks=2, train__workers_per_rank=2, capture__enabled=False), progress=False, echo=False,
-                 on_metrics=[live, forward(lambda name, value, step: sent.append((name, step)))])  # fmt: skip
+    two = launch(
+        _smoke(dist__num_ranks=2, train__workers_per_rank=2, capture__enabled=False),
+        progress=False,
+        echo=False,
+        on_metrics=[live, forward(lambda name, value, step: sent.append((name, step)))],
+    )
     l1, l2 = one.metrics()["loss"].to_numpy(), two.metrics()["loss"].to_numpy()
     assert len(l1) == len(l2) == 6
     # the launcher's finish: the live view's last redraw has every step and the final validation loss

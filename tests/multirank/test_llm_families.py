@@ -15,7 +15,11 @@ from zen_analysis.runs.launch import launch
 from zen_analysis.workload.model import build_model, input_embedding_name, lm_loss
 
 SMOKE = {"llama": recipes.smoke, "opt": recipes.opt_smoke, "gemma2": recipes.gemma2_smoke}
-EMBEDDING = {"llama": "model.embed_tokens.weight", "opt": "model.decoder.embed_tokens.weight", "gemma2": "model.embed_tokens.weight"}
+EMBEDDING = {
+    "llama": "model.embed_tokens.weight",
+    "opt": "model.decoder.embed_tokens.weight",
+    "gemma2": "model.embed_tokens.weight",
+}
 
 
 def _smoke_model(arch):
@@ -77,7 +81,9 @@ def test_smoke_model_is_deterministic_in_training_mode_and_its_loss_decreases(ar
 @pytest.mark.parametrize("arch", ["opt", "gemma2"])
 def test_tie_embeddings_is_honoured_both_ways(arch):
     """build_model asserts it; this checks the assert is not vacuous for the new families."""
-    tied = build_model(ModelConfig(arch=arch, hidden_size=32, num_heads=2, tie_embeddings=True), vocab_size=100, max_seq_len=8)
+    tied = build_model(
+        ModelConfig(arch=arch, hidden_size=32, num_heads=2, tie_embeddings=True), vocab_size=100, max_seq_len=8
+    )
     assert tied.get_input_embeddings().weight is tied.get_output_embeddings().weight
 
 
@@ -155,7 +161,11 @@ def test_new_arch_names_are_valid_and_their_recipes_match_the_default_sizes(arch
     big, smoke, ref, ref_smoke = recipes.get(arch), recipes.get(f"{arch}-smoke"), recipes.default(), recipes.smoke()
     assert big.model == ModelConfig(arch=arch, hidden_size=256, num_layers=2, num_heads=4)
     assert (big.data, big.train, big.dist) == (ref.data, ref.train, ref.dist)
-    assert smoke.model.arch == arch and (smoke.data, smoke.train, smoke.dist) == (ref_smoke.data, ref_smoke.train, ref_smoke.dist)
+    assert smoke.model.arch == arch and (smoke.data, smoke.train, smoke.dist) == (
+        ref_smoke.data,
+        ref_smoke.train,
+        ref_smoke.dist,
+    )
     topk = {"opt": recipes.OPT_TOPK, "gemma2": recipes.GEMMA2_TOPK}[arch]
     assert big.capture.topk_tensors == smoke.capture.topk_tensors == topk
 

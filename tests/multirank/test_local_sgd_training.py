@@ -38,7 +38,10 @@ def test_local_sgd_identities_on_gloo():
     at_once = _run("edit", "atonce", ewma_warmup=1, layerwise=False)
     no_prefetch = _run("edit", "noprefetch", ewma_warmup=1, prefetch=False)  # layerwise runs prefetch async all-reduces
     assert layerwise[1] == at_once[1] == no_prefetch[1]
-    rows = [json.loads(line) for line in (paths.run_dir(layerwise[2]) / "local_sgd" / "rank1.jsonl").read_text().splitlines()]
+    rows = [
+        json.loads(line)
+        for line in (paths.run_dir(layerwise[2]) / "local_sgd" / "rank1.jsonl").read_text().splitlines()
+    ]
     synced = [r for r in rows if not r.get("init")]
     assert synced and {"norm", "z", "weight", "clip_coef", "skipped", "anomalous"} <= set(synced[0])
     assert {r["step"] for r in rows} >= {2, 5, 8, 11}  # warm-up 2, every 3 steps (+ the final forced sync)

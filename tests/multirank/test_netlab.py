@@ -50,7 +50,10 @@ def test_nodes_share_a_namespace_per_node_and_leave_nothing_on_an_exception():
 
 @needs_lab
 def test_a_creator_killed_with_sigkill_leaves_no_namespace():
-    code = "from zen_analysis.ranks.netlab import NetLab; import sys, time; lab = NetLab(2, 1.0); print(lab.tag, flush=True); time.sleep(600)"
+    code = (
+        "from zen_analysis.ranks.netlab import NetLab; import sys, time; lab = NetLab(2, 1.0); "
+        "print(lab.tag, flush=True); time.sleep(600)"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     tag = proc.stdout.readline().strip()
     assert len(netlab.lab_namespaces(tag)) == 3
@@ -94,8 +97,14 @@ def test_without_privileges_the_lab_says_why():
     if not netlab._has_net_admin() or shutil.which("ip") is None or shutil.which("tc") is None:
         pytest.skip("needs CAP_NET_ADMIN to drop, and iproute2 (else the lab names those first)")
     try:
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False,
-                              preexec_fn=_drop_net_admin)  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            preexec_fn=_drop_net_admin,
+        )
     except subprocess.SubprocessError as exc:  # no CAP_SETPCAP to drop a capability here
         pytest.skip(f"cannot drop CAP_NET_ADMIN in a child: {exc}")
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -168,8 +177,24 @@ def test_schemes_replayed_in_the_lab_are_lossless_with_the_modelled_bytes(capsys
     assert all(a >= 0 and b == pytest.approx(GBPS * netlab.TCP_PAYLOAD_FRACTION) for _, a, b in topo.calibrated)
     assert preset("netlab-1").for_ranks(2) == topo.for_ranks(2)  # stored: the preset does not calibrate again
     out_path = tmp_path / "summary.parquet"
-    main(["bench-comm", "--synthetic", "--ranks", "2", "--numel", "50000", "--density", "0.05", "--repeats", "2",
-          "--bandwidth-gbps", "1", "--out", str(out_path)])  # fmt: skip
+    main(
+        [
+            "bench-comm",
+            "--synthetic",
+            "--ranks",
+            "2",
+            "--numel",
+            "50000",
+            "--density",
+            "0.05",
+            "--repeats",
+            "2",
+            "--bandwidth-gbps",
+            "1",
+            "--out",
+            str(out_path),
+        ]
+    )
     out = capsys.readouterr().out
     assert "behind a 1 Gbit/s link" in out and out.count("equal  True; lossless True") == 7
     assert not netlab.lab_namespaces()
@@ -178,7 +203,10 @@ def test_schemes_replayed_in_the_lab_are_lossless_with_the_modelled_bytes(capsys
     assert summary["lossless"].all() and (summary["ranks"] == 2).all() and (summary["bandwidth_gbps"] == 1.0).all()
     assert (summary["measured_s_median"] > 0).all() and (summary["modelled_s"] > 0).all()
     # two ranks: the most one rank sent is at least half of what both sent
-    assert ((summary["bytes_sent_max_rank"] * 2 >= summary["bytes_sent"]) & (summary["bytes_sent_max_rank"] <= summary["bytes_sent"])).all()
+    assert (
+        (summary["bytes_sent_max_rank"] * 2 >= summary["bytes_sent"])
+        & (summary["bytes_sent_max_rank"] <= summary["bytes_sent"])
+    ).all()
 
 
 def _training(run_id: str, steps: int = 4, **dist):
@@ -206,8 +234,9 @@ def test_training_in_the_lab_has_the_loopback_losses_and_torchrun_spans_lab_node
     lab = _training("netlab-fork", network="netlab", bandwidth_gbps=1.0, gpus_per_node=2)
     # the README's multi-node recipe: one torchrun per node (2 nodes x 2 ranks), c10d rendezvous at node 0's
     # lab address, hierarchical Zen (2 ranks per node)
-    multi = _training("netlab-torchrun", network="netlab", bandwidth_gbps=1.0, ranks_per_node=2, launcher="torchrun",
-                      gpus_per_node=2)  # fmt: skip
+    multi = _training(
+        "netlab-torchrun", network="netlab", bandwidth_gbps=1.0, ranks_per_node=2, launcher="torchrun", gpus_per_node=2
+    )
     assert len(loopback) == len(lab) == len(multi) == 4
     assert loopback["loss"].tolist() == lab["loss"].tolist() == multi["loss"].tolist()  # time changes, not numbers
     assert not netlab.lab_namespaces()
@@ -225,8 +254,8 @@ def _killed_on_rank_2(cfg, *, info, log):
 @needs_lab
 def test_a_rank_killed_in_a_lab_launch_raises_and_leaves_no_namespace():
     from zen_analysis import recipes
-    from zen_analysis.runs.launch import launch
     from zen_analysis.ranks.procs import RankFailedError
+    from zen_analysis.runs.launch import launch
 
     cfg = recipes.smoke()
     cfg.run_id = "netlab-killed"
@@ -249,8 +278,14 @@ def test_an_interrupted_lab_launch_leaves_no_namespace(tmp_path):
     )
     before = set(netlab.lab_namespaces())
     env = {**os.environ, "ZEN_ANALYSIS_DATA": str(tmp_path)}
-    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # Ctrl-C reaches Python even
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # Ctrl-C reaches Python even
     # when this suite runs in the background of a shell without job control (whose children ignore SIGINT)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and len(set(netlab.lab_namespaces()) - before) < 3:  # switch + 2 nodes
@@ -273,8 +308,12 @@ def test_a_users_torchrun_script_runs_across_lab_nodes(tmp_path):
 
     script = Path(__file__).resolve().parents[2] / "scripts" / "ddp_transformers.py"
     out = tmp_path / "m.json"
-    code = run_in_lab([str(script), "--size", "smoke", "--steps", "3", "--batch", "4", "--zen", "natural", "--out", str(out)],
-                      nodes=2, bandwidth_gbps=1.0, log_dir=tmp_path / "logs")  # fmt: skip
+    code = run_in_lab(
+        [str(script), "--size", "smoke", "--steps", "3", "--batch", "4", "--zen", "natural", "--out", str(out)],
+        nodes=2,
+        bandwidth_gbps=1.0,
+        log_dir=tmp_path / "logs",
+    )
     assert code == 0, (tmp_path / "logs" / "torchrun-node1.log").read_text()[-3000:]
     result = json.loads(out.read_text())
     assert result["ranks"] == 2 and len(result["steps"]) == 3 and result["steps"][-1]["sparse_bytes"] > 0

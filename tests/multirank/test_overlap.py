@@ -26,8 +26,11 @@ def _train(overlap: bool, **sync):
     return result.metrics(), summary["param_sha256"]
 
 
-@pytest.mark.parametrize("sync", [{"scheme": "allreduce"}, {"scheme": "zen"}, {"scheme": "zen", "compress": "topk"}],
-                         ids=["dense", "natural-zen", "topk-zen"])
+@pytest.mark.parametrize(
+    "sync",
+    [{"scheme": "allreduce"}, {"scheme": "zen"}, {"scheme": "zen", "compress": "topk"}],
+    ids=["dense", "natural-zen", "topk-zen"],
+)
 def test_overlapped_sums_equal_inline_bit_for_bit(sync):
     m_inline, digest_inline = _train(False, **sync)
     m, digest = _train(True, **sync)
@@ -69,15 +72,22 @@ def _held_back(rank: int, world: int) -> list:
             h = model["b"](h).relu()
         sync.before_last_backward()
         model["c"](h).sum().backward()
-        expect = {n: (p.grad.clone() if p.grad is not None else torch.zeros_like(p)) for n, p in model.named_parameters()}
+        expect = {
+            n: (p.grad.clone() if p.grad is not None else torch.zeros_like(p)) for n, p in model.named_parameters()
+        }
         sync.start()  # no collective may come between backward and here: the held-back bucket goes first
         rows = torch.tensor([rank, 5]) if rank else torch.tensor([0, 5])
         u_rows, u_vals = build_scheme("zen").sum_rows(rows, torch.ones(2, 3), 16)
         sync.finish()
         for g in expect.values():
             dist.all_reduce(g)
-        out.append((all(torch.equal(p.grad, expect[n] / world) for n, p in model.named_parameters()),
-                    sorted(u_rows.tolist()), u_vals.sum().item()))
+        out.append(
+            (
+                all(torch.equal(p.grad, expect[n] / world) for n, p in model.named_parameters()),
+                sorted(u_rows.tolist()),
+                u_vals.sum().item(),
+            )
+        )
         model.zero_grad(set_to_none=True)
     return out
 

@@ -9,8 +9,8 @@ import torch.distributed as dist
 from torch import nn
 
 from zen_analysis.comm import SCHEMES, build_scheme
-from zen_analysis.wire.rows import canonical_rows, nonzero_rows, sparse_rows
 from zen_analysis.ranks.procs import fork_launch
+from zen_analysis.wire.rows import canonical_rows, nonzero_rows, sparse_rows
 
 # (rows in the table, dim, how each rank picks its rows)
 CASES = [(1, 3, "full"), (40, 8, "random"), (257, 4, "skewed"), (64, 16, "empty_on_0"), (33, 5, "same")]

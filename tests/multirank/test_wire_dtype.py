@@ -22,14 +22,23 @@ def _train(wire: str, **sync):
 
 @pytest.fixture(scope="module")
 def runs():
-    return {(wire, name): _train(wire, **sync) for wire in ("model", "bfloat16")
-            for name, sync in {"dense": {"scheme": "allreduce"}, "zen": {"scheme": "zen"},
-                               "topk": {"scheme": "zen", "compress": "topk"}}.items()}  # fmt: skip
+    return {
+        (wire, name): _train(wire, **sync)
+        for wire in ("model", "bfloat16")
+        for name, sync in {
+            "dense": {"scheme": "allreduce"},
+            "zen": {"scheme": "zen"},
+            "topk": {"scheme": "zen", "compress": "topk"},
+        }.items()
+    }
 
 
 def test_bf16_halves_the_value_bytes_and_trains_as_the_bf16_all_reduce(runs):
-    ratio = {name: runs["bfloat16", name]["sparse_bytes_sent_rank0"].sum() / runs["model", name]["sparse_bytes_sent_rank0"].sum()
-             for name in ("zen", "topk")}  # fmt: skip
+    ratio = {
+        name: runs["bfloat16", name]["sparse_bytes_sent_rank0"].sum()
+        / runs["model", name]["sparse_bytes_sent_rank0"].sum()
+        for name in ("zen", "topk")
+    }
     # values halve, indices stay: (i + v / 2) / (i + v), in (0.5, 0.75] while an index costs no more than a value
     assert 0.5 < ratio["zen"] < 0.53  # by rows: one 4-byte index per 64 values
     assert 0.5 < ratio["topk"] <= 0.75  # by elements: at most one index per value (less with the hash bitmap)

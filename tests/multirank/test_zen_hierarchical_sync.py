@@ -23,7 +23,10 @@ def _body(rank, world, numel):
         ref = x.clone()
         dist.all_reduce(ref)
         flat = zen_sum(x.clone(), Exchange(), seed=7, hashing="argsort" if case % 2 else "hierarchical")
-        hier = [torch.equal(zen_sum_hierarchical(x.clone(), groups, seed=7, node_sum=mode), ref) for mode in ("dense", "sparse")]
+        hier = [
+            torch.equal(zen_sum_hierarchical(x.clone(), groups, seed=7, node_sum=mode), ref)
+            for mode in ("dense", "sparse")
+        ]
         out.append((torch.equal(flat, ref), all(hier)))
     return out
 

@@ -12,7 +12,9 @@ from zen_analysis.runs.launch import launch
 
 def _train(scheme: str, steps: int = 30, *, lazy: bool = False, sparse_embedding: bool = False, **sync):
     cfg = recipes.smoke()
-    cfg.name = cfg.run_id = f"parity-{scheme}-{'-'.join(map(str, sync.values()))}{'-lazy' * lazy}{'-sparse' * sparse_embedding}"
+    cfg.name = cfg.run_id = (
+        f"parity-{scheme}-{'-'.join(map(str, sync.values()))}{'-lazy' * lazy}{'-sparse' * sparse_embedding}"
+    )
     cfg.train.embedding_update = "lazy" if lazy else "dense"
     cfg.model.sparse_embedding = sparse_embedding
     cfg.dist.num_ranks = 4
@@ -32,13 +34,16 @@ def dense():
     return _train("allreduce")
 
 
-@pytest.mark.parametrize("scheme, sync", [("zen", {}), ("agsparse", {}), ("zen", {"granularity": "elements"}),
-                                          ("zen", {"gpus_per_node": 2})])
+@pytest.mark.parametrize(
+    "scheme, sync", [("zen", {}), ("agsparse", {}), ("zen", {"granularity": "elements"}), ("zen", {"gpus_per_node": 2})]
+)
 def test_sparse_embedding_sync_matches_dense_all_reduce(dense, scheme, sync):
     m_dense, p_dense = dense
     m, p = _train(scheme, **sync)
     assert len(m) == 30
-    torch.testing.assert_close(torch.tensor(m["loss"].values), torch.tensor(m_dense["loss"].values), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(
+        torch.tensor(m["loss"].values), torch.tensor(m_dense["loss"].values), rtol=1e-4, atol=1e-5
+    )
     for name, value in p_dense.items():
         torch.testing.assert_close(p[name], value, rtol=1e-3, atol=1e-5, msg=f"{name} after 30 steps")
     assert (m["sparse_bytes_sent_rank0"] > 0).all()  # flat and hierarchical modes both count their bytes
@@ -56,7 +61,9 @@ def test_the_lazy_embedding_update_is_one_optimizer_whatever_the_sync():
     m_sparse, _ = _train("zen", steps=12, lazy=True, sparse_embedding=True)  # nn.Embedding(sparse=True)
     m_densified, _ = _train("allreduce", steps=12, lazy=True, sparse_embedding=True)  # all-reduced densified
     for m in (m_zen, m_sparse, m_densified):
-        torch.testing.assert_close(torch.tensor(m["loss"].values), torch.tensor(m_dense["loss"].values), rtol=0, atol=1e-5)
+        torch.testing.assert_close(
+            torch.tensor(m["loss"].values), torch.tensor(m_dense["loss"].values), rtol=0, atol=1e-5
+        )
     assert m_dense["loss"].iloc[-1] < m_dense["loss"].iloc[0] - 0.1  # it trains
     emb_dense, emb_zen = p_dense["model.embed_tokens.weight"], p_zen["model.embed_tokens.weight"]
     torch.testing.assert_close(emb_zen, emb_dense, rtol=1e-3, atol=1e-5)
@@ -65,9 +72,13 @@ def test_the_lazy_embedding_update_is_one_optimizer_whatever_the_sync():
     from zen_analysis.workload.data import TokenData, prepared_for_run
     from zen_analysis.workload.model import build_model
 
-    data = TokenData(prepared_for_run(cfg.data, paths.run_dir(cfg.run_id)), seq_len=cfg.train.seq_len, seed=cfg.train.seed)
+    data = TokenData(
+        prepared_for_run(cfg.data, paths.run_dir(cfg.run_id)), seq_len=cfg.train.seq_len, seed=cfg.train.seed
+    )
     torch.manual_seed(cfg.train.seed)
-    initial = build_model(cfg.model, vocab_size=data.vocab_size, max_seq_len=cfg.train.seq_len).model.embed_tokens.weight
+    initial = build_model(
+        cfg.model, vocab_size=data.vocab_size, max_seq_len=cfg.train.seq_len
+    ).model.embed_tokens.weight
     unchanged = (emb_dense == initial.detach()).all(1)
     assert 0 < int(unchanged.sum()) < unchanged.numel()  # untouched rows kept, touched rows moved
 
@@ -138,4 +149,6 @@ def test_planner_profiles_then_switches_and_training_matches_dense(dense):
     decision = result.summary["planner"]["embedding"]
     assert decision["scheme"] in ("zen", "sparcml", "allreduce") and decision["profiled_steps"] == 3
     m = result.metrics()
-    torch.testing.assert_close(torch.tensor(m["loss"].values), torch.tensor(m_dense["loss"].values), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(
+        torch.tensor(m["loss"].values), torch.tensor(m_dense["loss"].values), rtol=1e-4, atol=1e-5
+    )

@@ -1,13 +1,12 @@
 """GradientCapture in one process: per-worker records are exact and training sees the same gradient."""
 
+import pytest
 import torch
 
 from zen_analysis.capture.hooks import GradientCapture, match_tensors
 from zen_analysis.capture.traces import TraceReader, TraceWriter, write_manifest
 from zen_analysis.config import CaptureConfig, ModelConfig
 from zen_analysis.workload.model import build_model, lm_loss
-
-import pytest
 
 
 def _model():
@@ -35,8 +34,13 @@ def _capture_step(cfg, tmp_path, V=3):
 
 def test_records_sum_to_the_accumulated_gradient_and_training_is_unchanged(tmp_path):
     V = 3
-    cfg = CaptureConfig(every=1, topk_scope="tensor", topk_tensors=("*layers.0.mlp.down_proj.weight",), topk_ratio=1.0,
-                        error_feedback=False)  # fmt: skip
+    cfg = CaptureConfig(
+        every=1,
+        topk_scope="tensor",
+        topk_tensors=("*layers.0.mlp.down_proj.weight",),
+        topk_ratio=1.0,
+        error_feedback=False,
+    )
     ref = _model()
     for x in _batches(V):
         (lm_loss(ref, x, x) / V).backward()
@@ -72,7 +76,9 @@ def test_buckets_hold_every_parameter_once_in_ddp_order_and_sum_to_the_gradient(
     params = dict(model.named_parameters())
     for bname, info in buckets.items():
         parts = info["params"]
-        assert parts[0][1] == 0 and all(a[2] == b[1] for a, b in zip(parts, parts[1:])) and parts[-1][2] == info["numel"]
+        assert (
+            parts[0][1] == 0 and all(a[2] == b[1] for a, b in zip(parts, parts[1:])) and parts[-1][2] == info["numel"]
+        )
         size = sum(params[n].numel() for n, _, _ in parts) * 4
         without_last = size - params[parts[-1][0]].numel() * 4
         assert without_last < cfg.bucket_mb * 2**20 and (size >= cfg.bucket_mb * 2**20 or bname == list(buckets)[-1])

@@ -41,7 +41,10 @@ def run_id():
             wr.end_step()
     for wr in writers.values():
         wr.close()
-    tensors = {"emb": {"kind": "natural", "shape": [R, D], "numel": R * D}, "lin": {"kind": "topk", "shape": [10, 5], "numel": 50}}
+    tensors = {
+        "emb": {"kind": "natural", "shape": [R, D], "numel": R * D},
+        "lin": {"kind": "topk", "shape": [10, 5], "numel": 50},
+    }
     write_manifest(tdir, {"run_id": rid, "tensors": tensors})
     return rid
 
@@ -76,7 +79,9 @@ def test_tables_match_the_metrics_by_hand(run_id):
     assert s.loc[-1, "skewness"] == pytest.approx(skewness_ratio(union, 50, 8))
 
     i = t["imbalance"].query("step == 1 and tensor == 'emb' and n == 4").set_index("owner")
-    assert tuple(i.loc["hash", ["push", "pull"]]) == pytest.approx(imbalance_ratios(list(emb.values()), R, hash_owner(4), 4))
+    assert tuple(i.loc["hash", ["push", "pull"]]) == pytest.approx(
+        imbalance_ratios(list(emb.values()), R, hash_owner(4), 4)
+    )
 
     dr = t["drift"].query("tensor == 'emb' and step == 1 and next_step == 2").set_index("worker")
     assert dr.loc[0, "jaccard"] == pytest.approx(jaccard(emb[0], _rows(2, 0)))
@@ -90,7 +95,9 @@ def test_element_granularity_for_natural_tensors(run_id):
     o = pd.read_parquet(out / "overlap.parquet").query("tensor == 'emb' and step == 0")
     assert not o.empty and o["overlap"].between(0, 1).all()
     # a touched row is fully non-zero: element-level overlap equals row-level overlap
-    assert o.query("worker_a == 0 and worker_b == 1")["overlap"].item() == pytest.approx(overlap_ratio(_rows(0, 0), _rows(0, 1)))
+    assert o.query("worker_a == 0 and worker_b == 1")["overlap"].item() == pytest.approx(
+        overlap_ratio(_rows(0, 0), _rows(0, 1))
+    )
 
 
 def test_results_are_reused_until_the_traces_change(run_id):
@@ -110,8 +117,10 @@ def test_claims_table_judges_each_claim(run_id):
 
     claims = claims_table(combined_tables([run_id]))
     assert set(claims["claim"].str[:2]) == {"C1", "C2", "C3"}
-    assert set(claims["workload"]) == {"synthetic-characterize: synthetic-characterize embedding",
-                                       "synthetic-characterize: synthetic-characterize top-5%"}
+    assert set(claims["workload"]) == {
+        "synthetic-characterize: synthetic-characterize embedding",
+        "synthetic-characterize: synthetic-characterize top-5%",
+    }
     c2 = claims[claims["claim"].str.startswith("C2")]
     assert c2["holds"].map(lambda h: h in (True, False)).all()
     skew = claims[claims["claim"] == "C3 skewness at 128 partitions"]
@@ -134,10 +143,20 @@ def test_bucket_views_name_the_parameters_that_hold_the_non_zeros():
             writer.add(SparseGrad(step, w, 0, "bucket00", "topk", (400,), idx, torch.ones(4)))
         writer.end_step()
     writer.close()
-    write_manifest(tdir, {"run_id": rid, "world_size": 1, "workers_per_rank": 3, "num_workers": 3, "finished": True,
-                          "config": {"name": "syn", "model": {"arch": "llama"}, "capture": {"topk_ratio": 0.05}},
-                          "tensors": {"bucket00": {"kind": "topk", "shape": [400], "numel": 400,
-                                                   "params": [["a", 0, 100], ["b", 100, 400]]}}})  # fmt: skip
+    write_manifest(
+        tdir,
+        {
+            "run_id": rid,
+            "world_size": 1,
+            "workers_per_rank": 3,
+            "num_workers": 3,
+            "finished": True,
+            "config": {"name": "syn", "model": {"arch": "llama"}, "capture": {"topk_ratio": 0.05}},
+            "tensors": {
+                "bucket00": {"kind": "topk", "shape": [400], "numel": 400, "params": [["a", 0, 100], ["b", 100, 400]]}
+            },
+        },
+    )
     per_param = bucket_parameter_shares(rid).set_index("parameter")
     assert per_param.loc["a", "size_share"] == 0.25 and per_param.loc["a", "nnz_share"] == 0.75
     assert per_param.loc["b", "nnz_share"] == 0.25

@@ -12,7 +12,9 @@ from zen_analysis.cli import EXAMPLES, build_parser, main
 def _fake_run(run_id, *, finished, trace_bytes=1000):
     run = paths.run_dir(run_id)
     (run / "results").mkdir(parents=True)
-    (run / "config.json").write_text(json.dumps({"name": "smoke", "dist": {"num_ranks": 2}, "train": {"workers_per_rank": 2, "num_steps": 6}}))
+    (run / "config.json").write_text(
+        json.dumps({"name": "smoke", "dist": {"num_ranks": 2}, "train": {"workers_per_rank": 2, "num_steps": 6}})
+    )
     if finished:
         (run / "results" / "rank0.json").write_text("{}")
     traces = paths.trace_dir(run_id)
@@ -62,18 +64,23 @@ def test_reproduce_names_its_stages():
         main(["reproduce", "--only", "characterize", "--skip", "train"])
 
 
-@pytest.mark.parametrize("argv, ran", [
-    ([], ["train", "characterize", "schemes", "netlab", "zen"]),
-    (["--full"], ["train", "characterize", "schemes", "netlab", "zen", "edit", "scale"]),
-    (["--only", "edit"], ["edit"]),
-    (["--full", "--skip", "netlab"], ["train", "characterize", "schemes", "zen", "edit", "scale"]),
-    (["--only", "scale,zen"], ["zen", "scale"]),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "argv, ran",
+    [
+        ([], ["train", "characterize", "schemes", "netlab", "zen"]),
+        (["--full"], ["train", "characterize", "schemes", "netlab", "zen", "edit", "scale"]),
+        (["--only", "edit"], ["edit"]),
+        (["--full", "--skip", "netlab"], ["train", "characterize", "schemes", "zen", "edit", "scale"]),
+        (["--only", "scale,zen"], ["zen", "scale"]),
+    ],
+)
 def test_make_reproduce_leaves_edit_and_scale_to_full(monkeypatch, capsys, argv, ran):
     from zen_analysis import reproduce
 
     calls = []
-    monkeypatch.setattr(reproduce, "STAGES", {name: (lambda o, name=name: calls.append(name)) for name in reproduce.STAGES})
+    monkeypatch.setattr(
+        reproduce, "STAGES", {name: (lambda o, name=name: calls.append(name)) for name in reproduce.STAGES}
+    )
     main(["reproduce", *argv])
     assert calls == ran
     assert ("not running edit, scale" in capsys.readouterr().out) == ("edit" not in ran and "--only" not in argv)

@@ -6,8 +6,8 @@ import torch
 from zen_analysis import paths
 from zen_analysis.capture.traces import SparseGrad, TraceWriter, write_manifest
 from zen_analysis.comm import build_scheme
-from zen_analysis.comm.evaluate import best_scheme, evaluate
 from zen_analysis.comm.calibrate import preset
+from zen_analysis.comm.evaluate import best_scheme, evaluate
 from zen_analysis.wire.topology import Topology
 
 W, N = 4, 4096
@@ -47,7 +47,9 @@ def test_evaluate_rows_match_scheme_time(run_id):
 
 
 def test_best_scheme_prefers_balanced_parallelism_on_skewed_sparse_sets():
-    flat = Topology(name="flat", gpus_per_node=1, intra_alpha_s=0, intra_bandwidth=1e9, inter_alpha_s=0, inter_bandwidth=1e9)
+    flat = Topology(
+        name="flat", gpus_per_node=1, intra_alpha_s=0, intra_bandwidth=1e9, inter_alpha_s=0, inter_bandwidth=1e9
+    )
     sets = [_set(0, w) for w in range(W)]
     assert best_scheme(sets, N, flat, schemes=["allreduce", "sparse_ps", "bp_coo"]) == "bp_coo"
     dense = [torch.arange(N)] * W

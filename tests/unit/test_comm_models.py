@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from zen_analysis.comm import build_scheme
-from zen_analysis.wire.cost import t_agsparse, t_allreduce, t_bp, t_hc
-from zen_analysis.comm.formats import hash_partitions, pack_bits, unpack_bits
 from zen_analysis.comm.calibrate import preset
+from zen_analysis.comm.formats import hash_partitions, pack_bits, unpack_bits
+from zen_analysis.wire.cost import t_agsparse, t_allreduce, t_bp, t_hc
 from zen_analysis.wire.topology import PRESETS, Topology
 from zen_analysis.zen import owner
 
@@ -111,7 +111,11 @@ def test_local_work_costs_are_fitted_per_scheme_and_priced_per_rank():
     for scheme, costs in truth.items():
         for numel in (1e6, 4e6):
             for density in (0.004, 0.015, 0.06):
-                f = {"scanned": numel, "bytes": 8 * density * numel * 1.7, "written": density * numel * (1.9 - 8 * density)}
+                f = {
+                    "scanned": numel,
+                    "bytes": 8 * density * numel * 1.7,
+                    "written": density * numel * (1.9 - 8 * density),
+                }
                 rows.append({"scheme": scheme, **f, "seconds": sum(c * f[k] for c, k in zip(costs, f))})
     fitted = dict((name, rest) for name, *rest in fit_local_work(pd.DataFrame(rows)))
     for scheme, costs in truth.items():

@@ -9,12 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zen_analysis.comm import SCHEMES, build_scheme
-from zen_analysis.wire.cost import phase_features, phase_times
-from zen_analysis.comm.formats import hash_partition_sizes, hash_partitions
 from zen_analysis.comm.calibrate import fit_links
-from zen_analysis.wire.topology import Topology
+from zen_analysis.comm.formats import hash_partition_sizes, hash_partitions
 from zen_analysis.sparsity.metrics import union_of, union_sizes
 from zen_analysis.sparsity.synthetic import describe, synthetic_index_sets
+from zen_analysis.wire.cost import phase_features, phase_times
+from zen_analysis.wire.topology import Topology
 from zen_analysis.zen.hashing import hash_owner, owner
 
 sets_strategy = st.lists(st.lists(st.integers(0, 499), max_size=60), min_size=1, max_size=6)
@@ -27,9 +27,7 @@ def test_union_helpers_equal_torch_unique(raw, numel):
     want = torch.unique(torch.cat(sets))
     assert torch.equal(union_of(sets, numel), want)
     groups = [[0], list(range(len(sets))), [len(sets) - 1, 0]]
-    assert union_sizes(sets, groups, numel) == [
-        torch.unique(torch.cat([sets[i] for i in g])).numel() for g in groups
-    ]
+    assert union_sizes(sets, groups, numel) == [torch.unique(torch.cat([sets[i] for i in g])).numel() for g in groups]
 
 
 def test_table_hash_owner_and_partition_sizes_equal_direct_hashing():
@@ -42,8 +40,9 @@ def test_table_hash_owner_and_partition_sizes_equal_direct_hashing():
 def test_models_scale_to_1024_ranks_and_conserve_bytes():
     numel, W = 1 << 16, 1024
     sets = synthetic_index_sets(numel, W, 0.002, skew=1.0, overlap=0.3, seed=2)
-    flat = Topology(name="flat", gpus_per_node=8, intra_alpha_s=1e-6, intra_bandwidth=1e10,
-                    inter_alpha_s=1e-5, inter_bandwidth=1e9)  # fmt: skip
+    flat = Topology(
+        name="flat", gpus_per_node=8, intra_alpha_s=1e-6, intra_bandwidth=1e10, inter_alpha_s=1e-5, inter_bandwidth=1e9
+    )
     for name in SCHEMES:
         frame = build_scheme(name).traffic(sets, numel)
         per_phase = frame.groupby(["phase", "kind"])[["bytes_sent", "bytes_received"]].sum()
@@ -59,8 +58,15 @@ def test_models_scale_to_1024_ranks_and_conserve_bytes():
 def test_phase_features_price_phases_exactly_like_phase_times(name):
     sets = synthetic_index_sets(10_000, 4, 0.05, skew=1.0, overlap=0.2, seed=1)
     links = (("all_to_all", 3e-4, 2e9), ("p2p", 1e-4, 5e8), ("all_reduce", 2e-4, 1e9))
-    topo = Topology(name="cal", gpus_per_node=64, intra_alpha_s=0, intra_bandwidth=1, inter_alpha_s=0,
-                    inter_bandwidth=1, calibrated=links)  # fmt: skip
+    topo = Topology(
+        name="cal",
+        gpus_per_node=64,
+        intra_alpha_s=0,
+        intra_bandwidth=1,
+        inter_alpha_s=0,
+        inter_bandwidth=1,
+        calibrated=links,
+    )
     model = build_scheme(name).model(sets, 10_000)
     feats = phase_features(model).set_index("phase")
     link = {p: (a, b) for p, a, b in links}
@@ -87,8 +93,10 @@ def test_fit_links_recovers_known_alpha_and_bandwidth():
 
 
 def test_fit_links_with_a_known_bandwidth_fits_alpha_alone():
-    rows = [{"primitive": "all_to_all", "calls": c, "bytes": b, "seconds": c * 3e-3 + b / 1.2e8}
-            for c, b in ((2, 1e3), (4, 5e5), (3, 2e6))]  # fmt: skip
+    rows = [
+        {"primitive": "all_to_all", "calls": c, "bytes": b, "seconds": c * 3e-3 + b / 1.2e8}
+        for c, b in ((2, 1e3), (4, 5e5), (3, 2e6))
+    ]
     rows.append({"primitive": "p2p", "calls": 2, "bytes": 1e6, "seconds": 1e6 / 1.2e8 - 1e-3})  # faster than the link
     fits = {p: (a, b) for p, a, b in fit_links(pd.DataFrame(rows), bandwidth=1.2e8)}
     assert fits["all_to_all"] == pytest.approx((3e-3, 1.2e8), rel=1e-9)
@@ -103,7 +111,9 @@ def test_synthetic_sets_follow_their_knobs():
     assert all(torch.equal(s, same[0]) for s in same)
     d_flat, d_skew = describe(flat, N), describe(synthetic_index_sets(N, 4, 0.01, skew=3.0, seed=0), N)
     assert d_flat["skewness_ratio"] < 1.3 < 2.5 < d_skew["skewness_ratio"]
-    assert describe(synthetic_index_sets(N, 4, 0.01, overlap=0.5, seed=0), N)["overlap_ratio"] == pytest.approx(0.5, abs=0.05)
+    assert describe(synthetic_index_sets(N, 4, 0.01, overlap=0.5, seed=0), N)["overlap_ratio"] == pytest.approx(
+        0.5, abs=0.05
+    )
     assert synthetic_index_sets(100, 2, 1.0, skew=5.0)[0].tolist() == list(range(100))  # head exhausted: still exact
     with pytest.raises(ValueError, match="density"):
         synthetic_index_sets(100, 2, 1.5)

@@ -17,7 +17,12 @@ def test_every_recipe_builds_and_round_trips_through_json(name):
 def test_overrides_parse_by_field_type():
     cfg = apply_overrides(
         recipes.smoke(),
-        ["train.num_steps=17", "train.lr=0.01", "capture.natural=false", "capture.topk_tensors=*q_proj.weight, lm_head.weight"],
+        [
+            "train.num_steps=17",
+            "train.lr=0.01",
+            "capture.natural=false",
+            "capture.topk_tensors=*q_proj.weight, lm_head.weight",
+        ],
     )
     assert cfg.train.num_steps == 17 and cfg.train.lr == 0.01
     assert cfg.capture.natural is False
@@ -85,7 +90,13 @@ def test_the_config_package_is_the_bottom_layer():
     outside = []
     for path in sorted(Path(zen_analysis.config.__file__).parent.glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []  # fmt: skip
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             for name in names:
                 ok = name == "zen_analysis.paths" or name.startswith("zen_analysis.config") or name == "__future__"
                 if not ok and name.split(".")[0] not in sys.stdlib_module_names:

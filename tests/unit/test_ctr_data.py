@@ -54,7 +54,9 @@ def test_prepare_is_safe_from_several_processes():
 def test_batches_are_a_pure_function_of_seed_split_step_worker():
     p = prepare(SMALL, progress=False)
     d = open_data(p, seq_len=1, seed=7)
-    (x1, y1), (x2, y2) = (open_data(p, seq_len=1, seed=7).batch("train", step=3, worker=5, batch_size=64) for _ in range(2))
+    (x1, y1), (x2, y2) = (
+        open_data(p, seq_len=1, seed=7).batch("train", step=3, worker=5, batch_size=64) for _ in range(2)
+    )
     assert isinstance(x1, CTRInputs) and x1.ids_BF.shape == (64, 26) and x1.dense_BD.shape == (64, 13)
     assert x1.ids_BF.dtype == torch.int64 and x1.dense_BD.dtype == torch.float32 and y1.dtype == torch.float32
     assert all(torch.equal(a, b) for a, b in zip(x1, x2)) and torch.equal(y1, y2)
@@ -85,8 +87,13 @@ def test_the_first_eighth_of_the_id_space_holds_most_of_a_batchs_distinct_ids():
     order puts the large fields' heads in several partitions, over the same samples."""
     shares = {}
     for order in ("cardinality", "criteo"):
-        cfg = DataConfig(source="criteo-synth", ctr_rows=recipes.deepfm().data.ctr_rows, ctr_train_samples=20_000,
-                         ctr_val_samples=1_000, ctr_field_order=order)  # fmt: skip
+        cfg = DataConfig(
+            source="criteo-synth",
+            ctr_rows=recipes.deepfm().data.ctr_rows,
+            ctr_train_samples=20_000,
+            ctr_val_samples=1_000,
+            ctr_field_order=order,
+        )
         p = prepare(cfg, progress=False)
         ids_K = open_data(p, seq_len=1, seed=0).batch("train", step=0, worker=0, batch_size=1024)[0].ids_BF.unique()
         shares[order] = float((ids_K < p.vocab_size // 8).float().mean())

@@ -24,10 +24,17 @@ def _write(rid, steps, workers):
             g = torch.zeros(R, D)
             g[_rows(step, w)] = 1.0
             wr.add(SparseGrad.from_dense(g, step=step, worker=w, rank=0, tensor="emb", kind="natural"))
-            wr.add(SparseGrad(step, w, 0, "lin", "topk", (8, 8), torch.tensor(sorted({w % 60, (10 + w) % 60, 63})), torch.ones(3)))
+            wr.add(
+                SparseGrad(
+                    step, w, 0, "lin", "topk", (8, 8), torch.tensor(sorted({w % 60, (10 + w) % 60, 63})), torch.ones(3)
+                )
+            )
         wr.end_step()
     wr.close()
-    tensors = {"emb": {"kind": "natural", "shape": [R, D], "numel": R * D}, "lin": {"kind": "topk", "shape": [8, 8], "numel": 64}}
+    tensors = {
+        "emb": {"kind": "natural", "shape": [R, D], "numel": R * D},
+        "lin": {"kind": "topk", "shape": [8, 8], "numel": 64},
+    }
     write_manifest(tdir, {"run_id": rid, "tensors": tensors})
     return rid
 
@@ -70,14 +77,24 @@ def test_widget_callbacks_recompute_in_place(run_id):
 
 def _title_matches(ex):
     c = {k: v.value for k, v in ex.controls.items()}
-    expected = f"{c['run']} · {c['tensor']} · step {c['step']} · {min(c['num_workers'], len(ex.stats['workers']))} workers"
+    expected = (
+        f"{c['run']} · {c['tensor']} · step {c['step']} · {min(c['num_workers'], len(ex.stats['workers']))} workers"
+    )
     return ex.title.startswith(expected) and ex.title.endswith(c["granularity"])
 
 
 def test_every_action_redraws_once_and_the_title_matches_the_controls(run_id, other_run):
     ex = DensityExplorer(run_id)
-    actions = [("num_workers", 3), ("step", 1), ("run", other_run), ("step", 10), ("tensor", "lin"), ("run", run_id),
-               ("granularity", "row"), ("num_partitions", 16)]  # fmt: skip
+    actions = [
+        ("num_workers", 3),
+        ("step", 1),
+        ("run", other_run),
+        ("step", 10),
+        ("tensor", "lin"),
+        ("run", run_id),
+        ("granularity", "row"),
+        ("num_partitions", 16),
+    ]
     for name, value in actions:
         before = ex.num_updates
         ex.controls[name].value = value
@@ -87,7 +104,11 @@ def test_every_action_redraws_once_and_the_title_matches_the_controls(run_id, ot
         assert not ex.busy and not any(c.disabled for c in ex.controls.values())
     # a run switch resets what depends on it: its first tensor and step, all its workers
     ex.controls["run"].value = other_run
-    assert ex.controls["step"].value == 0 and ex.controls["num_workers"].value == 200 and ex.stats["workers"] == list(range(200))
+    assert (
+        ex.controls["step"].value == 0
+        and ex.controls["num_workers"].value == 200
+        and ex.stats["workers"] == list(range(200))
+    )
 
 
 def test_many_workers_are_grouped_on_screen_and_overlap_is_sampled_among_the_first(other_run):
@@ -118,9 +139,16 @@ def test_the_explorer_opens_on_the_natural_tensor_at_row_granularity():
         wr.add(SparseGrad(0, w, 0, "bucket00", "topk", (64,), torch.tensor([w, 40 + w]), torch.ones(2)))
     wr.end_step()
     wr.close()
-    write_manifest(tdir, {"run_id": rid, "tensors": {
-        "model.embed": {"kind": "natural", "shape": [R, D], "numel": R * D},
-        "bucket00": {"kind": "topk", "shape": [64], "numel": 64, "params": [["a", 0, 64]]}}})  # fmt: skip
+    write_manifest(
+        tdir,
+        {
+            "run_id": rid,
+            "tensors": {
+                "model.embed": {"kind": "natural", "shape": [R, D], "numel": R * D},
+                "bucket00": {"kind": "topk", "shape": [64], "numel": 64, "params": [["a", 0, 64]]},
+            },
+        },
+    )
     ex = DensityExplorer(rid)
     assert ex.controls["tensor"].value == "model.embed" and ex.controls["granularity"].value == "row"
     assert "bucket00" in ex.controls["tensor"].options

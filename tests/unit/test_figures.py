@@ -19,9 +19,20 @@ rng = np.random.default_rng(0)
 
 
 def _schemes_df():
-    rows = [{"topology": "paper-tcp25", "scheme": s, "seconds": (1.0 if s == "allreduce" else rng.uniform(0.3, 1.6)) * n,
-             "run": "r", "tensor": t, "step": 0, "n": n, "workload": f"llama {t}", "kind": "natural"}
-            for s, n, t in itertools.product(SCHEMES, (2, 4, 8, 16), ("emb", "top"))]  # fmt: skip
+    rows = [
+        {
+            "topology": "paper-tcp25",
+            "scheme": s,
+            "seconds": (1.0 if s == "allreduce" else rng.uniform(0.3, 1.6)) * n,
+            "run": "r",
+            "tensor": t,
+            "step": 0,
+            "n": n,
+            "workload": f"llama {t}",
+            "kind": "natural",
+        }
+        for s, n, t in itertools.product(SCHEMES, (2, 4, 8, 16), ("emb", "top"))
+    ]
     return pd.DataFrame(rows)
 
 
@@ -29,37 +40,140 @@ def _measured():
     rows = []
     for s, step, phase in itertools.product(SCHEMES, (0, 1), ("push", "pull", "local", "total")):
         t = rng.uniform(0.002, 0.05)
-        rows.append({"scheme": s, "step": step, "phase": phase, "wire_model_s": t * rng.uniform(0.8, 1.2), "wire_measured_s": t,
-                     "wire_measured_median_s": t, "bytes_model": 1000, "bytes_sent": 1000, "bytes_equal": True, "lossless": True,
-                     "phase_measured_s": t, "ranks": 4, "run": "r"})  # fmt: skip
+        rows.append(
+            {
+                "scheme": s,
+                "step": step,
+                "phase": phase,
+                "wire_model_s": t * rng.uniform(0.8, 1.2),
+                "wire_measured_s": t,
+                "wire_measured_median_s": t,
+                "bytes_model": 1000,
+                "bytes_sent": 1000,
+                "bytes_equal": True,
+                "lossless": True,
+                "phase_measured_s": t,
+                "ranks": 4,
+                "run": "r",
+            }
+        )
     return pd.DataFrame(rows)
 
 
 def _figures():
-    speed = pd.DataFrame([{"scheme": s, "speedup": rng.uniform(0.8, 1.9), "workload": w, "n": 8} for s in SCHEMES for w in ("a", "b")])
-    sweep = pd.DataFrame([{"kind": "natural", "ranks": 4, "bandwidth_gbps": b, "scheme": s, "speedup_measured": rng.uniform(0.9, 1.5),
-                           "speedup_modelled": rng.uniform(0.9, 1.5)} for s in SCHEMES for b in (0.5, 1.0)])  # fmt: skip
+    speed = pd.DataFrame(
+        [{"scheme": s, "speedup": rng.uniform(0.8, 1.9), "workload": w, "n": 8} for s in SCHEMES for w in ("a", "b")]
+    )
+    sweep = pd.DataFrame(
+        [
+            {
+                "kind": "natural",
+                "ranks": 4,
+                "bandwidth_gbps": b,
+                "scheme": s,
+                "speedup_measured": rng.uniform(0.9, 1.5),
+                "speedup_modelled": rng.uniform(0.9, 1.5),
+            }
+            for s in SCHEMES
+            for b in (0.5, 1.0)
+        ]
+    )
     variants = ["dense", "zen", "agsparse", "top-k + zen", "top-k + agsparse"]
-    train = pd.DataFrame([{"variant": v, "bandwidth_gbps": b, "exchange_s": rng.uniform(0.1, 0.3), "tokens_per_s": rng.uniform(900, 1000),
-                           "compute_s": 0.5, "sync_s": 0.4, "ranks": 4, "workers_per_rank": 1} for v in variants for b in (0.5, 1.0, 2.5)])  # fmt: skip
-    bench = pd.DataFrame([{"workload": w, "ranks": r, "bandwidth_gbps": 1.0, "variant": s, "tokens_per_s": rng.uniform(900, 3000),
-                           "compute_s": 0.3, "wait_s": 0.05, "exchange_s": rng.uniform(0.1, 1.0), "rest_s": 0.05}
-                          for w in ("lstm-words", "deepfm") for r in (4, 8, 16) for s in SCHEMES])  # fmt: skip
-    sizes = pd.DataFrame([{"density": d, "format": f, "relative": d * k, "source": "uniform", "num_partitions": 8}
-                          for d in (0.01, 0.05, 0.2) for f, k in (("coo", 2), ("bitmap", 1.1))])  # fmt: skip
-    cost = pd.DataFrame([{"sweep": sw, "setting": st, "density": d, "seconds": d * rng.uniform(1, 2), "numel": 1 << 20, "device": "cpu",
-                          "num_partitions": 8} for sw, st in (("r1", "r1=1x"), ("r1", "r1=2x"), ("k", "k=1"), ("k", "k=3"), ("argsort", "argsort"))
-                         for d in (0.01, 0.05, 0.1)])  # fmt: skip
-    dens = pd.DataFrame([{"workload": w, "n": n, "gamma": n ** 0.6} for w in ("a", "b") for n in (2, 4, 8, 16)])
-    skew = pd.DataFrame([{"workload": "a", "worker": 0, "num_partitions": p, "skewness": p ** 0.5} for p in (2, 8, 32)])
-    methods = pd.DataFrame([{"method": m, "step": s, "loss": 5 - s / 10, "elapsed_s": s} for m in ("sync", "diloco", "edit", "a_edit") for s in range(5)])
+    train = pd.DataFrame(
+        [
+            {
+                "variant": v,
+                "bandwidth_gbps": b,
+                "exchange_s": rng.uniform(0.1, 0.3),
+                "tokens_per_s": rng.uniform(900, 1000),
+                "compute_s": 0.5,
+                "sync_s": 0.4,
+                "ranks": 4,
+                "workers_per_rank": 1,
+            }
+            for v in variants
+            for b in (0.5, 1.0, 2.5)
+        ]
+    )
+    bench = pd.DataFrame(
+        [
+            {
+                "workload": w,
+                "ranks": r,
+                "bandwidth_gbps": 1.0,
+                "variant": s,
+                "tokens_per_s": rng.uniform(900, 3000),
+                "compute_s": 0.3,
+                "wait_s": 0.05,
+                "exchange_s": rng.uniform(0.1, 1.0),
+                "rest_s": 0.05,
+            }
+            for w in ("lstm-words", "deepfm")
+            for r in (4, 8, 16)
+            for s in SCHEMES
+        ]
+    )
+    sizes = pd.DataFrame(
+        [
+            {"density": d, "format": f, "relative": d * k, "source": "uniform", "num_partitions": 8}
+            for d in (0.01, 0.05, 0.2)
+            for f, k in (("coo", 2), ("bitmap", 1.1))
+        ]
+    )
+    cost = pd.DataFrame(
+        [
+            {
+                "sweep": sw,
+                "setting": st,
+                "density": d,
+                "seconds": d * rng.uniform(1, 2),
+                "numel": 1 << 20,
+                "device": "cpu",
+                "num_partitions": 8,
+            }
+            for sw, st in (("r1", "r1=1x"), ("r1", "r1=2x"), ("k", "k=1"), ("k", "k=3"), ("argsort", "argsort"))
+            for d in (0.01, 0.05, 0.1)
+        ]
+    )
+    dens = pd.DataFrame([{"workload": w, "n": n, "gamma": n**0.6} for w in ("a", "b") for n in (2, 4, 8, 16)])
+    skew = pd.DataFrame([{"workload": "a", "worker": 0, "num_partitions": p, "skewness": p**0.5} for p in (2, 8, 32)])
+    methods = pd.DataFrame(
+        [
+            {"method": m, "step": s, "loss": 5 - s / 10, "elapsed_s": s}
+            for m in ("sync", "diloco", "edit", "a_edit")
+            for s in range(5)
+        ]
+    )
     rates = pd.concat([bench.assign(bandwidth_gbps=b) for b in (0.5, 1.0, 2.5)], ignore_index=True)
-    topk = pd.DataFrame([{"variant": v, "ranks": 8, "bandwidth_gbps": 1.0, "losses": list(6 - np.arange(12) / 10 + k / 20),
-                          "step_times": [1.0] * 12, "target_loss": 5.0, "final_loss": 5.0 + k / 20,
-                          "time_to_loss_s": 12.0 if k == 0 else float("nan")}
-                         for k, v in enumerate(("allreduce", "topk+zen", "topk+agsparse"))])  # fmt: skip
-    imbalance = pd.DataFrame([{"workload": f"run{w}: embedding", "n": n, "push": 1.0 + w / 100, "pull": 1.02, "mean_nnz": 1000,
-                               "union_nnz": 4000} for w in range(12) for n in (2, 4, 8)])  # more workloads than a palette's 10
+    topk = pd.DataFrame(
+        [
+            {
+                "variant": v,
+                "ranks": 8,
+                "bandwidth_gbps": 1.0,
+                "losses": list(6 - np.arange(12) / 10 + k / 20),
+                "step_times": [1.0] * 12,
+                "target_loss": 5.0,
+                "final_loss": 5.0 + k / 20,
+                "time_to_loss_s": 12.0 if k == 0 else float("nan"),
+            }
+            for k, v in enumerate(("allreduce", "topk+zen", "topk+agsparse"))
+        ]
+    )
+    imbalance = pd.DataFrame(
+        [
+            {
+                "workload": f"run{w}: embedding",
+                "n": n,
+                "push": 1.0 + w / 100,
+                "pull": 1.02,
+                "mean_nnz": 1000,
+                "union_nnz": 4000,
+            }
+            for w in range(12)
+            for n in (2, 4, 8)
+        ]
+    )  # more workloads than a palette's 10
     return {
         "fig8": comm.normalized_time(_schemes_df()),
         "fig15": comm.speedup(speed, _measured()),
@@ -92,7 +206,9 @@ def _legend_colors(fig):
     legends = [ax.get_legend() for ax in fig.axes if ax.get_legend()] + list(fig.legends)
     for leg in legends:
         for handle, text in zip(leg.legend_handles, leg.get_texts()):
-            color = handle.get_color() if hasattr(handle, "get_color") and not hasattr(handle, "get_facecolor") else None
+            color = (
+                handle.get_color() if hasattr(handle, "get_color") and not hasattr(handle, "get_facecolor") else None
+            )
             if color is None:
                 fc = handle.get_facecolor()
                 color = fc[0] if np.ndim(fc) == 2 else fc
@@ -125,7 +241,11 @@ def test_no_log_axis_has_fewer_than_three_tick_labels(figures):
                 if not any(t.get_visible() for t in axis.get_ticklabels()):
                     continue  # a panel sharing the axis of one that is labelled
                 lo, hi = sorted(ax.get_xlim() if which == "x" else ax.get_ylim())
-                shown = [t.get_text() for t, v in zip(axis.get_ticklabels(), axis.get_ticklocs()) if t.get_text() and lo <= v <= hi]
+                shown = [
+                    t.get_text()
+                    for t, v in zip(axis.get_ticklabels(), axis.get_ticklocs())
+                    if t.get_text() and lo <= v <= hi
+                ]
                 assert len(shown) >= 3, f"{name}: {which} axis shows {shown}"
                 checked += 1
     assert checked >= 8

@@ -63,7 +63,11 @@ def test_check_indices_accepts_lists_arrays_and_narrow_ints():
         lambda s: hashing.owner(s, 4),
         lambda s: hashing.hash_owner(4, numel=10)(s),
         lambda s: hierarchical.hierarchical_hash(s, 4, seed=0, backend="torch"),
-        lambda s: hierarchical.hierarchical_hash(s, 4, seed=0, backend="native") if native.available() else hashing.owner(s, 4),
+        lambda s: (
+            hierarchical.hierarchical_hash(s, 4, seed=0, backend="native")
+            if native.available()
+            else hashing.owner(s, 4)
+        ),
     ],
 )
 @pytest.mark.parametrize("bad", [torch.tensor([-1, 2]), torch.tensor([1.5, 2.0])])
@@ -152,7 +156,11 @@ def _cli(*args):
 
 @pytest.mark.parametrize(
     "content, message",
-    [(None, "does not exist"), ("{not json", "not valid JSON"), (json.dumps({"train": {"num_steps": "x"}}), "train.num_steps")],
+    [
+        (None, "does not exist"),
+        ("{not json", "not valid JSON"),
+        (json.dumps({"train": {"num_steps": "x"}}), "train.num_steps"),
+    ],
 )
 def test_a_bad_config_file_is_named_in_one_line(tmp_path, content, message):
     path = tmp_path / "my-config.json"

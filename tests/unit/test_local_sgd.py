@@ -144,8 +144,14 @@ def test_prefetch_starts_the_next_units_sync_before_finishing_this_one():
 
     run_workers(2, fn)
     # root (embed, head) at the model's hook; blocks.0 starts before root ends, blocks.1 before blocks.0 ends
-    assert events == [("begin", "root"), ("begin", "blocks.0"), ("end", "root"), ("begin", "blocks.1"),
-                      ("end", "blocks.0"), ("end", "blocks.1")]  # fmt: skip
+    assert events == [
+        ("begin", "root"),
+        ("begin", "blocks.0"),
+        ("end", "root"),
+        ("begin", "blocks.1"),
+        ("end", "blocks.0"),
+        ("end", "blocks.1"),
+    ]
 
 
 def test_every_worker_holds_the_same_parameters_after_a_sync():
@@ -162,7 +168,16 @@ def test_anomalous_worker_is_zeroed_and_kept_out_of_the_ema():
     assert det.is_outlier(50.0) and det.z_score(50.0) > 3
     assert det.state() == before  # the engine calls update only for normal norms
     # in the engine: after 5 normal syncs, worker 0's huge pseudo-gradient is dropped
-    cfg = method_config("edit", warmup_steps=0, ewma_warmup=5, weighting=True, clip=0.0, outer_lr=1.0, outer_momentum=0.0, nesterov=False)
+    cfg = method_config(
+        "edit",
+        warmup_steps=0,
+        ewma_warmup=5,
+        weighting=True,
+        clip=0.0,
+        outer_lr=1.0,
+        outer_momentum=0.0,
+        nesterov=False,
+    )
     normal = [[0.01 * (r + 1) * (1 + 0.1 * k) for r in range(3)] for k in range(6)]
     results = sync_rounds(cfg, normal + [[5.0, 0.01, 0.01]])
     last = [r for r in results[0][1] if r["step"] == results[0][1][-1]["step"]]
@@ -193,8 +208,17 @@ def test_softmax_weights_and_clip_coefficient():
     assert clip_coefficient(20.0, 10.0) == pytest.approx(0.5, rel=1e-6) and clip_coefficient(5.0, 10.0) == 1.0
     assert clip_coefficient(1e9, 0.0) == 1.0
     # in the engine: an averaged pseudo-gradient of norm > clip is scaled down to the clip
-    cfg = method_config("edit", warmup_steps=0, anomaly=False, weighting=False, clip=0.01, granularity="global",
-                        outer_lr=1.0, outer_momentum=0.0, nesterov=False)
+    cfg = method_config(
+        "edit",
+        warmup_steps=0,
+        anomaly=False,
+        weighting=False,
+        clip=0.01,
+        granularity="global",
+        outer_lr=1.0,
+        outer_momentum=0.0,
+        nesterov=False,
+    )
     results = sync_rounds(cfg, [[1.0, 1.0, 1.0]])
     assert float((results[0][0] - flat(Tiny())).norm()) == pytest.approx(0.01, rel=1e-3)
     assert results[0][1][-1]["clip_coef"] < 1
@@ -202,8 +226,15 @@ def test_softmax_weights_and_clip_coefficient():
 
 def test_a_edit_time_rule_minimum_steps_rule_and_budget():
     cfg = method_config("a_edit", warmup_steps=1, sync_time_s=10.0, min_total_steps=5)
-    schedule = [(0, 0.0, False), (1, 0.0, True), (3, 5.0, False), (4, 11.0, True), (5, 22.0, False), (6, 25.0, False),
-                (9, 33.0, True)]  # fmt: skip
+    schedule = [
+        (0, 0.0, False),
+        (1, 0.0, True),
+        (3, 5.0, False),
+        (4, 11.0, True),
+        (5, 22.0, False),
+        (6, 25.0, False),
+        (9, 33.0, True),
+    ]
 
     def fn(rank, coll):
         eng = LocalSGD(cfg, collective=coll)
@@ -226,7 +257,13 @@ def test_config_section_overrides_and_time_based_guard():
     from zen_analysis.config import LocalSGDSection, apply_overrides
 
     assert LocalSGDSection(penalty="clip").overrides()["clip"] == 10.0  # clipping on even where the method has none
-    assert LocalSGDSection(penalty="anomaly").overrides() == {"layerwise": True, "prefetch": True, "anomaly": True, "weighting": False, "clip": 0.0}
+    assert LocalSGDSection(penalty="anomaly").overrides() == {
+        "layerwise": True,
+        "prefetch": True,
+        "anomaly": True,
+        "weighting": False,
+        "clip": 0.0,
+    }
     cfg = recipes.smoke()
     with pytest.raises(ValueError, match="time-based"):
         apply_overrides(cfg, ["sync.scheme=edit", "local_sgd.sync_time_s=2", "train.eval_every=5"])
@@ -243,11 +280,26 @@ def test_the_config_section_and_the_engine_config_name_a_setting_alike():
     section = {f.name for f in fields(LocalSGDSection)}
     engine = {f.name for f in fields(LocalSGDConfig)}
     assert section - {"penalty"} <= engine
-    full = LocalSGDSection(warmup_steps=1, interval=2, outer_lr=0.5, outer_momentum=0.5, clip=1.0, penalty="anomaly,clip",
-                           granularity="tensor", ewma_warmup=2, sync_time_s=3.0, min_total_steps=4, step_weight=0.5)  # fmt: skip
+    full = LocalSGDSection(
+        warmup_steps=1,
+        interval=2,
+        outer_lr=0.5,
+        outer_momentum=0.5,
+        clip=1.0,
+        penalty="anomaly,clip",
+        granularity="tensor",
+        ewma_warmup=2,
+        sync_time_s=3.0,
+        min_total_steps=4,
+        step_weight=0.5,
+    )
     assert set(full.overrides()) <= engine
     assert method_config("a_edit", **full.overrides()).sync_time_s == 3.0
-    assert method_config("edit").clip == method_config("a_edit").clip == LocalSGDSection(penalty="clip").overrides()["clip"]
+    assert (
+        method_config("edit").clip
+        == method_config("a_edit").clip
+        == LocalSGDSection(penalty="clip").overrides()["clip"]
+    )
 
 
 def test_spike_schedule_and_ideal_straggler_speedup():

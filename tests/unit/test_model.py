@@ -19,7 +19,9 @@ def test_models_are_untied_and_their_embedding_gradient_is_row_sparse(arch):
 
 
 def test_tied_embeddings_give_every_row_a_gradient():
-    model = build_model(ModelConfig(arch="gpt2", hidden_size=32, num_heads=2, tie_embeddings=True), vocab_size=400, max_seq_len=16)
+    model = build_model(
+        ModelConfig(arch="gpt2", hidden_size=32, num_heads=2, tie_embeddings=True), vocab_size=400, max_seq_len=16
+    )
     x = torch.randint(0, 50, (2, 16))
     lm_loss(model, x, x).backward()
     assert bool((model.get_input_embeddings().weight.grad.abs().sum(1) != 0).all())

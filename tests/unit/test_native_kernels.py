@@ -14,7 +14,9 @@ import torch
 from zen_analysis.zen import native
 from zen_analysis.zen.bitmap import bits_at, popcounts, set_positions, static_sets
 
-pytestmark = pytest.mark.skipif(not native.available(), reason=f"native kernel unavailable: {native.unavailable_reason()}")
+pytestmark = pytest.mark.skipif(
+    not native.available(), reason=f"native kernel unavailable: {native.unavailable_reason()}"
+)
 
 
 @pytest.mark.parametrize("numel, n", [(1, 1), (17, 3), (100_003, 5), (4096, 8)])
@@ -28,7 +30,9 @@ def test_bitmap_loops_equal_the_torch_path(numel, n):
         keep = torch.rand(s_p.numel(), generator=gen) < 0.3
         pos = torch.nonzero(keep, as_tuple=True)[0]
         part = bits_at(pos, sets.byte_starts[p + 1] - sets.byte_starts[p])  # native
-        ref = torch.zeros_like(part).index_put_((pos >> 3,), torch.tensor([1, 2, 4, 8, 16, 32, 64, 128], dtype=torch.uint8)[pos & 7], accumulate=True)
+        ref = torch.zeros_like(part).index_put_(
+            (pos >> 3,), torch.tensor([1, 2, 4, 8, 16, 32, 64, 128], dtype=torch.uint8)[pos & 7], accumulate=True
+        )
         assert torch.equal(part, ref)
         assert torch.equal(set_positions(part), pos)
         bits[sets.byte_starts[p] : sets.byte_starts[p + 1]] = part
@@ -59,15 +63,33 @@ def test_the_loops_refuse_what_would_write_out_of_bounds():
     with pytest.raises(ValueError, match="bit positions"):
         native.bits_set(torch.tensor([-1]), bits)
     with pytest.raises(ValueError, match="values must match"):
-        native.decode_scatter(bits, sets.byte_starts_t, sets.starts_t, sets.order, torch.ones(3), torch.zeros(3, dtype=torch.long), out)
+        native.decode_scatter(
+            bits, sets.byte_starts_t, sets.starts_t, sets.order, torch.ones(3), torch.zeros(3, dtype=torch.long), out
+        )
     last = sets.byte_starts[-1] - 1
     if sets.sizes[-1] % 8:
         bad = bits.clone()
         bad[last] = 0xFF  # padding bits past the last partition's set
         with pytest.raises(ValueError, match="padding"):
-            native.decode_scatter(bad, sets.byte_starts_t, sets.starts_t, sets.order, torch.ones(8), native.popcounts(bad, sets.byte_starts_t), out)
+            native.decode_scatter(
+                bad,
+                sets.byte_starts_t,
+                sets.starts_t,
+                sets.order,
+                torch.ones(8),
+                native.popcounts(bad, sets.byte_starts_t),
+                out,
+            )
     with pytest.raises(ValueError, match="contiguous CPU"):
-        native.decode_scatter(bits, sets.byte_starts_t, sets.starts_t, sets.order, torch.ones(0, dtype=torch.float64), torch.zeros(3, dtype=torch.long), out)
+        native.decode_scatter(
+            bits,
+            sets.byte_starts_t,
+            sets.starts_t,
+            sets.order,
+            torch.ones(0, dtype=torch.float64),
+            torch.zeros(3, dtype=torch.long),
+            out,
+        )
 
 
 _FUZZ = textwrap.dedent(
@@ -160,7 +182,8 @@ _ADVERSARIAL = textwrap.dedent(
     out = torch.zeros(1000)
     counts = native.popcounts(bits, s.byte_starts_t)
     for bad in (torch.full_like(s.order, 2**30), torch.full_like(s.order, -5)):  # sets pointing outside out
-        refused(lambda: native.decode_scatter(bits, s.byte_starts_t, s.starts_t, bad, torch.ones(int(counts.sum())), counts, out))
+        values = torch.ones(int(counts.sum()))
+        refused(lambda: native.decode_scatter(bits, s.byte_starts_t, s.starts_t, bad, values, counts, out))
     one = torch.tensor([1, 0])  # claims one set bit where the bitmaps hold hundreds: never read past the values
     refused(lambda: native.decode_scatter(bits, s.byte_starts_t, s.starts_t, s.order, torch.ones(1), one, out))
     acc = torch.zeros(s.sizes[0])
@@ -177,7 +200,9 @@ _ADVERSARIAL = textwrap.dedent(
 
 def test_adversarial_sizes_are_refused_in_a_subprocess():
     """What would make the C loops read or write out of bounds is refused (a segfault would fail this test)."""
-    proc = subprocess.run([sys.executable, "-c", _ADVERSARIAL], capture_output=True, text=True, timeout=300, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", _ADVERSARIAL], capture_output=True, text=True, timeout=300, check=False
+    )
     assert proc.returncode == 0 and "refused" in proc.stdout, f"exit {proc.returncode}\n{proc.stderr[-3000:]}"
 
 
@@ -262,7 +287,12 @@ def test_extract_pack_takes_the_static_sets_and_refuses_foreign_ones():
     assert torch.equal(counts, b.counts_n.long())
     assert torch.equal(words, pack_coo(sets.rank_of[ref[b.positions_K]].long(), x[ref[b.positions_K]], 5000))
     assert torch.equal(native.extract_pack(x, 4, 7 + 2**32, sets)[0], words)  # h0 reads the seed's low 32 bits
-    for n, seed, other in ((2, 7, sets), (4, 8, sets), (4, 7, static_sets(5000, 2, 7)), (4, 7, static_sets(5000, 4, 8)),
-                           (4, 7, static_sets(5001, 4, 7))):  # fmt: skip
+    for n, seed, other in (
+        (2, 7, sets),
+        (4, 8, sets),
+        (4, 7, static_sets(5000, 2, 7)),
+        (4, 7, static_sets(5000, 4, 8)),
+        (4, 7, static_sets(5001, 4, 7)),
+    ):
         with pytest.raises(ValueError):
             native.extract_pack(x, n, seed, other)

@@ -6,10 +6,12 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from zen_analysis.runs.observe import forward, tokens_per_s  # noqa: E402
 from zen_analysis.plots.training import LiveLoss, live_view  # noqa: E402
+from zen_analysis.runs.observe import forward, tokens_per_s  # noqa: E402
 
-ROWS = [{"step": s, "loss": 6.0 - s / 10, "step_s": 0.5, "tokens": 1000 * (s + 1), "captured": s == 0} for s in range(6)]
+ROWS = [
+    {"step": s, "loss": 6.0 - s / 10, "step_s": 0.5, "tokens": 1000 * (s + 1), "captured": s == 0} for s in range(6)
+]
 ROWS[3]["val_loss"] = 5.9
 
 

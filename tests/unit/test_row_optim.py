@@ -4,8 +4,8 @@ import re
 import pytest
 import torch
 
-from zen_analysis.wire.rows import nonzero_rows
 from zen_analysis.train.optim import LazyRowAdamW
+from zen_analysis.wire.rows import nonzero_rows
 
 STATE_KEYS = ("step", "exp_avg", "exp_avg_sq")
 
@@ -61,8 +61,11 @@ def test_untouched_rows_keep_weights_and_moments_touched_rows_take_an_adamw_step
             q = torch.nn.Parameter(before["w"][rows].clone())
             q.grad = g[rows].clone()
             ref = torch.optim.AdamW([q], lr=lr, weight_decay=wd, foreach=False)
-            ref.state[q] = {"step": before["step"].clone(), "exp_avg": before["exp_avg"][rows].clone(),
-                            "exp_avg_sq": before["exp_avg_sq"][rows].clone()}
+            ref.state[q] = {
+                "step": before["step"].clone(),
+                "exp_avg": before["exp_avg"][rows].clone(),
+                "exp_avg_sq": before["exp_avg_sq"][rows].clone(),
+            }
             ref.step()
         opt.step()
         assert state["step"].item() == t

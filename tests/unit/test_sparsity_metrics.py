@@ -102,7 +102,7 @@ index_lists = st.lists(st.integers(0, 999), min_size=1, max_size=60)
 @settings(max_examples=60, deadline=None)
 @given(st.lists(index_lists, min_size=1, max_size=8))
 def test_gamma_between_1_and_n(lists):
-    g = densification_ratio([T(l) for l in lists])
+    g = densification_ratio([T(ix) for ix in lists])
     assert 1.0 - 1e-12 <= g <= len(lists) + 1e-12
 
 
@@ -126,5 +126,5 @@ def test_shares_sum_to_1_and_skewness_between_1_and_n(idx, extra, n):
 @settings(max_examples=40, deadline=None)
 @given(st.lists(index_lists, min_size=1, max_size=6), st.integers(1, 16))
 def test_imbalance_at_least_1_and_at_most_n(lists, n):
-    push, pull = imbalance_ratios([T(l) for l in lists], 1000, contiguous_owner(1000, n), n)
+    push, pull = imbalance_ratios([T(ix) for ix in lists], 1000, contiguous_owner(1000, n), n)
     assert 1.0 - 1e-9 <= push <= n + 1e-9 and 1.0 - 1e-9 <= pull <= n + 1e-9

@@ -61,7 +61,9 @@ def test_round_trip_is_exact_and_filters_stream(tmp_path):
         assert torch.equal(g.indices_K.long(), r.indices_K.long()) and torch.equal(g.values_K, r.values_K)
         assert g.indices_K.dtype == torch.int32
     sel = list(reader.records(tensor="emb", step=1, worker=0))
-    assert len(sel) == 1 and torch.equal(sel[0].to_dense(), recs[[_key(r) for r in recs].index((1, 0, "emb"))].to_dense())
+    assert len(sel) == 1 and torch.equal(
+        sel[0].to_dense(), recs[[_key(r) for r in recs].index((1, 0, "emb"))].to_dense()
+    )
     lean = list(reader.records(tensor="emb", step=1, worker=0, with_values=False))
     assert torch.equal(lean[0].indices_K, sel[0].indices_K) and lean[0].values_K.numel() == 0
     assert reader.steps() == [0, 1, 2] and reader.workers() == [0, 1] and reader.tensors() == ["dense.w", "emb"]

@@ -22,8 +22,25 @@ def _words(text: str) -> list[str]:
 
 def test_the_pre_tokenizer_keeps_identifiers_and_numbers_whole_and_splits_punctuation_one_character_each():
     text = "def f_1(x):\n\treturn 0x1F+3.14  # héllo == _a\n"
-    assert _words(text) == ["def", "f_1", "(", "x", ")", ":", "return", "0x1F", "+", "3", ".", "14", "#", "héllo",
-                            "=", "=", "_a"]  # fmt: skip
+    assert _words(text) == [
+        "def",
+        "f_1",
+        "(",
+        "x",
+        ")",
+        ":",
+        "return",
+        "0x1F",
+        "+",
+        "3",
+        ".",
+        "14",
+        "#",
+        "héllo",
+        "=",
+        "=",
+        "_a",
+    ]
     assert _words("  \n\t ") == []  # whitespace alone is no word
     assert _words("[UNK]<|endoftext|>") == ["[", "UNK", "]", "<", "|", "endoftext", "|", ">"]  # specials never words
 
@@ -55,14 +72,19 @@ def test_caches_of_the_word_vocabulary_sit_beside_the_bpe_caches_whose_paths_are
     bpe = prepare(SMALL, progress=False)
     sha = bpe.corpus_sha256[:16]
     assert bpe.tokens_dir == paths.tokens_dir() / f"{sha}-v512-f200"
-    assert bpe.tokenizer_file == tokenizer_path(bpe.corpus_sha256, 512) == paths.tokenizers_dir() / f"{sha}-v512" / "tokenizer.json"
+    assert (
+        bpe.tokenizer_file
+        == tokenizer_path(bpe.corpus_sha256, 512)
+        == paths.tokenizers_dir() / f"{sha}-v512" / "tokenizer.json"
+    )
     words_cfg = DataConfig(source="stdlib", max_bytes=300_000, vocab_size=512, tokenizer="words")
     words = prepare(words_cfg, progress=False)
     assert words.tokens_dir == paths.tokens_dir() / f"{sha}-words-v512-m2-f200"
     assert words.tokenizer_file == paths.tokenizers_dir() / f"{sha}-words-v512-m2" / "tokenizer.json"
     assert words.tokenizer_file.exists() and bpe.tokenizer_file.exists()
-    other = prepare(DataConfig(source="stdlib", max_bytes=300_000, vocab_size=512, tokenizer="words", min_count=3),
-                    progress=False)  # fmt: skip
+    other = prepare(
+        DataConfig(source="stdlib", max_bytes=300_000, vocab_size=512, tokenizer="words", min_count=3), progress=False
+    )
     assert other.tokens_dir.name == f"{sha}-words-v512-m3-f200"
     # the word stream: EOS (0) between documents, ids below the vocabulary, frequent words small
     meta = json.loads((words.tokens_dir / "meta.json").read_text())

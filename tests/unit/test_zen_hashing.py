@@ -70,4 +70,6 @@ def test_hash_owner_refuses_out_of_range_indices_on_both_paths():
         for bad in ([numel], [numel + 5], [-1]):
             with pytest.raises(ValueError):
                 own(torch.tensor(bad))
-    assert int(hash_owner(4, 0)(torch.tensor([2**40]))[0]) == int(owner(torch.tensor([2**40]), 4, 0)[0])  # no numel: any size
+    assert int(hash_owner(4, 0)(torch.tensor([2**40]))[0]) == int(
+        owner(torch.tensor([2**40]), 4, 0)[0]
+    )  # no numel: any size

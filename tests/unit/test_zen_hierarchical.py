@@ -15,7 +15,12 @@ from zen_analysis.zen.hashing import h0, owner
 from zen_analysis.zen.hierarchical import bucket_reference, hierarchical_hash
 
 # the compiled kernel must build wherever a C compiler exists (CI has one); only without a compiler is it skipped
-NATIVE = pytest.param("native", marks=pytest.mark.skipif(shutil.which(os.environ.get("CC", "cc")) is None and not native.available(), reason="no C compiler"))
+NATIVE = pytest.param(
+    "native",
+    marks=pytest.mark.skipif(
+        shutil.which(os.environ.get("CC", "cc")) is None and not native.available(), reason="no C compiler"
+    ),
+)
 BACKENDS = ["torch", NATIVE]
 
 
@@ -52,7 +57,9 @@ def test_adversarial_inputs(backend):
     # endpoints, a single index, empty input, k = 0 (serial only)
     _check_lossless(torch.tensor([0, 2**31 - 1, 2**40]), n, seed, backend=backend)
     _check_lossless(torch.tensor([5]), 1, seed, backend=backend)
-    assert hierarchical_hash(torch.zeros(0, dtype=torch.long), n, seed=seed, backend=backend).counts_n.tolist() == [0] * n
+    assert (
+        hierarchical_hash(torch.zeros(0, dtype=torch.long), n, seed=seed, backend=backend).counts_n.tolist() == [0] * n
+    )
     _check_lossless(torch.arange(100), n, seed, k=0, backend=backend)
 
 
@@ -79,7 +86,10 @@ def test_same_index_same_partition_on_every_rank_whatever_the_level2_seeds():
     shared = torch.arange(0, 50_000, 7)
     ranks = [torch.cat([shared, torch.arange(r + 1, 9000, 3 + r)]).unique() for r in range(2)]
     # one rank on the torch rounds, the other on the native kernel (when it builds): the partitions still agree
-    buckets = [hierarchical_hash(idx, 16, seed=11, level2_seed=r, backend=b) for r, idx, b in zip(range(2), ranks, ("torch", "auto"))]
+    buckets = [
+        hierarchical_hash(idx, 16, seed=11, level2_seed=r, backend=b)
+        for r, idx, b in zip(range(2), ranks, ("torch", "auto"))
+    ]
     for p in range(16):
         where = [set(b.split(idx)[p].tolist()) & set(shared.tolist()) for b, idx in zip(buckets, ranks)]
         assert where[0] == where[1] == set(shared[owner(shared, 16, 11) == p].tolist())
@@ -109,7 +119,9 @@ def test_hash_bitmap_round_trips(numel, n, seed, density):
         assert bitmap.numel() == hb.bitmap_bytes(p) == (s_p.numel() + 7) // 8
         idx, out = hb.decode(p, bitmap, v)
         assert torch.equal(idx, keep) and torch.equal(out, vals)
-    assert sum(hb.sizes) == numel and torch.equal(torch.sort(torch.cat(hash_partitions(numel, n, seed)).long()).values, torch.arange(numel))
+    assert sum(hb.sizes) == numel and torch.equal(
+        torch.sort(torch.cat(hash_partitions(numel, n, seed)).long()).values, torch.arange(numel)
+    )
 
 
 def test_encode_rejects_foreign_indices():
@@ -132,15 +144,21 @@ def test_bitmap_entry_points_refuse_bad_sizes_naming_the_argument():
         "HashBitmap": lambda m, n: HashBitmap(m, n, 0),
         "HashBitmap(materialize=False)": lambda m, n: HashBitmap(m, n, 0, materialize=False),
     }
-    for name, make in entry_points.items():
-        for m, n, pattern in ((-5, 4, r"numel must be >= 0, got -5"), (10, 0, r"num_partitions must be >= 1, got 0"),
-                              (10, -2, r"num_partitions must be >= 1, got -2")):  # fmt: skip
+    for _name, make in entry_points.items():
+        for m, n, pattern in (
+            (-5, 4, r"numel must be >= 0, got -5"),
+            (10, 0, r"num_partitions must be >= 1, got 0"),
+            (10, -2, r"num_partitions must be >= 1, got -2"),
+        ):
             with pytest.raises(ValueError, match=pattern):
                 make(m, n)
     empty = static_sets(0, 4, 0)
     assert empty.sizes == (0, 0, 0, 0) and empty.order.numel() == 0 and empty.rank_of.numel() == 0
     assert hash_partition_sizes(0, 4, 0) == (0, 0, 0, 0) and [p.numel() for p in hash_partitions(0, 3, 0)] == [0, 0, 0]
-    assert HashBitmap(0, 2, 0).partition(1).numel() == 0 and HashBitmap(0, 2, 0, materialize=False).partition(1).numel() == 0
+    assert (
+        HashBitmap(0, 2, 0).partition(1).numel() == 0
+        and HashBitmap(0, 2, 0, materialize=False).partition(1).numel() == 0
+    )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -226,7 +244,9 @@ def _has_malloc_trim() -> bool:
     return True
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/self/status") or not _has_malloc_trim(), reason="needs Linux's /proc and glibc")
+@pytest.mark.skipif(
+    not os.path.exists("/proc/self/status") or not _has_malloc_trim(), reason="needs Linux's /proc and glibc"
+)
 def test_evicted_sets_leave_the_process_and_builds_stay_small():
     """RSS follows the counted cache (a fresh process: 40 evicting sizes under a 64 MiB limit grew RSS by 5.9x the
     counted bytes before the build's temporaries shrank and evictions trimmed the heap), and one 8M-element build

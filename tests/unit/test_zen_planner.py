@@ -3,13 +3,15 @@
 import pytest
 import torch
 
-from zen_analysis.wire.topology import PRESETS, Topology
 from zen_analysis.sync.planner import Planner
+from zen_analysis.wire.topology import PRESETS, Topology
 
 
 @pytest.fixture(autouse=True)
 def flat_preset(monkeypatch):
-    flat = Topology(name="flat", gpus_per_node=1, intra_alpha_s=0, intra_bandwidth=1e9, inter_alpha_s=0, inter_bandwidth=1e9)
+    flat = Topology(
+        name="flat", gpus_per_node=1, intra_alpha_s=0, intra_bandwidth=1e9, inter_alpha_s=0, inter_bandwidth=1e9
+    )
     monkeypatch.setitem(PRESETS, "flat", flat)
 
 

@@ -57,8 +57,16 @@ def match_tensors(model: nn.Module, patterns: tuple[str, ...]) -> list[str]:
 class GradientCapture:
     """Isolates per-worker gradients on capture steps and hands sparse records to a :class:`TraceWriter`."""
 
-    def __init__(self, cfg: CaptureConfig, model: nn.Module, writer: TraceWriter, *, rank: int, seed: int,
-                 group: dist.ProcessGroup | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        cfg: CaptureConfig,
+        model: nn.Module,
+        writer: TraceWriter,
+        *,
+        rank: int,
+        seed: int,
+        group: dist.ProcessGroup | None = None,
+    ) -> None:
         self.cfg = cfg
         self.writer = writer
         self.rank = rank
@@ -92,8 +100,9 @@ class GradientCapture:
         parameter ranges (``params``: [name, start, end] in the flat bucket)."""
         info = {
             n: {"kind": "natural" if n in self.natural else "topk", "shape": list(p.shape), "numel": p.numel()}
-            for n, p in self.params.items() if n in self.natural or n in self.topk
-        }  # fmt: skip
+            for n, p in self.params.items()
+            if n in self.natural or n in self.topk
+        }
         for b in self.buckets:
             info[b.name] = {"kind": "topk", "shape": [b.numel], "numel": b.numel, "params": b.to_json()}
         return info
@@ -116,7 +125,11 @@ class GradientCapture:
         for name, p in self.params.items():
             micro[name] = p.grad if p.grad is not None else torch.zeros_like(p)  # unused by this micro-batch: zero
         for name in self.natural:
-            self.writer.add(SparseGrad.from_dense(micro[name], step=step, worker=worker, rank=self.rank, tensor=name, kind="natural"))
+            self.writer.add(
+                SparseGrad.from_dense(
+                    micro[name], step=step, worker=worker, rank=self.rank, tensor=name, kind="natural"
+                )
+            )
         for name in self.topk:
             idx_K, val_K = self.compressor.compress(micro[name], worker=worker, tensor=name, step=step)
             self._add_topk(step, worker, name, tuple(micro[name].shape), idx_K, val_K)
@@ -131,7 +144,9 @@ class GradientCapture:
             p.grad = micro[name] if stash[name] is None else stash[name].add_(micro[name])
         self.seconds += time.perf_counter() - t0
 
-    def _add_topk(self, step: int, worker: int, tensor: str, shape: tuple, idx_K: torch.Tensor, val_K: torch.Tensor) -> None:
+    def _add_topk(
+        self, step: int, worker: int, tensor: str, shape: tuple, idx_K: torch.Tensor, val_K: torch.Tensor
+    ) -> None:
         self.writer.add(SparseGrad(step, worker, self.rank, tensor, "topk", shape, idx_K.cpu(), val_K.cpu()))
 
     def _select_held(self) -> None:
@@ -142,7 +157,9 @@ class GradientCapture:
             held = [(step, worker, acc_N) for step, worker, hb, acc_N in self._held if hb is b]
             if not held:
                 continue
-            local_S = torch.cat([self.compressor.sample(acc_N, worker=w, tensor=b.name, step=s) for s, w, acc_N in held])
+            local_S = torch.cat(
+                [self.compressor.sample(acc_N, worker=w, tensor=b.name, step=s) for s, w, acc_N in held]
+            )
             if world > 1:
                 pieces = [torch.empty_like(local_S) for _ in range(world)]
                 dist.all_gather(pieces, local_S, group=self.group)
@@ -151,7 +168,7 @@ class GradientCapture:
                 pool_P = local_S
             for step, worker, acc_N in held:
                 gen = self.compressor.generator(worker=worker, tensor=b.name, step=step, device=acc_N.device)
-                idx_K = self.compressor.select(acc_N, generator=gen, gather=lambda _s: pool_P)
+                idx_K = self.compressor.select(acc_N, generator=gen, gather=lambda _s: pool_P)  # noqa: B023
                 val_K = self.compressor.keep(acc_N, idx_K, worker=worker, tensor=b.name)
                 self._add_topk(step, worker, b.name, (b.numel,), idx_K, val_K)
         self._held = []

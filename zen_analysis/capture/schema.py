@@ -26,10 +26,19 @@ class TraceError(RuntimeError):
 
 
 _MANIFEST_TYPES: dict[str, tuple[type, ...]] = {
-    "run_id": (str,), "schema_version": (int,), "tensors": (dict,),
-    "world_size": (int,), "workers_per_rank": (int,), "num_workers": (int,), "config": (dict,), "finished": (bool,),
-    "corpus": (dict,), "versions": (dict,), "git_commit": (str,), "summary": (dict,),
-}  # fmt: skip
+    "run_id": (str,),
+    "schema_version": (int,),
+    "tensors": (dict,),
+    "world_size": (int,),
+    "workers_per_rank": (int,),
+    "num_workers": (int,),
+    "config": (dict,),
+    "finished": (bool,),
+    "corpus": (dict,),
+    "versions": (dict,),
+    "git_commit": (str,),
+    "summary": (dict,),
+}
 _REQUIRED = ("run_id", "schema_version", "tensors")
 
 
@@ -47,12 +56,17 @@ def check_manifest(m: object, path: Path) -> dict:
         raise TraceError(f"{path}: run_id {m['run_id']!r} is not a run name (letters, digits, '.', '_', '-')")
     for name, info in m["tensors"].items():
         ok = (
-            isinstance(info, dict) and info.get("kind") in KINDS and isinstance(info.get("shape"), list)
-            and all(isinstance(d, int) and d >= 0 for d in info["shape"]) and isinstance(info.get("numel"), int)
+            isinstance(info, dict)
+            and info.get("kind") in KINDS
+            and isinstance(info.get("shape"), list)
+            and all(isinstance(d, int) and d >= 0 for d in info["shape"])
+            and isinstance(info.get("numel"), int)
             and info["numel"] == int(np.prod(info["shape"], dtype=np.int64))
-        )  # fmt: skip
+        )
         if not ok:
-            raise TraceError(f"{path}: tensors[{name!r}] should be {{kind in {KINDS}, shape, numel = prod(shape)}}, got {info!r}")
+            raise TraceError(
+                f"{path}: tensors[{name!r}] should be {{kind in {KINDS}, shape, numel = prod(shape)}}, got {info!r}"
+            )
     return m
 
 

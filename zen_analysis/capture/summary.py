@@ -51,7 +51,9 @@ def describe_run(run: str | Path) -> str:
     ]
     if "summary" in m:
         s = m["summary"]
-        lines.append(f"final loss {s['final_loss']:.4f}, val loss {s['val_loss']:.4f}, {s['tokens_per_s']:.0f} tokens/s")
+        lines.append(
+            f"final loss {s['final_loss']:.4f}, val loss {s['val_loss']:.4f}, {s['tokens_per_s']:.0f} tokens/s"
+        )
     table = capture_table(reader)
     with pd.option_context("display.width", 200, "display.max_columns", 20, "display.float_format", "{:.4f}".format):
         lines.append(table.to_string(index=False))

@@ -88,7 +88,9 @@ class TopKCompressor:
             self._residuals[(worker, tensor)] = acc_N
         return val_K
 
-    def compress(self, grad: torch.Tensor, *, worker: int, tensor: str, step: int, gather=None) -> tuple[torch.Tensor, torch.Tensor]:
+    def compress(
+        self, grad: torch.Tensor, *, worker: int, tensor: str, step: int, gather=None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(indices_K, values_K) sent by ``worker`` for ``grad``; the unsent remainder becomes its residual.
         ``gather``: as in :meth:`select` (a global threshold)."""
         acc_N = self.accumulate(grad, worker=worker, tensor=tensor)

@@ -25,11 +25,11 @@ import pandas as pd
 from zen_analysis import paths
 from zen_analysis.atomic import atomic_write_json
 from zen_analysis.comm import SCHEMES, build_scheme
-from zen_analysis.wire.cost import phase_features
 from zen_analysis.comm.measure import measure
-from zen_analysis.wire.topology import GBPS, PRESETS, Topology, load
 from zen_analysis.ranks.netlab import TCP_PAYLOAD_FRACTION, available
 from zen_analysis.sparsity.synthetic import synthetic_index_sets
+from zen_analysis.wire.cost import phase_features
+from zen_analysis.wire.topology import GBPS, PRESETS, Topology, load
 
 
 def calibration_path(num_ranks: int = 2):
@@ -79,15 +79,31 @@ def calibrate(
             for name in SCHEMES:
                 feats = phase_features(build_scheme(name).model(sets, size)).set_index("phase")
                 for phase, f in feats.iterrows():
-                    rows.append({"numel": size, "density": d, "scheme": name, "phase": phase, **f.to_dict(),
-                                 "seconds": float(measured.loc[(name, phase), "wire_s"])})  # fmt: skip
+                    rows.append(
+                        {
+                            "numel": size,
+                            "density": d,
+                            "scheme": name,
+                            "phase": phase,
+                            **f.to_dict(),
+                            "seconds": float(measured.loc[(name, phase), "wire_s"]),
+                        }
+                    )
     df = pd.DataFrame(rows)
     fits = fit_links(df, bandwidth=bandwidth_gbps * GBPS * TCP_PAYLOAD_FRACTION if bandwidth_gbps else None)
     a2a = {p: (a, b) for p, a, b in fits}.get("all_to_all", (0.0, 1e9))
     name = f"netlab-{bandwidth_gbps:g}" if bandwidth_gbps else f"local-{num_ranks}"
     path = netlab_calibration_path(num_ranks) if bandwidth_gbps else calibration_path(num_ranks)
-    topo = Topology(name=name, gpus_per_node=1 << 20, intra_alpha_s=a2a[0], intra_bandwidth=a2a[1],
-                    inter_alpha_s=a2a[0], inter_bandwidth=a2a[1], num_ranks=num_ranks, calibrated=tuple(fits))  # fmt: skip
+    topo = Topology(
+        name=name,
+        gpus_per_node=1 << 20,
+        intra_alpha_s=a2a[0],
+        intra_bandwidth=a2a[1],
+        inter_alpha_s=a2a[0],
+        inter_bandwidth=a2a[1],
+        num_ranks=num_ranks,
+        calibrated=tuple(fits),
+    )
     for size, d, sets, measured in cases:  # local work: what a whole run takes beyond its modelled wire time
         for name_ in SCHEMES:
             scheme = build_scheme(name_)
@@ -96,13 +112,27 @@ def calibrate(
                 continue
             wire = float(scheme.time(sets, size, topo)["seconds"].sum())
             r = int(model.work["bytes"].argmax())  # the rank with the most bytes stands for the slowest one
-            local_rows.append({"numel": size, "density": d, "scheme": name_, **{f: float(v[r]) for f, v in model.work.items()},
-                               "seconds": float(measured.loc[(name_, "total"), "wire_median_s"]) - wire,
-                               "synced_local_s": float(measured.loc[(name_, "local"), "wire_s"])})  # fmt: skip
+            local_rows.append(
+                {
+                    "numel": size,
+                    "density": d,
+                    "scheme": name_,
+                    **{f: float(v[r]) for f, v in model.work.items()},
+                    "seconds": float(measured.loc[(name_, "total"), "wire_median_s"]) - wire,
+                    "synced_local_s": float(measured.loc[(name_, "local"), "wire_s"]),
+                }
+            )
     local_df = pd.DataFrame(local_rows)
     topo = replace(topo, local_work=fit_local_work(local_df) if len(local_df) else ())
-    atomic_write_json(path, {**topo.to_dict(), "method": "schemes", "samples": df.to_dict(orient="records"),
-                                                     "local_samples": local_df.to_dict(orient="records")})  # fmt: skip
+    atomic_write_json(
+        path,
+        {
+            **topo.to_dict(),
+            "method": "schemes",
+            "samples": df.to_dict(orient="records"),
+            "local_samples": local_df.to_dict(orient="records"),
+        },
+    )
     return topo
 
 
@@ -184,17 +214,32 @@ def netlab(num_ranks: int, bandwidth_gbps: float, *, ranks_per_node: int = 1, re
     if base is None and available()[0]:
         base = calibrate(num_ranks, bandwidth_gbps=NETLAB_CALIBRATION_GBPS)
     if base is None:
-        warnings.warn(f"no network lab here ({available()[1]}): netlab-{bandwidth_gbps:g} takes its per-call costs "
-                      "from the loopback calibration", stacklevel=2)  # fmt: skip
+        warnings.warn(
+            f"no network lab here ({available()[1]}): netlab-{bandwidth_gbps:g} takes its per-call costs "
+            "from the loopback calibration",
+            stacklevel=2,
+        )
         base = local(num_ranks)
-    lab = replace(base, name=f"netlab-{bandwidth_gbps:g}", intra_bandwidth=bw, inter_bandwidth=bw,
-                  calibrated=tuple((prim, alpha, bw) for prim, alpha, _ in base.calibrated))  # fmt: skip
+    lab = replace(
+        base,
+        name=f"netlab-{bandwidth_gbps:g}",
+        intra_bandwidth=bw,
+        inter_bandwidth=bw,
+        calibrated=tuple((prim, alpha, bw) for prim, alpha, _ in base.calibrated),
+    )
     if ranks_per_node == 1:
         return lab
     loop = dict((p, (a, b)) for p, a, b in local(num_ranks).calibrated).get("all_to_all", (lab.intra_alpha_s, 1e12))
-    return replace(lab, name=f"netlab-{bandwidth_gbps:g}x{ranks_per_node}", gpus_per_node=ranks_per_node,
-                   intra_alpha_s=loop[0], intra_bandwidth=loop[1], inter_alpha_s=lab.inter_alpha_s,
-                   inter_bandwidth=bw, calibrated=())  # fmt: skip
+    return replace(
+        lab,
+        name=f"netlab-{bandwidth_gbps:g}x{ranks_per_node}",
+        gpus_per_node=ranks_per_node,
+        intra_alpha_s=loop[0],
+        intra_bandwidth=loop[1],
+        inter_alpha_s=lab.inter_alpha_s,
+        inter_bandwidth=bw,
+        calibrated=(),
+    )
 
 
 def preset(name: str) -> Topology:

@@ -20,10 +20,8 @@ import pyarrow as pa
 import torch
 
 from zen_analysis.capture.traces import TraceReader
-from zen_analysis.wire.cost import phase_times
-from zen_analysis.comm.schemes import SCHEMES, build_scheme
 from zen_analysis.comm.calibrate import preset
-from zen_analysis.wire.topology import Topology
+from zen_analysis.comm.schemes import SCHEMES, build_scheme
 from zen_analysis.derived import (
     read_stamp,
     read_table,
@@ -33,6 +31,8 @@ from zen_analysis.derived import (
 )
 from zen_analysis.sparsity.characterize import worker_counts
 from zen_analysis.sparsity.metrics import union_of
+from zen_analysis.wire.cost import phase_times
+from zen_analysis.wire.topology import Topology
 
 VERSION = 3  # 2: sparcml on any n (fold), matrix traffic; 3: alpha per message of an all_to_all
 DEFAULT_TOPOLOGIES = ("paper-tcp25", "paper-efa100", "h200-node")
@@ -62,13 +62,22 @@ def _rows(tensor: str, kind: str, step: int, numel: int, sets: list[torch.Tensor
         per_rank = frame.groupby("rank")[["bytes_sent", "bytes_received"]].sum()
         for topo_name, topo in topologies.items():
             pt = phase_times(traffic, topo)
-            rows.append({
-                "tensor": tensor, "kind": kind, "step": step, "n": len(sets), "numel": numel,
-                "density": mean_nnz / numel, "gamma": union.numel() / mean_nnz if mean_nnz else float("nan"),
-                "scheme": name, "topology": topo_name, "seconds": float(pt["seconds"].sum()),
-                "bytes_sent_total": int(per_rank["bytes_sent"].sum()),
-                "bytes_max_rank": int(per_rank.max(axis=1).max()),
-            })  # fmt: skip
+            rows.append(
+                {
+                    "tensor": tensor,
+                    "kind": kind,
+                    "step": step,
+                    "n": len(sets),
+                    "numel": numel,
+                    "density": mean_nnz / numel,
+                    "gamma": union.numel() / mean_nnz if mean_nnz else float("nan"),
+                    "scheme": name,
+                    "topology": topo_name,
+                    "seconds": float(pt["seconds"].sum()),
+                    "bytes_sent_total": int(per_rank["bytes_sent"].sum()),
+                    "bytes_max_rank": int(per_rank.max(axis=1).max()),
+                }
+            )
     return rows
 
 
@@ -89,7 +98,9 @@ def evaluate(
     from tqdm.auto import tqdm
 
     if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 2:
-        raise ValueError(f"max_workers must be an integer >= 2 (n = 2, 4, ... workers are modelled), got {max_workers!r}")
+        raise ValueError(
+            f"max_workers must be an integer >= 2 (n = 2, 4, ... workers are modelled), got {max_workers!r}"
+        )
     if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
         raise ValueError(f"steps must be None (all captured steps) or an integer >= 1, got {steps!r}")
     names = list(schemes or SCHEMES)
@@ -152,7 +163,11 @@ def speedups(df: pd.DataFrame, *, topology: str = "paper-tcp25", n: int = 128) -
     label = "workload" if "workload" in d.columns else "tensor"
     d = d[d["n"] <= n]
     d = d[d["n"] == d.groupby(label)["n"].transform("max")]
-    out = d.assign(speedup=d["allreduce_s"] / d["seconds"]).groupby([label, "n", "scheme"], as_index=False)["speedup"].median()
+    out = (
+        d.assign(speedup=d["allreduce_s"] / d["seconds"])
+        .groupby([label, "n", "scheme"], as_index=False)["speedup"]
+        .median()
+    )
     return out.rename(columns={label: "workload"})
 
 
@@ -198,8 +213,15 @@ def wire_size_table(
 
     def add(idx: torch.Tensor, n_el: int, source: str) -> None:
         for fmt, nbytes in wire_sizes(idx, n_el, num_partitions=num_partitions).items():
-            rows.append({"density": idx.numel() / n_el, "format": fmt, "relative": nbytes / (4 * n_el),
-                         "source": source, "num_partitions": num_partitions})  # fmt: skip
+            rows.append(
+                {
+                    "density": idx.numel() / n_el,
+                    "format": fmt,
+                    "relative": nbytes / (4 * n_el),
+                    "source": source,
+                    "num_partitions": num_partitions,
+                }
+            )
 
     for label, skew in (skews or {"uniform": 0.0, "skewed (skew 2)": 2.0}).items():
         for d in densities:

@@ -12,13 +12,23 @@ import torch
 
 from zen_analysis.zen.bitmap import bitmap_bytes, hash_partition_sizes, hash_partitions, pack_bits, unpack_bits
 
-__all__ = ["FORMATS", "bitmap_bytes", "hash_partition_sizes", "hash_partitions", "pack_bits", "unpack_bits", "wire_sizes"]
+__all__ = [
+    "FORMATS",
+    "bitmap_bytes",
+    "hash_partition_sizes",
+    "hash_partitions",
+    "pack_bits",
+    "unpack_bits",
+    "wire_sizes",
+]
 
 
 FORMATS = ("coo", "bitmap", "tensor_block", "hash_bitmap")
 
 
-def wire_sizes(indices: torch.Tensor, numel: int, *, num_partitions: int = 16, block: int = 256, seed: int = 0) -> dict[str, int]:
+def wire_sizes(
+    indices: torch.Tensor, numel: int, *, num_partitions: int = 16, block: int = 256, seed: int = 0
+) -> dict[str, int]:
     """Bytes a worker receives to learn the aggregated tensor whose non-zeros are ``indices`` (sorted), in each
     format of the paper's Fig. 17a, with ``num_partitions`` servers and float32 values:
 

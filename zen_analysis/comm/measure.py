@@ -28,8 +28,16 @@ from zen_analysis.ranks.netlab import NetLab
 from zen_analysis.ranks.procs import fork_launch
 
 
-def _replay(rank: int, world: int, sets: list, values: list | None, numel: int, repeats: int, names: list[str],
-            end_to_end: bool = True) -> list:  # fmt: skip
+def _replay(
+    rank: int,
+    world: int,
+    sets: list,
+    values: list | None,
+    numel: int,
+    repeats: int,
+    names: list[str],
+    end_to_end: bool = True,
+) -> list:
     import torch.distributed as dist
 
     from zen_analysis.comm import build_scheme
@@ -55,15 +63,32 @@ def _replay(rank: int, world: int, sets: list, values: list | None, numel: int, 
             m = scheme.last_measured()
             lossless = bool(torch.equal(out, ref)) if values is None else bool(((out - ref).abs() <= tol).all())
             for phase, g in m.groupby("phase"):
-                rows.append({
-                    "scheme": name, "rep": rep, "phase": phase, "rank": rank,
-                    "bytes_sent": int(g["bytes_sent"].sum()), "phase_s": float(g["seconds"].sum()),
-                    "wire_s": float(g["wire_seconds"].sum()), "lossless": lossless,
-                })  # fmt: skip
+                rows.append(
+                    {
+                        "scheme": name,
+                        "rep": rep,
+                        "phase": phase,
+                        "rank": rank,
+                        "bytes_sent": int(g["bytes_sent"].sum()),
+                        "phase_s": float(g["seconds"].sum()),
+                        "wire_s": float(g["wire_seconds"].sum()),
+                        "lossless": lossless,
+                    }
+                )
             if scheme.scans_dense:  # the rank's own work: run time outside collectives and barriers
                 local = scheme.last_times()["local"]
-                rows.append({"scheme": name, "rep": rep, "phase": "local", "rank": rank, "bytes_sent": 0,
-                             "phase_s": local, "wire_s": local, "lossless": lossless})  # fmt: skip
+                rows.append(
+                    {
+                        "scheme": name,
+                        "rep": rep,
+                        "phase": "local",
+                        "rank": rank,
+                        "bytes_sent": 0,
+                        "phase_s": local,
+                        "wire_s": local,
+                        "lossless": lossless,
+                    }
+                )
         # end to end, as training runs it: no sync before each collective, ranks aligned by a barrier only
         scheme.sync_collectives = False
         for rep in range(repeats if end_to_end else 0):
@@ -73,8 +98,18 @@ def _replay(rank: int, world: int, sets: list, values: list | None, numel: int, 
             out = scheme.run(y)
             seconds = time.perf_counter() - t0
             lossless = bool(torch.equal(out, ref)) if values is None else bool(((out - ref).abs() <= tol).all())
-            rows.append({"scheme": name, "rep": rep, "phase": "total", "rank": rank, "bytes_sent": 0,
-                         "phase_s": seconds, "wire_s": seconds, "lossless": lossless})  # fmt: skip
+            rows.append(
+                {
+                    "scheme": name,
+                    "rep": rep,
+                    "phase": "total",
+                    "rank": rank,
+                    "bytes_sent": 0,
+                    "phase_s": seconds,
+                    "wire_s": seconds,
+                    "lossless": lossless,
+                }
+            )
     return rows
 
 
@@ -106,12 +141,18 @@ def measure(
         results = fork_launch(_replay, world, sets, vals, numel, repeats, names, end_to_end)
     raw = pd.DataFrame([r for rows in results for r in rows])
     per_rep = raw.groupby(["scheme", "phase", "rep"]).agg(
-        bytes_sent=("bytes_sent", "sum"), wire_s=("wire_s", "max"), phase_s=("phase_s", "max"), lossless=("lossless", "all")
+        bytes_sent=("bytes_sent", "sum"),
+        wire_s=("wire_s", "max"),
+        phase_s=("phase_s", "max"),
+        lossless=("lossless", "all"),
     )
     out = per_rep.groupby(["scheme", "phase"]).agg(
-        bytes_sent=("bytes_sent", "first"), wire_s=("wire_s", "mean"), wire_median_s=("wire_s", "median"),
-        phase_s=("phase_s", "median"), lossless=("lossless", "all"),
-    )  # fmt: skip
+        bytes_sent=("bytes_sent", "first"),
+        wire_s=("wire_s", "mean"),
+        wire_median_s=("wire_s", "median"),
+        phase_s=("phase_s", "median"),
+        lossless=("lossless", "all"),
+    )
     first = raw[raw["rep"] == raw.groupby(["scheme", "phase"])["rep"].transform("min")].sort_values("rank")
     out["bytes_by_rank"] = first.groupby(["scheme", "phase"])["bytes_sent"].agg(list)
     return out
@@ -126,16 +167,31 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
     every phase and the local work), where measured."""
     keys = ["scheme"] + (["step"] if "step" in df.columns else [])
     is_local, is_total = df["phase"] == "local", df["phase"] == "total"
-    local = df[is_local].groupby(keys).agg(local_model_s=("wire_model_s", "sum"), local_measured_s=("wire_measured_s", "sum"))
-    total = df[is_total].groupby(keys).agg(modelled_s=("wire_model_s", "sum"), measured_s_median=("wire_measured_median_s", "sum"))
+    local = (
+        df[is_local]
+        .groupby(keys)
+        .agg(local_model_s=("wire_model_s", "sum"), local_measured_s=("wire_measured_s", "sum"))
+    )
+    total = (
+        df[is_total]
+        .groupby(keys)
+        .agg(modelled_s=("wire_model_s", "sum"), measured_s_median=("wire_measured_median_s", "sum"))
+    )
     df = df[~is_local & ~is_total]
     per_step = df.groupby(keys).agg(
-        bytes_model=("bytes_model", "sum"), bytes_sent=("bytes_sent", "sum"), bytes_equal=("bytes_equal", "all"),
-        lossless=("lossless", "all"), wire_model_s=("wire_model_s", "sum"), wire_measured_s=("wire_measured_s", "sum"),
-        wire_measured_median_s=("wire_measured_median_s", "sum"), phase_measured_s=("phase_measured_s", "sum"),
-    )  # fmt: skip
+        bytes_model=("bytes_model", "sum"),
+        bytes_sent=("bytes_sent", "sum"),
+        bytes_equal=("bytes_equal", "all"),
+        lossless=("lossless", "all"),
+        wire_model_s=("wire_model_s", "sum"),
+        wire_measured_s=("wire_measured_s", "sum"),
+        wire_measured_median_s=("wire_measured_median_s", "sum"),
+        phase_measured_s=("phase_measured_s", "sum"),
+    )
     if "bytes_by_rank" in df.columns:
-        per_rank = df.groupby(keys)["bytes_by_rank"].agg(lambda col: int(np.sum(np.stack([np.asarray(b) for b in col]), axis=0).max()))
+        per_rank = df.groupby(keys)["bytes_by_rank"].agg(
+            lambda col: int(np.sum(np.stack([np.asarray(b) for b in col]), axis=0).max())
+        )
         per_step["bytes_sent_max_rank"] = per_rank
     per_step = per_step.join(local).fillna({"local_model_s": 0.0, "local_measured_s": 0.0}).join(total)
     per_step["ratio"] = per_step["wire_model_s"] / per_step["wire_measured_s"]
@@ -149,7 +205,16 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values("measured_s_median" if end_to_end else "wire_measured_s")
 
 
-SUMMARY_COLUMNS = ["scheme", "ranks", "bandwidth_gbps", "numel", "bytes_sent_max_rank", "measured_s_median", "modelled_s", "lossless"]
+SUMMARY_COLUMNS = [
+    "scheme",
+    "ranks",
+    "bandwidth_gbps",
+    "numel",
+    "bytes_sent_max_rank",
+    "measured_s_median",
+    "modelled_s",
+    "lossless",
+]
 """What ``bench-comm --out`` writes first (the rest of :func:`summarize`'s columns follow)."""
 
 
@@ -177,12 +242,19 @@ def report(summary: pd.DataFrame) -> str:
         lines.append(
             f"{name:>10}: bytes modelled {int(r['bytes_model']):>10,} / sent {int(r['bytes_sent']):>10,} / "
             f"equal {bool(r['bytes_equal'])!s:>5}; lossless {bool(r['lossless'])}\n"
-            f"{'':>10}  time modelled {1e3 * r['wire_model_s']:7.2f} ms / measured {1e3 * r['wire_measured_s']:7.2f} ms "
-            f"(median {1e3 * r['wire_measured_median_s']:.2f}) / ratio {r['ratio']:.2f}; whole phases {1e3 * r['phase_measured_s']:.2f} ms\n"
-            f"{'':>10}  local work modelled {1e3 * r['local_model_s']:7.2f} ms / measured {1e3 * r['local_measured_s']:7.2f} ms; "
+            f"{'':>10}  time modelled {1e3 * r['wire_model_s']:7.2f} ms / measured "
+            f"{1e3 * r['wire_measured_s']:7.2f} ms "
+            f"(median {1e3 * r['wire_measured_median_s']:.2f}) / ratio {r['ratio']:.2f}; whole phases "
+            f"{1e3 * r['phase_measured_s']:.2f} ms\n"
+            f"{'':>10}  local work modelled {1e3 * r['local_model_s']:7.2f} ms / measured "
+            f"{1e3 * r['local_measured_s']:7.2f} ms; "
             f"wire + local modelled / measured {r['total_ratio']:.2f}"
-            + (f"\n{'':>10}  end to end modelled {1e3 * r['modelled_s']:7.2f} ms / measured {1e3 * r['measured_s_median']:7.2f} ms "
-               f"(median, slowest rank) / ratio {r['modelled_s'] / r['measured_s_median']:.2f}"
-               if pd.notna(r.get("measured_s_median", float("nan"))) else "")
+            + (
+                f"\n{'':>10}  end to end modelled {1e3 * r['modelled_s']:7.2f} ms / measured "
+                f"{1e3 * r['measured_s_median']:7.2f} ms "
+                f"(median, slowest rank) / ratio {r['modelled_s'] / r['measured_s_median']:.2f}"
+                if pd.notna(r.get("measured_s_median", float("nan")))
+                else ""
+            )
         )
     return "\n".join(lines)

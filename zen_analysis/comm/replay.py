@@ -44,7 +44,9 @@ def compare(
     ``bandwidth_gbps`` links when the ranks run in the emulated network: :func:`~zen_analysis.comm.calibrate.netlab`).
     """
     topo = topology or model_topology(len(index_sets), bandwidth_gbps=bandwidth_gbps)
-    measured = measure(index_sets, numel, values=values, repeats=repeats, schemes=schemes, bandwidth_gbps=bandwidth_gbps)
+    measured = measure(
+        index_sets, numel, values=values, repeats=repeats, schemes=schemes, bandwidth_gbps=bandwidth_gbps
+    )
     out = []
     for (name, phase), m in measured.iterrows():
         scheme = build_scheme(name)
@@ -55,13 +57,22 @@ def compare(
         else:
             model_bytes = int(traffic.query("phase == @phase")["bytes_sent"].sum())
             model_s = float(times.get(phase, 0.0))  # "local" is 0 on a topology without local-work costs
-        out.append({
-            "scheme": name, "phase": phase, "bytes_model": model_bytes, "bytes_sent": int(m["bytes_sent"]),
-            "bytes_equal": model_bytes == int(m["bytes_sent"]), "lossless": bool(m["lossless"]),
-            "wire_model_s": model_s, "wire_measured_s": float(m["wire_s"]), "ratio": model_s / float(m["wire_s"]),
-            "wire_measured_median_s": float(m["wire_median_s"]), "phase_measured_s": float(m["phase_s"]),
-            "bytes_by_rank": [int(b) for b in m["bytes_by_rank"]],
-        })  # fmt: skip
+        out.append(
+            {
+                "scheme": name,
+                "phase": phase,
+                "bytes_model": model_bytes,
+                "bytes_sent": int(m["bytes_sent"]),
+                "bytes_equal": model_bytes == int(m["bytes_sent"]),
+                "lossless": bool(m["lossless"]),
+                "wire_model_s": model_s,
+                "wire_measured_s": float(m["wire_s"]),
+                "ratio": model_s / float(m["wire_s"]),
+                "wire_measured_median_s": float(m["wire_median_s"]),
+                "phase_measured_s": float(m["phase_s"]),
+                "bytes_by_rank": [int(b) for b in m["bytes_by_rank"]],
+            }
+        )
     return pd.DataFrame(out)
 
 
@@ -91,24 +102,53 @@ def replay_run(
         raise ValueError(f"unknown schemes {unknown}; choose from {sorted(SCHEMES)}")
     if ranks < 2 or steps < 1 or repeats < 1:
         raise ValueError(f"need ranks >= 2, steps >= 1 and repeats >= 1, got {ranks}, {steps}, {repeats}")
-    options = {"ranks": ranks, "steps": steps, "tensor": tensor or default_tensor, "schemes": sorted(schemes or SCHEMES),
-               "repeats": repeats, "bandwidth_gbps": bandwidth_gbps}  # fmt: skip
-    defaults = {"ranks": 4, "steps": 3, "tensor": default_tensor, "schemes": sorted(SCHEMES), "repeats": 25,
-                "bandwidth_gbps": None}  # fmt: skip
+    options = {
+        "ranks": ranks,
+        "steps": steps,
+        "tensor": tensor or default_tensor,
+        "schemes": sorted(schemes or SCHEMES),
+        "repeats": repeats,
+        "bandwidth_gbps": bandwidth_gbps,
+    }
+    defaults = {
+        "ranks": 4,
+        "steps": 3,
+        "tensor": default_tensor,
+        "schemes": sorted(SCHEMES),
+        "repeats": 25,
+        "bandwidth_gbps": None,
+    }
     tensor = options["tensor"]
     if tensor not in tensors:
         raise ValueError(f"run {reader.run_id} has no captured tensor {tensor!r}; it has {sorted(tensors)}")
     numel = int(tensors[tensor]["numel"])
     if reader.manifest.get("num_workers", ranks) < ranks:
-        raise ValueError(f"run {reader.run_id} has {reader.manifest['num_workers']} workers; cannot replay on {ranks} ranks")
+        raise ValueError(
+            f"run {reader.run_id} has {reader.manifest['num_workers']} workers; cannot replay on {ranks} ranks"
+        )
     topo = model_topology(ranks, bandwidth_gbps=bandwidth_gbps, recalibrate=recalibrate)
     frames = []
     for step in tqdm(reader.steps()[:steps], desc=f"bench-comm {reader.run_id}", unit="step", disable=not progress):
         recs = sorted(reader.records(tensor=tensor, step=step), key=lambda r: r.worker)[:ranks]
-        df = compare([r.indices_K.long() for r in recs], numel, values=[r.values_K for r in recs],
-                     repeats=repeats, topology=topo, schemes=schemes, bandwidth_gbps=bandwidth_gbps)  # fmt: skip
-        frames.append(df.assign(run=reader.run_id, tensor=tensor, step=step, numel=numel, ranks=ranks,
-                                bandwidth_gbps=bandwidth_gbps or float("nan")))  # fmt: skip
+        df = compare(
+            [r.indices_K.long() for r in recs],
+            numel,
+            values=[r.values_K for r in recs],
+            repeats=repeats,
+            topology=topo,
+            schemes=schemes,
+            bandwidth_gbps=bandwidth_gbps,
+        )
+        frames.append(
+            df.assign(
+                run=reader.run_id,
+                tensor=tensor,
+                step=step,
+                numel=numel,
+                ranks=ranks,
+                bandwidth_gbps=bandwidth_gbps or float("nan"),
+            )
+        )
     out = pd.concat(frames, ignore_index=True)
     path = reader.derived_dir / f"{variant('bench_comm', options, defaults)}.parquet"
     write_table(path, out, {**options, "files": reader.fingerprint()})
@@ -122,7 +162,11 @@ def load_replay(run) -> pd.DataFrame | None:
     was never replayed."""
     folder = TraceReader(run).derived_dir
     default = folder / "bench_comm.parquet"
-    found = [default] if default.exists() else sorted(folder.glob("bench_comm-*.parquet"), key=lambda p: p.stat().st_mtime)[-1:]
+    found = (
+        [default]
+        if default.exists()
+        else sorted(folder.glob("bench_comm-*.parquet"), key=lambda p: p.stat().st_mtime)[-1:]
+    )
     if not found:
         return None
     df = read_table(found[0])
@@ -149,4 +193,6 @@ def replay_synthetic(
     stats = describe(sets, numel)
     topo = model_topology(ranks, bandwidth_gbps=bandwidth_gbps, recalibrate=recalibrate)
     df = compare(sets, numel, repeats=repeats, topology=topo, schemes=schemes, bandwidth_gbps=bandwidth_gbps)
-    return df.assign(numel=numel, ranks=ranks, skew=skew, overlap=overlap, bandwidth_gbps=bandwidth_gbps or float("nan")), stats
+    return df.assign(
+        numel=numel, ranks=ranks, skew=skew, overlap=overlap, bandwidth_gbps=bandwidth_gbps or float("nan")
+    ), stats

@@ -7,7 +7,8 @@ from dataclasses import dataclass, fields
 DATA_SOURCES = ("stdlib", "files", "hub", "criteo-synth")
 TOKENIZERS = ("bpe", "words")
 CTR_SOURCES = ("criteo-synth",)
-"""Sources of click-through-rate samples (``zen_analysis.workload.ctr``) rather than text: ``model.arch=deepfm`` data."""
+"""Sources of click-through-rate samples (``zen_analysis.workload.ctr``) rather than text: ``model.arch=deepfm``
+data."""
 CTR_FIELD_ORDERS = ("cardinality", "criteo")
 
 
@@ -81,19 +82,29 @@ class DataConfig:
         if self.source not in CTR_SOURCES:
             changed = [f"data.{f.name}" for f in ctr_fields if getattr(self, f.name) != f.default]
             if changed:
-                raise ValueError(f"{', '.join(changed)} apply to data.source=criteo-synth only; remove them or set "
-                                 "data.source=criteo-synth")  # fmt: skip
+                raise ValueError(
+                    f"{', '.join(changed)} apply to data.source=criteo-synth only; remove them or set "
+                    "data.source=criteo-synth"
+                )
             return
         if self.ctr_rows < 2 * 26:
-            raise ValueError(f"data.ctr_rows={self.ctr_rows} is too small: the 26 fields need at least 2 rows each (>= 52)")
+            raise ValueError(
+                f"data.ctr_rows={self.ctr_rows} is too small: the 26 fields need at least 2 rows each (>= 52)"
+            )
         if self.ctr_rows >= 2**31:
-            raise ValueError(f"data.ctr_rows={self.ctr_rows} does not fit the int32 id files: use fewer than 2**31 rows")
+            raise ValueError(
+                f"data.ctr_rows={self.ctr_rows} does not fit the int32 id files: use fewer than 2**31 rows"
+            )
         if not 0.0 < self.ctr_zipf <= 3.0:
             raise ValueError(f"data.ctr_zipf={self.ctr_zipf} must be in (0, 3] (Criteo-like skew: about 1.1)")
         if self.ctr_dense < 1:
             raise ValueError(f"data.ctr_dense must be >= 1 (Criteo has 13), got {self.ctr_dense}")
         if self.ctr_train_samples < 1000 or self.ctr_val_samples < 100:
-            raise ValueError("data.ctr_train_samples must be >= 1000 and data.ctr_val_samples >= 100 (the label "
-                             "model is calibrated on the training split)")  # fmt: skip
+            raise ValueError(
+                "data.ctr_train_samples must be >= 1000 and data.ctr_val_samples >= 100 (the label "
+                "model is calibrated on the training split)"
+            )
         if self.ctr_field_order not in CTR_FIELD_ORDERS:
-            raise ValueError(f"data.ctr_field_order={self.ctr_field_order!r} is unknown; choose one of {CTR_FIELD_ORDERS}")
+            raise ValueError(
+                f"data.ctr_field_order={self.ctr_field_order!r} is unknown; choose one of {CTR_FIELD_ORDERS}"
+            )

@@ -41,7 +41,16 @@ class ExperimentConfig:
         """Cross-section checks; re-run after editing fields of a built config."""
         if self.run_id:
             check_run_id(self.run_id)
-        for sub in (self.model, self.data, self.train, self.capture, self.dist, self.sync, self.local_sgd, self.perturb):
+        for sub in (
+            self.model,
+            self.data,
+            self.train,
+            self.capture,
+            self.dist,
+            self.sync,
+            self.local_sgd,
+            self.perturb,
+        ):
             sub.__post_init__()
         if self.capture.enabled and self.capture.natural and self.model.tie_embeddings:
             raise ValueError(
@@ -50,42 +59,62 @@ class ExperimentConfig:
             )
         self._check_ctr()
         if self.model.sparse_embedding:
-            needs = {"train.embedding_update=lazy": self.train.embedding_update == "lazy",
-                     "model.tie_embeddings=false": not self.model.tie_embeddings,
-                     "capture.enabled=false": not self.capture.enabled,
-                     "sync.compress=none": self.sync.compress == "none"}  # fmt: skip
+            needs = {
+                "train.embedding_update=lazy": self.train.embedding_update == "lazy",
+                "model.tie_embeddings=false": not self.model.tie_embeddings,
+                "capture.enabled=false": not self.capture.enabled,
+                "sync.compress=none": self.sync.compress == "none",
+            }
             missing = [k for k, ok in needs.items() if not ok]
             if missing:
-                raise ValueError(f"model.sparse_embedding=true gives the embedding a sparse gradient: set {', '.join(missing)}")
+                raise ValueError(
+                    f"model.sparse_embedding=true gives the embedding a sparse gradient: set {', '.join(missing)}"
+                )
         if self.sync.overlap and (self.sync.scheme in tuple(MethodName) or self.perturb.bandwidth_gbps > 0):
-            raise ValueError("sync.overlap overlaps a per-step sum with backward on a real link: not with a local SGD "
-                             "method (no per-step sum) nor perturb.bandwidth_gbps (its emulated delay sleeps after "
-                             "backward); use dist.network=netlab for a slow link")  # fmt: skip
+            raise ValueError(
+                "sync.overlap overlaps a per-step sum with backward on a real link: not with a local SGD "
+                "method (no per-step sum) nor perturb.bandwidth_gbps (its emulated delay sleeps after "
+                "backward); use dist.network=netlab for a slow link"
+            )
         scheme = self.sync.scheme  # a_edit, or another local SGD method given a sync time
         time_based = scheme == MethodName.A_EDIT or (scheme in tuple(MethodName) and self.local_sgd.sync_time_s > 0)
         if time_based and (self.train.eval_every or self.capture.enabled):
-            raise ValueError("time-based syncs (a_edit, local_sgd.sync_time_s): workers run different numbers of steps; "
-                             "set train.eval_every=0 and capture.enabled=false")  # fmt: skip
+            raise ValueError(
+                "time-based syncs (a_edit, local_sgd.sync_time_s): workers run different numbers of steps; "
+                "set train.eval_every=0 and capture.enabled=false"
+            )
         c = self.capture
-        if c.enabled and not c.natural and (c.topk_scope == "none" or (c.topk_scope == "tensor" and not c.topk_tensors)):
-            raise ValueError("capture is enabled but records nothing: set capture.natural, capture.topk_scope=bucket "
-                             "or capture.topk_scope=tensor with capture.topk_tensors")
+        if (
+            c.enabled
+            and not c.natural
+            and (c.topk_scope == "none" or (c.topk_scope == "tensor" and not c.topk_tensors))
+        ):
+            raise ValueError(
+                "capture is enabled but records nothing: set capture.natural, capture.topk_scope=bucket "
+                "or capture.topk_scope=tensor with capture.topk_tensors"
+            )
 
     def _check_ctr(self) -> None:
         """DeepFM trains on CTR samples and only on them; a sample is one "token" (``train.seq_len=1``); the loss
         spikes of ``perturb.spikes`` corrupt token sequences and are refused for it."""
         deepfm, ctr = self.model.arch == "deepfm", self.data.source in CTR_SOURCES
         if deepfm != ctr:
-            raise ValueError(f"model.arch={self.model.arch} cannot train on data.source={self.data.source}: "
-                             "model.arch=deepfm goes with data.source=criteo-synth, and only with it")  # fmt: skip
+            raise ValueError(
+                f"model.arch={self.model.arch} cannot train on data.source={self.data.source}: "
+                "model.arch=deepfm goes with data.source=criteo-synth, and only with it"
+            )
         if not deepfm:
             return
         if self.train.seq_len != 1:
-            raise ValueError(f"model.arch=deepfm trains on samples, not sequences: set train.seq_len=1 (got "
-                             f"{self.train.seq_len}), so the tokens counted per step are the samples")  # fmt: skip
+            raise ValueError(
+                f"model.arch=deepfm trains on samples, not sequences: set train.seq_len=1 (got "
+                f"{self.train.seq_len}), so the tokens counted per step are the samples"
+            )
         if self.perturb.spikes != "none":
-            raise ValueError("perturb.spikes corrupts token sequences (the EDiT loss-spike ablation); it has no "
-                             "meaning for CTR samples: set perturb.spikes=none with model.arch=deepfm")  # fmt: skip
+            raise ValueError(
+                "perturb.spikes corrupts token sequences (the EDiT loss-spike ablation); it has no "
+                "meaning for CTR samples: set perturb.spikes=none with model.arch=deepfm"
+            )
 
     @property
     def num_workers(self) -> int:

@@ -29,8 +29,15 @@ PENALTY_PARTS = ("anomaly", "weighting", "clip")
 GRANULARITIES = ("module", "tensor", "global")
 
 _DEFAULT_WHEN_NEGATIVE = (
-    "warmup_steps", "ewma_warmup", "min_total_steps", "sync_time_s", "step_weight", "outer_lr", "outer_momentum", "clip",
-)  # fmt: skip
+    "warmup_steps",
+    "ewma_warmup",
+    "min_total_steps",
+    "sync_time_s",
+    "step_weight",
+    "outer_lr",
+    "outer_momentum",
+    "clip",
+)
 """Fields passed on when >= 0; a negative value keeps the method's default."""
 
 
@@ -70,7 +77,9 @@ class LocalSGDSection:
         if self.granularity not in ("", *GRANULARITIES):
             raise ValueError(f"local_sgd.granularity must be module, tensor or global, got {self.granularity!r}")
         if self.penalty not in ("default", "none") and not self._penalty_parts() <= set(PENALTY_PARTS):
-            raise ValueError(f"local_sgd.penalty must be default, none or a list of anomaly, weighting, clip; got {self.penalty!r}")
+            raise ValueError(
+                f"local_sgd.penalty must be default, none or a list of anomaly, weighting, clip; got {self.penalty!r}"
+            )
 
     def _penalty_parts(self) -> set[str]:
         return {p.strip() for p in self.penalty.split(",") if p.strip()}

@@ -40,7 +40,9 @@ class ModelConfig:
     def __post_init__(self) -> None:
         if self.adaptive_cutoffs and self.arch != "lstm":
             raise ValueError("model.adaptive_cutoffs applies to model.arch=lstm only")
-        if list(self.adaptive_cutoffs) != sorted(set(self.adaptive_cutoffs)) or any(c <= 0 for c in self.adaptive_cutoffs):
+        if list(self.adaptive_cutoffs) != sorted(set(self.adaptive_cutoffs)) or any(
+            c <= 0 for c in self.adaptive_cutoffs
+        ):
             raise ValueError("model.adaptive_cutoffs must be increasing positive ids")
         if self.arch not in ARCHS:
             raise ValueError(f"model.arch={self.arch!r} is unknown; choose one of {ARCHS}")
@@ -49,7 +51,9 @@ class ModelConfig:
         if tuple(self.mlp_sizes) != DEEPFM_MLP and self.arch != "deepfm":
             raise ValueError("model.mlp_sizes applies to model.arch=deepfm only")
         if not self.mlp_sizes or any(w <= 0 for w in self.mlp_sizes):
-            raise ValueError(f"model.mlp_sizes must be one or more positive widths (e.g. 400,400,400), got {self.mlp_sizes}")
+            raise ValueError(
+                f"model.mlp_sizes must be one or more positive widths (e.g. 400,400,400), got {self.mlp_sizes}"
+            )
         if self.arch == "deepfm" and self.tie_embeddings:
             raise ValueError("model.arch=deepfm has no output embedding to tie: set model.tie_embeddings=false")
         if self.arch not in ("lstm", "deepfm") and self.hidden_size % self.num_heads:

@@ -36,7 +36,9 @@ def from_dict(cls: type[C], d: Any, prefix: str = "") -> C:
     """Build ``cls`` from JSON-like ``d``, checking every value's type against the field's annotation (a config
     file saying ``"num_steps": "ten"`` is an error naming ``train.num_steps``, not a TypeError later)."""
     if not isinstance(d, dict):
-        raise ValueError(f"{prefix.rstrip('.') or 'the config'}: expected an object of {cls.__name__} fields, got {d!r}")
+        raise ValueError(
+            f"{prefix.rstrip('.') or 'the config'}: expected an object of {cls.__name__} fields, got {d!r}"
+        )
     legacy = LEGACY_FIELDS.get(cls, ())
     d = {k: v for k, v in d.items() if k not in legacy}
     hints = typing.get_type_hints(cls)

@@ -79,8 +79,10 @@ class SyncConfig:
         if self.wire_dtype not in WIRE_DTYPES:
             raise ValueError(f"sync.wire_dtype must be one of {WIRE_DTYPES}, got {self.wire_dtype!r}")
         if self.wire_dtype != "model" and self.gpus_per_node > 1:
-            raise ValueError("sync.wire_dtype applies to flat syncs: the hierarchical mode (sync.gpus_per_node > 1) "
-                             "sums in the gradients' dtype")  # fmt: skip
+            raise ValueError(
+                "sync.wire_dtype applies to flat syncs: the hierarchical mode (sync.gpus_per_node > 1) "
+                "sums in the gradients' dtype"
+            )
         if self.bucket_mb <= 0:
             raise ValueError("sync.bucket_mb must be positive")
         if self.compress not in ("none", "topk"):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from functools import partial
 
 import pandas as pd
 import torch
@@ -55,19 +56,27 @@ def hashing_cost(
     for d in densities:
         nnz = int(d * numel)
         idx = torch.randperm(numel, generator=gen)[:nnz].to(dev)
+        hash_d = partial(hierarchical_hash, idx, num_partitions, seed=seed)  # bound now: timed in this iteration
         for factor in r1_factors:
-            s, b = _timed(lambda: hierarchical_hash(idx, num_partitions, seed=seed, k=k_fixed, r1=int(factor * nnz)), dev, repeats)
-            rows.append({"density": d, "sweep": "r1", "setting": f"r1={factor:g}x, k={k_fixed}", "seconds": s,
-                         "serial_fraction": b.serial_count / max(nnz, 1)})  # fmt: skip
+            s, b = _timed(partial(hash_d, k=k_fixed, r1=int(factor * nnz)), dev, repeats)
+            rows.append(_row(d, "r1", f"r1={factor:g}x, k={k_fixed}", s, b.serial_count / max(nnz, 1)))
         for k in ks:
-            s, b = _timed(lambda: hierarchical_hash(idx, num_partitions, seed=seed, k=k, r1=int(r1_fixed * nnz)), dev, repeats)
-            rows.append({"density": d, "sweep": "k", "setting": f"k={k}, r1={r1_fixed:g}x", "seconds": s,
-                         "serial_fraction": b.serial_count / max(nnz, 1)})  # fmt: skip
+            s, b = _timed(partial(hash_d, k=k, r1=int(r1_fixed * nnz)), dev, repeats)
+            rows.append(_row(d, "k", f"k={k}, r1={r1_fixed:g}x", s, b.serial_count / max(nnz, 1)))
         if dev.type == "cpu":
-            s, b = _timed(lambda: hierarchical_hash(idx, num_partitions, seed=seed, k=3, r1=2 * nnz, backend="torch"), dev, repeats)
-            rows.append({"density": d, "sweep": "torch_rounds", "setting": "torch rounds (r1=2x, k=3)", "seconds": s,
-                         "serial_fraction": b.serial_count / max(nnz, 1)})  # fmt: skip
-        s, _ = _timed(lambda: bucket_reference(idx, num_partitions, seed=seed), dev, repeats)
-        rows.append({"density": d, "sweep": "argsort", "setting": "argsort reference", "seconds": s, "serial_fraction": 0.0})
+            s, b = _timed(partial(hash_d, k=3, r1=2 * nnz, backend="torch"), dev, repeats)
+            rows.append(_row(d, "torch_rounds", "torch rounds (r1=2x, k=3)", s, b.serial_count / max(nnz, 1)))
+        s, _ = _timed(partial(bucket_reference, idx, num_partitions, seed=seed), dev, repeats)
+        rows.append(_row(d, "argsort", "argsort reference", s, 0.0))
     df = pd.DataFrame(rows)
     return df.assign(numel=numel, num_partitions=num_partitions, device=str(dev))
+
+
+def _row(density: float, sweep: str, setting: str, seconds: float, serial_fraction: float) -> dict:
+    return {
+        "density": density,
+        "sweep": sweep,
+        "setting": setting,
+        "seconds": seconds,
+        "serial_fraction": serial_fraction,
+    }

@@ -19,7 +19,9 @@ def method_run(base, method: str, *, tag: str = "", progress: bool = False, **se
     cfg.sync.scheme = method
     cfg.capture.enabled = False
     cfg = apply_overrides(cfg, [f"{k}={v}" for k, v in settings.items()])
-    result = launch(cfg, echo=False, progress=progress, overwrite=True)  # the id names the experiment: a rerun replaces it
+    result = launch(
+        cfg, echo=False, progress=progress, overwrite=True
+    )  # the id names the experiment: a rerun replaces it
     summary = dict(result.summary)
     summary["metrics"] = pd.read_json(paths.run_dir(cfg.run_id) / "metrics.jsonl", lines=True)
     summary["per_rank_steps"] = {int(r): s["steps_done"] for r, s in result.results.items()}
@@ -49,19 +51,41 @@ def straggler_table(base, *, factor: float = 2.0, interval: int = 8, sync_time_s
     straggler-free EDiT's, final and validation loss, steps per rank. A-EDiT's sync time defaults to the
     straggler-free run's measured time for ``interval`` steps."""
     last = base.dist.num_ranks - 1
-    straggle = {"perturb.straggler": "consistent", "perturb.straggler_rank": last, "perturb.straggler_factor": factor,
-                "local_sgd.interval": interval, "train.eval_every": 0}  # fmt: skip
+    straggle = {
+        "perturb.straggler": "consistent",
+        "perturb.straggler_rank": last,
+        "perturb.straggler_factor": factor,
+        "local_sgd.interval": interval,
+        "train.eval_every": 0,
+    }
     tokens_per_step = base.train.workers_per_rank * base.train.batch_per_worker * base.train.seq_len
-    plain = method_run(base, "edit", tag=f"plain-{base.dist.num_ranks}", **{"local_sgd.interval": interval, "train.eval_every": 0})
+    plain = method_run(
+        base, "edit", tag=f"plain-{base.dist.num_ranks}", **{"local_sgd.interval": interval, "train.eval_every": 0}
+    )
     t_sync = sync_time_s or float(plain["metrics"]["step_s"].median()) * interval
     runs = [("edit", "none", plain)]
     for method, extra in (("edit", {}), ("a_edit", {"local_sgd.sync_time_s": t_sync})):
-        runs.append((method, f"rank {last} x{factor:g}", method_run(base, method, tag=f"straggler-{base.dist.num_ranks}", **straggle, **extra)))
+        runs.append(
+            (
+                method,
+                f"rank {last} x{factor:g}",
+                method_run(base, method, tag=f"straggler-{base.dist.num_ranks}", **straggle, **extra),
+            )
+        )
     rows = []
     for method, straggler, s in runs:
-        rows.append({"ranks": base.dist.num_ranks, "method": method, "straggler": straggler, "tokens_per_s": s["tokens_per_s"],
-                     "local_tokens_per_s": _local_tokens_per_s(s, tokens_per_step), "final_loss_rank0": s["final_loss"],
-                     "val_loss": s["val_loss"], "steps_per_rank": s["per_rank_steps"]})  # fmt: skip
+        rows.append(
+            {
+                "ranks": base.dist.num_ranks,
+                "method": method,
+                "straggler": straggler,
+                "tokens_per_s": s["tokens_per_s"],
+                "local_tokens_per_s": _local_tokens_per_s(s, tokens_per_step),
+                "final_loss_rank0": s["final_loss"],
+                "val_loss": s["val_loss"],
+                "steps_per_rank": s["per_rank_steps"],
+            }
+        )
     out = pd.DataFrame(rows)
     free = out["local_tokens_per_s"].iloc[0]
     out["share_of_straggler_free"] = out["local_tokens_per_s"] / free
@@ -70,8 +94,14 @@ def straggler_table(base, *, factor: float = 2.0, interval: int = 8, sync_time_s
     return out
 
 
-def compare_methods(base, methods=("sync", "post_local_sgd", "diloco", "edit", "a_edit"), *, progress: bool = False,
-                    per_method: dict[str, dict] | None = None, **settings) -> pd.DataFrame:  # fmt: skip
+def compare_methods(
+    base,
+    methods=("sync", "post_local_sgd", "diloco", "edit", "a_edit"),
+    *,
+    progress: bool = False,
+    per_method: dict[str, dict] | None = None,
+    **settings,
+) -> pd.DataFrame:
     """Each method trained on ``base`` with the same step budget; rank 0's per-step metrics with ``method``,
     and ``attrs["summary"]``: validation loss (and its gap to ``sync``), tokens/s, bytes sent per rank, syncs.
     ``settings`` apply to every run (``local_sgd.*`` ones only matter to local methods), ``per_method[method]``
@@ -90,9 +120,17 @@ def compare_methods(base, methods=("sync", "post_local_sgd", "diloco", "edit", "
         m = s["metrics"].assign(method=method)
         m["elapsed_s"] = m["step_s"].cumsum()
         frames.append(m)
-        rows.append({"method": method, "val_loss": s["val_loss"], "final_loss_rank0": s["final_loss"],
-                     "tokens_per_s": s["tokens_per_s"], "sync_bytes_per_rank": s.get("sync_bytes_rank"),
-                     "steps": s["total_steps_all_ranks"], "syncs": (s.get("sync") or {}).get("syncs")})  # fmt: skip
+        rows.append(
+            {
+                "method": method,
+                "val_loss": s["val_loss"],
+                "final_loss_rank0": s["final_loss"],
+                "tokens_per_s": s["tokens_per_s"],
+                "sync_bytes_per_rank": s.get("sync_bytes_rank"),
+                "steps": s["total_steps_all_ranks"],
+                "syncs": (s.get("sync") or {}).get("syncs"),
+            }
+        )
     out = pd.concat(frames, ignore_index=True)
     summary = pd.DataFrame(rows)
     if "sync" in set(summary["method"]):
@@ -107,8 +145,13 @@ EDIT_TUNED = {"local_sgd.outer_lr": 1.0, "local_sgd.outer_momentum": 0.0}
 lr 0.7 / Nesterov momentum 0.9 are tuned for hundreds of inner steps per sync; over tens of syncs of a few steps
 the momentum overshoots (README, "EDiT and A-EDiT")."""
 
-ABLATION_SPIKES = {"perturb.spikes": "repeat", "perturb.spike_rank": 3, "perturb.spike_every": 48, "perturb.spike_len": 16,
-                   "perturb.spike_start": 74}  # fmt: skip
+ABLATION_SPIKES = {
+    "perturb.spikes": "repeat",
+    "perturb.spike_rank": 3,
+    "perturb.spike_every": 48,
+    "perturb.spike_len": 16,
+    "perturb.spike_start": 74,
+}
 """The ablation's injected spikes: rank 3 trains on degenerate one-token sequences for a whole sync interval,
 starting once the anomaly detector is armed (warm-up 10 steps, then 3 syncs of 16 steps)."""
 ABLATION_SYNC = {"local_sgd.warmup_steps": 10, "local_sgd.interval": 16, "local_sgd.ewma_warmup": 3}
@@ -132,7 +175,9 @@ def spike_heights(loss: pd.Series, *, window: int = 8, start: int = 0) -> pd.Ser
     return height
 
 
-def penalty_ablation(base, *, spikes: dict, variants: dict[str, str] | None = None, progress: bool = False, **settings) -> pd.DataFrame:
+def penalty_ablation(
+    base, *, spikes: dict, variants: dict[str, str] | None = None, progress: bool = False, **settings
+) -> pd.DataFrame:
     """EDiT without spikes, then each penalty variant (``ABLATIONS`` by default) with the ``spikes`` knobs
     (``perturb.spikes``, ``perturb.spike_rank``, ...). Returns rank 0's per-step rows with ``method`` and
     ``spike`` (:func:`spike_heights` after the warm-up); ``attrs["summary"]``: per variant the largest spike,
@@ -155,9 +200,20 @@ def penalty_ablation(base, *, spikes: dict, variants: dict[str, str] | None = No
         m["elapsed_s"] = m["step_s"].cumsum()
         frames.append(m)
         log = pd.read_json(paths.run_dir(s["run_id"]) / "local_sgd" / f"rank{spike_rank}.jsonl", lines=True)
-        flagged = sorted(log.loc[log.get("anomalous", pd.Series(False, index=log.index)).fillna(False).astype(bool), "step"].unique().tolist())
-        rows.append({"variant": label, "max_spike": float(m["spike"].max()), "val_loss": s["val_loss"],
-                     "final_loss_rank0": s["final_loss"], "flagged_syncs": flagged})  # fmt: skip
+        flagged = sorted(
+            log.loc[log.get("anomalous", pd.Series(False, index=log.index)).fillna(False).astype(bool), "step"]
+            .unique()
+            .tolist()
+        )
+        rows.append(
+            {
+                "variant": label,
+                "max_spike": float(m["spike"].max()),
+                "val_loss": s["val_loss"],
+                "final_loss_rank0": s["final_loss"],
+                "flagged_syncs": flagged,
+            }
+        )
     out = pd.concat(frames, ignore_index=True)
     summary = pd.DataFrame(rows)
     summary["above_spike_free"] = summary["max_spike"] > summary["max_spike"].iloc[0]
@@ -177,8 +233,9 @@ def corrupted_steps(base, spikes: dict) -> list[int]:
     return [t for t in range(base.train.num_steps) if spike_step(knobs, t)]
 
 
-def slow_network_check(base, *, bandwidth_gbps: float = 0.5, methods=("allreduce", "edit", "a_edit"), progress: bool = False,
-                       **settings) -> pd.DataFrame:  # fmt: skip
+def slow_network_check(
+    base, *, bandwidth_gbps: float = 0.5, methods=("allreduce", "edit", "a_edit"), progress: bool = False, **settings
+) -> pd.DataFrame:
     """The ``perturb.bandwidth_gbps`` emulation (each all-reduce of the sync sleeps ring bytes / bandwidth on top of
     the real loopback one) against the emulated network (``dist.network=netlab``: the ranks really behind links
     of that rate), per method, the same steps: tokens/s of both, their ratio and whether they agree within 20%.
@@ -190,13 +247,27 @@ def slow_network_check(base, *, bandwidth_gbps: float = 0.5, methods=("allreduce
     rows = []
     for method in methods:
         extra = {**settings, **({"local_sgd.sync_time_s": t_sync, "train.eval_every": 0} if method == "a_edit" else {})}
-        emulated = method_run(base, method, tag="net-emulated", progress=progress, **extra,
-                              **{"perturb.bandwidth_gbps": bandwidth_gbps})  # fmt: skip
-        lab = method_run(base, method, tag="net-lab", progress=progress, **extra,
-                         **{"dist.network": "netlab", "dist.bandwidth_gbps": bandwidth_gbps})  # fmt: skip
-        rows.append({"method": method, "bandwidth_gbps": bandwidth_gbps, "emulated_tokens_per_s": emulated["tokens_per_s"],
-                     "lab_tokens_per_s": lab["tokens_per_s"], "emulated_val_loss": emulated["val_loss"],
-                     "lab_val_loss": lab["val_loss"]})  # fmt: skip
+        emulated = method_run(
+            base, method, tag="net-emulated", progress=progress, **extra, **{"perturb.bandwidth_gbps": bandwidth_gbps}
+        )
+        lab = method_run(
+            base,
+            method,
+            tag="net-lab",
+            progress=progress,
+            **extra,
+            **{"dist.network": "netlab", "dist.bandwidth_gbps": bandwidth_gbps},
+        )
+        rows.append(
+            {
+                "method": method,
+                "bandwidth_gbps": bandwidth_gbps,
+                "emulated_tokens_per_s": emulated["tokens_per_s"],
+                "lab_tokens_per_s": lab["tokens_per_s"],
+                "emulated_val_loss": emulated["val_loss"],
+                "lab_val_loss": lab["val_loss"],
+            }
+        )
     out = pd.DataFrame(rows)
     out["emulated_over_lab"] = out["emulated_tokens_per_s"] / out["lab_tokens_per_s"]
     out["agrees_within_20pct"] = (out["emulated_over_lab"] - 1).abs() <= 0.2

@@ -62,9 +62,12 @@ def scheme_sweep(
             raise ValueError(f"run {reader.run_id} captured no {kind} tensor; it has {sorted(tensors)}")
         for n in ranks:
             for gbps in bandwidths:
-                df = replay_run(run, ranks=n, steps=steps, tensor=tensor, repeats=repeats, bandwidth_gbps=gbps,
-                                progress=progress)  # fmt: skip
-                name = variant("netlab_summary", {"tensor": tensor, "ranks": n, "bw": gbps, "steps": steps, "repeats": repeats}, {})
+                df = replay_run(
+                    run, ranks=n, steps=steps, tensor=tensor, repeats=repeats, bandwidth_gbps=gbps, progress=progress
+                )
+                name = variant(
+                    "netlab_summary", {"tensor": tensor, "ranks": n, "bw": gbps, "steps": steps, "repeats": repeats}, {}
+                )
                 out = write_summary(df, reader.derived_dir / f"{name}.parquet")
                 dense = out.set_index("scheme").loc["allreduce"]
                 out["speedup_measured"] = dense["measured_s_median"] / out["measured_s_median"]
@@ -102,29 +105,49 @@ def training_sweep(
     rows = []
     for gbps in bandwidths:
         for name, sets in (variants or TRAINING_VARIANTS).items():
-            cfg = apply_overrides(copy.deepcopy(base), [
-                "dist.network=netlab", f"dist.bandwidth_gbps={gbps}", f"train.num_steps={steps}", "capture.enabled=false",
-                *[f"{k}={v}" for k, v in sets.items()]])  # fmt: skip
+            cfg = apply_overrides(
+                copy.deepcopy(base),
+                [
+                    "dist.network=netlab",
+                    f"dist.bandwidth_gbps={gbps}",
+                    f"train.num_steps={steps}",
+                    "capture.enabled=false",
+                    *[f"{k}={v}" for k, v in sets.items()],
+                ],
+            )
             cfg.name = f"{base.name}-netlab"
             cfg.run_id = f"{base.name}-netlab-{gbps:g}-{re.sub(r'[^A-Za-z0-9._-]+', '-', name)}"
             m = launch(cfg, overwrite=True, progress=progress, echo=False).metrics()
             timed = m.iloc[warmup:]
             step_s = float(timed["step_s"].median())
-            rows.append({
-                "bandwidth_gbps": gbps, "variant": name, "scheme": cfg.sync.scheme, "compress": cfg.sync.compress,
-                "ranks": cfg.dist.num_ranks, "workers_per_rank": cfg.train.workers_per_rank, "step_s": step_s, "sync_s": float(timed["sync_s"].median()),
-                "exchange_s": float(timed["exchange_s"].median()), "compute_s": float(timed["compute_s"].median()),
-                "tokens_per_s": cfg.global_batch * cfg.train.seq_len / step_s, "losses": m["loss"].tolist(),
-                "step_times": m["step_s"].tolist(), "run_id": cfg.run_id,
-                **{c: float(timed[c].median()) for c in PARTS if c in timed},
-            })  # fmt: skip
+            rows.append(
+                {
+                    "bandwidth_gbps": gbps,
+                    "variant": name,
+                    "scheme": cfg.sync.scheme,
+                    "compress": cfg.sync.compress,
+                    "ranks": cfg.dist.num_ranks,
+                    "workers_per_rank": cfg.train.workers_per_rank,
+                    "step_s": step_s,
+                    "sync_s": float(timed["sync_s"].median()),
+                    "exchange_s": float(timed["exchange_s"].median()),
+                    "compute_s": float(timed["compute_s"].median()),
+                    "tokens_per_s": cfg.global_batch * cfg.train.seq_len / step_s,
+                    "losses": m["loss"].tolist(),
+                    "step_times": m["step_s"].tolist(),
+                    "run_id": cfg.run_id,
+                    **{c: float(timed[c].median()) for c in PARTS if c in timed},
+                }
+            )
     out = pd.DataFrame(rows)
     out["wait_s"] = out["sync_s"] - out["exchange_s"]  # waiting for the slowest rank's compute, inside the sync
     out["rest_s"] = out[[c for c in REST if c in out]].sum(1)
     return out
 
 
-def time_to_loss(losses: Sequence[float], step_times: Sequence[float], target: float, *, window: int = 5) -> tuple[float, int]:
+def time_to_loss(
+    losses: Sequence[float], step_times: Sequence[float], target: float, *, window: int = 5
+) -> tuple[float, int]:
     """(wall-clock seconds, steps) a run took until the mean of its last ``window`` per-step losses first reached
     ``target``: the sum of its step times up to that step, the first one (set-up, Zen's static sets) included; (nan,
     -1) if it never did. A trailing mean, as one step's loss moves with its batch by more than the schemes differ."""
@@ -148,7 +171,9 @@ def example_script() -> Path:
     """``scripts/ddp_transformers.py`` of this checkout (it is an example to read, not part of the package)."""
     script = Path(__file__).resolve().parents[2] / "scripts" / "ddp_transformers.py"
     if not script.exists():
-        raise FileNotFoundError(f"{script} is missing: the DDP example lives in the repository's scripts/, run from a clone")
+        raise FileNotFoundError(
+            f"{script} is missing: the DDP example lives in the repository's scripts/, run from a clone"
+        )
     return script
 
 
@@ -188,18 +213,42 @@ def ddp_script_sweep(
             for rnd in range(rounds):
                 for variant in variants:
                     out = Path(tmp) / f"{len(rows)}.json"
-                    program = [str(script), "--size", size, "--steps", str(steps), "--batch", str(batch), "--out", str(out),
-                               "--bucket-mb", str(bucket_mb),
-                               *DDP_VARIANTS[variant]]  # fmt: skip
+                    program = [
+                        str(script),
+                        "--size",
+                        size,
+                        "--steps",
+                        str(steps),
+                        "--batch",
+                        str(batch),
+                        "--out",
+                        str(out),
+                        "--bucket-mb",
+                        str(bucket_mb),
+                        *DDP_VARIANTS[variant],
+                    ]
                     if progress:
                         print(f"[ddp sweep] {network}, round {rnd + 1}/{rounds}: {variant}", flush=True)
                     if bw is None:
-                        proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                                               f"--nproc-per-node={ranks}", *program], capture_output=True, text=True)  # fmt: skip
+                        proc = subprocess.run(
+                            [
+                                sys.executable,
+                                "-m",
+                                "torch.distributed.run",
+                                "--standalone",
+                                f"--nproc-per-node={ranks}",
+                                *program,
+                            ],
+                            capture_output=True,
+                            text=True,
+                        )
                         code, tail = proc.returncode, (proc.stdout + proc.stderr)[-3000:]
                     else:
                         log = Path(tmp) / f"logs-{len(rows)}"
-                        code, tail = run_in_lab(program, nodes=ranks, bandwidth_gbps=bw, log_dir=log), f"(logs in {log})"
+                        code, tail = (
+                            run_in_lab(program, nodes=ranks, bandwidth_gbps=bw, log_dir=log),
+                            f"(logs in {log})",
+                        )
                     if code:
                         raise RuntimeError(f"{variant} at {network} exited with {code}:\n{tail}")
                     result = json.loads(out.read_text())
@@ -209,9 +258,15 @@ def ddp_script_sweep(
     steps_df = pd.DataFrame(rows)
     summary = (
         steps_df.groupby(["network", "variant"], sort=False)
-        .agg(step_s_median=("step_s", "median"), bytes_per_step=("bytes", "median"), sparse_bytes=("sparse_bytes", "median"),
-             dense_bytes=("dense_bytes", "median"), sync_s_median=("sync_s", "median"),
-             exposed_s_median=("exposed_s", "median"), bandwidth_gbps=("bandwidth_gbps", "first"))  # fmt: skip
+        .agg(
+            step_s_median=("step_s", "median"),
+            bytes_per_step=("bytes", "median"),
+            sparse_bytes=("sparse_bytes", "median"),
+            dense_bytes=("dense_bytes", "median"),
+            sync_s_median=("sync_s", "median"),
+            exposed_s_median=("exposed_s", "median"),
+            bandwidth_gbps=("bandwidth_gbps", "first"),
+        )
         .reset_index()
     )
     diffs = []
@@ -224,7 +279,9 @@ def ddp_script_sweep(
     return summary, steps_df
 
 
-def _node_replay(rank: int, world: int, sets: list, numel: int, ranks_per_node: int, repeats: int, seed: int) -> list[dict]:
+def _node_replay(
+    rank: int, world: int, sets: list, numel: int, ranks_per_node: int, repeats: int, seed: int
+) -> list[dict]:
     import time
 
     import torch
@@ -256,7 +313,9 @@ def _node_replay(rank: int, world: int, sets: list, numel: int, ranks_per_node: 
             out = fn(y)
             seconds = time.perf_counter() - t0
             if rep >= 2:
-                rows.append({"method": name, "rep": rep, "rank": rank, "seconds": seconds, "equal": bool(torch.equal(out, ref))})
+                rows.append(
+                    {"method": name, "rep": rep, "rank": rank, "seconds": seconds, "equal": bool(torch.equal(out, ref))}
+                )
     return rows
 
 
@@ -292,13 +351,24 @@ def node_comparison(
         raise ValueError(f"run {reader.run_id} has {len(recs)} workers at step {step}; need {world}")
     numel = int(tensors[tensor]["numel"])
     with NetLab(world, bandwidth_gbps, ranks_per_node=ranks_per_node) as lab:
-        results = fork_launch(_node_replay, world, [r.indices_K.long() for r in recs], numel, ranks_per_node, repeats,
-                              seed, lab=lab, timeout_s=600)  # fmt: skip
+        results = fork_launch(
+            _node_replay,
+            world,
+            [r.indices_K.long() for r in recs],
+            numel,
+            ranks_per_node,
+            repeats,
+            seed,
+            lab=lab,
+            timeout_s=600,
+        )
     raw = pd.DataFrame([row for rows in results for row in rows])
     per_rep = raw.groupby(["method", "rep"]).agg(seconds=("seconds", "max"), equal=("equal", "all"))
     out = per_rep.groupby("method").agg(measured_s_median=("seconds", "median"), equal=("equal", "all")).reset_index()
     out["speedup"] = float(out.set_index("method").loc["allreduce", "measured_s_median"]) / out["measured_s_median"]
-    return out.assign(nodes=nodes, ranks_per_node=ranks_per_node, bandwidth_gbps=bandwidth_gbps, numel=numel, tensor=tensor)
+    return out.assign(
+        nodes=nodes, ranks_per_node=ranks_per_node, bandwidth_gbps=bandwidth_gbps, numel=numel, tensor=tensor
+    )
 
 
 def loopback_twins(run_ids: Sequence[str], *, progress: bool = False) -> pd.DataFrame:

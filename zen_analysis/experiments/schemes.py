@@ -14,8 +14,9 @@ SCALE_LABELS = {"natural": "llama embedding", "topk": "llama top-5%"}
 """What a tensor kind of the scale run is called in the tables and figures."""
 
 
-def scale_mode(run_id: str, *, max_workers: int = 1024, topology: str = "paper-tcp25",
-               progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:  # fmt: skip
+def scale_mode(
+    run_id: str, *, max_workers: int = 1024, topology: str = "paper-tcp25", progress: bool = True
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every scheme modelled on ``run_id``'s traces up to ``max_workers`` workers (the paper's scale); returns the
     per-configuration table (``workload`` = ``workers<n>: <tensor>``) and its time normalized to dense all-reduce
     on ``topology``, rounded as the reproduce table prints it."""
@@ -24,8 +25,15 @@ def scale_mode(run_id: str, *, max_workers: int = 1024, topology: str = "paper-t
     return scale, normalized(scale, topology=topology).round(2)
 
 
-def measured_replay(run_id: str, *, ranks: int = 4, steps: int = 3, repeats: int = 25, calibration: dict | None = None,
-                    progress: bool = True) -> pd.DataFrame:  # fmt: skip
+def measured_replay(
+    run_id: str,
+    *,
+    ranks: int = 4,
+    steps: int = 3,
+    repeats: int = 25,
+    calibration: dict | None = None,
+    progress: bool = True,
+) -> pd.DataFrame:
     """``run_id``'s captured gradients replayed through every scheme on ``ranks`` gloo ranks, measured beside the
     model (:func:`zen_analysis.comm.replay.replay_run`). The model needs this machine calibrated at ``ranks``
     ranks: with ``calibration`` (keyword arguments of :func:`~zen_analysis.comm.calibrate.calibrate`, e.g. fewer

@@ -36,7 +36,9 @@ def parity_config(recipe: str = "default", *, steps: int = 30, ranks: int = 4):
     return cfg
 
 
-def parity_runs(cfg, *, variants: Sequence[str] = tuple(VARIANTS), reuse: bool = True, progress: bool = False) -> pd.DataFrame:
+def parity_runs(
+    cfg, *, variants: Sequence[str] = tuple(VARIANTS), reuse: bool = True, progress: bool = False
+) -> pd.DataFrame:
     """Train ``cfg`` once per variant (capture off; run ids ``<cfg.name>-<variant>``) and return the per-step
     metrics of all of them with a ``variant`` column (summaries in ``attrs["summaries"]``). ``reuse`` skips
     variants whose run already finished with the same config."""
@@ -54,7 +56,9 @@ def parity_runs(cfg, *, variants: Sequence[str] = tuple(VARIANTS), reuse: bool =
             setattr(run.sync, key, value)
         run_dir = paths.run_dir(run.run_id)
         done = run_dir / "summary.json"
-        if not (reuse and done.exists() and json.loads((run_dir / "config.json").read_text()) == json.loads(run.to_json())):
+        if not (
+            reuse and done.exists() and json.loads((run_dir / "config.json").read_text()) == json.loads(run.to_json())
+        ):
             launch(run, echo=False, progress=progress, overwrite=True)  # the id names the experiment
         summaries[name] = json.loads(done.read_text())
         frames.append(pd.read_json(run_dir / "metrics.jsonl", lines=True).assign(variant=name))
@@ -71,9 +75,16 @@ def parity_summary(metrics: pd.DataFrame) -> pd.DataFrame:
     for name, g in metrics.groupby("variant", sort=False):
         ref = "topk-agsparse" if name.startswith("topk") else "allreduce"
         diff = (loss[name] - loss[ref]).abs().max() if ref in loss else float("nan")
-        rows.append({"variant": name, "final_loss": float(g["loss"].iloc[-1]), "reference": ref,
-                     "max_abs_loss_diff": float(diff), "median_step_s": float(g["step_s"].median()),
-                     "median_sparse_bytes_rank0": float(g.get("sparse_bytes_sent_rank0", pd.Series([0])).median())})  # fmt: skip
+        rows.append(
+            {
+                "variant": name,
+                "final_loss": float(g["loss"].iloc[-1]),
+                "reference": ref,
+                "max_abs_loss_diff": float(diff),
+                "median_step_s": float(g["step_s"].median()),
+                "median_sparse_bytes_rank0": float(g.get("sparse_bytes_sent_rank0", pd.Series([0])).median()),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -96,6 +107,15 @@ def theorem2_table(runs: Sequence[str], *, seed: int = 0, max_workers: int = 128
             for n in (k for k in worker_counts(len(ordered)) if k <= max_workers):
                 sub = ordered[:n]
                 push, pull = imbalance_ratios(sub, numel, hash_owner(n, seed, numel=numel), n)
-                rows.append({"workload": labels.get(tensor, tensor), "tensor": tensor, "n": n, "push": push, "pull": pull,
-                             "mean_nnz": sum(s.numel() for s in sub) / n, "union_nnz": union_of(sub, numel).numel()})  # fmt: skip
+                rows.append(
+                    {
+                        "workload": labels.get(tensor, tensor),
+                        "tensor": tensor,
+                        "n": n,
+                        "push": push,
+                        "pull": pull,
+                        "mean_nnz": sum(s.numel() for s in sub) / n,
+                        "union_nnz": union_of(sub, numel).numel(),
+                    }
+                )
     return pd.DataFrame(rows)

@@ -5,7 +5,8 @@ For each (numel, density) the ranks hold synthetic index sets (30% of each set s
 private, uniform over the tensor) with integer values, so every result is checked against ``all_reduce`` bit for
 bit. Every scheme runs one warm-up and ``repeats`` timed calls, each after a barrier, on a fresh copy of the
 input (copied outside the timing), the schemes taking turns call by call (so a noisy spell of a shared machine
-hits all of them); a call's time is the slowest rank's, and the table reports the median over repeats. The floor is timed on each rank alone: find the non-zeros, gather their values, zero an existing output
+hits all of them); a call's time is the slowest rank's, and the table reports the median over repeats. The floor is
+timed on each rank alone: find the non-zeros, gather their values, zero an existing output
 buffer and scatter the values back (:func:`local_floor`). Zen's own local work is reported per step from the
 scheme's ``last_local()`` timings.
 
@@ -50,7 +51,7 @@ def _body(rank: int, world: int, configs: list, repeats: int, schemes: Sequence[
     from zen_analysis.comm import build_scheme
 
     rows = []
-    for cfg_id, (numel, density, sets) in enumerate(configs):
+    for cfg_id, (numel, _density, sets) in enumerate(configs):
         gen = torch.Generator().manual_seed(rank + 17 * cfg_id)
         x = torch.zeros(numel)
         idx = sets[rank]
@@ -74,7 +75,9 @@ def _body(rank: int, world: int, configs: list, repeats: int, schemes: Sequence[
             t0 = time.perf_counter()
             local_floor(x, work)
             if rep:
-                rows.append({"config": cfg_id, "what": "floor", "rep": rep, "rank": rank, "seconds": time.perf_counter() - t0})
+                rows.append(
+                    {"config": cfg_id, "what": "floor", "rep": rep, "rank": rank, "seconds": time.perf_counter() - t0}
+                )
             for name, scheme in built.items():  # interleaved: a slow spell of the machine hits every scheme alike
                 src, want, buf = inputs[name]
                 buf.copy_(src)
@@ -84,14 +87,32 @@ def _body(rank: int, world: int, configs: list, repeats: int, schemes: Sequence[
                 seconds = time.perf_counter() - t0
                 ok = torch.equal(out, want)
                 if rep:
-                    rows.append({"config": cfg_id, "what": name, "rep": rep, "rank": rank, "seconds": seconds, "exact": ok,
-                                 "calls": int(scheme.last_measured()["calls"].sum())})  # fmt: skip
+                    rows.append(
+                        {
+                            "config": cfg_id,
+                            "what": name,
+                            "rep": rep,
+                            "rank": rank,
+                            "seconds": seconds,
+                            "exact": ok,
+                            "calls": int(scheme.last_measured()["calls"].sum()),
+                        }
+                    )
                     for step, s in scheme.last_local().items():
-                        rows.append({"config": cfg_id, "what": f"{name}:{step}", "rep": rep, "rank": rank, "seconds": s})
+                        rows.append(
+                            {"config": cfg_id, "what": f"{name}:{step}", "rep": rep, "rank": rank, "seconds": s}
+                        )
                     if name == "zen":  # time inside the collective calls, per phase
                         for phase, g in scheme.last_measured().groupby("phase"):
-                            rows.append({"config": cfg_id, "what": f"zen:wire {phase}", "rep": rep, "rank": rank,
-                                         "seconds": float(g["wire_seconds"].sum())})  # fmt: skip
+                            rows.append(
+                                {
+                                    "config": cfg_id,
+                                    "what": f"zen:wire {phase}",
+                                    "rep": rep,
+                                    "rank": rank,
+                                    "seconds": float(g["wire_seconds"].sum()),
+                                }
+                            )
         del x, ref, work, inputs
     return rows
 
@@ -122,22 +143,33 @@ def speed_table(
 
     frames = []
     for numel in sizes:
-        configs = [(numel, d, synthetic_index_sets(numel, ranks, d, overlap=overlap, seed=i))
-                   for i, d in enumerate(densities)]  # fmt: skip
+        configs = [
+            (numel, d, synthetic_index_sets(numel, ranks, d, overlap=overlap, seed=i)) for i, d in enumerate(densities)
+        ]
         chosen = {k: v for k, v in (VARIANTS if variants is None else variants).items() if v[0] in schemes}
-        rows = [r for per_rank in fork_launch(_body, ranks, configs, repeats, list(schemes), chosen, timeout_s=3600)
-                for r in per_rank]  # fmt: skip
+        rows = [
+            r
+            for per_rank in fork_launch(_body, ranks, configs, repeats, list(schemes), chosen, timeout_s=3600)
+            for r in per_rank
+        ]
         df = pd.DataFrame(rows)
         agg = {"seconds": "max"}
         if "exact" in df:
             agg.update(exact="min", calls="max")
         slowest = df.groupby(["config", "what", "rep"]).agg(agg).reset_index()
-        med = slowest.groupby(["config", "what"]).agg({**{k: ("min" if k == "exact" else "median") for k in agg}}).reset_index()
+        med = (
+            slowest.groupby(["config", "what"])
+            .agg({**{k: ("min" if k == "exact" else "median") for k in agg}})
+            .reset_index()
+        )
         med["numel"] = numel
-        med["density"] = med["config"].map(lambda c: configs[c][1])
+        med["density"] = med["config"].map(lambda c: configs[c][1])  # noqa: B023
         if topo is not None:
-            modelled = {(c, name): float(build_scheme(name).time(configs[c][2], numel, topo)["seconds"].sum())
-                        for c in range(len(configs)) for name in schemes}  # fmt: skip
+            modelled = {
+                (c, name): float(build_scheme(name).time(configs[c][2], numel, topo)["seconds"].sum())
+                for c in range(len(configs))
+                for name in schemes
+            }
             med["model_seconds"] = [modelled.get((c, w)) for c, w in zip(med["config"], med["what"])]
         frames.append(med.drop(columns="config"))
     out = pd.concat(frames, ignore_index=True)

@@ -11,7 +11,8 @@ restarts from it. Attached as the loop's ``sync`` object:
   syncs each *unit* just before that unit's forward (layer-wise, EDiT's placement; ``layerwise=False`` syncs all
   units before the model's forward — numerically identical, tested); with ``prefetch`` the next unit's
   pseudo-gradient all-reduce is started (asynchronously) as soon as this unit's has been applied, so it runs
-  while this unit computes, and is finished at the next unit's hook — the same numbers (tested). Units are the blocks of the model's
+  while this unit computes, and is finished at the next unit's hook — the same numbers (tested). Units are the blocks
+  of the model's
   largest ``ModuleList`` plus a root unit holding every other parameter (embeddings, final norm, head);
   ``granularity`` decides what the penalty's norms, detectors, weights and clip see: ``module`` (a unit),
   ``tensor`` (each parameter) or ``global`` (the whole model, synced at the root);
@@ -83,12 +84,32 @@ class LocalSGDConfig:
 def method_config(method: str, **overrides) -> LocalSGDConfig:
     """The documented defaults of each method (override any field)."""
     presets = {
-        MethodName.POST_LOCAL_SGD: dict(warmup_steps=10, interval=8, outer_lr=1.0, outer_momentum=0.0, nesterov=False, granularity="global", layerwise=False),
-        MethodName.DILOCO: dict(warmup_steps=0, interval=8, outer_lr=0.7, outer_momentum=0.9, granularity="global", layerwise=False),
-        MethodName.EDIT: dict(warmup_steps=10, interval=8, outer_lr=0.7, outer_momentum=0.9, anomaly=True, weighting=True, clip=EDIT_CLIP),
-        MethodName.A_EDIT: dict(warmup_steps=10, outer_lr=0.7, outer_momentum=0.9, anomaly=True, weighting=True, clip=EDIT_CLIP,
-                                sync_time_s=5.0, min_total_steps=4),
-    }  # fmt: skip
+        MethodName.POST_LOCAL_SGD: dict(
+            warmup_steps=10,
+            interval=8,
+            outer_lr=1.0,
+            outer_momentum=0.0,
+            nesterov=False,
+            granularity="global",
+            layerwise=False,
+        ),
+        MethodName.DILOCO: dict(
+            warmup_steps=0, interval=8, outer_lr=0.7, outer_momentum=0.9, granularity="global", layerwise=False
+        ),
+        MethodName.EDIT: dict(
+            warmup_steps=10, interval=8, outer_lr=0.7, outer_momentum=0.9, anomaly=True, weighting=True, clip=EDIT_CLIP
+        ),
+        MethodName.A_EDIT: dict(
+            warmup_steps=10,
+            outer_lr=0.7,
+            outer_momentum=0.9,
+            anomaly=True,
+            weighting=True,
+            clip=EDIT_CLIP,
+            sync_time_s=5.0,
+            min_total_steps=4,
+        ),
+    }
     if method not in presets:
         raise ValueError(f"unknown local SGD method {method!r}; available: {sorted(m.value for m in presets)}")
     return LocalSGDConfig(**{**presets[method], **overrides})
@@ -97,7 +118,9 @@ def method_config(method: str, **overrides) -> LocalSGDConfig:
 class LocalSGD(GradSync):
     """The loop's ``sync`` object for local SGD methods (see the module docstring)."""
 
-    def __init__(self, config: LocalSGDConfig, *, name: str = "local_sgd", collective: Collective | None = None) -> None:
+    def __init__(
+        self, config: LocalSGDConfig, *, name: str = "local_sgd", collective: Collective | None = None
+    ) -> None:
         self.config = config
         self.name = name
         self.collective = collective
@@ -293,7 +316,9 @@ class LocalSGD(GradSync):
         g = float(torch.sqrt(sum((d.double().square().sum() for d in delta), torch.zeros((), dtype=torch.float64))))
         z, anomalous, g_eff = 0.0, False, g
         if c.anomaly:
-            det = self._detectors.setdefault(key, EWMADetector(alpha=c.ewma_alpha, warmup=c.ewma_warmup, threshold=c.ewma_threshold))
+            det = self._detectors.setdefault(
+                key, EWMADetector(alpha=c.ewma_alpha, warmup=c.ewma_warmup, threshold=c.ewma_threshold)
+            )
             z = det.z_score(g)
             if det.is_outlier(g):
                 anomalous, g_eff = True, g + ANOMALY_PENALTY
@@ -313,9 +338,18 @@ class LocalSGD(GradSync):
         link_done = None
         if self.link_seconds is not None:  # the slow link: this transfer starts when the previous one is through
             now = time.perf_counter()
-            link_done = self._link_free = max(now, self._link_free) + self.link_seconds(flat.numel() * flat.element_size())
-        return {"key": key, "params": params, "init": False, "flat": flat, "handle": handle, "link_done": link_done,
-                "row": {"step": self.step, "group": key, "norm": g, "z": z, "anomalous": anomalous, "weight": w}}  # fmt: skip
+            link_done = self._link_free = max(now, self._link_free) + self.link_seconds(
+                flat.numel() * flat.element_size()
+            )
+        return {
+            "key": key,
+            "params": params,
+            "init": False,
+            "flat": flat,
+            "handle": handle,
+            "link_done": link_done,
+            "row": {"step": self.step, "group": key, "norm": g, "z": z, "anomalous": anomalous, "weight": w},
+        }
 
     @torch.no_grad()
     def _end_group(self, state: dict) -> None:
@@ -330,7 +364,9 @@ class LocalSGD(GradSync):
         wait_start = time.perf_counter()
         state["handle"].wait()
         self._sync_bytes += int(2 * (coll.world - 1) / coll.world * flat.numel() * flat.element_size())
-        if state["link_done"] is not None:  # the slow link: what compute since the start did not hide, after the real wait
+        if (
+            state["link_done"] is not None
+        ):  # the slow link: what compute since the start did not hide, after the real wait
             hidden_until = state["link_done"] - wait_start
             if hidden_until > 0:
                 time.sleep(hidden_until)
@@ -338,7 +374,11 @@ class LocalSGD(GradSync):
         norm = float(flat.double().norm())
         coef = clip_coefficient(norm, c.clip)
         flat *= coef
-        skipped = bool(c.anomaly and bool((flat == 0).all()) and coll.all_gather_scalars(float(state["row"]["anomalous"])).min() > 0)
+        skipped = bool(
+            c.anomaly
+            and bool((flat == 0).all())
+            and coll.all_gather_scalars(float(state["row"]["anomalous"])).min() > 0
+        )
         if not skipped:
             mom = self._momentum[key]
             flat_u = flat.clone() if mom is None else mom[0].mul_(c.outer_momentum).add_(flat)

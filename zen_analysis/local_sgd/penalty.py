@@ -25,7 +25,9 @@ ANOMALY_PENALTY = 1e6
 class EWMADetector:
     """One-sided EMA z-test on a stream of norms (``OnlineDynamicEWMA`` of the reference code)."""
 
-    def __init__(self, *, alpha: float = 0.02, warmup: int = 10, threshold: float = 3.0, window: int | None = None) -> None:
+    def __init__(
+        self, *, alpha: float = 0.02, warmup: int = 10, threshold: float = 3.0, window: int | None = None
+    ) -> None:
         self.alpha, self.warmup, self.threshold = alpha, warmup, threshold
         self.mean = 0.0
         self.var = 0.0

@@ -17,9 +17,19 @@ def normalized_time(schemes_df: pd.DataFrame, *, topology: str = "paper-tcp25") 
     style.apply()
     df = relative_to_allreduce(schemes_df, topology=topology)
     g = df.groupby(["workload", "scheme", "n"], as_index=False)["normalized"].mean()
-    grid = sns.relplot(data=g, x="n", y="normalized", hue="scheme", col="workload", kind="line", marker="o",
-                       col_wrap=min(3, g["workload"].nunique()), height=3.4, aspect=1.1,
-                       palette=style.palette(g["scheme"].unique()))  # fmt: skip
+    grid = sns.relplot(
+        data=g,
+        x="n",
+        y="normalized",
+        hue="scheme",
+        col="workload",
+        kind="line",
+        marker="o",
+        col_wrap=min(3, g["workload"].nunique()),
+        height=3.4,
+        aspect=1.1,
+        palette=style.palette(g["scheme"].unique()),
+    )
     ratio_axes(grid, sorted(g["n"].unique()), xlabel="workers n", ylabel="time / dense all-reduce")
     grid.set_titles("{col_name}")
     grid.figure.suptitle(f"Modelled synchronization time relative to all-reduce ({topology}; paper Fig. 8)", y=1.03)
@@ -51,16 +61,22 @@ def speedup(model: pd.DataFrame, measured: pd.DataFrame | None = None, *, topolo
 
         s = summarize(measured)
         base = s.loc["allreduce"]
-        rows = [{"scheme": name, "source": src, "speedup": base[col] / r[col]}
-                for name, r in s.iterrows() for src, col in (("measured", "wire_measured_s"), ("modelled", "wire_model_s"))]  # fmt: skip
+        rows = [
+            {"scheme": name, "source": src, "speedup": base[col] / r[col]}
+            for name, r in s.iterrows()
+            for src, col in (("measured", "wire_measured_s"), ("modelled", "wire_model_s"))
+        ]
         ax = axes[0, 1]
         sns.barplot(data=pd.DataFrame(rows), x="scheme", y="speedup", hue="source", order=order, ax=ax)
         ax.axhline(1.0, color="k", lw=0.8)
         ax.set_yscale("log", base=2)
         style.readable_log_ticks(ax)
         ranks = int(measured["ranks"].iloc[0])
-        ax.set(xlabel="", ylabel="all-reduce time / scheme time",
-               title=f"gloo, {ranks} ranks: {measured['run'].iloc[0]} replayed")  # fmt: skip
+        ax.set(
+            xlabel="",
+            ylabel="all-reduce time / scheme time",
+            title=f"gloo, {ranks} ranks: {measured['run'].iloc[0]} replayed",
+        )
         ax.tick_params(axis="x", rotation=30)
     fig.suptitle("Synchronization speedup over dense all-reduce (paper Fig. 15, communication time)", y=1.02)
     return fig
@@ -85,8 +101,11 @@ def wire_size(sizes: pd.DataFrame) -> plt.Figure:
     style.readable_log_ticks(ax, "x")
     style.readable_log_ticks(ax)
     n = int(sizes["num_partitions"].iloc[0])
-    ax.set(xlabel="density after aggregation", ylabel="wire size / dense",
-           title=f"Pull wire size by format, {n} servers (paper Fig. 17a; X = captured tensors)")  # fmt: skip
+    ax.set(
+        xlabel="density after aggregation",
+        ylabel="wire size / dense",
+        title=f"Pull wire size by format, {n} servers (paper Fig. 17a; X = captured tensors)",
+    )
     sns.move_legend(ax, "upper left", bbox_to_anchor=(1.02, 1), fontsize=8)
     return fig
 
@@ -100,14 +119,32 @@ def model_vs_measured(measured: pd.DataFrame) -> plt.Figure:
     style.apply()
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.2))
     d = measured.assign(model_ms=1e3 * measured["wire_model_s"], measured_ms=1e3 * measured["wire_measured_s"])
-    sns.scatterplot(data=d, x="measured_ms", y="model_ms", hue="scheme", style="phase", s=60, ax=ax,
-                    palette=style.palette(d["scheme"].unique()))  # fmt: skip
-    lo, hi = 0.7 * min(d["model_ms"].min(), d["measured_ms"].min()), 1.4 * max(d["model_ms"].max(), d["measured_ms"].max())
+    sns.scatterplot(
+        data=d,
+        x="measured_ms",
+        y="model_ms",
+        hue="scheme",
+        style="phase",
+        s=60,
+        ax=ax,
+        palette=style.palette(d["scheme"].unique()),
+    )
+    lo, hi = (
+        0.7 * min(d["model_ms"].min(), d["measured_ms"].min()),
+        1.4 * max(d["model_ms"].max(), d["measured_ms"].max()),
+    )
     xs = [lo, hi]
     ax.plot(xs, xs, color="k", lw=0.8)
     ax.fill_between(xs, [0.7 * x for x in xs], [1.3 * x for x in xs], color="0.85", zorder=0, label="±30%")
-    ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="measured time (ms, mean)",
-           ylabel="modelled (ms)", title="per scheme and phase ('local': own work), every replayed step")  # fmt: skip
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlim=(lo, hi),
+        ylim=(lo, hi),
+        xlabel="measured time (ms, mean)",
+        ylabel="modelled (ms)",
+        title="per scheme and phase ('local': own work), every replayed step",
+    )
     ax.legend(fontsize=7, ncol=2, loc="upper left")
     style.readable_log_ticks(ax, "x")
     style.readable_log_ticks(ax)
@@ -135,7 +172,7 @@ def measured_speedup_vs_bandwidth(sweep: pd.DataFrame) -> plt.Figure:
     cols = min(2, len(panels))
     rows = -(-len(panels) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(6.2 * cols, 3.9 * rows), squeeze=False, sharey=True)
-    for ax in axes.flat[len(panels):]:
+    for ax in axes.flat[len(panels) :]:
         ax.set_visible(False)
     order = d.groupby("scheme")["speedup_measured"].median().sort_values(ascending=False).index.tolist()
     rates = sorted(d["bandwidth_gbps"].unique())
@@ -149,17 +186,39 @@ def measured_speedup_vs_bandwidth(sweep: pd.DataFrame) -> plt.Figure:
                     continue
                 r = p.loc[(scheme, rate)]
                 x = i - 0.4 + (j + 0.5) * width
-                ax.bar(x - width / 4, r["speedup_measured"], width / 2, color=colors[rate], label=f"{rate:g} Gbit/s" if i == 0 else None)
-                ax.bar(x + width / 4, r["speedup_modelled"], width / 2, color=colors[rate], alpha=0.45, hatch="//",
-                       edgecolor="0.3", lw=0)  # fmt: skip
+                ax.bar(
+                    x - width / 4,
+                    r["speedup_measured"],
+                    width / 2,
+                    color=colors[rate],
+                    label=f"{rate:g} Gbit/s" if i == 0 else None,
+                )
+                ax.bar(
+                    x + width / 4,
+                    r["speedup_modelled"],
+                    width / 2,
+                    color=colors[rate],
+                    alpha=0.45,
+                    hatch="//",
+                    edgecolor="0.3",
+                    lw=0,
+                )
         ax.axhline(1.0, color="k", lw=0.8)
         ax.set_yscale("log", base=2)
         style.readable_log_ticks(ax)
         ax.set_xticks(range(len(order)), order, rotation=20)
         ax.set(title=f"{kind} tensor, {ranks} ranks", ylabel="all-reduce time / scheme time")
     handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, title="link rate (solid: measured; hatched: the model)", loc="lower center",
-               bbox_to_anchor=(0.5, -0.06), ncol=len(rates), fontsize=9, title_fontsize=9)  # fmt: skip
+    fig.legend(
+        handles,
+        labels,
+        title="link rate (solid: measured; hatched: the model)",
+        loc="lower center",
+        bbox_to_anchor=(0.5, -0.06),
+        ncol=len(rates),
+        fontsize=9,
+        title_fontsize=9,
+    )
     fig.suptitle("Measured speedup over dense all-reduce on the emulated network (paper Fig. 15, measured)", y=1.01)
     fig.tight_layout()
     return fig
@@ -172,10 +231,20 @@ def training_vs_bandwidth(sweep: pd.DataFrame) -> plt.Figure:
     style.apply()
     fig, (ax, cx, bx) = plt.subplots(1, 3, figsize=(17, 4.6), gridspec_kw={"width_ratios": [1, 1, 1.3]})
     rates = sorted(sweep["bandwidth_gbps"].unique())
-    for axis, col, label, title in ((ax, "exchange_s", "seconds per step", "exchange (rank 0, median)"),
-                                    (cx, "tokens_per_s", "tokens / s", "training throughput (median step)")):  # fmt: skip
-        sns.lineplot(data=sweep, x="bandwidth_gbps", y=col, hue="variant", marker="o", ax=axis, legend=axis is ax,
-                     palette=style.palette(sweep["variant"].unique()))  # fmt: skip
+    for axis, col, label, title in (
+        (ax, "exchange_s", "seconds per step", "exchange (rank 0, median)"),
+        (cx, "tokens_per_s", "tokens / s", "training throughput (median step)"),
+    ):
+        sns.lineplot(
+            data=sweep,
+            x="bandwidth_gbps",
+            y=col,
+            hue="variant",
+            marker="o",
+            ax=axis,
+            legend=axis is ax,
+            palette=style.palette(sweep["variant"].unique()),
+        )
         if len(rates) >= 3:  # a log axis only where there are enough rates to label it
             axis.set_xscale("log")
         axis.set_xticks(rates, [f"{r:g}" for r in rates])
@@ -184,21 +253,31 @@ def training_vs_bandwidth(sweep: pd.DataFrame) -> plt.Figure:
     sns.move_legend(ax, "upper left", bbox_to_anchor=(0, -0.18), ncol=3, fontsize=8, title=None)
     d = sweep.assign(label=sweep["variant"] + " @ " + sweep["bandwidth_gbps"].map("{:g}".format))
     bx.barh(d["label"], d["compute_s"], color="0.6", label="compute (rank 0)")
-    bx.barh(d["label"], d["sync_s"] - d["exchange_s"], left=d["compute_s"], color="0.85", label="waiting for slower ranks")
-    bx.barh(d["label"], d["exchange_s"], left=d["compute_s"] + d["sync_s"] - d["exchange_s"], color="0.2",
-            label="exchange")  # fmt: skip
+    bx.barh(
+        d["label"], d["sync_s"] - d["exchange_s"], left=d["compute_s"], color="0.85", label="waiting for slower ranks"
+    )
+    bx.barh(
+        d["label"], d["exchange_s"], left=d["compute_s"] + d["sync_s"] - d["exchange_s"], color="0.2", label="exchange"
+    )
     bx.set(xlabel="median seconds per step, rank 0", title="compute + sync (waiting + exchange)")
     bx.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0, -0.2), ncol=3)
     ranks = int(sweep["ranks"].iloc[0])
     workers = int(sweep["workers_per_rank"].iloc[0]) if "workers_per_rank" in sweep else None
     per_rank = f" x {workers} micro-batch{'es' if workers > 1 else ''}" if workers else ""
-    fig.suptitle(f"Training the default model on {ranks} ranks{per_rank} in the emulated network (paper Fig. 11-14, measured)", y=1.02)
+    fig.suptitle(
+        f"Training the default model on {ranks} ranks{per_rank} in the emulated network (paper Fig. 11-14, measured)",
+        y=1.02,
+    )
     fig.tight_layout()
     return fig
 
 
-STEP_PARTS = (("compute_s", "compute", "0.6"), ("wait_s", "waiting for slower ranks", "0.85"),
-              ("exchange_s", "exchange", "0.2"), ("rest_s", "clip + optimizer + zero_grad + loss mean", "tab:orange"))  # fmt: skip
+STEP_PARTS = (
+    ("compute_s", "compute", "0.6"),
+    ("wait_s", "waiting for slower ranks", "0.85"),
+    ("exchange_s", "exchange", "0.2"),
+    ("rest_s", "clip + optimizer + zero_grad + loss mean", "tab:orange"),
+)
 """The parts of a median training step :func:`training_vs_ranks` stacks: column, label, colour."""
 
 
@@ -208,14 +287,22 @@ def training_vs_ranks(bench: pd.DataFrame) -> plt.Figure:
     compute, waiting, exchange and the rest of the step. ``bench``: ``zen-analysis bench train``'s table."""
     style.apply()
     workloads = list(dict.fromkeys(bench["workload"]))
-    fig, axes = plt.subplots(len(workloads), 2, figsize=(15, 4.4 * len(workloads)), squeeze=False,
-                             gridspec_kw={"width_ratios": [1, 1.2]})  # fmt: skip
+    fig, axes = plt.subplots(
+        len(workloads), 2, figsize=(15, 4.4 * len(workloads)), squeeze=False, gridspec_kw={"width_ratios": [1, 1.2]}
+    )
     palette = style.palette(bench["variant"].unique())
     for (ax, bx), workload in zip(axes, workloads):
         d = bench[bench["workload"] == workload]
         rate = d["bandwidth_gbps"].min()
-        sns.lineplot(data=d[d["bandwidth_gbps"] == rate], x="ranks", y="tokens_per_s", hue="variant", marker="o", ax=ax,
-                     palette=palette)  # fmt: skip
+        sns.lineplot(
+            data=d[d["bandwidth_gbps"] == rate],
+            x="ranks",
+            y="tokens_per_s",
+            hue="variant",
+            marker="o",
+            ax=ax,
+            palette=palette,
+        )
         ranks = sorted(d["ranks"].unique())
         ax.set_xticks(ranks, [str(r) for r in ranks])
         ax.set(xlabel="ranks", ylabel="tokens / s (median step)", title=f"{workload} at {rate:g} Gbit/s per rank")
@@ -247,8 +334,11 @@ def training_vs_rate(bench: pd.DataFrame) -> plt.Figure:
         ax.set_xscale("log")
         ax.set_xticks(rates, [f"{r:g}" for r in rates])
         ax.minorticks_off()
-        ax.set(xlabel="link rate (Gbit/s, each rank)", ylabel="tokens / s (median step)",
-               title=f"{workload} on {int(d['ranks'].iloc[0])} ranks")  # fmt: skip
+        ax.set(
+            xlabel="link rate (Gbit/s, each rank)",
+            ylabel="tokens / s (median step)",
+            title=f"{workload} on {int(d['ranks'].iloc[0])} ranks",
+        )
         ax.legend(fontsize=8, title=None)
     fig.suptitle("Training throughput against the link rate (paper Fig. 11-12, measured)", y=1.02)
     fig.tight_layout()
@@ -267,14 +357,22 @@ def time_to_loss(bench: pd.DataFrame) -> plt.Figure:
         ax.plot(pd.Series(r["step_times"]).cumsum(), loss, label=r["variant"], color=palette.get(r["variant"]))
     target = float(bench["target_loss"].iloc[0])
     ax.axhline(target, color="k", ls="--", lw=1, label=f"dense final loss {target:.3f}")
-    ax.set(xlabel="wall-clock seconds (sum of rank 0's steps)", ylabel="training loss (mean of the last 5 steps)",
-           title=f"{int(bench['ranks'].iloc[0])} ranks at {bench['bandwidth_gbps'].iloc[0]:g} Gbit/s")  # fmt: skip
+    ax.set(
+        xlabel="wall-clock seconds (sum of rank 0's steps)",
+        ylabel="training loss (mean of the last 5 steps)",
+        title=f"{int(bench['ranks'].iloc[0])} ranks at {bench['bandwidth_gbps'].iloc[0]:g} Gbit/s",
+    )
     ax.legend(fontsize=8)
     bx.barh(bench["variant"], bench["time_to_loss_s"].fillna(0), color=[palette.get(v) for v in bench["variant"]])
     for y, (_, r) in enumerate(bench.iterrows()):
         if pd.isna(r["time_to_loss_s"]):
-            bx.text(0, y, f"  not reached in {len(r['losses'])} steps ({sum(r['step_times']):.0f} s): "
-                          f"{r['final_loss']:.3f}", va="center", fontsize=8)  # fmt: skip
+            bx.text(
+                0,
+                y,
+                f"  not reached in {len(r['losses'])} steps ({sum(r['step_times']):.0f} s): {r['final_loss']:.3f}",
+                va="center",
+                fontsize=8,
+            )
     bx.set(xlabel="seconds to the dense run's final loss", title="time to loss")
     fig.suptitle("Top-k of every bucket + a sparse scheme against dense all-reduce, to the same loss", y=1.02)
     fig.tight_layout()

@@ -27,7 +27,9 @@ def throughput(table: pd.DataFrame) -> plt.Figure:
     """Tokens/s per method under each scenario (rows of method, scenario, tokens_per_s)."""
     style.apply()
     fig, ax = plt.subplots(figsize=(9, 3.8))
-    sns.barplot(data=table, x="scenario", y="tokens_per_s", hue="method", ax=ax, palette=style.palette(table["method"].unique()))
+    sns.barplot(
+        data=table, x="scenario", y="tokens_per_s", hue="method", ax=ax, palette=style.palette(table["method"].unique())
+    )
     ax.set(xlabel="", ylabel="tokens / s (all workers)", title="Throughput under perturbations")
     return fig
 
@@ -54,11 +56,17 @@ def penalty_ablation(runs: pd.DataFrame, *, spike_steps: list[int] | None = None
     sns.lineplot(data=runs, x="step", y="loss", hue="method", ax=a, lw=1)
     for s in spike_steps or []:
         a.axvspan(s - 0.5, s + 0.5, color="0.85", lw=0, zorder=0)
-    a.set(ylabel="training loss (rank 0, a clean worker)", title="loss; grey: steps the spiking rank trains on corrupted batches")
+    a.set(
+        ylabel="training loss (rank 0, a clean worker)",
+        title="loss; grey: steps the spiking rank trains on corrupted batches",
+    )
     summary = runs.attrs["summary"]
     sns.barplot(data=summary, y="variant", x="max_spike", ax=b, color="C0", orient="h")
     b.axvline(float(summary["max_spike"].iloc[0]), color="k", ls="--", lw=1)
     b.set(xlabel="largest spike (loss above its 8-step median)", ylabel="", title="dashed: spike-free run")
-    fig.suptitle("EDiT's pseudo-gradient penalty under injected loss spikes (EDiT paper's ablation): \"full penalty\" = "
-                 "anomaly elimination + weighting + clipping", y=1.03)  # fmt: skip
+    fig.suptitle(
+        "EDiT's pseudo-gradient penalty under injected loss spikes (EDiT paper's ablation): \"full penalty\" = "
+        "anomaly elimination + weighting + clipping",
+        y=1.03,
+    )
     return fig

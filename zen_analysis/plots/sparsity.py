@@ -36,9 +36,16 @@ def overlap_pdf(overlap: pd.DataFrame) -> plt.Figure:
     fig, ax = plt.subplots(figsize=(6, 3.8))
     df = overlap.dropna(subset=["overlap"])
     sns.histplot(
-        data=df, x="overlap", hue="workload", stat="density", common_norm=False, element="step", fill=False,
-        bins=np.linspace(0, 1, 41), ax=ax,
-    )  # fmt: skip
+        data=df,
+        x="overlap",
+        hue="workload",
+        stat="density",
+        common_norm=False,
+        element="step",
+        fill=False,
+        bins=np.linspace(0, 1, 41),
+        ax=ax,
+    )
     ax.set(xlabel="overlap ratio |I1 ∩ I2| / min(|I1|, |I2|)", ylabel="probability density", xlim=(0, 1))
     ax.set_title("Overlap between workers' non-zeros (paper Fig. 2a)")
     return fig
@@ -62,7 +69,8 @@ def densification(dens: pd.DataFrame) -> plt.Figure:
 
 
 def partition_heatmap(skew: pd.DataFrame, *, num_partitions: int = 8) -> plt.Figure:
-    """Fig 3a: % of a worker's non-zeros in each of ``num_partitions`` contiguous partitions (mean over workers, steps)."""
+    """Fig 3a: % of a worker's non-zeros in each of ``num_partitions`` contiguous partitions (mean over workers,
+    steps)."""
     style.apply()
     df = skew[(skew["num_partitions"] == num_partitions) & (skew["worker"] >= 0)].dropna(subset=["skewness"])
     rows = {}
@@ -70,7 +78,9 @@ def partition_heatmap(skew: pd.DataFrame, *, num_partitions: int = 8) -> plt.Fig
         rows[label] = 100 * np.mean(np.stack(g["shares"].to_numpy()), axis=0)
     mat = pd.DataFrame(rows, index=range(num_partitions)).T
     fig, ax = plt.subplots(figsize=(7, 0.45 * len(mat) + 1.5))
-    sns.heatmap(mat, annot=True, fmt=".0f", cmap="rocket_r", vmin=0, vmax=100, cbar_kws={"label": "% of non-zeros"}, ax=ax)
+    sns.heatmap(
+        mat, annot=True, fmt=".0f", cmap="rocket_r", vmin=0, vmax=100, cbar_kws={"label": "% of non-zeros"}, ax=ax
+    )
     ax.set(xlabel="contiguous partition", ylabel="")
     ax.set_title(f"Non-zeros per contiguous partition, {num_partitions} partitions (paper Fig. 3a)")
     return fig
@@ -109,12 +119,23 @@ def drift(drift_df: pd.DataFrame) -> plt.Figure:
 def imbalance(imb: pd.DataFrame) -> plt.Figure:
     """Push and pull imbalance (paper Def. 8) of contiguous vs hash owners vs number of workers/partitions."""
     style.apply()
-    long = imb.melt(id_vars=["workload", "n", "owner"], value_vars=["push", "pull"], var_name="direction", value_name="ratio")
+    long = imb.melt(
+        id_vars=["workload", "n", "owner"], value_vars=["push", "pull"], var_name="direction", value_name="ratio"
+    )
     g = long.groupby(["workload", "n", "owner", "direction"], as_index=False)["ratio"].mean()
     grid = sns.relplot(
-        data=g, x="n", y="ratio", hue="workload", style="owner", col="direction", kind="line", marker="o",
-        height=3.6, aspect=1.1, facet_kws={"sharey": True},
-    )  # fmt: skip
+        data=g,
+        x="n",
+        y="ratio",
+        hue="workload",
+        style="owner",
+        col="direction",
+        kind="line",
+        marker="o",
+        height=3.6,
+        aspect=1.1,
+        facet_kws={"sharey": True},
+    )
     ratio_axes(grid, sorted(g["n"].unique()), xlabel="workers = partitions n", ylabel="imbalance ratio")
     grid.figure.suptitle("Contiguous ranges vs Zen's hash (1 = perfect balance)", y=1.03)
     return grid.figure

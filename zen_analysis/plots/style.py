@@ -47,8 +47,16 @@ METHOD_COLORS = {
     "a_edit": "#CC79A7",
 }
 """Local SGD methods (synchronous training the grey reference, EDiT the salient one)."""
-_ALIASES = {"dense": "allreduce", "dense all-reduce": "allreduce", "stock": "allreduce", "stock ddp": "allreduce",
-            "natural": "zen", "natural (zen)": "zen", "post-local sgd": "post_local_sgd", "a-edit": "a_edit"}  # fmt: skip
+_ALIASES = {
+    "dense": "allreduce",
+    "dense all-reduce": "allreduce",
+    "stock": "allreduce",
+    "stock ddp": "allreduce",
+    "natural": "zen",
+    "natural (zen)": "zen",
+    "post-local sgd": "post_local_sgd",
+    "a-edit": "a_edit",
+}
 _SPARE = ("#000000", "#8C564B", "#9467BD", "#BCBD22", "#17BECF", "#F0E442", "#1F3A93", "#A0522D")
 """Colours of names outside the fixed palettes, none close to a scheme's."""
 _TOPK = ("top-k + ", "top-k+", "topk+", "topk-", "topk ")
@@ -96,8 +104,12 @@ def readable_log_ticks(ax: plt.Axes, which: str = "y") -> None:
         return
     ticks: list[float] = []
     for mantissas in ((1,), (1, 2, 5), (1, 1.5, 2, 3, 5, 7), (1, 1.2, 1.4, 1.6, 1.8, 2, 2.5, 3, 4, 5, 6, 8)):
-        ticks = [m * 10.0**e for e in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1)
-                 for m in mantissas if lo <= m * 10.0**e <= hi]  # fmt: skip
+        ticks = [
+            m * 10.0**e
+            for e in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1)
+            for m in mantissas
+            if lo <= m * 10.0**e <= hi
+        ]
         if len(ticks) >= 3:
             break
     if len(ticks) < 3:  # a very narrow range: three points spread over it, two significant digits

@@ -9,8 +9,9 @@ import seaborn as sns
 from zen_analysis.plots import style
 
 
-def loss_curve(metrics: pd.DataFrame, *, ax: plt.Axes | None = None, label: str | None = None,
-               final: dict | None = None) -> plt.Figure:  # fmt: skip
+def loss_curve(
+    metrics: pd.DataFrame, *, ax: plt.Axes | None = None, label: str | None = None, final: dict | None = None
+) -> plt.Figure:
     """Training loss (mean over ranks) per step, with validation points where logged and the run's final
     validation loss (``final``: rank 0's summary) at its last step."""
     style.apply()
@@ -88,9 +89,11 @@ class LiveLoss:
             why = "interrupted" if isinstance(error, KeyboardInterrupt) else f"failed ({type(error).__name__})"
             self._draw(f"{why} after {len(self.rows)} steps")
         elif summary and summary.get("val_loss") is not None:
-            self._draw(f"finished: {len(self.rows)} steps, final loss {summary.get('final_loss', float('nan')):.3f}, "
-                       f"validation loss {summary['val_loss']:.3f}, {summary.get('tokens_per_s', 0):.0f} tokens/s",
-                       final=summary)  # fmt: skip
+            self._draw(
+                f"finished: {len(self.rows)} steps, final loss {summary.get('final_loss', float('nan')):.3f}, "
+                f"validation loss {summary['val_loss']:.3f}, {summary.get('tokens_per_s', 0):.0f} tokens/s",
+                final=summary,
+            )
         else:
             self._draw(f"finished: {len(self.rows)} steps", final=summary)
 

@@ -20,7 +20,9 @@ def hashing_cost(cost: pd.DataFrame) -> plt.Figure:
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.6), sharey=True)
     ref = cost[cost["sweep"].isin(["argsort", "torch_rounds"])]
     colors = style.palette(cost["setting"].unique())  # one colour per setting on both panels
-    for ax, sweep, title in zip(axes, ("r1", "k"), ("(a) parallel region r1 (x non-zeros), k = 3", "(b) second-level hashes k, r1 = 2x")):
+    for ax, sweep, title in zip(
+        axes, ("r1", "k"), ("(a) parallel region r1 (x non-zeros), k = 3", "(b) second-level hashes k, r1 = 2x")
+    ):
         d = pd.concat([cost[cost["sweep"] == sweep], ref])
         sns.lineplot(data=d, x="density", y="seconds", hue="setting", style="sweep", marker="o", ax=ax, palette=colors)
         ax.set(xscale="log", yscale="log", xlabel="density", ylabel="seconds (median)", title=title)
@@ -28,8 +30,11 @@ def hashing_cost(cost: pd.DataFrame) -> plt.Figure:
         style.readable_log_ticks(ax)
         sns.move_legend(ax, "upper center", bbox_to_anchor=(0.5, -0.18), ncol=3, fontsize=8, title=None)
     numel, dev = int(cost["numel"].iloc[0]), cost["device"].iloc[0]
-    fig.suptitle(f"Hierarchical hashing (Algorithm 1) vs argsort bucketing, {numel / 1e6:.1f}M elements, "
-                 f"{int(cost['num_partitions'].iloc[0])} partitions, {dev} (paper Fig. 16)", y=1.02)  # fmt: skip
+    fig.suptitle(
+        f"Hierarchical hashing (Algorithm 1) vs argsort bucketing, {numel / 1e6:.1f}M elements, "
+        f"{int(cost['num_partitions'].iloc[0])} partitions, {dev} (paper Fig. 16)",
+        y=1.02,
+    )
     return fig
 
 
@@ -38,23 +43,46 @@ def pull_format_speedup(model: pd.DataFrame, measured: pd.DataFrame | None = Non
     modelled (a :func:`zen_analysis.comm.evaluate.speedups` table) and, when given, measured on gloo (a
     ``bench_comm`` table)."""
     style.apply()
-    rows = [{"workload": f"{r['workload']} (n={r['n']})", "variant": r["scheme"], "speedup": r["speedup"], "source": "modelled"}
-            for _, r in model[model["scheme"].isin(["bp_coo", "zen"])].iterrows()]  # fmt: skip
+    rows = [
+        {
+            "workload": f"{r['workload']} (n={r['n']})",
+            "variant": r["scheme"],
+            "speedup": r["speedup"],
+            "source": "modelled",
+        }
+        for _, r in model[model["scheme"].isin(["bp_coo", "zen"])].iterrows()
+    ]
     if measured is not None:
         from zen_analysis.comm.measure import summarize
 
         s = summarize(measured)
         for name in ("bp_coo", "zen"):
-            rows.append({"workload": f"gloo {int(measured['ranks'].iloc[0])} ranks, {measured['run'].iloc[0]}", "variant": name,
-                         "speedup": s.loc["allreduce", "wire_measured_s"] / s.loc[name, "wire_measured_s"], "source": "measured"})  # fmt: skip
+            rows.append(
+                {
+                    "workload": f"gloo {int(measured['ranks'].iloc[0])} ranks, {measured['run'].iloc[0]}",
+                    "variant": name,
+                    "speedup": s.loc["allreduce", "wire_measured_s"] / s.loc[name, "wire_measured_s"],
+                    "source": "measured",
+                }
+            )
     names = {"bp_coo": "Algorithm 1 + COO", "zen": "Algorithm 1 + hash bitmap"}
     d = pd.DataFrame(rows).replace({"variant": names})
     fig, ax = plt.subplots(figsize=(9, 4))
-    sns.barplot(data=d, y="workload", x="speedup", hue="variant", ax=ax, orient="h",
-                palette={label: style.color(scheme) for scheme, label in names.items()})  # fmt: skip
+    sns.barplot(
+        data=d,
+        y="workload",
+        x="speedup",
+        hue="variant",
+        ax=ax,
+        orient="h",
+        palette={label: style.color(scheme) for scheme, label in names.items()},
+    )
     ax.axvline(1.0, color="k", lw=0.8)
-    ax.set(xlabel="all-reduce time / scheme time", ylabel="", title="COO pull vs hash-bitmap pull (paper Fig. 17b; "
-           "modelled on paper-tcp25, measured on gloo)")  # fmt: skip
+    ax.set(
+        xlabel="all-reduce time / scheme time",
+        ylabel="",
+        title="COO pull vs hash-bitmap pull (paper Fig. 17b; modelled on paper-tcp25, measured on gloo)",
+    )
     return fig
 
 
@@ -63,10 +91,13 @@ def loss_parity(metrics: pd.DataFrame) -> plt.Figure:
     the same top-k masks (a :func:`zen_analysis.experiments.zen.parity_runs` table); the curves must coincide."""
     style.apply()
     fig, axes = plt.subplots(1, 2, figsize=(12, 3.8), sharey=True)
-    for ax, (pair, title) in zip(axes, (
-        (("allreduce", "zen"), "natural sparsity: embedding via Zen"),
-        (("topk-agsparse", "topk-zen"), "DGC top-5%: AGsparse vs Zen, same masks"),
-    )):  # fmt: skip
+    for ax, (pair, title) in zip(
+        axes,
+        (
+            (("allreduce", "zen"), "natural sparsity: embedding via Zen"),
+            (("topk-agsparse", "topk-zen"), "DGC top-5%: AGsparse vs Zen, same masks"),
+        ),
+    ):
         d = metrics[metrics["variant"].isin(pair)]
         for name, style_ in zip(pair, ("-", "--")):
             g = d[d["variant"] == name]
@@ -86,22 +117,44 @@ def theorem2(table: pd.DataFrame) -> plt.Figure:
     (dotted) and Theorem 2's scale 1 + sqrt(n ln n / |I|) per workload (thin, same colour), with |I| the mean
     non-zeros per worker (push) or the union's size (pull)."""
     style.apply()
-    long = table.melt(id_vars=["workload", "n", "mean_nnz", "union_nnz"], value_vars=["push", "pull"],
-                      var_name="direction", value_name="imbalance")  # fmt: skip
+    long = table.melt(
+        id_vars=["workload", "n", "mean_nnz", "union_nnz"],
+        value_vars=["push", "pull"],
+        var_name="direction",
+        value_name="imbalance",
+    )
     workloads = list(long["workload"].unique())  # one colour each: the default palette has 10, reproduce makes 11
     colors = dict(zip(workloads, sns.color_palette("tab20" if len(workloads) > 10 else None, n_colors=len(workloads))))
-    grid = sns.relplot(data=long, x="n", y="imbalance", hue="workload", col="direction", kind="line", marker="o",
-                       height=3.6, aspect=1.2, errorbar=None, palette=colors)  # fmt: skip
+    grid = sns.relplot(
+        data=long,
+        x="n",
+        y="imbalance",
+        hue="workload",
+        col="direction",
+        kind="line",
+        marker="o",
+        height=3.6,
+        aspect=1.2,
+        errorbar=None,
+        palette=colors,
+    )
     ns = sorted(table["n"].unique())
-    for (direction, ax) in zip(("push", "pull"), grid.axes.flat):
+    for direction, ax in zip(("push", "pull"), grid.axes.flat):
         ax.set_xscale("log", base=2)
         ax.set_xticks(ns, [str(n) for n in ns])
         ax.axhline(1.1, color="k", lw=0.8, ls=":")
         size = "mean_nnz" if direction == "push" else "union_nnz"
         for workload, g in table.groupby("workload"):
             g = g.groupby("n")[size].mean()
-            ax.plot(g.index, [1 + math.sqrt(n * math.log(n) / k) if k else float("nan") for n, k in g.items()],
-                    color=colors[workload], lw=0.7, alpha=0.7)  # fmt: skip
+            ax.plot(
+                g.index,
+                [1 + math.sqrt(n * math.log(n) / k) if k else float("nan") for n, k in g.items()],
+                color=colors[workload],
+                lw=0.7,
+                alpha=0.7,
+            )
     grid.set_titles("{col_name} imbalance")
-    grid.figure.suptitle("Theorem 2 check: Zen's h0 on our gradients (dotted: the paper's 1.1; thin: 1 + sqrt(n ln n / |I|))", y=1.04)
+    grid.figure.suptitle(
+        "Theorem 2 check: Zen's h0 on our gradients (dotted: the paper's 1.1; thin: 1 + sqrt(n ln n / |I|))", y=1.04
+    )
     return grid.figure

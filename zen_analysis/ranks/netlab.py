@@ -82,9 +82,27 @@ def available() -> tuple[bool, str]:
             ("network namespaces", ["ip", "netns", "add", b]),
             ("bridges", ["ip", "-n", a, "link", "add", "br0", "type", "bridge"]),
             ("veth pairs", ["ip", "link", "add", "eth0", "netns", b, "type", "veth", "peer", "name", "p0", "netns", a]),
-            ("tbf shaping", ["tc", "-n", b, "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "1gbit", "burst", "64kb",
-                             "latency", "50ms"]),
-        ]  # fmt: skip
+            (
+                "tbf shaping",
+                [
+                    "tc",
+                    "-n",
+                    b,
+                    "qdisc",
+                    "add",
+                    "dev",
+                    "eth0",
+                    "root",
+                    "tbf",
+                    "rate",
+                    "1gbit",
+                    "burst",
+                    "64kb",
+                    "latency",
+                    "50ms",
+                ],
+            ),
+        ]
         for what, step in trials:
             proc = subprocess.run(step, capture_output=True, text=True, check=False)
             if proc.returncode:
@@ -164,10 +182,18 @@ class NetLab:
         self.tag = secrets.token_hex(3)
         self.switch = f"zl-{self.tag}-sw"
         self._guard = subprocess.Popen(
-            [sys.executable, "-c", "import sys; sys.stdin.buffer.read(); from zen_analysis.ranks.netlab import cleanup; "
-             "cleanup(sys.argv[1])", self.tag],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-c",
+                "import sys; sys.stdin.buffer.read(); from zen_analysis.ranks.netlab import cleanup; "
+                "cleanup(sys.argv[1])",
+                self.tag,
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         try:
             self._build()
         except BaseException:
@@ -190,8 +216,25 @@ class NetLab:
 
     def _shape(self, ns: str, dev: str) -> None:
         rate = f"{int(self.bandwidth_gbps * 1e6)}kbit"
-        _run(["tc", "-n", ns, "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate, "burst", str(self.burst),
-              "latency", "50ms"])  # fmt: skip
+        _run(
+            [
+                "tc",
+                "-n",
+                ns,
+                "qdisc",
+                "add",
+                "dev",
+                dev,
+                "root",
+                "tbf",
+                "rate",
+                rate,
+                "burst",
+                str(self.burst),
+                "latency",
+                "50ms",
+            ]
+        )
 
     def _build(self) -> None:
         sw = self.switch

@@ -131,7 +131,9 @@ def _signal_name(num: int) -> str:
         return f"signal {num}"
 
 
-def _failure(run_dir: Path, run_id: str, failed: list[int], codes: dict[int, int | None], killed: list[int], pids: list[int]) -> RankFailedError:
+def _failure(
+    run_dir: Path, run_id: str, failed: list[int], codes: dict[int, int | None], killed: list[int], pids: list[int]
+) -> RankFailedError:
     errors = {r: run_dir / "errors" / f"rank{r}.txt" for r in failed}
     with_tb = [r for r in failed if errors[r].exists()]
     # The root cause, in this order: a rank killed from outside or by a fatal fault (SIGKILL: the OOM killer or
@@ -148,13 +150,17 @@ def _failure(run_dir: Path, run_id: str, failed: list[int], codes: dict[int, int
     else:
         rank = next(iter(signalled + raised + failed), None)
     if rank is None:
-        return RankFailedError(f"run {run_id}: launcher failed without a rank error", rank=None, run_id=run_id, pids=pids)
+        return RankFailedError(
+            f"run {run_id}: launcher failed without a rank error", rank=None, run_id=run_id, pids=pids
+        )
     log = run_dir / "logs" / f"rank{rank}.log"
     code = codes.get(rank)
     if rank in signalled:
         name = _signal_name(-code)
         why = " (out of memory, or killed from outside)" if name == "SIGKILL" else ""
-        msg = f"rank {rank} of run {run_id} was killed by {name}{why}; the end of its log:\n\n{_tail_text(log).rstrip()}"
+        msg = (
+            f"rank {rank} of run {run_id} was killed by {name}{why}; the end of its log:\n\n{_tail_text(log).rstrip()}"
+        )
     else:
         body = errors[rank].read_text() if errors[rank].exists() else _tail_text(log)
         if code is None:  # torchrun: per-rank exit codes stay inside torchrun, the error file says what happened
@@ -173,7 +179,9 @@ def _failure(run_dir: Path, run_id: str, failed: list[int], codes: dict[int, int
     return RankFailedError(msg, rank=rank, run_id=run_id, pids=pids)
 
 
-def torchrun_per_node(lab, program: list[str], port: int, log_dir: Path, *, node0_inherits_output: bool = False) -> list[Any]:
+def torchrun_per_node(
+    lab, program: list[str], port: int, log_dir: Path, *, node0_inherits_output: bool = False
+) -> list[Any]:
     """One ``torchrun`` per lab node running ``program`` (``["-m", "module", ...]`` or ``["script.py", ...]``),
     each inside its node's namespace with ``ranks_per_node`` processes, meeting by c10d rendezvous at node 0's lab
     address: the README's multi-node recipe, with the lab's links between the nodes. Node i's output goes to
@@ -184,14 +192,20 @@ def torchrun_per_node(lab, program: list[str], port: int, log_dir: Path, *, node
     procs = []
     for node in range(lab.nodes):
         cmd = [
-            sys.executable, "-m", "torch.distributed.run", f"--nnodes={lab.nodes}", f"--node-rank={node}",
-            f"--nproc-per-node={lab.ranks_per_node}", "--rdzv-backend=c10d", f"--rdzv-endpoint={address(0)}:{port}",
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            f"--nnodes={lab.nodes}",
+            f"--node-rank={node}",
+            f"--nproc-per-node={lab.ranks_per_node}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={address(0)}:{port}",
             # node 0 hosts the rendezvous store: torchrun decides that by host name, and the lab address is not the
             # machine's; on a real cluster the endpoint's host is the node's own name
             f"--rdzv-conf=is_host={str(node == 0).lower()}",
             f"--local-addr={address(node)}",  # what the others reach this node at (not its host name's address)
             *program,
-        ]  # fmt: skip
+        ]
         ns = lab.namespace(node)
 
         def start(ns: str = ns) -> None:  # in the child, before exec
@@ -203,13 +217,24 @@ def torchrun_per_node(lab, program: list[str], port: int, log_dir: Path, *, node
             procs.append(subprocess.Popen(cmd, start_new_session=True, preexec_fn=start, env=env))
             continue
         with open(log_dir / f"torchrun-node{node}.log", "w") as out:
-            procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                          preexec_fn=start, env=env))  # fmt: skip
+            procs.append(
+                subprocess.Popen(
+                    cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=start, env=env
+                )
+            )
     return procs
 
 
-def _fork_fn_child(rank: int, world: int, out_dir: Path, fn: Callable[..., Any], args: tuple, timeout_s: float, parent: int,
-                   lab_namespace: str | None = None) -> None:  # fmt: skip
+def _fork_fn_child(
+    rank: int,
+    world: int,
+    out_dir: Path,
+    fn: Callable[..., Any],
+    args: tuple,
+    timeout_s: float,
+    parent: int,
+    lab_namespace: str | None = None,
+) -> None:
     import datetime
     import pickle
     import traceback
@@ -229,9 +254,12 @@ def _fork_fn_child(rank: int, world: int, out_dir: Path, fn: Callable[..., Any],
 
             enter_node(lab_namespace)
         dist.init_process_group(
-            "gloo", store=dist.FileStore(env["ZEN_ANALYSIS_FILE_STORE"], world), rank=rank, world_size=world,
+            "gloo",
+            store=dist.FileStore(env["ZEN_ANALYSIS_FILE_STORE"], world),
+            rank=rank,
+            world_size=world,
             timeout=datetime.timedelta(seconds=timeout_s),
-        )  # fmt: skip
+        )
         result = fn(rank, world, *args)
         dist.barrier()
         dist.destroy_process_group()
@@ -246,7 +274,8 @@ def _fork_fn_child(rank: int, world: int, out_dir: Path, fn: Callable[..., Any],
 def fork_launch(fn: Callable[..., Any], num_ranks: int, *args: Any, timeout_s: float = 120.0, lab=None) -> list[Any]:
     """Run ``fn(rank, world, *args)`` on ``num_ranks`` forked gloo ranks; returns each rank's result.
 
-    The light-weight sibling of :func:`~zen_analysis.runs.launch.launch` for tests, benchmarks and notebooks that exchange tensors without
+    The light-weight sibling of :func:`~zen_analysis.runs.launch.launch` for tests, benchmarks and notebooks that
+    exchange tensors without
     training: no config, no data preparation. A failing rank raises :class:`RankFailedError` with its traceback.
     ``lab``: a :class:`~zen_analysis.ranks.netlab.NetLab` with ``num_ranks`` ranks; each rank then runs in its lab
     node and gloo talks over the shaped links (the rendezvous stays a file).
@@ -260,8 +289,12 @@ def fork_launch(fn: Callable[..., Any], num_ranks: int, *args: Any, timeout_s: f
         out_dir = Path(tmp)
         ctx = mp.get_context("fork")
         spaces = [lab.namespace(lab.node_of(r)) if lab is not None else None for r in range(num_ranks)]
-        procs = [ctx.Process(target=_fork_fn_child, args=(r, num_ranks, out_dir, fn, args, timeout_s, os.getpid(), spaces[r]))
-                 for r in range(num_ranks)]  # fmt: skip
+        procs = [
+            ctx.Process(
+                target=_fork_fn_child, args=(r, num_ranks, out_dir, fn, args, timeout_s, os.getpid(), spaces[r])
+            )
+            for r in range(num_ranks)
+        ]
         for p in procs:
             p.start()
         deadline = time.monotonic() + timeout_s + 30
@@ -276,15 +309,26 @@ def fork_launch(fn: Callable[..., Any], num_ranks: int, *args: Any, timeout_s: f
         errors = sorted(out_dir.glob("rank*.err"), key=lambda f: f.stat().st_mtime_ns)  # the first to fail, not
         if errors:  # a survivor that saw its peer's connection close
             rank = int(errors[0].stem[4:])
-            raise RankFailedError(f"rank {rank} failed:\n{errors[0].read_text()}", rank=rank, run_id="fork_launch", pids=[p.pid for p in procs])
+            raise RankFailedError(
+                f"rank {rank} failed:\n{errors[0].read_text()}",
+                rank=rank,
+                run_id="fork_launch",
+                pids=[p.pid for p in procs],
+            )
         missing = [r for r in range(num_ranks) if not (out_dir / f"rank{r}.pkl").exists()]
         if missing:
-            raise RankFailedError(f"ranks {missing} produced no result (killed or timed out)", rank=missing[0], run_id="fork_launch", pids=[p.pid for p in procs])
+            raise RankFailedError(
+                f"ranks {missing} produced no result (killed or timed out)",
+                rank=missing[0],
+                run_id="fork_launch",
+                pids=[p.pid for p in procs],
+            )
         return [pickle.loads((out_dir / f"rank{r}.pkl").read_bytes()) for r in range(num_ranks)]
 
 
-def run_in_lab(program: list[str], *, nodes: int, ranks_per_node: int = 1, bandwidth_gbps: float = 1.0,
-               log_dir: Path | None = None) -> int:  # fmt: skip
+def run_in_lab(
+    program: list[str], *, nodes: int, ranks_per_node: int = 1, bandwidth_gbps: float = 1.0, log_dir: Path | None = None
+) -> int:
     """Run a user's torchrun program (``["script.py", "--flag", ...]`` or ``["-m", "module", ...]``) on ``nodes``
     lab nodes of ``ranks_per_node`` ranks behind ``bandwidth_gbps`` links; node 0's output on this process's
     stdout, the others' in ``log_dir`` (a temporary folder by default). Returns the first non-zero exit code
@@ -294,7 +338,9 @@ def run_in_lab(program: list[str], *, nodes: int, ranks_per_node: int = 1, bandw
     from zen_analysis.ranks.netlab import NetLab
 
     with contextlib.ExitStack() as stack:
-        logs = Path(log_dir) if log_dir else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="zen-netlab-")))
+        logs = (
+            Path(log_dir) if log_dir else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="zen-netlab-")))
+        )
         lab = stack.enter_context(NetLab(nodes * ranks_per_node, bandwidth_gbps, ranks_per_node=ranks_per_node))
         procs = torchrun_per_node(lab, program, free_port(), logs, node0_inherits_output=True)
         try:
@@ -309,5 +355,8 @@ def run_in_lab(program: list[str], *, nodes: int, ranks_per_node: int = 1, bandw
         failed = [i for i, c in enumerate(codes) if c not in (0, None)]
         for i in failed[:2]:
             if i:
-                print(f"--- node {i} (exit {codes[i]}):\n{_tail_text(logs / f'torchrun-node{i}.log').rstrip()}", file=sys.stderr)
+                print(
+                    f"--- node {i} (exit {codes[i]}):\n{_tail_text(logs / f'torchrun-node{i}.log').rstrip()}",
+                    file=sys.stderr,
+                )
         return next((codes[i] for i in failed), 0)

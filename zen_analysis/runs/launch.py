@@ -37,7 +37,6 @@ import pandas as pd
 
 from zen_analysis import paths
 from zen_analysis.config import ExperimentConfig
-from zen_analysis.runs import observe
 from zen_analysis.ranks.entry import TIMEOUT_HINT, run_rank
 from zen_analysis.ranks.env import loopback_env
 from zen_analysis.ranks.procs import (
@@ -52,6 +51,7 @@ from zen_analysis.ranks.procs import (
     free_port,
     torchrun_per_node,
 )
+from zen_analysis.runs import observe
 from zen_analysis.runs.rundir import RunInUseError, claim_run, prepare_run, target_spec, write_run
 
 __all__ = ["RunInUseError", "RunResult", "ensure_run", "launch", "prepare_run"]
@@ -87,11 +87,21 @@ def _resolve_launcher(cfg: ExperimentConfig) -> str:
         return cfg.dist.launcher
     import torch
 
-    return "torchrun" if cfg.dist.backend == "nccl" or (cfg.dist.backend == "auto" and torch.cuda.is_available()) else "fork"
+    return (
+        "torchrun"
+        if cfg.dist.backend == "nccl" or (cfg.dist.backend == "auto" and torch.cuda.is_available())
+        else "fork"
+    )
 
 
-def _fork_child(rank: int, world: int, run_dir: Path, target: Callable[..., Any] | None, parent: int,
-                lab_namespace: str | None = None) -> None:  # fmt: skip
+def _fork_child(
+    rank: int,
+    world: int,
+    run_dir: Path,
+    target: Callable[..., Any] | None,
+    parent: int,
+    lab_namespace: str | None = None,
+) -> None:
     import torch
 
     torch.set_num_threads(1)  # first: fork after the parent used the thread pool deadlocks otherwise
@@ -146,13 +156,19 @@ def launch(
         RankFailedError: a rank raised, crashed or timed out (the others are stopped first).
     """
     cfg = copy.deepcopy(cfg)
-    if _resolve_launcher(cfg) == "torchrun" and target is not None and not isinstance(target, str) and "<" in target_spec(target):
+    if (
+        _resolve_launcher(cfg) == "torchrun"
+        and target is not None
+        and not isinstance(target, str)
+        and "<" in target_spec(target)
+    ):
         raise ValueError("under torchrun the target must be an importable module function, not a local one")
     watchers = observe.observers(on_metrics)
     try:
         with claim_run(cfg, overwrite=overwrite), _network(cfg) as lab:  # held until every rank has stopped
-            result = _launch_claimed(cfg, target=target, progress=progress, echo=echo, timeout_s=timeout_s,
-                                     on_metrics=watchers, lab=lab)  # fmt: skip
+            result = _launch_claimed(
+                cfg, target=target, progress=progress, echo=echo, timeout_s=timeout_s, on_metrics=watchers, lab=lab
+            )
     except BaseException as e:
         observe.finish(watchers, None, e)
         raise
@@ -212,8 +228,13 @@ def _launch_claimed(cfg: ExperimentConfig, *, target, progress, echo, timeout_s,
                     if not ranks:  # torchrun itself failed (rendezvous, start-up) before any rank reported
                         logs = sorted((run_dir / "logs").glob("torchrun*.log"))
                         tails = "\n\n".join(f"{p.name}:\n{_tail_text(p, 15).rstrip()}" for p in logs)
-                        raise RankFailedError(f"torchrun of run {cfg.run_id} failed before any rank reported an "
-                                              f"error; the end of its log:\n\n{tails}", rank=None, run_id=cfg.run_id, pids=pids)  # fmt: skip
+                        raise RankFailedError(
+                            f"torchrun of run {cfg.run_id} failed before any rank reported an "
+                            f"error; the end of its log:\n\n{tails}",
+                            rank=None,
+                            run_id=cfg.run_id,
+                            pids=pids,
+                        )
                     failed, codes, killed = ranks, {}, []
                 raise _failure(run_dir, cfg.run_id, failed, codes, killed, pids)
             if all(c == 0 for c in codes.values()):
@@ -222,8 +243,10 @@ def _launch_claimed(cfg: ExperimentConfig, *, target, progress, echo, timeout_s,
                 _kill(procs)
                 raise RankFailedError(
                     f"run {cfg.run_id} exceeded timeout_s={timeout_s}; all ranks were stopped. {TIMEOUT_HINT}",
-                    rank=None, run_id=cfg.run_id, pids=pids,
-                )  # fmt: skip
+                    rank=None,
+                    run_id=cfg.run_id,
+                    pids=pids,
+                )
         pump()
     except BaseException:
         _kill(procs)
@@ -235,7 +258,9 @@ def _launch_claimed(cfg: ExperimentConfig, *, target, progress, echo, timeout_s,
         f = run_dir / "results" / f"rank{r}.json"
         if f.exists():
             results[r] = json.loads(f.read_text())
-    return RunResult(run_id=cfg.run_id, run_dir=run_dir, trace_dir=paths.trace_dir(cfg.run_id), results=results, pids=pids)
+    return RunResult(
+        run_id=cfg.run_id, run_dir=run_dir, trace_dir=paths.trace_dir(cfg.run_id), results=results, pids=pids
+    )
 
 
 def _start_torchrun(cfg: ExperimentConfig, run_dir: Path, lab) -> list[Any]:
@@ -246,13 +271,25 @@ def _start_torchrun(cfg: ExperimentConfig, run_dir: Path, lab) -> list[Any]:
         return torchrun_per_node(lab, program, cfg.dist.master_port or free_port(), run_dir / "logs")
     port = cfg.dist.master_port or free_port()
     cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={cfg.dist.num_ranks}",
-        f"--master-addr={cfg.dist.master_addr}", f"--master-port={port}",
-        "-m", "zen_analysis.ranks.entry", "--run-dir", str(run_dir),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=1",
+        f"--nproc-per-node={cfg.dist.num_ranks}",
+        f"--master-addr={cfg.dist.master_addr}",
+        f"--master-port={port}",
+        "-m",
+        "zen_analysis.ranks.entry",
+        "--run-dir",
+        str(run_dir),
+    ]
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
     with open(run_dir / "logs" / "torchrun.log", "w") as out:
-        return [subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent)]
+        return [
+            subprocess.Popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent
+            )
+        ]
 
 
 def _start_forked(cfg: ExperimentConfig, run_dir: Path, target, lab) -> list[Any]:
@@ -266,8 +303,12 @@ def _start_forked(cfg: ExperimentConfig, run_dir: Path, target, lab) -> list[Any
     world = cfg.dist.num_ranks
     ctx = mp.get_context("fork")
     spaces = [lab.namespace(lab.node_of(r)) if lab is not None else None for r in range(world)]
-    procs = [ctx.Process(target=_fork_child, args=(r, world, run_dir, target if callable(target) else None, os.getpid(), spaces[r]))
-             for r in range(world)]  # fmt: skip
+    procs = [
+        ctx.Process(
+            target=_fork_child, args=(r, world, run_dir, target if callable(target) else None, os.getpid(), spaces[r])
+        )
+        for r in range(world)
+    ]
     for p in procs:
         p.start()
     return procs

@@ -39,8 +39,14 @@ class forward:  # noqa: N801 - used like a function: forward(writer.add_scalar)
     """An observer calling ``fn(f"{prefix}{key}", value, step)`` for every numeric value of every row (and
     ``fn(f"{final_prefix}{key}", value, last step)`` for the summary's numbers at the end); ``keys`` limits which."""
 
-    def __init__(self, fn: Callable[[str, float, int], Any], *, keys: Iterable[str] | None = None, prefix: str = "train/",
-                 final_prefix: str = "final/") -> None:  # fmt: skip
+    def __init__(
+        self,
+        fn: Callable[[str, float, int], Any],
+        *,
+        keys: Iterable[str] | None = None,
+        prefix: str = "train/",
+        final_prefix: str = "final/",
+    ) -> None:
         self.fn = fn
         self.keys = set(keys) if keys is not None else None
         self.prefix, self.final_prefix = prefix, final_prefix
@@ -56,7 +62,7 @@ class forward:  # noqa: N801 - used like a function: forward(writer.add_scalar)
 
     def __call__(self, rows: list[dict]) -> None:
         context = [self._before] if self._before is not None else []
-        for row, rate in zip(rows, tokens_per_s(context + rows)[len(context):]):
+        for row, rate in zip(rows, tokens_per_s(context + rows)[len(context) :]):
             self._last_step = row["step"]
             for key, value in self._numbers({**row, "tokens_per_s": rate}):
                 if not (isinstance(value, float) and math.isnan(value)):

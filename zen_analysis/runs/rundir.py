@@ -11,8 +11,6 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
-import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -120,7 +118,11 @@ def write_run(cfg: ExperimentConfig, target: Callable[..., Any] | str | None, pr
 
 
 def prepare_run(
-    cfg: ExperimentConfig, *, target: Callable[..., Any] | str | None = None, progress: bool = True, overwrite: bool = False
+    cfg: ExperimentConfig,
+    *,
+    target: Callable[..., Any] | str | None = None,
+    progress: bool = True,
+    overwrite: bool = False,
 ) -> Path:
     """Write the run directory (config.json, launch.json, data.json) and prepare the data, for ranks started by
     hand (``torchrun ... -m zen_analysis.ranks.entry --run-dir``).
@@ -150,8 +152,13 @@ def list_runs() -> list[dict]:
     import datetime
     import json
 
-    ids = {p.name for root in (paths.runs_dir(), paths.traces_dir()) if root.is_dir() for p in root.iterdir()
-           if p.is_dir() and paths.RUN_ID.fullmatch(p.name)}  # fmt: skip
+    ids = {
+        p.name
+        for root in (paths.runs_dir(), paths.traces_dir())
+        if root.is_dir()
+        for p in root.iterdir()
+        if p.is_dir() and paths.RUN_ID.fullmatch(p.name)
+    }
     rows = []
     for run_id in ids:
         run, traces = paths.run_dir(run_id), paths.trace_dir(run_id)
@@ -162,16 +169,19 @@ def list_runs() -> list[dict]:
             cfg = {}
         train, dist_cfg = cfg.get("train", {}), cfg.get("dist", {})
         started = cfg_file.stat().st_mtime if cfg_file.exists() else (run if run.exists() else traces).stat().st_mtime
-        rows.append({
-            "run_id": run_id,
-            "recipe": cfg.get("name", "?"),
-            "ranks_x_workers": f"{dist_cfg.get('num_ranks', '?')} x {train.get('workers_per_rank', '?')}",
-            "steps": train.get("num_steps"),
-            "bytes": _size(run) + _size(traces) + _size(paths.derived_run_dir(run_id)),
-            "finished": (run / "results" / "rank0.json").exists() or (traces / "manifest.json").exists()
-            and json.loads((traces / "manifest.json").read_text()).get("finished", False),
-            "started": datetime.datetime.fromtimestamp(started).strftime("%Y-%m-%d %H:%M"),
-        })  # fmt: skip
+        rows.append(
+            {
+                "run_id": run_id,
+                "recipe": cfg.get("name", "?"),
+                "ranks_x_workers": f"{dist_cfg.get('num_ranks', '?')} x {train.get('workers_per_rank', '?')}",
+                "steps": train.get("num_steps"),
+                "bytes": _size(run) + _size(traces) + _size(paths.derived_run_dir(run_id)),
+                "finished": (run / "results" / "rank0.json").exists()
+                or (traces / "manifest.json").exists()
+                and json.loads((traces / "manifest.json").read_text()).get("finished", False),
+                "started": datetime.datetime.fromtimestamp(started).strftime("%Y-%m-%d %H:%M"),
+            }
+        )
     return sorted(rows, key=lambda r: r["started"], reverse=True)
 
 

@@ -109,8 +109,9 @@ class _TableWriters:
             return
         table = pa.Table.from_pylist(rows)
         if name not in self._writers:
-            self._writers[name] = pq.ParquetWriter(self.out / f"{name}.parquet", table.schema, compression="zstd",
-                                                   write_page_checksum=True)  # fmt: skip
+            self._writers[name] = pq.ParquetWriter(
+                self.out / f"{name}.parquet", table.schema, compression="zstd", write_page_checksum=True
+            )
         self._writers[name].write_table(table.cast(self._writers[name].schema))
 
     def close(self) -> None:
@@ -203,14 +204,22 @@ def load_tables(
 ) -> dict[str, pd.DataFrame]:
     """The characterization tables of ``run`` as DataFrames (computing them first if needed)."""
     opts = options or CharacterizeOptions()
-    out = characterize(run, options=opts, progress=False) if characterize_if_missing else tables_dir(TraceReader(run), opts)
+    out = (
+        characterize(run, options=opts, progress=False)
+        if characterize_if_missing
+        else tables_dir(TraceReader(run), opts)
+    )
     for attempt in range(3):
         stamp = _read_text(out / "stamp.json")
         try:
-            tables = {name: read_table(out / f"{name}.parquet") for name in TABLES if (out / f"{name}.parquet").exists()}
+            tables = {
+                name: read_table(out / f"{name}.parquet") for name in TABLES if (out / f"{name}.parquet").exists()
+            }
         except (OSError, pa.ArrowException) as exc:  # a damaged table: recompute it once, if allowed
             if not characterize_if_missing or attempt:
-                raise TraceError(f"{out}: a table cannot be read ({exc}); run `zen-analysis characterize --force`") from None
+                raise TraceError(
+                    f"{out}: a table cannot be read ({exc}); run `zen-analysis characterize --force`"
+                ) from None
             characterize(run, options=opts, force=True, progress=False)
             continue
         if _read_text(out / "stamp.json") == stamp:  # not swapped for a newer set while we read

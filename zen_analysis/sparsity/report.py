@@ -31,37 +31,52 @@ def claims_table(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
         x = g["overlap"].dropna().to_numpy()
         p5, p95 = np.percentile(x, [5, 95]) if x.size else (np.nan, np.nan)
         sk = _sample_skewness(x)
-        rows.append({
-            "claim": "C1 overlap roughly normal, wide", "workload": wl,
-            "paper says": "approx. normal, wide range, differs by model",
-            "we measure": f"mean {x.mean():.2f}, p5-p95 {p5:.2f}-{p95:.2f}, skewness {sk:+.2f}",
-            "holds": bool(abs(sk) <= 1 and p95 - p5 >= 0.1),
-        })  # fmt: skip
+        rows.append(
+            {
+                "claim": "C1 overlap roughly normal, wide",
+                "workload": wl,
+                "paper says": "approx. normal, wide range, differs by model",
+                "we measure": f"mean {x.mean():.2f}, p5-p95 {p5:.2f}-{p95:.2f}, skewness {sk:+.2f}",
+                "holds": bool(abs(sk) <= 1 and p95 - p5 >= 0.1),
+            }
+        )
     for wl, g in tables["densification"].groupby("workload"):
         m = g.groupby("n")["gamma"].mean()
         grows = bool(np.all(np.diff(m.to_numpy()) > 0))
         below = bool(np.all(m.to_numpy() < m.index.to_numpy()))
-        rows.append({
-            "claim": "C2 gamma grows with n, stays < n", "workload": wl,
-            "paper says": "1 < gamma < n, increasing (BERT: 38.5 at n=128)",
-            "we measure": ", ".join(f"n={n}: {v:.1f}" for n, v in m.items()),
-            "holds": grows and below,
-        })  # fmt: skip
+        rows.append(
+            {
+                "claim": "C2 gamma grows with n, stays < n",
+                "workload": wl,
+                "paper says": "1 < gamma < n, increasing (BERT: 38.5 at n=128)",
+                "we measure": ", ".join(f"n={n}: {v:.1f}" for n, v in m.items()),
+                "holds": grows and below,
+            }
+        )
     skew = tables["skew"]
     per_worker = skew[skew["worker"] >= 0]
     for wl, g in per_worker[per_worker["num_partitions"] == 8].groupby("workload"):
         first = float(np.mean([s[0] for s in g["shares"] if not np.isnan(s[0])]))
-        rows.append({
-            "claim": "C3 >60% of non-zeros in partition 1 of 8", "workload": wl,
-            "paper says": "> 60% in all six models", "we measure": f"{100 * first:.0f}%", "holds": first > 0.6,
-        })  # fmt: skip
+        rows.append(
+            {
+                "claim": "C3 >60% of non-zeros in partition 1 of 8",
+                "workload": wl,
+                "paper says": "> 60% in all six models",
+                "we measure": f"{100 * first:.0f}%",
+                "holds": first > 0.6,
+            }
+        )
     for wl, g in per_worker[per_worker["num_partitions"] == 128].groupby("workload"):
         s = float(g["skewness"].mean())
-        rows.append({
-            "claim": "C3 skewness at 128 partitions", "workload": wl,
-            "paper says": "> 70 for the LSTM (large for all models)", "we measure": f"{s:.1f}",
-            "holds": s > 70 if "lstm embedding" in wl else "n/a",
-        })  # fmt: skip
+        rows.append(
+            {
+                "claim": "C3 skewness at 128 partitions",
+                "workload": wl,
+                "paper says": "> 70 for the LSTM (large for all models)",
+                "we measure": f"{s:.1f}",
+                "holds": s > 70 if "lstm embedding" in wl else "n/a",
+            }
+        )
     return pd.DataFrame(rows)
 
 

@@ -51,7 +51,10 @@ def synthetic_index_sets(
     gen = torch.Generator().manual_seed(seed)
     k = round(density * numel)
     shared = _draw(numel, round(overlap * k), skew, gen)
-    return [torch.sort(torch.cat([shared, _draw(numel, k - shared.numel(), skew, gen, shared)])).values for _ in range(num_sets)]
+    return [
+        torch.sort(torch.cat([shared, _draw(numel, k - shared.numel(), skew, gen, shared)])).values
+        for _ in range(num_sets)
+    ]
 
 
 def describe(index_sets: list[torch.Tensor], numel: int, *, num_partitions: int = 8) -> dict:

@@ -2,7 +2,8 @@
 
 A workload is what a figure line stands for: a run's natural (embedding) tensor, e.g. "default: llama embedding",
 or its top-k records pooled: "default: llama top-5% of buckets" when DGC ran per DDP-style bucket as the paper
-does (``capture.topk_scope=bucket``), "default: llama top-5%" for chosen matrices (``tensor``). The prefix is the recipe name, so two runs of one architecture stay apart.
+does (``capture.topk_scope=bucket``), "default: llama top-5%" for chosen matrices (``tensor``). The prefix is the
+recipe name, so two runs of one architecture stay apart.
 """
 
 from __future__ import annotations
@@ -58,8 +59,15 @@ def bucket_partition_shares(runs: list[str | Path], *, num_partitions: int = 8) 
         skew = skew[(skew["worker"] >= 0) & (skew["num_partitions"] == num_partitions) & skew["tensor"].isin(buckets)]
         for tensor, g in skew.groupby("tensor", sort=True):
             shares = np.nanmean(np.stack(g["shares"].to_numpy()), axis=0)
-            rows.append({"workload": labels[tensor], "bucket": tensor, "holds": describe(buckets[tensor]["params"]),
-                         "numel": buckets[tensor]["numel"], **{f"p{i}": float(s) for i, s in enumerate(shares)}})  # fmt: skip
+            rows.append(
+                {
+                    "workload": labels[tensor],
+                    "bucket": tensor,
+                    "holds": describe(buckets[tensor]["params"]),
+                    "numel": buckets[tensor]["numel"],
+                    **{f"p{i}": float(s) for i, s in enumerate(shares)},
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -79,6 +87,12 @@ def bucket_parameter_shares(run: str | Path) -> pd.DataFrame:
     for tensor, info in buckets.items():
         total = max(int(counts[tensor].sum()), 1)
         for (name, start, end), c in zip(info["params"], counts[tensor]):
-            rows.append({"bucket": tensor, "parameter": name, "size_share": (end - start) / info["numel"],
-                         "nnz_share": int(c) / total})  # fmt: skip
+            rows.append(
+                {
+                    "bucket": tensor,
+                    "parameter": name,
+                    "size_share": (end - start) / info["numel"],
+                    "nnz_share": int(c) / total,
+                }
+            )
     return pd.DataFrame(rows)

@@ -33,7 +33,7 @@ class GradSync:
     name: str = "sync"
     local: bool = False
     """True: the loop logs rank-local losses (a per-step loss all-reduce would make every step a rendezvous)."""
-    union_rows: "torch.Tensor | None" = None
+    union_rows: torch.Tensor | None = None
     """After a sync by rows: the input embedding's rows some rank touched (every other row of its averaged gradient
     is zero), so a lazy row update needs no pass over the table; None: not known (the loop finds them)."""
     sparse_bytes_sent: int | None = None
@@ -155,8 +155,14 @@ class DenseAllReduce(GradSync):
 
     name = "allreduce"
 
-    def __init__(self, *, bucket_mb: float = 25.0, group: dist.ProcessGroup | None = None, overlap: bool = False,
-                 wire_dtype: torch.dtype | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        bucket_mb: float = 25.0,
+        group: dist.ProcessGroup | None = None,
+        overlap: bool = False,
+        wire_dtype: torch.dtype | None = None,
+    ) -> None:
         self.bucket_mb = bucket_mb
         self.group = group
         self.overlap = overlap

@@ -16,8 +16,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from zen_analysis.comm import build_scheme
 from zen_analysis.capture.topk import TopKCompressor
+from zen_analysis.comm import build_scheme
 from zen_analysis.sync.base import DenseAllReduce, GradSync, ReadyBuckets, flatten_grads, unflatten_into_grads
 
 THRESHOLDS = ("local", "global")
@@ -107,11 +107,13 @@ def _sparsify(state: HookState, flat_N: torch.Tensor, parts, key: str, step: int
             acc_N[s:e] += r
     gather = None
     if state.threshold == "global":
+
         def gather(sample_S):
             pieces = [torch.empty_like(sample_S) for _ in range(dist.get_world_size(group))]
             dist.all_gather(pieces, sample_S, group=group)
             state.threshold_bytes_sent += sample_S.numel() * sample_S.element_size() * (len(pieces) - 1)
             return torch.cat(pieces)
+
     gen = state.compressor.generator(worker=rank, tensor=key, step=step, device=acc_N.device)
     idx_K = state.compressor.select(acc_N, generator=gen, gather=gather)
     wire = state.wire_dtype or flat_N.dtype
@@ -123,8 +125,9 @@ def _sparsify(state: HookState, flat_N: torch.Tensor, parts, key: str, step: int
     return sparse_N, int(idx_K.numel())
 
 
-def compress_and_sum(flat_N: torch.Tensor, state: HookState, key: str, parts, *, step: int | None = None,
-                     group=None) -> tuple[torch.Tensor, dict]:  # fmt: skip
+def compress_and_sum(
+    flat_N: torch.Tensor, state: HookState, key: str, parts, *, step: int | None = None, group=None
+) -> tuple[torch.Tensor, dict]:
     """Top-k of ``flat_N`` (+ its parameters' residuals) summed over the group with the state's scheme and
     averaged, in ``flat_N``'s dtype; and the bucket's row for ``last_step``."""
     group = state.group if group is None else group
@@ -135,8 +138,15 @@ def compress_and_sum(flat_N: torch.Tensor, state: HookState, key: str, parts, *,
     state.bytes_sent += sent
     seconds = time.perf_counter() - t0
     state.sync_s += seconds
-    row = {"key": key, "params": [state.names.get(id(p), "?") for p, _, _ in parts], "numel": flat_N.numel(),
-           "path": f"topk+{state.scheme}", "kept": kept, "bytes_sent": sent, "seconds": seconds}  # fmt: skip
+    row = {
+        "key": key,
+        "params": [state.names.get(id(p), "?") for p, _, _ in parts],
+        "numel": flat_N.numel(),
+        "path": f"topk+{state.scheme}",
+        "kept": kept,
+        "bytes_sent": sent,
+        "seconds": seconds,
+    }
     return (summed_N / dist.get_world_size(group)).to(flat_N.dtype).view(flat_N.shape), row
 
 
@@ -153,9 +163,17 @@ class CompressedSync(GradSync):
     a process group of its own) as soon as backward has filled it (:class:`~zen_analysis.sync.base.ReadyBuckets`),
     while backward computes the next; the same buckets, keys and steps as inline, so the same sums bit for bit."""
 
-    def __init__(self, scheme: str = "zen", *, ratio: float = 0.05, bucket_mb: float = 25.0, seed: int = 0,
-                 group: dist.ProcessGroup | None = None, overlap: bool = False,
-                 wire_dtype: torch.dtype | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        scheme: str = "zen",
+        *,
+        ratio: float = 0.05,
+        bucket_mb: float = 25.0,
+        seed: int = 0,
+        group: dist.ProcessGroup | None = None,
+        overlap: bool = False,
+        wire_dtype: torch.dtype | None = None,
+    ) -> None:
         self.name = f"topk-{scheme}"
         self.overlap = overlap
         self.state = HookState(scheme=scheme, ratio=ratio, group=group, seed=seed, wire_dtype=wire_dtype)
@@ -193,13 +211,15 @@ class CompressedSync(GradSync):
     def _sum_bucket(self, b: int, step: int, group) -> tuple[torch.Tensor, dict, float]:
         """Bucket ``b`` compressed and summed: (the average, its ``last_step`` row, when the work began)."""
         t0 = time.perf_counter()
-        summed_N, row = compress_and_sum(flatten_grads(self._layout._buckets[b]), self.state, f"bucket{b}",
-                                         self._parts[b], step=step, group=group)  # fmt: skip
+        summed_N, row = compress_and_sum(
+            flatten_grads(self._layout._buckets[b]), self.state, f"bucket{b}", self._parts[b], step=step, group=group
+        )
         return summed_N, row, t0
 
     def _submit(self, b: int) -> None:
-        self._inflight.append((b, self.state._executor.submit(self._sum_bucket, b, self.state.step,
-                                                              self.state._worker_group)))  # fmt: skip
+        self._inflight.append(
+            (b, self.state._executor.submit(self._sum_bucket, b, self.state.step, self.state._worker_group))
+        )
 
     def synchronize(self, model: nn.Module) -> None:
         if self._layout._world() == 1:

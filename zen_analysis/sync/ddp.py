@@ -34,10 +34,11 @@ import torch.distributed as dist
 from torch import nn
 
 from zen_analysis.comm import build_scheme
+from zen_analysis.sync.compressed import HookState, Stats, bucket_key, compress_and_sum
 from zen_analysis.wire.exchange import ring_bytes_sent
 from zen_analysis.wire.rows import nonzero_rows, sparse_rows
-from zen_analysis.sync.compressed import HookState, Stats, bucket_key, compress_and_sum
 from zen_analysis.zen.bitmap import cache_limit, set_cache_limit
+
 
 def comm_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP communication hook: DGC top-k per bucket (residuals per parameter), then the state's sparse scheme; on
@@ -154,8 +155,16 @@ def natural_hook(state: NaturalState, bucket: dist.GradBucket) -> torch.futures.
         parts = _offsets(bucket)
     if not any(id(p) in state._ids for p, _, _ in parts):  # the stock path, asynchronous: overlaps backward
         state.dense_buckets += 1
-        state._finish_bucket({"params": [state.names.get(id(p), "?") for p, _, _ in parts], "numel": buffer.numel(),
-                              "path": "allreduce", "bytes_sent": None, "seconds": None}, bucket.is_last())  # fmt: skip
+        state._finish_bucket(
+            {
+                "params": [state.names.get(id(p), "?") for p, _, _ in parts],
+                "numel": buffer.numel(),
+                "path": "allreduce",
+                "bytes_sent": None,
+                "seconds": None,
+            },
+            bucket.is_last(),
+        )
         state.dense_bytes_sent += _ring(buffer.numel(), buffer.element_size(), state.group)
         work = dist.all_reduce(buffer, group=state.group, async_op=True)
         return work.get_future().then(lambda fut: fut.value()[0].div_(world))
@@ -190,9 +199,16 @@ def _completed(state: NaturalState, bucket, params, numel: int, fn) -> torch.fut
     seconds = time.perf_counter() - t0
     state.sync_s += seconds
     state.exposed_s += seconds
-    state._finish_bucket({"params": [state.names.get(id(p), "?") for p in params], "numel": numel,
-                          "path": state.scheme, "bytes_sent": state.bytes_sent - sent0, "seconds": seconds},
-                         bucket.is_last())  # fmt: skip
+    state._finish_bucket(
+        {
+            "params": [state.names.get(id(p), "?") for p in params],
+            "numel": numel,
+            "path": state.scheme,
+            "bytes_sent": state.bytes_sent - sent0,
+            "seconds": seconds,
+        },
+        bucket.is_last(),
+    )
     fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
     fut.set_result(out)
     return fut
@@ -210,8 +226,11 @@ def sparse_parameters(module: nn.Module) -> tuple[nn.Parameter, ...]:
     out = []
     for name, w in embeddings:
         if len(owners.get(id(w), [])) > 1:
-            warnings.warn(f"{name}.weight is tied to {[o for o in owners[id(w)] if o != name + '.weight']}: its gradient "
-                          "is dense, so it goes the dense way", stacklevel=3)  # fmt: skip
+            warnings.warn(
+                f"{name}.weight is tied to {[o for o in owners[id(w)] if o != name + '.weight']}: its gradient "
+                "is dense, so it goes the dense way",
+                stacklevel=3,
+            )
             continue
         if w.requires_grad:
             out.append(w)
@@ -228,8 +247,10 @@ def model_group(ddp_model: nn.Module, group=None):
     if group is not None and group is not own:
         ranks, mine = dist.get_process_group_ranks(group), dist.get_process_group_ranks(own)
         if ranks != mine:
-            raise ValueError(f"group= spans ranks {ranks}, but the DDP model averages over its process group of ranks "
-                             f"{mine}: leave group= out (the hook uses the model's own group)")  # fmt: skip
+            raise ValueError(
+                f"group= spans ranks {ranks}, but the DDP model averages over its process group of ranks "
+                f"{mine}: leave group= out (the hook uses the model's own group)"
+            )
     return own
 
 
@@ -244,8 +265,19 @@ def _reserve_hash_sets(scheme: str, numel: int) -> None:
             set_cache_limit(need)
 
 
-def register(ddp_model: nn.Module, *, mode: str = "natural", scheme: str = "zen", params=None, group=None, seed: int = 0,
-             ratio: float = 0.05, threshold: str = "local", overlap: bool = False, granularity: str = "rows"):  # fmt: skip
+def register(
+    ddp_model: nn.Module,
+    *,
+    mode: str = "natural",
+    scheme: str = "zen",
+    params=None,
+    group=None,
+    seed: int = 0,
+    ratio: float = 0.05,
+    threshold: str = "local",
+    overlap: bool = False,
+    granularity: str = "rows",
+):
     """Put Zen (or another scheme of :mod:`zen_analysis.comm`) into a ``DistributedDataParallel`` model; returns the
     hook's state (:class:`NaturalState` or :class:`HookState`: bytes sent, seconds, per-bucket rows).
 
@@ -282,8 +314,9 @@ def register(ddp_model: nn.Module, *, mode: str = "natural", scheme: str = "zen"
         if any(getattr(m, "sparse", False) for m in module.modules() if isinstance(m, nn.Embedding)):
             raise ValueError("mode='topk' needs dense gradients; nn.Embedding(sparse=True) goes with mode='natural'")
         _reserve_hash_sets(scheme, sum(p.numel() for p in module.parameters() if p.requires_grad))
-        state = HookState(scheme=scheme, ratio=ratio, group=group, seed=seed, threshold=threshold, overlap=overlap,
-                          names=names)  # fmt: skip
+        state = HookState(
+            scheme=scheme, ratio=ratio, group=group, seed=seed, threshold=threshold, overlap=overlap, names=names
+        )
         ddp_model.register_comm_hook(state, comm_hook)
         return state
     raise ValueError(f"mode must be 'natural' or 'topk', got {mode!r}")

@@ -31,7 +31,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from zen_analysis.sync.ddp import register
 
-__all__ = ["ZenDDPStrategy", "ZenTrainer", "ZenTrainerMixin", "find_ddp"]
+__all__ = ["ZenDDPStrategy", "ZenTrainer", "ZenTrainerMixin", "find_ddp"]  # noqa: F822
 
 MODES = ("natural", "topk")
 _INSTALL = "pip install 'zen_analysis[integrations]'"
@@ -69,8 +69,14 @@ class ZenTrainerMixin:
     state. One process: nothing to synchronize, a warning and no hook. More than one and no DDP model: RuntimeError.
     """
 
-    def __init__(self, *args: Any, zen_mode: str = "natural", zen_scheme: str = "zen", zen_options: dict | None = None,
-                 **kwargs: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *args: Any,
+        zen_mode: str = "natural",
+        zen_scheme: str = "zen",
+        zen_options: dict | None = None,
+        **kwargs: Any,
+    ) -> None:
         _check_mode(zen_mode)
         self.zen_mode, self.zen_scheme, self.zen_options = zen_mode, zen_scheme, dict(zen_options or {})
         self.zen_state = None
@@ -87,12 +93,17 @@ class ZenTrainerMixin:
         if ddp is None:
             world = max(_world_size(), int(getattr(getattr(self, "args", None), "world_size", 1) or 1))
             if world > 1:
-                raise RuntimeError(f"{type(self).__name__}: {world} processes but the Trainer's model is a "
-                                   f"{type(model).__name__}, not a DistributedDataParallel model, so Zen's DDP hook "
-                                   "has nowhere to go (FSDP and DeepSpeed are not supported)")  # fmt: skip
+                raise RuntimeError(
+                    f"{type(self).__name__}: {world} processes but the Trainer's model is a "
+                    f"{type(model).__name__}, not a DistributedDataParallel model, so Zen's DDP hook "
+                    "has nowhere to go (FSDP and DeepSpeed are not supported)"
+                )
             if not self._zen_warned:
-                warnings.warn(f"{type(self).__name__}: one process, no DDP model: no gradient to synchronize, Zen's "
-                              "hook is not registered", stacklevel=3)  # fmt: skip
+                warnings.warn(
+                    f"{type(self).__name__}: one process, no DDP model: no gradient to synchronize, Zen's "
+                    "hook is not registered",
+                    stacklevel=3,
+                )
                 self._zen_warned = True
             return
         if self._zen_ddp is not None and self._zen_ddp() is ddp:
@@ -127,8 +138,9 @@ def _zen_strategy_class() -> type:
         ``zen_state`` is the hook's state once ``fit`` has wrapped the model (each ``fit`` wraps anew: a new
         state)."""
 
-        def __init__(self, mode: str = "natural", scheme: str = "zen", *, zen_options: dict | None = None,
-                     **kwargs: Any) -> None:  # fmt: skip
+        def __init__(
+            self, mode: str = "natural", scheme: str = "zen", *, zen_options: dict | None = None, **kwargs: Any
+        ) -> None:
             _check_mode(mode)
             taken = [k for k in ("ddp_comm_hook", "ddp_comm_state", "ddp_comm_wrapper") if kwargs.get(k) is not None]
             if taken:
@@ -141,8 +153,10 @@ def _zen_strategy_class() -> type:
             super().configure_ddp()
             ddp = find_ddp(self.model)
             if ddp is None:
-                raise RuntimeError(f"ZenDDPStrategy: Lightning built a {type(self.model).__name__}, not a "
-                                   "DistributedDataParallel model: Zen's hook has nowhere to go")  # fmt: skip
+                raise RuntimeError(
+                    f"ZenDDPStrategy: Lightning built a {type(self.model).__name__}, not a "
+                    "DistributedDataParallel model: Zen's hook has nowhere to go"
+                )
             self.zen_state = register(ddp, mode=self.zen_mode, scheme=self.zen_scheme, **self.zen_options)
 
         def teardown(self) -> None:

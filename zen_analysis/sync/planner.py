@@ -20,7 +20,9 @@ CANDIDATES = ("zen", "sparcml", "allreduce")
 
 
 class Planner:
-    def __init__(self, *, topology: str = "paper-tcp25", profile_steps: int = 3, candidates: Sequence[str] = CANDIDATES) -> None:
+    def __init__(
+        self, *, topology: str = "paper-tcp25", profile_steps: int = 3, candidates: Sequence[str] = CANDIDATES
+    ) -> None:
         if profile_steps < 1:
             raise ValueError("the planner needs at least one profiled step")
         self.topology = topology
@@ -51,7 +53,9 @@ class Planner:
         seconds = {}
         for name in self.candidates:
             try:
-                seconds[name] = sum(float(build_scheme(name).time(sets, numel, topo)["seconds"].sum()) for sets in steps)
+                seconds[name] = sum(
+                    float(build_scheme(name).time(sets, numel, topo)["seconds"].sum()) for sets in steps
+                )
             except ValueError:
                 continue
         choice = min(seconds, key=seconds.get)
@@ -63,6 +67,13 @@ class Planner:
         closed = {"T_bp": t_bp(n, d, gamma, numel, bw), "T_allreduce": t_allreduce(n, numel, bw)}
         if n & (n - 1) == 0:
             closed["T_hc"] = t_hc(n, d, gamma, numel, bw)
-        self.decisions[tensor] = {"scheme": choice, "modelled_s": seconds, "density": d, "gamma": gammas,
-                                  "closed_forms_s": closed, "topology": self.topology, "profiled_steps": len(steps)}  # fmt: skip
+        self.decisions[tensor] = {
+            "scheme": choice,
+            "modelled_s": seconds,
+            "density": d,
+            "gamma": gammas,
+            "closed_forms_s": closed,
+            "topology": self.topology,
+            "profiled_steps": len(steps),
+        }
         return self.decisions[tensor]

@@ -14,10 +14,10 @@ import torch.distributed as dist
 from torch import nn
 
 from zen_analysis.comm import build_scheme
+from zen_analysis.sync.base import DenseAllReduce, GradSync
 from zen_analysis.wire.dtypes import on_wire
 from zen_analysis.wire.exchange import Exchange
 from zen_analysis.wire.rows import nonzero_rows, sparse_rows
-from zen_analysis.sync.base import DenseAllReduce, GradSync
 from zen_analysis.workload.model import input_embedding_name
 from zen_analysis.zen.sync import NodeGroups, zen_sum_hierarchical
 
@@ -188,8 +188,9 @@ class SparseSync(GradSync):
                 order = torch.argsort(u_rows)
                 u_rows, u_values = u_rows[order], u_values[order]
             # sorted and distinct: flagged coalesced, so the clip and the row update read it without a sort and copy
-            p.grad = torch.sparse_coo_tensor(u_rows.unsqueeze(0), u_values.to(grad.dtype) / world, grad.shape,
-                                             is_coalesced=True)  # fmt: skip
+            p.grad = torch.sparse_coo_tensor(
+                u_rows.unsqueeze(0), u_values.to(grad.dtype) / world, grad.shape, is_coalesced=True
+            )
             self.union_rows = u_rows
             return
         if rows is None:

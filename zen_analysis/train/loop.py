@@ -5,7 +5,8 @@ this loop. Each step: every rank runs its V virtual workers' micro-batches (grad
 records per-worker gradients on capture steps, ``sync.synchronize`` averages gradients across ranks, then the
 optimizer steps. Rank 0 writes the run's metrics, summary and trace manifest; every rank writes its own shards.
 
-Files (``data/runs/<run_id>/``): ``metrics.jsonl`` (one line per step: loss, lr, step, compute, sync, exchange and capture time),
+Files (``data/runs/<run_id>/``): ``metrics.jsonl`` (one line per step: loss, lr, step, compute, sync, exchange and
+capture time),
 ``summary.json`` (final numbers). Traces: ``data/traces/<run_id>/``.
 """
 
@@ -34,13 +35,13 @@ from zen_analysis.capture.traces import TraceWriter, write_manifest
 from zen_analysis.config import ExperimentConfig
 from zen_analysis.ranks import env
 from zen_analysis.ranks.env import RankInfo
+from zen_analysis.sync.base import GradSync
+from zen_analysis.train.optim import LazyRowAdamW, clip_grad_norm_by_rows, embedding_rows
+from zen_analysis.train.perturb import network_delay, network_seconds, spiked, straggler
+from zen_analysis.train.registry import build_sync
 from zen_analysis.workload.ctr import CTRData
 from zen_analysis.workload.data import TokenData, open_data, prepared_for_run
 from zen_analysis.workload.model import build_model, input_embedding_name, model_loss, to_device
-from zen_analysis.train.optim import LazyRowAdamW, clip_grad_norm_by_rows, embedding_rows
-from zen_analysis.train.perturb import network_delay, network_seconds, spiked, straggler
-from zen_analysis.sync.base import GradSync
-from zen_analysis.train.registry import build_sync
 
 
 def lr_at(cfg: ExperimentConfig, step: int) -> float:
@@ -193,8 +194,10 @@ def _setup(
     model.train()
     sync = sync or build_sync(cfg.sync, cfg.local_sgd)
     if cfg.perturb.bandwidth_gbps > 0:  # every cross-worker all-reduce of the sync also pays a slow link
-        sync.set_link(lambda nbytes: network_delay(cfg, nbytes, info.world_size),
-                      lambda nbytes: network_seconds(cfg, nbytes, info.world_size))  # fmt: skip
+        sync.set_link(
+            lambda nbytes: network_delay(cfg, nbytes, info.world_size),
+            lambda nbytes: network_seconds(cfg, nbytes, info.world_size),
+        )
     sync.attach(model)
     embedding = None
     if t.embedding_update == "lazy":  # the input embedding steps its touched rows alone (SparseAdam's semantics)
@@ -244,12 +247,26 @@ def _setup(
             f"{t.num_steps} steps on {info.device}"
         )
         if capture:
-            log(f"capturing every {cfg.capture.every} steps: "
-                + ", ".join(f"{n} ({i['kind']}, {i['numel']:,})" for n, i in capture.tensor_info().items()))
+            log(
+                f"capturing every {cfg.capture.every} steps: "
+                + ", ".join(f"{n} ({i['kind']}, {i['numel']:,})" for n, i in capture.tensor_info().items())
+            )
     metrics_f = open(run_dir / "metrics.jsonl", "w", buffering=1) if info.is_main else None
-    run = _Run(cfg=cfg, info=info, log=log, run_dir=run_dir, data=data, model=model, optimizer=optimizer,
-               row_optimizer=row_optimizer, embedding=embedding, num_params=num_params, capture=capture,
-               manifest=manifest, metrics_f=metrics_f)  # fmt: skip
+    run = _Run(
+        cfg=cfg,
+        info=info,
+        log=log,
+        run_dir=run_dir,
+        data=data,
+        model=model,
+        optimizer=optimizer,
+        row_optimizer=row_optimizer,
+        embedding=embedding,
+        num_params=num_params,
+        capture=capture,
+        manifest=manifest,
+        metrics_f=metrics_f,
+    )
     return run, sync
 
 
@@ -398,4 +415,3 @@ def _finish(run: _Run, sync: GradSync, *, loss: float, steps_done: int, t_start:
     elif capture and info.world_size > 1:
         dist.barrier()
     return summary
-

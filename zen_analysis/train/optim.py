@@ -58,7 +58,8 @@ class LazyRowAdamW(torch.optim.Optimizer):
     When every row is touched in every step, parameters and state are bit-identical to
     ``torch.optim.AdamW(..., foreach=False)`` with the same hyperparameters.
 
-    Gradients may be dense (rows found by one row-wise pass, :func:`~zen_analysis.wire.rows.row_mask`) or sparse COO from ``nn.Embedding(sparse=True)``
+    Gradients may be dense (rows found by one row-wise pass, :func:`~zen_analysis.wire.rows.row_mask`) or sparse COO
+    from ``nn.Embedding(sparse=True)``
     (coalesced; its indices are the rows). State per parameter, as AdamW's: ``step`` (a scalar float32 tensor on
     the CPU; float64 when that is torch's default dtype), ``exp_avg`` and ``exp_avg_sq`` (dense, V x D).
     """
@@ -180,7 +181,9 @@ def embedding_rows(grad: torch.Tensor, union_rows: torch.Tensor | None = None) -
 
 
 @torch.no_grad()
-def clip_grad_norm_by_rows(params: Iterable[torch.Tensor], max_norm: float, rows: dict[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+def clip_grad_norm_by_rows(
+    params: Iterable[torch.Tensor], max_norm: float, rows: dict[torch.Tensor, torch.Tensor]
+) -> torch.Tensor:
     """``torch.nn.utils.clip_grad_norm_`` (global L2 norm, coefficient ``max_norm / (norm + 1e-6)`` capped at 1)
     where the parameters in ``rows`` are read and scaled on those rows of their gradient alone (every other row
     is zero: it adds nothing to the norm and stays zero when scaled); a sparse gradient's values are scaled. Returns

@@ -11,9 +11,9 @@ import time
 
 import torch
 
-from zen_analysis.wire.exchange import ring_volume
 from zen_analysis.config import ExperimentConfig
 from zen_analysis.ranks.env import RankInfo
+from zen_analysis.wire.exchange import ring_volume
 
 
 def spike_step(p, step: int) -> bool:
@@ -22,7 +22,9 @@ def spike_step(p, step: int) -> bool:
     return step >= start and (step - start) % p.spike_every < p.spike_len
 
 
-def spiked(cfg: ExperimentConfig, info: RankInfo, step: int, x: torch.Tensor, y: torch.Tensor, vocab: int, micro: int = 0):
+def spiked(
+    cfg: ExperimentConfig, info: RankInfo, step: int, x: torch.Tensor, y: torch.Tensor, vocab: int, micro: int = 0
+):
     """``cfg.perturb.spikes``: rank ``spike_rank`` gets corrupted batches for ``spike_len`` steps every
     ``spike_every`` steps from ``spike_start``."""
     p = cfg.perturb

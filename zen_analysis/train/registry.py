@@ -10,9 +10,9 @@ from zen_analysis.config import LocalSGDSection, SyncConfig
 from zen_analysis.local_sgd import METHODS, LocalSGD, method_config
 from zen_analysis.sync.base import DenseAllReduce, GradSync
 from zen_analysis.sync.compressed import CompressedSync
+from zen_analysis.sync.planner import Planner
 from zen_analysis.sync.sparse import SparseSync
 from zen_analysis.zen.bitmap import set_cache_limit
-from zen_analysis.sync.planner import Planner
 
 SYNCS = {"allreduce": DenseAllReduce}
 """Dense syncs by name; every other scheme of the registry is a sparse one."""
@@ -30,16 +30,32 @@ def build_sync(cfg: SyncConfig, local_sgd=None) -> GradSync:
     if cfg.compress == "topk":
         if cfg.scheme not in (*SYNCS, *SPARSE_SCHEMES):
             raise ValueError(f"sync.scheme={cfg.scheme!r} is unknown; available: {sorted([*SYNCS, *SPARSE_SCHEMES])}")
-        return CompressedSync(cfg.scheme, ratio=cfg.topk_ratio, bucket_mb=cfg.bucket_mb, seed=cfg.hash_seed,
-                              overlap=cfg.overlap, wire_dtype=wire)  # fmt: skip
+        return CompressedSync(
+            cfg.scheme,
+            ratio=cfg.topk_ratio,
+            bucket_mb=cfg.bucket_mb,
+            seed=cfg.hash_seed,
+            overlap=cfg.overlap,
+            wire_dtype=wire,
+        )
     if cfg.scheme in SYNCS:
         return SYNCS[cfg.scheme](bucket_mb=cfg.bucket_mb, overlap=cfg.overlap, wire_dtype=wire)
     if cfg.scheme == "auto":
         planner = Planner(topology=cfg.planner_topology, profile_steps=cfg.planner_steps)
-        return SparseSync("auto", bucket_mb=cfg.bucket_mb, planner=planner, seed=cfg.hash_seed, overlap=cfg.overlap,
-                          wire_dtype=wire)  # fmt: skip
+        return SparseSync(
+            "auto", bucket_mb=cfg.bucket_mb, planner=planner, seed=cfg.hash_seed, overlap=cfg.overlap, wire_dtype=wire
+        )
     if cfg.scheme in SPARSE_SCHEMES:
-        return SparseSync(cfg.scheme, bucket_mb=cfg.bucket_mb, gpus_per_node=cfg.gpus_per_node, seed=cfg.hash_seed,
-                          granularity=cfg.granularity, row_source=cfg.row_source, overlap=cfg.overlap,
-                          wire_dtype=wire)  # fmt: skip
-    raise ValueError(f"sync.scheme={cfg.scheme!r} is unknown; available: {sorted([*SYNCS, *SPARSE_SCHEMES, 'auto', *METHODS])}")
+        return SparseSync(
+            cfg.scheme,
+            bucket_mb=cfg.bucket_mb,
+            gpus_per_node=cfg.gpus_per_node,
+            seed=cfg.hash_seed,
+            granularity=cfg.granularity,
+            row_source=cfg.row_source,
+            overlap=cfg.overlap,
+            wire_dtype=wire,
+        )
+    raise ValueError(
+        f"sync.scheme={cfg.scheme!r} is unknown; available: {sorted([*SYNCS, *SPARSE_SCHEMES, 'auto', *METHODS])}"
+    )

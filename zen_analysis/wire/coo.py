@@ -52,8 +52,9 @@ def pack_coo(idx_K: torch.Tensor, val_K: torch.Tensor, numel: int) -> torch.Tens
     return words.reshape(-1)
 
 
-def unpack_coo(words: torch.Tensor, numel: int, dtype: torch.dtype = torch.float32,
-               width: int = 0) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+def unpack_coo(
+    words: torch.Tensor, numel: int, dtype: torch.dtype = torch.float32, width: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(indices int64, values of ``dtype``) from :func:`pack_coo`'s buffer: values (K,) for elements (``width``
     0), (K, ``width``) for rows."""
     ib, vb = index_bytes(numel), value_bytes(dtype) * max(width, 1)

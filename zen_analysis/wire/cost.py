@@ -36,7 +36,8 @@ def phase_times(traffic: Traffic, topology: Topology) -> pd.DataFrame:
     links' bandwidths; the phase lasts as long as its slowest rank. Latency: a p2p call pays its peer link's
     alpha; an all_to_all call pays the largest alpha of its links once (its W - 1 messages are in flight
     together: per-message injection overhead is not modelled, which flatters all-to-all schemes at hundreds
-    of ranks); a ring all-reduce pays 2 (W - 1) sequential steps. A calibrated topology (fitted at one rank count) prices each
+    of ranks); a ring all-reduce pays 2 (W - 1) sequential steps. A calibrated topology (fitted at one rank count)
+    prices each
     primitive (all_to_all, p2p, all_reduce) with its own measured alpha per call and bandwidth.
     """
     topo = topology.for_ranks(traffic.world)
@@ -94,10 +95,18 @@ def phase_features(traffic: Traffic) -> pd.DataFrame:
     rows = []
     for phase, (numel, width) in traffic.ring_phases.items():
         steps = 2 * (W - 1)
-        rows.append({"phase": phase, "primitive": "all_reduce", "calls": steps, "bytes": steps * math.ceil(numel / W) * width})
+        rows.append(
+            {"phase": phase, "primitive": "all_reduce", "calls": steps, "bytes": steps * math.ceil(numel / W) * width}
+        )
     for phase, M in traffic.pairs.items():
-        rows.append({"phase": phase, "primitive": traffic.primitive.get(phase, "all_to_all"),
-                     "calls": traffic.calls.get(phase, 0), "bytes": int(np.maximum(M.sum(1), M.sum(0)).max(initial=0))})  # fmt: skip
+        rows.append(
+            {
+                "phase": phase,
+                "primitive": traffic.primitive.get(phase, "all_to_all"),
+                "calls": traffic.calls.get(phase, 0),
+                "bytes": int(np.maximum(M.sum(1), M.sum(0)).max(initial=0)),
+            }
+        )
     return pd.DataFrame(rows, columns=["phase", "primitive", "calls", "bytes"])
 
 

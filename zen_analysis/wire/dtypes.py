@@ -23,7 +23,16 @@ import zlib
 
 import torch
 
-SUPPORTED = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int8, torch.uint8)
+SUPPORTED = (
+    torch.float32,
+    torch.float64,
+    torch.float16,
+    torch.bfloat16,
+    torch.int64,
+    torch.int32,
+    torch.int8,
+    torch.uint8,
+)
 """The dtypes every scheme sums: those both gloo's and NCCL's all-reduce sum."""
 
 _HALF = (torch.float16, torch.bfloat16)
@@ -33,8 +42,10 @@ def check_dtype(dtype: torch.dtype, *, what: str = "the tensor") -> torch.dtype:
     """``dtype`` when a scheme can sum it; else ``TypeError`` listing the supported dtypes."""
     if dtype not in SUPPORTED:
         names = ", ".join(str(d).removeprefix("torch.") for d in SUPPORTED)
-        raise TypeError(f"{what} has dtype {str(dtype).removeprefix('torch.')}, which the schemes do not sum; "
-                        f"supported: {names} (convert it yourself if a conversion is what you mean)")  # fmt: skip
+        raise TypeError(
+            f"{what} has dtype {str(dtype).removeprefix('torch.')}, which the schemes do not sum; "
+            f"supported: {names} (convert it yourself if a conversion is what you mean)"
+        )
     return dtype
 
 
@@ -61,7 +72,16 @@ def dtype_code(dtype: torch.dtype) -> int:
 
 def dtype_of_code(code: int) -> str:
     """The dtype name :func:`dtype_code` gave ``code`` (for error messages), or the code itself."""
-    for d in (*SUPPORTED, torch.int16, torch.bool, torch.complex64, torch.complex128, torch.uint16, torch.uint32, torch.uint64):
+    for d in (
+        *SUPPORTED,
+        torch.int16,
+        torch.bool,
+        torch.complex64,
+        torch.complex128,
+        torch.uint16,
+        torch.uint32,
+        torch.uint64,
+    ):
         if dtype_code(d) == code:
             return str(d).removeprefix("torch.")
     return f"<dtype code {code}>"

@@ -46,8 +46,10 @@ def _agreement_error(names: list[str], table_WF: torch.Tensor, decode: dict) -> 
             parts.append(ranks)
     if not parts:
         return None
-    return ("the ranks disagree: " + "; ".join(parts) + ". Every rank must sum a tensor of the same numel and dtype "
-            "with the same scheme (and hash seed); no rank summed anything")
+    return (
+        "the ranks disagree: " + "; ".join(parts) + ". Every rank must sum a tensor of the same numel and dtype "
+        "with the same scheme (and hash seed); no rank summed anything"
+    )
 
 
 @dataclass
@@ -188,7 +190,12 @@ class Exchange:
         return recv[:, 0].contiguous()
 
     def all_to_all_v(
-        self, data_K: torch.Tensor, send_counts_W: torch.Tensor, recv_counts_W: torch.Tensor, *, reuse: str | None = None
+        self,
+        data_K: torch.Tensor,
+        send_counts_W: torch.Tensor,
+        recv_counts_W: torch.Tensor,
+        *,
+        reuse: str | None = None,
     ) -> torch.Tensor:
         """Rank j gets the next send_counts_W[j] entries of ``data_K`` (payload); counts known on both sides.
         ``reuse`` names a per-thread workspace (:mod:`zen_analysis.workspace`) to receive into: the result is
@@ -224,7 +231,9 @@ class Exchange:
             send = workspace.buffer(f"{reuse}.send", self.world * k, data_K.dtype, self.device).view(self.world, k)
             send.copy_(data_K.expand(self.world, k))
             send = send.view(-1)
-        return self.all_to_all_v(send, torch.full((self.world,), k, dtype=torch.int64, device="cpu"), counts_W, reuse=reuse)
+        return self.all_to_all_v(
+            send, torch.full((self.world,), k, dtype=torch.int64, device="cpu"), counts_W, reuse=reuse
+        )
 
     def sendrecv_count(self, count: int, peer: int) -> int:
         """Swap one count with ``peer`` (control traffic)."""
@@ -237,7 +246,12 @@ class Exchange:
     def send_count(self, count: int, peer: int) -> None:
         """One-way: send one count to ``peer`` (control traffic)."""
         t0 = self._start_pair(peer)
-        _p2p(self, torch.tensor([count], dtype=torch.int64, device="cpu"), torch.zeros(0, dtype=torch.int64, device="cpu"), peer)
+        _p2p(
+            self,
+            torch.tensor([count], dtype=torch.int64, device="cpu"),
+            torch.zeros(0, dtype=torch.int64, device="cpu"),
+            peer,
+        )
         self._count("control", COUNT_BYTES, 0, time.perf_counter() - t0)
 
     def recv_count(self, peer: int) -> int:
@@ -308,7 +322,7 @@ def push_to_owners(
     return u_idx, u_val
 
 
-def _p2p(ex: "Exchange", send: torch.Tensor, recv: torch.Tensor, peer: int) -> None:
+def _p2p(ex: Exchange, send: torch.Tensor, recv: torch.Tensor, peer: int) -> None:
     """Post a send and a receive with ``peer`` (global rank conversion for subgroups) and wait for both; on
     NCCL the buffers travel through the exchange's CUDA device and ``recv`` is filled in place."""
     gpeer = peer if ex.group is None else dist.get_global_rank(ex.group, peer)

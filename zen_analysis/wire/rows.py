@@ -55,8 +55,10 @@ def canonical_rows(rows_K: torch.Tensor, values_KD: torch.Tensor, num_rows: int)
     made a row set: sorted and distinct, duplicate rows summed in the dtype's accumulate dtype. Free of work when
     the rows are sorted and distinct already (one comparison pass)."""
     if values_KD.dim() != 2 or rows_K.dim() != 1 or rows_K.numel() != values_KD.shape[0]:
-        raise ValueError(f"rows must be 1-D with one row of values each: got rows {tuple(rows_K.shape)}, "
-                         f"values {tuple(values_KD.shape)}")  # fmt: skip
+        raise ValueError(
+            f"rows must be 1-D with one row of values each: got rows {tuple(rows_K.shape)}, "
+            f"values {tuple(values_KD.shape)}"
+        )
     if rows_K.dtype.is_floating_point or rows_K.dtype == torch.bool:
         raise ValueError(f"rows must be integer row indices, got dtype {rows_K.dtype}")
     rows_K = rows_K.to(torch.int64)

@@ -98,14 +98,32 @@ class Topology:
 
 PRESETS: dict[str, Topology] = {
     # V100 NVLink 2: ~25 GB/s per link direction between GPU pairs of a p3dn node
-    "paper-tcp25": Topology(name="paper-tcp25", gpus_per_node=8, intra_alpha_s=5e-6, intra_bandwidth=25e9,
-                            inter_alpha_s=30e-6, inter_bandwidth=25 * GBPS),
-    "paper-efa100": Topology(name="paper-efa100", gpus_per_node=8, intra_alpha_s=5e-6, intra_bandwidth=25e9,
-                             inter_alpha_s=15e-6, inter_bandwidth=100 * GBPS),
+    "paper-tcp25": Topology(
+        name="paper-tcp25",
+        gpus_per_node=8,
+        intra_alpha_s=5e-6,
+        intra_bandwidth=25e9,
+        inter_alpha_s=30e-6,
+        inter_bandwidth=25 * GBPS,
+    ),
+    "paper-efa100": Topology(
+        name="paper-efa100",
+        gpus_per_node=8,
+        intra_alpha_s=5e-6,
+        intra_bandwidth=25e9,
+        inter_alpha_s=15e-6,
+        inter_bandwidth=100 * GBPS,
+    ),
     # H200 SXM: NVLink 4, 900 GB/s bidirectional per GPU
-    "h200-node": Topology(name="h200-node", gpus_per_node=8, intra_alpha_s=5e-6, intra_bandwidth=450e9,
-                          inter_alpha_s=10e-6, inter_bandwidth=400 * GBPS),
-}  # fmt: skip
+    "h200-node": Topology(
+        name="h200-node",
+        gpus_per_node=8,
+        intra_alpha_s=5e-6,
+        intra_bandwidth=450e9,
+        inter_alpha_s=10e-6,
+        inter_bandwidth=400 * GBPS,
+    ),
+}
 
 
 def load(path) -> Topology | None:

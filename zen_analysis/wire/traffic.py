@@ -52,7 +52,11 @@ class Traffic:
         """Record each rank's own work: it scans ``numel`` dense elements for its non-zeros, encodes, decodes and
         sums the bytes it sends and receives, and writes the ``union`` non-zeros of the result."""
         moved = (self.sent() + self.received()).astype(np.float64)
-        self.work = {"scanned": np.full(self.world, float(numel)), "bytes": moved, "written": np.full(self.world, float(union))}
+        self.work = {
+            "scanned": np.full(self.world, float(numel)),
+            "bytes": moved,
+            "written": np.full(self.world, float(union)),
+        }
 
     def _call(self, phase: str, primitive: str, kind: str, ranks=None) -> None:
         self.calls[phase] += 1
@@ -144,14 +148,33 @@ class Traffic:
         parts = []
         ranks = np.arange(self.world)
         for phase, moved in self._ring_bytes.items():
-            parts.append(pd.DataFrame({"rank": ranks, "phase": phase, "kind": "payload", "bytes_sent": moved,
-                                       "bytes_received": moved, "calls": self.rank_calls[(phase, "payload")]}))  # fmt: skip
+            parts.append(
+                pd.DataFrame(
+                    {
+                        "rank": ranks,
+                        "phase": phase,
+                        "kind": "payload",
+                        "bytes_sent": moved,
+                        "bytes_received": moved,
+                        "calls": self.rank_calls[(phase, "payload")],
+                    }
+                )
+            )
         for (phase, kind), m in self.matrices.items():
             act = self.active[(phase, kind)]
             calls = self.rank_calls.get((phase, kind), np.zeros(self.world, dtype=np.int64))
-            parts.append(pd.DataFrame({"rank": ranks[act], "phase": phase, "kind": kind,
-                                       "bytes_sent": m.sum(1)[act], "bytes_received": m.sum(0)[act],
-                                       "calls": calls[act]}))  # fmt: skip
+            parts.append(
+                pd.DataFrame(
+                    {
+                        "rank": ranks[act],
+                        "phase": phase,
+                        "kind": kind,
+                        "bytes_sent": m.sum(1)[act],
+                        "bytes_received": m.sum(0)[act],
+                        "calls": calls[act],
+                    }
+                )
+            )
         if not parts:
             return pd.DataFrame(columns=COLUMNS)
         return pd.concat(parts, ignore_index=True).sort_values(["rank", "phase", "kind"], ignore_index=True)[COLUMNS]

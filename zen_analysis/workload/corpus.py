@@ -93,7 +93,9 @@ def _hub_texts(cfg: DataConfig) -> list[tuple[str, str]]:
             "or data.source=files with data.files=<your text files>."
         ) from exc
     if cfg.text_field not in ds.column_names:
-        raise ValueError(f"hub dataset has no column {cfg.text_field!r}; set data.text_field to one of {ds.column_names}")
+        raise ValueError(
+            f"hub dataset has no column {cfg.text_field!r}; set data.text_field to one of {ds.column_names}"
+        )
     return [(f"{cfg.hub_dataset}:{i}", t) for i, t in enumerate(ds[cfg.text_field]) if t]
 
 

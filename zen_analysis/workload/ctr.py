@@ -53,9 +53,33 @@ from zen_analysis.config import DataConfig
 from zen_analysis.workload.model import CTRInputs
 
 CRITEO_KAGGLE_CARDINALITIES = (
-    1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194,
-    27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572,
-)  # fmt: skip
+    1460,
+    583,
+    10131227,
+    2202608,
+    305,
+    24,
+    12517,
+    633,
+    3,
+    93145,
+    5683,
+    8351593,
+    3194,
+    27,
+    14992,
+    5461306,
+    10,
+    5652,
+    2173,
+    4,
+    7046547,
+    18,
+    15,
+    286181,
+    105,
+    142572,
+)
 """Distinct values of the categorical fields C1..C26 in the training set of Criteo's Kaggle Display Advertising
 Challenge (45,840,617 samples, no frequency threshold), as DLRM's Kaggle preprocessing counts them: 33,762,577 in
 all."""
@@ -90,9 +114,17 @@ def field_layout(cards_F: np.ndarray, order: str) -> np.ndarray:
 
 def params_of(cfg: DataConfig) -> dict:
     """What the generated files depend on (their cache key)."""
-    return {"source": cfg.source, "version": GENERATOR_VERSION, "rows": cfg.ctr_rows, "zipf": cfg.ctr_zipf,
-            "dense": cfg.ctr_dense, "train_samples": cfg.ctr_train_samples, "val_samples": cfg.ctr_val_samples,
-            "field_order": cfg.ctr_field_order, "seed": cfg.ctr_seed}  # fmt: skip
+    return {
+        "source": cfg.source,
+        "version": GENERATOR_VERSION,
+        "rows": cfg.ctr_rows,
+        "zipf": cfg.ctr_zipf,
+        "dense": cfg.ctr_dense,
+        "train_samples": cfg.ctr_train_samples,
+        "val_samples": cfg.ctr_val_samples,
+        "field_order": cfg.ctr_field_order,
+        "seed": cfg.ctr_seed,
+    }
 
 
 def data_dir_for(cfg: DataConfig) -> Path:
@@ -157,12 +189,19 @@ def _dense(cfg: DataConfig, split: str, n: int) -> np.ndarray:
     """(n, D) float32: log1p of heavy-tailed counts, floor(exp(mu_d + sigma_d z)), one (mu, sigma) per feature."""
     law = np.random.default_rng([cfg.ctr_seed, _STREAMS["dense_law"]])
     mu_D, sigma_D = law.uniform(0.0, 3.0, cfg.ctr_dense), law.uniform(0.5, 1.5, cfg.ctr_dense)
-    z_ND = np.random.default_rng([cfg.ctr_seed, _STREAMS["dense"], _SPLIT_IDS[split]]).standard_normal((n, cfg.ctr_dense))
+    z_ND = np.random.default_rng([cfg.ctr_seed, _STREAMS["dense"], _SPLIT_IDS[split]]).standard_normal(
+        (n, cfg.ctr_dense)
+    )
     return np.log1p(np.floor(np.exp(mu_D + sigma_D * z_ND))).astype(np.float32)
 
 
-def _teacher_parts(cfg: DataConfig, cards_F: np.ndarray, local_NF: np.ndarray, dense_ND: np.ndarray,
-                   dense_stats: tuple[np.ndarray, np.ndarray]) -> np.ndarray:  # fmt: skip
+def _teacher_parts(
+    cfg: DataConfig,
+    cards_F: np.ndarray,
+    local_NF: np.ndarray,
+    dense_ND: np.ndarray,
+    dense_stats: tuple[np.ndarray, np.ndarray],
+) -> np.ndarray:
     """(3, N) float64: the teacher's unscaled logit parts per sample (ids' weights, pairwise interactions, dense),
     from the Zipf ranks ``local_NF`` (Criteo field order) before any renumbering; its parameters come from the seed."""
     n = local_NF.shape[0]
@@ -196,8 +235,9 @@ def generate(cfg: DataConfig, *, progress: bool = False) -> tuple[dict[str, dict
     for split, n in sizes.items():
         local[split] = np.empty((n, len(cards_F)), dtype=np.int64)
         for f, card in enumerate(tqdm(cards_F, desc=f"ctr {split} ids", disable=not progress, leave=False)):
-            local[split][:, f] = _zipf_ids(np.random.default_rng([cfg.ctr_seed, _STREAMS["ids"], _SPLIT_IDS[split], f]),
-                                           n, int(card), cfg.ctr_zipf)  # fmt: skip
+            local[split][:, f] = _zipf_ids(
+                np.random.default_rng([cfg.ctr_seed, _STREAMS["ids"], _SPLIT_IDS[split], f]), n, int(card), cfg.ctr_zipf
+            )
     dense = {split: _dense(cfg, split, n) for split, n in sizes.items()}
     stats = (dense["train"].mean(0, dtype=np.float64), dense["train"].std(0, dtype=np.float64) + 1e-12)
     parts = {split: _teacher_parts(cfg, cards_F, local[split], dense[split], stats) for split in sizes}
@@ -208,13 +248,18 @@ def generate(cfg: DataConfig, *, progress: bool = False) -> tuple[dict[str, dict
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if np.mean(1 / (1 + np.exp(-(logits["train"] + mid)))) < POSITIVE_RATE else (lo, mid)
     prob = {split: 1 / (1 + np.exp(-(z + (lo + hi) / 2))) for split, z in logits.items()}
-    draws = {s: np.random.default_rng([cfg.ctr_seed, _STREAMS["labels"], _SPLIT_IDS[s]]).random(len(p)) for s, p in prob.items()}
+    draws = {
+        s: np.random.default_rng([cfg.ctr_seed, _STREAMS["labels"], _SPLIT_IDS[s]]).random(len(p))
+        for s, p in prob.items()
+    }
     labels = {s: (draws[s] < p).astype(np.uint8) for s, p in prob.items()}
     # renumber each field's values by descending training frequency (ties by Zipf rank), then lay the fields out
     order_F = field_layout(cards_F, cfg.ctr_field_order)
     offsets_F = np.concatenate([[0], np.cumsum(cards_F[order_F])[:-1]])
-    out = {split: {"ids": np.empty((n, len(cards_F)), dtype=np.int32), "dense": dense[split], "labels": labels[split]}
-           for split, n in sizes.items()}  # fmt: skip
+    out = {
+        split: {"ids": np.empty((n, len(cards_F)), dtype=np.int32), "dense": dense[split], "labels": labels[split]}
+        for split, n in sizes.items()
+    }
     for col, f in enumerate(order_F):
         counts_C = np.bincount(local["train"][:, f], minlength=cards_F[f])
         new_of_old_C = np.empty(cards_F[f], dtype=np.int64)
@@ -283,7 +328,7 @@ class CTRData:
         self._splits = {
             split: tuple(np.load(prepared.data_dir / split / f"{name}.npy", mmap_mode="r") for name in _FILES)
             for split in _SPLIT_IDS
-        }  # fmt: skip
+        }
 
     @property
     def input_dims(self) -> dict[str, int]:

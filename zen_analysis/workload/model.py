@@ -49,7 +49,9 @@ class LSTMLanguageModel(nn.Module):
         self.lstm = nn.LSTM(hidden_size, hidden_size, num_layers=num_layers, batch_first=True, dropout=dropout)
         nn.init.normal_(self.embed.weight, std=0.02)
         if adaptive_cutoffs:
-            self.adaptive_head = nn.AdaptiveLogSoftmaxWithLoss(hidden_size, vocab_size, list(adaptive_cutoffs), div_value=4.0)
+            self.adaptive_head = nn.AdaptiveLogSoftmaxWithLoss(
+                hidden_size, vocab_size, list(adaptive_cutoffs), div_value=4.0
+            )
             self.lm_head = None
         else:
             self.adaptive_head = None
@@ -90,8 +92,16 @@ class DeepFM(nn.Module):
     the DNN; they have no second-order vectors.
     """
 
-    def __init__(self, *, num_rows: int, num_fields: int, num_dense: int, dim: int, mlp_sizes: tuple[int, ...],
-                 dropout: float = 0.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        num_rows: int,
+        num_fields: int,
+        num_dense: int,
+        dim: int,
+        mlp_sizes: tuple[int, ...],
+        dropout: float = 0.0,
+    ) -> None:
         super().__init__()
         self.dim = dim
         self.embed = nn.Embedding(num_rows, dim + 1)
@@ -246,9 +256,17 @@ def build_model(
     known; ``vocab_size`` is then the rows of its table."""
     if cfg.arch == "deepfm":
         if num_fields < 1 or num_dense < 1:
-            raise ValueError("model.arch=deepfm needs num_fields and num_dense from its data (data.source=criteo-synth)")
-        model = DeepFM(num_rows=vocab_size, num_fields=num_fields, num_dense=num_dense, dim=cfg.hidden_size,
-                       mlp_sizes=tuple(cfg.mlp_sizes), dropout=cfg.dropout)  # fmt: skip
+            raise ValueError(
+                "model.arch=deepfm needs num_fields and num_dense from its data (data.source=criteo-synth)"
+            )
+        model = DeepFM(
+            num_rows=vocab_size,
+            num_fields=num_fields,
+            num_dense=num_dense,
+            dim=cfg.hidden_size,
+            mlp_sizes=tuple(cfg.mlp_sizes),
+            dropout=cfg.dropout,
+        )
         model.embed.sparse = cfg.sparse_embedding
         return model
     if cfg.arch == "lstm":
@@ -280,7 +298,8 @@ def model_loss(model: nn.Module, inputs, targets: torch.Tensor) -> torch.Tensor:
 
 
 def to_device(inputs, device: torch.device):
-    """``inputs`` on ``device``: a tensor (token ids), or a NamedTuple of tensors (:class:`CTRInputs`) field by field."""
+    """``inputs`` on ``device``: a tensor (token ids), or a NamedTuple of tensors (:class:`CTRInputs`) field by
+    field."""
     if isinstance(inputs, torch.Tensor):
         return inputs.to(device)
     return type(inputs)(*(t.to(device) for t in inputs))

@@ -175,8 +175,9 @@ class StaticSets:
             for p in range(self.num_partitions):
                 for lo in range(self.starts[p], self.starts[p + 1], _CHUNK):  # int64 temporaries of a chunk
                     hi = min(self.starts[p + 1], lo + _CHUNK)
-                    rank[self.order[lo:hi].long()] = torch.arange(lo - self.starts[p], hi - self.starts[p],
-                                                                  dtype=rank.dtype, device=rank.device)  # fmt: skip
+                    rank[self.order[lo:hi].long()] = torch.arange(
+                        lo - self.starts[p], hi - self.starts[p], dtype=rank.dtype, device=rank.device
+                    )
             self._rank_of = rank
             if _evict():
                 release_freed_memory()
@@ -313,7 +314,9 @@ def hash_partition_sizes(numel: int, num_partitions: int, seed: int) -> tuple[in
     numel, num_partitions = _check_sizes(numel, num_partitions)
     counts = torch.zeros(num_partitions, dtype=torch.int64)
     for lo in range(0, numel, _CHUNK):
-        counts += torch.bincount(_owners(lo, min(numel, lo + _CHUNK), num_partitions, seed, numel), minlength=num_partitions)
+        counts += torch.bincount(
+            _owners(lo, min(numel, lo + _CHUNK), num_partitions, seed, numel), minlength=num_partitions
+        )
     return tuple(counts.tolist())
 
 

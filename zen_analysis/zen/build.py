@@ -95,9 +95,13 @@ def _compile(compiler: str, target: Path) -> Path:
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(fd)
     try:
-        proc = subprocess.run([compiler, *FLAGS, *map(str, SOURCES), "-o", tmp], capture_output=True, text=True, check=False)
+        proc = subprocess.run(
+            [compiler, *FLAGS, *map(str, SOURCES), "-o", tmp], capture_output=True, text=True, check=False
+        )
         if proc.returncode != 0:
-            raise RuntimeError(f"{compiler} failed to build {', '.join(s.name for s in SOURCES)}:\n{proc.stderr[-2000:]}")
+            raise RuntimeError(
+                f"{compiler} failed to build {', '.join(s.name for s in SOURCES)}:\n{proc.stderr[-2000:]}"
+            )
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):

@@ -88,14 +88,22 @@ def hierarchical_hash(
     builds, else torch. Both place every index in its h0 partition; slot order (and so the order inside a
     partition, and which indices reach the serial region) may differ.
     """
-    return _hierarchical_hash(check_indices(indices_K), num_partitions, seed=seed, k=k, r1=r1, r2=r2,
-                              level2_seed=level2_seed, backend=backend)  # fmt: skip
+    return _hierarchical_hash(
+        check_indices(indices_K), num_partitions, seed=seed, k=k, r1=r1, r2=r2, level2_seed=level2_seed, backend=backend
+    )
 
 
 def _hierarchical_hash(
-    idx_K: torch.Tensor, num_partitions: int, *, seed: int, k: int = 3, r1: int | None = None,
-    r2: int | None = None, level2_seed: int | None = None, backend: str = "auto",
-) -> Buckets:  # fmt: skip
+    idx_K: torch.Tensor,
+    num_partitions: int,
+    *,
+    seed: int,
+    k: int = 3,
+    r1: int | None = None,
+    r2: int | None = None,
+    level2_seed: int | None = None,
+    backend: str = "auto",
+) -> Buckets:
     """:func:`hierarchical_hash` on int64 indices the caller has checked (Zen's own push: positions from
     ``nonzero``)."""
     if num_partitions < 1 or k < 0:
@@ -112,7 +120,9 @@ def _hierarchical_hash(
 
         if native.available():
             l2 = None if level2_seed is None else _level2_seed(level2_seed, 0)
-            pos, counts, serial, overflows = native.hierarchical_hash(idx_K, n, seed=seed, k=k, par=par, ser=ser, level2_seed=l2)
+            pos, counts, serial, overflows = native.hierarchical_hash(
+                idx_K, n, seed=seed, k=k, par=par, ser=ser, level2_seed=l2
+            )
             return Buckets(pos, counts, serial, overflows)
         if backend == "native":
             raise RuntimeError(f"hierarchical_hash: the native kernel is unavailable: {native.unavailable_reason()}")

@@ -102,8 +102,17 @@ def _ranges(total: int, parts: int) -> list[tuple[int, int]]:
     return [(lo, min(total, lo + step)) for lo in range(0, total, step)]
 
 
-def hierarchical_hash(idx_K: torch.Tensor, n: int, *, seed: int, k: int, par: int, ser: int,
-                      level2_seed: int | None, threads: int | None = None) -> tuple[torch.Tensor, torch.Tensor, int, int]:  # fmt: skip
+def hierarchical_hash(
+    idx_K: torch.Tensor,
+    n: int,
+    *,
+    seed: int,
+    k: int,
+    par: int,
+    ser: int,
+    level2_seed: int | None,
+    threads: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, int, int]:
     """Algorithm 1 on CPU int64 ``idx_K`` (K < 2**31) with ``par`` parallel and ``ser`` serial slots per partition;
     returns (positions_K grouped by partition, counts_n, indices sent to serial regions, partitions that
     overflowed their serial region). ``level2_seed`` is already mixed (``hierarchical._level2_seed``)."""
@@ -121,9 +130,25 @@ def hierarchical_hash(idx_K: torch.Tensor, n: int, *, seed: int, k: int, par: in
 
     def place(c: int) -> int:
         lo, hi = chunks[c]
-        return lib.zen_place(idx_K.data_ptr(), lo, hi, n, shift, seed & 0xFFFFFFFF, level2_seed is not None,
-                             (level2_seed or 0) & 0xFFFFFFFF, k, par, ser, memory.data_ptr(), counts[c].data_ptr(),
-                             serial_fill.data_ptr(), overflow.data_ptr(), overflow_len.data_ptr(), len(chunks) > 1)  # fmt: skip
+        return lib.zen_place(
+            idx_K.data_ptr(),
+            lo,
+            hi,
+            n,
+            shift,
+            seed & 0xFFFFFFFF,
+            level2_seed is not None,
+            (level2_seed or 0) & 0xFFFFFFFF,
+            k,
+            par,
+            ser,
+            memory.data_ptr(),
+            counts[c].data_ptr(),
+            serial_fill.data_ptr(),
+            overflow.data_ptr(),
+            overflow_len.data_ptr(),
+            len(chunks) > 1,
+        )
 
     def run(fn, count: int) -> list:
         if count <= 1 or threads == 1:
@@ -140,7 +165,9 @@ def hierarchical_hash(idx_K: torch.Tensor, n: int, *, seed: int, k: int, par: in
 
         part = owner(idx_K[overflow.long()], n, seed)
         overflow = overflow[torch.argsort(part, stable=True)].contiguous()
-        overflow_offsets = torch.cat([torch.zeros(1, dtype=torch.long, device="cpu"), torch.cumsum(torch.bincount(part, minlength=n), 0)])
+        overflow_offsets = torch.cat(
+            [torch.zeros(1, dtype=torch.long, device="cpu"), torch.cumsum(torch.bincount(part, minlength=n), 0)]
+        )
     else:
         overflow_offsets = torch.zeros(n + 1, dtype=torch.long, device="cpu")
     offsets = torch.cat([torch.zeros(1, dtype=torch.long, device="cpu"), torch.cumsum(counts_n, 0)])  # n + 1 bounds
@@ -149,8 +176,18 @@ def hierarchical_hash(idx_K: torch.Tensor, n: int, *, seed: int, k: int, par: in
 
     def compact(c: int) -> None:
         lo, hi = groups[c]
-        lib.zen_compact(memory.data_ptr(), lo, hi, par, ser, serial_fill.data_ptr(), overflow.data_ptr(),
-                        overflow_offsets.data_ptr(), offsets.data_ptr(), out.data_ptr())  # fmt: skip
+        lib.zen_compact(
+            memory.data_ptr(),
+            lo,
+            hi,
+            par,
+            ser,
+            serial_fill.data_ptr(),
+            overflow.data_ptr(),
+            overflow_offsets.data_ptr(),
+            offsets.data_ptr(),
+            out.data_ptr(),
+        )
 
     run(compact, len(groups))
     return out, counts_n, int(serial), int((serial_fill > ser).sum())
@@ -160,7 +197,9 @@ def warn_fallback() -> None:
     """One warning per process when ``backend="auto"`` falls back to torch rounds."""
     if not getattr(warn_fallback, "done", False):
         warn_fallback.done = True
-        warnings.warn(f"hierarchical_hash: native kernel unavailable ({unavailable_reason()}); using torch rounds", stacklevel=3)
+        warnings.warn(
+            f"hierarchical_hash: native kernel unavailable ({unavailable_reason()}); using torch rounds", stacklevel=3
+        )
 
 
 # ---- the hash bitmap's loops (CPU tensors; every size is checked here, the C code trusts it)
@@ -198,8 +237,15 @@ def _check_bounds(starts: torch.Tensor, total: int) -> None:
         raise ValueError(f"bounds must rise from 0 to {total}")
 
 
-def decode_scatter(bits_B: torch.Tensor, byte_starts: torch.Tensor, starts: torch.Tensor, order: torch.Tensor,
-                   values: torch.Tensor, counts: torch.Tensor, out_N: torch.Tensor) -> None:  # fmt: skip
+def decode_scatter(
+    bits_B: torch.Tensor,
+    byte_starts: torch.Tensor,
+    starts: torch.Tensor,
+    order: torch.Tensor,
+    values: torch.Tensor,
+    counts: torch.Tensor,
+    out_N: torch.Tensor,
+) -> None:
     """``out_N[S_p[t]] = next value`` for every set bit t of every partition p, in one pass over the bitmaps.
     ``counts`` are the partitions' set bits (:func:`popcounts`); ``values`` must hold exactly their sum."""
     _cpu(bits_B, torch.uint8, "the bitmaps")
@@ -219,8 +265,17 @@ def decode_scatter(bits_B: torch.Tensor, byte_starts: torch.Tensor, starts: torc
         raise ValueError("each partition's bitmap must have (|S_p| + 7) // 8 bytes")
     _check_padding(bits_B, byte_starts, sizes)
     fn = _lib().zen_decode_scatter_i32 if order.dtype == torch.int32 else _lib().zen_decode_scatter_i64
-    used = fn(bits_B.data_ptr(), byte_starts.data_ptr(), starts.data_ptr(), starts.numel() - 1, order.data_ptr(),
-              values.data_ptr(), values.numel(), out_N.data_ptr(), out_N.numel())  # fmt: skip
+    used = fn(
+        bits_B.data_ptr(),
+        byte_starts.data_ptr(),
+        starts.data_ptr(),
+        starts.numel() - 1,
+        order.data_ptr(),
+        values.data_ptr(),
+        values.numel(),
+        out_N.data_ptr(),
+        out_N.numel(),
+    )
     if used != values.numel():
         raise ValueError("the bitmaps' set bits do not match the values, or the sets point outside the output")
 
@@ -255,7 +310,9 @@ def extract(x_N: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     raise AssertionError("extract: the workspace was sized by the count")
 
 
-def extract_pack(x_N: torch.Tensor, n: int, seed: int, sets, *, reuse: str = "zen.push.send") -> tuple[torch.Tensor, torch.Tensor]:
+def extract_pack(
+    x_N: torch.Tensor, n: int, seed: int, sets, *, reuse: str = "zen.push.send"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The push message of the flat float32 CPU ``x_N``, built in one pass: (int32 words, two
     per non-zero: its position in S_p and its value bits, grouped by server h0(idx) mod n and ascending inside a
     group; entries per server). ``sets`` is the ``zen.bitmap.StaticSets`` of (x_N.numel(), n, seed) (read by its
@@ -267,8 +324,10 @@ def extract_pack(x_N: torch.Tensor, n: int, seed: int, sets, *, reuse: str = "ze
     if not 1 <= n < 2**31:
         raise ValueError(f"1 <= n < 2**31 servers, got {n}")
     if sets.num_partitions != n or sets.seed & 0xFFFFFFFF != seed & 0xFFFFFFFF or sets.numel != x_N.numel():
-        raise ValueError(f"the static sets are of (numel {sets.numel}, n {sets.num_partitions}, seed {sets.seed}), "
-                         f"the push of (numel {x_N.numel()}, n {n}, seed {seed})")  # fmt: skip
+        raise ValueError(
+            f"the static sets are of (numel {sets.numel}, n {sets.num_partitions}, seed {sets.seed}), "
+            f"the push of (numel {x_N.numel()}, n {n}, seed {seed})"
+        )
     rank_of = sets.rank_of
     _cpu(rank_of, torch.int32, "rank_of")
     if rank_of.numel() != x_N.numel():
@@ -279,8 +338,17 @@ def extract_pack(x_N: torch.Tensor, n: int, seed: int, sets, *, reuse: str = "ze
     for _ in range(2):
         tmp = workspace.buffer(f"{reuse}.tmp", 3 * cap, torch.int32, "cpu")
         words = workspace.buffer(reuse, 2 * cap, torch.int32, "cpu")
-        k = lib.zen_extract_pack(x_N.data_ptr(), numel, n, seed & 0xFFFFFFFF, rank_of.data_ptr(), tmp.data_ptr() if cap else None,
-                                 counts.data_ptr(), words.data_ptr() if cap else None, cap)  # fmt: skip
+        k = lib.zen_extract_pack(
+            x_N.data_ptr(),
+            numel,
+            n,
+            seed & 0xFFFFFFFF,
+            rank_of.data_ptr(),
+            tmp.data_ptr() if cap else None,
+            counts.data_ptr(),
+            words.data_ptr() if cap else None,
+            cap,
+        )
         if k >= 0:
             if cap > 4 * k + (1 << 20):  # much too large: the next call gets buffers sized by this one
                 workspace.buffer(f"{reuse}.tmp", 3 * k, torch.int32, "cpu")
@@ -309,12 +377,16 @@ def accumulate_packed(words: torch.Tensor, set_size: int, bits_B: torch.Tensor, 
     _cpu(acc, torch.float32, "the accumulator")
     if words.numel() % 2 or acc.numel() != set_size or bits_B.numel() != (set_size + 7) // 8:
         raise ValueError("two words per entry, and the buffers must fit the set")
-    if _lib().zen_accumulate_packed(words.data_ptr(), words.numel() // 2, set_size, bits_B.data_ptr(), acc.data_ptr()) != 0:
+    if (
+        _lib().zen_accumulate_packed(words.data_ptr(), words.numel() // 2, set_size, bits_B.data_ptr(), acc.data_ptr())
+        != 0
+    ):
         raise ValueError(f"a received position is outside this server's hash set of {set_size}")
 
 
-def aggregate_sorted(words: torch.Tensor, counts_W: torch.Tensor, set_size: int, *,
-                     reuse: str | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:  # fmt: skip
+def aggregate_sorted(
+    words: torch.Tensor, counts_W: torch.Tensor, set_size: int, *, reuse: str | None = None
+) -> tuple[torch.Tensor, torch.Tensor] | None:
     """Server p's aggregate of received packed (position, value) entries, ``counts_W[s]`` from sender s, as (hash
     bitmap over S_p, summed values in bit order) — when each sender's positions ascend (what :func:`extract_pack`
     sends), merged block by block with no |S_p|-sized buffer; None if a sender's positions do not ascend.
@@ -331,8 +403,15 @@ def aggregate_sorted(words: torch.Tensor, counts_W: torch.Tensor, set_size: int,
         bits = workspace.buffer(f"{reuse}.bits", (set_size + 7) // 8, torch.uint8, "cpu").zero_()
         values = workspace.buffer(f"{reuse}.values", words.numel() // 2, torch.float32, "cpu")
     cursor = torch.empty(counts_W.numel(), dtype=torch.int64, device="cpu")
-    j = _lib().zen_aggregate_sorted(words.data_ptr(), offs.data_ptr(), counts_W.numel(), set_size, bits.data_ptr(),
-                                    values.data_ptr(), cursor.data_ptr())  # fmt: skip
+    j = _lib().zen_aggregate_sorted(
+        words.data_ptr(),
+        offs.data_ptr(),
+        counts_W.numel(),
+        set_size,
+        bits.data_ptr(),
+        values.data_ptr(),
+        cursor.data_ptr(),
+    )
     if j == -1:
         raise ValueError(f"a received position is outside this server's hash set of {set_size}")
     if j == -2:

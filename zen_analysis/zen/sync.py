@@ -43,8 +43,8 @@ from __future__ import annotations
 import torch
 
 from zen_analysis import workspace
-from zen_analysis.wire.dtypes import accumulate_dtype
 from zen_analysis.wire.coo import coo_words, pack_coo, sum_by_index, unpack_coo
+from zen_analysis.wire.dtypes import accumulate_dtype
 from zen_analysis.wire.exchange import Exchange
 from zen_analysis.zen import native
 from zen_analysis.zen.bitmap import StaticSets, bits_at, popcounts, set_positions, static_sets
@@ -70,13 +70,15 @@ def _extract(x_N: torch.Tensor, ex: Exchange) -> tuple[torch.Tensor, torch.Tenso
         return idx_K, x_N[idx_K]
 
 
-def _push_message(x_N: torch.Tensor, ex: Exchange, sets: StaticSets, *, seed: int, hashing: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _push_message(
+    x_N: torch.Tensor, ex: Exchange, sets: StaticSets, *, seed: int, hashing: str
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(packed push buffer, entries per server): this rank's non-zeros grouped by server, each entry the index's
     position in its S_p and the value (the server needs no global index: the position is its bitmap bit)."""
     if hashing not in HASHINGS:
         raise ValueError(f"hashing must be one of {HASHINGS}, got {hashing!r}")
     if hashing in ("auto", "argsort") and _kernel(x_N):
-        sets.rank_of  # the position table, built on first use outside the timed pass below
+        _ = sets.rank_of  # the position table, built on first use outside the timed pass below
         with ex.local("extract+pack"):  # one compiled pass: find, hash, position and group every non-zero
             return native.extract_pack(x_N, ex.world, seed, sets, reuse="zen.push.send")
     idx_K, val_K = _extract(x_N, ex)
@@ -90,8 +92,9 @@ def _push_message(x_N: torch.Tensor, ex: Exchange, sets: StaticSets, *, seed: in
         return words, buckets.counts_n.to(torch.int64).cpu()
 
 
-def push(x_N: torch.Tensor, ex: Exchange, *, seed: int, hashing: str = "auto",
-         wire: torch.dtype | None = None) -> tuple[StaticSets, torch.Tensor, torch.Tensor]:  # fmt: skip
+def push(
+    x_N: torch.Tensor, ex: Exchange, *, seed: int, hashing: str = "auto", wire: torch.dtype | None = None
+) -> tuple[StaticSets, torch.Tensor, torch.Tensor]:
     """The push: this rank's non-zeros to their servers (counts, then one packed ``all_to_all_single``); returns
     the static sets, what this rank received as server (packed position / value words, not yet summed; a view of
     this thread's ``zen.push.recv`` workspace, valid until its next push) and how many entries came from each
@@ -116,8 +119,14 @@ def push(x_N: torch.Tensor, ex: Exchange, *, seed: int, hashing: str = "auto",
     return sets, got, recv_W
 
 
-def aggregate_encode(got: torch.Tensor, sets: StaticSets, p: int, recv_W: torch.Tensor | None = None, *,
-                     dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+def aggregate_encode(
+    got: torch.Tensor,
+    sets: StaticSets,
+    p: int,
+    recv_W: torch.Tensor | None = None,
+    *,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Server p's aggregate of the received packed entries, hash-bitmap encoded: (bitmap over S_p, summed values
     of its set bits in S_p order). Positions index S_p directly: no search. On the CPU, when every sender's
     positions ascend (``recv_W``: entries per sender; the CPU push sends them so), one compiled merge sums them
@@ -152,8 +161,15 @@ def aggregate_encode(got: torch.Tensor, sets: StaticSets, p: int, recv_W: torch.
     return bits_at(pos_u, nbytes), acc[pos_u].to(dtype)
 
 
-def pull(bitmap: torch.Tensor, values: torch.Tensor, ex: Exchange, sets: StaticSets, out_N: torch.Tensor, *,
-         wire: torch.dtype | None = None) -> torch.Tensor:  # fmt: skip
+def pull(
+    bitmap: torch.Tensor,
+    values: torch.Tensor,
+    ex: Exchange,
+    sets: StaticSets,
+    out_N: torch.Tensor,
+    *,
+    wire: torch.dtype | None = None,
+) -> torch.Tensor:
     """Every server's hash bitmap and values all-gathered, each value written where its bit points in ``out_N``.
     Only the union's positions are written: ``out_N`` is the input, whose other positions are zero already (its
     own non-zeros were pushed, so they are in the union), so no pass zeroes the dense tensor. ``wire``: the values
@@ -189,8 +205,9 @@ def _indices_of_bits(all_bits: torch.Tensor, sets: StaticSets) -> torch.Tensor:
     return sets.order[sets.starts_t[part] + bit_B - 8 * sets.byte_starts_t[part]].long()
 
 
-def zen_sum_rows(rows_K: torch.Tensor, values_KD: torch.Tensor, num_rows: int, ex: Exchange, *,
-                 seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+def zen_sum_rows(
+    rows_K: torch.Tensor, values_KD: torch.Tensor, num_rows: int, ex: Exchange, *, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Zen by rows (:mod:`zen_analysis.wire.rows`): the index space is the ``num_rows`` rows of a table and every
     entry a row of D values. Push: each of this rank's rows (sorted, distinct) to its server h0(row) mod n as its
     position in S_p and its D values (counts, then one ``all_to_all_single``); each server sums its rows (sorted
@@ -255,7 +272,9 @@ def zen_sum(x_N: torch.Tensor, ex: Exchange, *, seed: int = 0, hashing: str = "a
     return _zen_sum(x_N, ex, seed=seed, hashing=hashing)
 
 
-def _zen_sum(x_N: torch.Tensor, ex: Exchange, *, seed: int, hashing: str, wire: torch.dtype | None = None) -> torch.Tensor:
+def _zen_sum(
+    x_N: torch.Tensor, ex: Exchange, *, seed: int, hashing: str, wire: torch.dtype | None = None
+) -> torch.Tensor:
     sets, got, recv_W = push(x_N, ex, seed=seed, hashing=hashing, wire=wire)
     with ex.local("aggregate"):
         bitmap, values = aggregate_encode(got, sets, ex.rank, _sorted_counts(x_N, recv_W), dtype=x_N.dtype)
@@ -293,9 +312,14 @@ loopback costs more than the inter-node traffic it saves); ``auto``, dense on CU
 
 
 def zen_sum_hierarchical(
-    x_N: torch.Tensor, groups: NodeGroups, *, seed: int = 0, hashing: str = "auto", exchanges: list | None = None,
+    x_N: torch.Tensor,
+    groups: NodeGroups,
+    *,
+    seed: int = 0,
+    hashing: str = "auto",
+    exchanges: list | None = None,
     node_sum: str = "auto",
-) -> torch.Tensor:  # fmt: skip
+) -> torch.Tensor:
     """Sum over all ranks for several GPUs per node (digest section 4.7), in place like :func:`zen_sum`: the
     node's sum split over its ranks, Zen across nodes among the ranks holding the same part, and the parts
     gathered inside the node. ``node_sum`` (:data:`NODE_SUMS`) says how the node splits and gathers: ``dense``, a
@@ -327,7 +351,9 @@ def zen_sum_hierarchical(
         return x_N.copy_(intra.all_gather_v(chunk, torch.tensor(sizes, dtype=torch.int64)))
 
 
-def _hierarchical_sparse(x_N: torch.Tensor, groups: NodeGroups, *, seed: int, hashing: str, exchanges: list | None) -> torch.Tensor:
+def _hierarchical_sparse(
+    x_N: torch.Tensor, groups: NodeGroups, *, seed: int, hashing: str, exchanges: list | None
+) -> torch.Tensor:
     intra = Exchange(groups.intra)
     inter = Exchange(groups.inter) if groups.num_nodes > 1 else None
     if exchanges is not None:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import torch
 
-from zen_analysis.wire.dtypes import accumulate_dtype
-from zen_analysis.wire.coo import coo_words, index_bytes, pack_coo, sum_by_index, unpack_coo
-from zen_analysis.wire.exchange import Exchange
 from zen_analysis.comm.schemes.base import CommScheme, coo_of
+from zen_analysis.wire.coo import coo_words, index_bytes, pack_coo, sum_by_index, unpack_coo
+from zen_analysis.wire.dtypes import accumulate_dtype
+from zen_analysis.wire.exchange import Exchange
 from zen_analysis.wire.traffic import Traffic
 
 
@@ -38,7 +38,9 @@ class AGSparse(CommScheme):
         x_N.index_fill_(0, idx_K, 0.0)
         x_N.index_add_(0, all_idx.to(x_N.device), all_val.to(x_N.device))
 
-    def _sum_rows(self, rows_K: torch.Tensor, values_KD: torch.Tensor, num_rows: int, ex: Exchange) -> tuple[torch.Tensor, torch.Tensor]:
+    def _sum_rows(
+        self, rows_K: torch.Tensor, values_KD: torch.Tensor, num_rows: int, ex: Exchange
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         R, D = num_rows, values_KD.shape[1]
         with ex.phase("allgather"):
             counts_W = ex.all_gather_counts(rows_K.numel())

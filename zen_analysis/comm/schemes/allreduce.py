@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import torch
 
+from zen_analysis.comm.schemes.base import CommScheme
 from zen_analysis.wire.exchange import Exchange
 from zen_analysis.wire.rows import nonzero_rows
-from zen_analysis.comm.schemes.base import CommScheme
 from zen_analysis.wire.traffic import Traffic
 
 
@@ -19,7 +19,9 @@ class AllReduce(CommScheme):
         with ex.phase("allreduce"):
             ex.all_reduce_dense(x_N)
 
-    def _sum_rows(self, rows_K: torch.Tensor, values_KD: torch.Tensor, num_rows: int, ex: Exchange) -> tuple[torch.Tensor, torch.Tensor]:
+    def _sum_rows(
+        self, rows_K: torch.Tensor, values_KD: torch.Tensor, num_rows: int, ex: Exchange
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         # the dense table all-reduced (what DDP does with a dense gradient), its non-zero rows returned
         dense = values_KD.new_zeros((num_rows, values_KD.shape[1]))
         dense[rows_K.to(dense.device)] = values_KD

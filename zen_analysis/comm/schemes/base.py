@@ -24,14 +24,14 @@ import pandas as pd
 import torch
 import torch.distributed as dist
 
+from zen_analysis.indices import as_index_tensor
+from zen_analysis.sparsity.metrics import index_set
 from zen_analysis.wire.cost import local_time, phase_times
 from zen_analysis.wire.dtypes import SUPPORTED, check_dtype, dtype_code, dtype_of_code, value_bytes
 from zen_analysis.wire.exchange import Exchange, RanksDisagreeError
 from zen_analysis.wire.rows import canonical_rows, nonzero_rows
 from zen_analysis.wire.topology import Topology
 from zen_analysis.wire.traffic import COLUMNS, Traffic
-from zen_analysis.indices import as_index_tensor
-from zen_analysis.sparsity.metrics import index_set
 
 
 class CommScheme(ABC):
@@ -55,7 +55,7 @@ class CommScheme(ABC):
         self._records: list = []
         self._rank = 0
 
-    def check(self, world: int, numel: int) -> None:
+    def check(self, world: int, numel: int) -> None:  # noqa: B027
         """Raise ``ValueError`` if this scheme cannot run on ``world`` ranks (default: any)."""
 
     def run(self, tensor: torch.Tensor, *, group: dist.ProcessGroup | None = None) -> torch.Tensor:
@@ -79,8 +79,9 @@ class CommScheme(ABC):
         torch.autograd.graph.increment_version(tensor)  # as any in-place op: autograd sees the change
         return tensor
 
-    def sum_rows(self, rows_K: torch.Tensor, values_KD: torch.Tensor, num_rows: int, *,
-                 group: dist.ProcessGroup | None = None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    def sum_rows(
+        self, rows_K: torch.Tensor, values_KD: torch.Tensor, num_rows: int, *, group: dist.ProcessGroup | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The row-granular sum over ranks (:mod:`zen_analysis.wire.rows`): this rank passes the rows of a
         ``num_rows`` x D table it holds (1-D integer rows; duplicates are summed) and their (K, D) values; returns
         (rows, values) of the sum, identical on every rank: every row some rank passed, each once, with its sum
@@ -107,8 +108,9 @@ class CommScheme(ABC):
         self._end(ex, t0)
         return out
 
-    def run_rows(self, tensor_RD: torch.Tensor, *, rows: torch.Tensor | None = None,
-                 group: dist.ProcessGroup | None = None) -> torch.Tensor:  # fmt: skip
+    def run_rows(
+        self, tensor_RD: torch.Tensor, *, rows: torch.Tensor | None = None, group: dist.ProcessGroup | None = None
+    ) -> torch.Tensor:
         """:meth:`run` by rows for a 2-D table (an embedding's dense ``.grad``), in place: the rows that may be
         non-zero on this rank (``rows``, e.g. the batch's token ids; a superset is fine, a row outside it must be
         zero: it is not read) or, without ``rows``, those a row-wise pass finds, summed by :meth:`sum_rows` and
@@ -126,15 +128,19 @@ class CommScheme(ABC):
         torch.autograd.graph.increment_version(tensor_RD)
         return tensor_RD
 
-    def _begin(self, group: dist.ProcessGroup | None, numel: int, dtype: torch.dtype, *, width: int = 0) -> tuple[Exchange, float]:
+    def _begin(
+        self, group: dist.ProcessGroup | None, numel: int, dtype: torch.dtype, *, width: int = 0
+    ) -> tuple[Exchange, float]:
         """The run's exchange and start time, after the ranks' agreement check (which is part of the run's time)."""
         if not self.check_ranks:
             check_dtype(dtype)
         ex = Exchange(group, sync=self.sync_collectives)
         t0 = time.perf_counter()
         if self.check_ranks:
-            ex.expect_agreement(self.agreement_fields(numel, dtype, width),
-                                {"dtype": dtype_of_code, "scheme": _scheme_of_code, "width": _width})  # fmt: skip
+            ex.expect_agreement(
+                self.agreement_fields(numel, dtype, width),
+                {"dtype": dtype_of_code, "scheme": _scheme_of_code, "width": _width},
+            )
             if not (self.folds_agreement and dtype in SUPPORTED):
                 ex.agree()  # an unsupported dtype still takes part: the other ranks must not wait for it
             check_dtype(dtype)  # every rank passed it (else the check raised): all refuse alike
@@ -149,7 +155,12 @@ class CommScheme(ABC):
         self._records = list(ex.records.values())
         self._local = dict(ex.local_seconds)
         wire = sum(r.wire_seconds for r in self._records)
-        self._times = {"total": total, "wire": wire, "wait": ex.wait_seconds, "local": max(0.0, total - wire - ex.wait_seconds)}
+        self._times = {
+            "total": total,
+            "wire": wire,
+            "wait": ex.wait_seconds,
+            "local": max(0.0, total - wire - ex.wait_seconds),
+        }
         self._rank = ex.rank
 
     def agreement_fields(self, numel: int, dtype: torch.dtype, width: int = 0) -> dict[str, int]:
@@ -160,7 +171,8 @@ class CommScheme(ABC):
 
     def last_times(self) -> dict[str, float]:
         """Seconds of this rank's last ``run``: ``total`` (the agreement check and ``_run``), ``wire`` (inside
-        collective calls), ``wait`` (barriers of ``sync_collectives``) and ``local`` (the rest: this rank's own work, what the
+        collective calls), ``wait`` (barriers of ``sync_collectives``) and ``local`` (the rest: this rank's own work,
+        what the
         time model's local term prices)."""
         return dict(getattr(self, "_times", {}))
 
@@ -176,15 +188,23 @@ class CommScheme(ABC):
         ]
         return pd.DataFrame(rows, columns=COLUMNS + ["seconds", "wire_seconds"])
 
-    def traffic(self, index_sets: Sequence[torch.Tensor], numel: int, *, dtype: torch.dtype = torch.float32,
-                width: int = 0) -> pd.DataFrame:  # fmt: skip
+    def traffic(
+        self, index_sets: Sequence[torch.Tensor], numel: int, *, dtype: torch.dtype = torch.float32, width: int = 0
+    ) -> pd.DataFrame:
         """Bytes sent and received per (rank, phase, kind), from each rank's non-zero index set alone, for values
         of ``dtype`` (``width`` > 0: by rows, as :meth:`sum_rows` sums them; the sets hold rows, ``numel`` counts
         rows)."""
         return self.model(index_sets, numel, dtype=dtype, width=width).frame()
 
-    def time(self, index_sets: Sequence[torch.Tensor], numel: int, topology: Topology, *,
-             dtype: torch.dtype = torch.float32, width: int = 0) -> pd.DataFrame:  # fmt: skip
+    def time(
+        self,
+        index_sets: Sequence[torch.Tensor],
+        numel: int,
+        topology: Topology,
+        *,
+        dtype: torch.dtype = torch.float32,
+        width: int = 0,
+    ) -> pd.DataFrame:
         """Modelled seconds per phase (alpha-beta on ``topology``) with the bottleneck rank of each phase, and a
         ``local`` row for the ranks' own work when ``topology`` is calibrated for this scheme's
         (:func:`~zen_analysis.wire.cost.local_time`)."""
@@ -192,12 +212,15 @@ class CommScheme(ABC):
         out = phase_times(traffic, topology)
         local = local_time(traffic, topology, self.name)
         if local is not None:
-            out = pd.concat([out, pd.DataFrame([{"phase": "local", "seconds": local[0], "bottleneck_rank": local[1]}])],
-                            ignore_index=True)  # fmt: skip
+            out = pd.concat(
+                [out, pd.DataFrame([{"phase": "local", "seconds": local[0], "bottleneck_rank": local[1]}])],
+                ignore_index=True,
+            )
         return out
 
-    def model(self, index_sets: Sequence[torch.Tensor], numel: int, *, dtype: torch.dtype = torch.float32,
-              width: int = 0) -> Traffic:  # fmt: skip
+    def model(
+        self, index_sets: Sequence[torch.Tensor], numel: int, *, dtype: torch.dtype = torch.float32, width: int = 0
+    ) -> Traffic:
         """The full traffic model (per-rank bytes, per-pair bytes, calls) that ``traffic`` and ``time`` read: the
         scheme's messages for values of ``dtype``, and the ranks' agreement check when ``check_ranks``. ``width``
         > 0 models :meth:`sum_rows`: ``index_sets`` are row sets of a ``numel``-row table, each entry an index and
@@ -222,7 +245,9 @@ class CommScheme(ABC):
     def _traffic(self, sets: list[torch.Tensor], numel: int, t: Traffic) -> None:
         """Model the scheme's messages into ``t`` (``t.width`` > 0: by rows, ``t.value_bytes`` per row)."""
 
-    def _sum_rows(self, rows_K: torch.Tensor, values_KD: torch.Tensor, num_rows: int, ex: Exchange) -> tuple[torch.Tensor, torch.Tensor]:
+    def _sum_rows(
+        self, rows_K: torch.Tensor, values_KD: torch.Tensor, num_rows: int, ex: Exchange
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(rows, values) of the sum over ranks of this rank's row set (sorted, distinct) and (K, D) values."""
         raise NotImplementedError(f"{self.name} has no row-granular sum")
 

@@ -14,12 +14,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from zen_analysis.comm.schemes.base import CommScheme
+from zen_analysis.sparsity.metrics import partition_of, union_of
 from zen_analysis.wire.coo import sum_by_index
 from zen_analysis.wire.dtypes import accumulate_dtype
 from zen_analysis.wire.exchange import Exchange
-from zen_analysis.comm.schemes.base import CommScheme
 from zen_analysis.wire.traffic import Traffic
-from zen_analysis.sparsity.metrics import partition_of, union_of
 from zen_analysis.zen.bitmap import bitmap_bytes, bits_at, pack_bits, unpack_bits
 
 
@@ -55,7 +55,9 @@ class OmniReduce(CommScheme):
         B = self.block_size
         sizes = _block_sizes(blocks, out_N.numel(), B)
         starts = torch.repeat_interleave(blocks * B, sizes)
-        offsets = torch.arange(values.numel(), device=out_N.device) - torch.repeat_interleave(torch.cumsum(sizes, 0) - sizes, sizes)
+        offsets = torch.arange(values.numel(), device=out_N.device) - torch.repeat_interleave(
+            torch.cumsum(sizes, 0) - sizes, sizes
+        )
         pos = starts + offsets
         if add:
             out_N.index_add_(0, pos, values)
@@ -78,15 +80,26 @@ class OmniReduce(CommScheme):
             v = self._gather_blocks(x_N, mine)
             values.append(v)
             val_counts.append(v.numel())
-        bm_sizes = torch.tensor([bitmap_bytes(bounds[j + 1] - bounds[j]) for j in range(W)], dtype=torch.int64, device="cpu")
+        bm_sizes = torch.tensor(
+            [bitmap_bytes(bounds[j + 1] - bounds[j]) for j in range(W)], dtype=torch.int64, device="cpu"
+        )
         me_bits = bitmap_bytes(bounds[ex.rank + 1] - bounds[ex.rank])
         lo, hi = bounds[ex.rank], bounds[ex.rank + 1]
         agg = torch.zeros(N, dtype=accumulate_dtype(x_N.dtype), device=dev)  # fp16/bf16 added in float32
         with ex.phase("push"):
-            r_bits = ex.all_to_all_v(torch.cat(bitmaps), bm_sizes, torch.full((W,), me_bits, dtype=torch.int64, device="cpu")).to(dev)
-            r_blocks = [lo + torch.nonzero(unpack_bits(b, hi - lo), as_tuple=True)[0] for b in torch.split(r_bits, [me_bits] * W)]
-            recv_counts = torch.tensor([int(_block_sizes(b, N, B).sum()) for b in r_blocks], dtype=torch.int64, device="cpu")
-            r_vals = ex.all_to_all_v(torch.cat(values), torch.tensor(val_counts, dtype=torch.int64, device="cpu"), recv_counts).to(dev)
+            r_bits = ex.all_to_all_v(
+                torch.cat(bitmaps), bm_sizes, torch.full((W,), me_bits, dtype=torch.int64, device="cpu")
+            ).to(dev)
+            r_blocks = [
+                lo + torch.nonzero(unpack_bits(b, hi - lo), as_tuple=True)[0]
+                for b in torch.split(r_bits, [me_bits] * W)
+            ]
+            recv_counts = torch.tensor(
+                [int(_block_sizes(b, N, B).sum()) for b in r_blocks], dtype=torch.int64, device="cpu"
+            )
+            r_vals = ex.all_to_all_v(
+                torch.cat(values), torch.tensor(val_counts, dtype=torch.int64, device="cpu"), recv_counts
+            ).to(dev)
         for b, v in zip(r_blocks, torch.split(r_vals, recv_counts.tolist())):
             self._scatter_blocks(agg, b, v.to(agg.dtype), add=True)
         union = torch.unique(torch.cat(r_blocks)) if r_blocks else torch.zeros(0, dtype=torch.long, device=dev)
@@ -98,13 +111,17 @@ class OmniReduce(CommScheme):
                 bounds[j] + torch.nonzero(unpack_bits(b, bounds[j + 1] - bounds[j]), as_tuple=True)[0]
                 for j, b in enumerate(torch.split(all_bits, bm_sizes.tolist()))
             ]
-            counts_W = torch.tensor([int(_block_sizes(b, N, B).sum()) for b in blocks_by_owner], dtype=torch.int64, device="cpu")
+            counts_W = torch.tensor(
+                [int(_block_sizes(b, N, B).sum()) for b in blocks_by_owner], dtype=torch.int64, device="cpu"
+            )
             all_vals = ex.all_gather_v(self._gather_blocks(agg, union).to(x_N.dtype), counts_W).to(dev)  # rounded once
         # in place: the union's blocks cover this rank's non-zero blocks, every other position is zero already
         for b, v in zip(blocks_by_owner, torch.split(all_vals, counts_W.tolist())):
             self._scatter_blocks(x_N, b, v, add=False)
 
-    def _sum_rows(self, rows_K: torch.Tensor, values_KD: torch.Tensor, num_rows: int, ex: Exchange) -> tuple[torch.Tensor, torch.Tensor]:
+    def _sum_rows(
+        self, rows_K: torch.Tensor, values_KD: torch.Tensor, num_rows: int, ex: Exchange
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """By rows the blocks are the rows: aggregator j owns an even contiguous range of rows; a worker sends it a
         bitmap over the range and the rows it holds there, the aggregator sums them and sends back its bitmap and
         sums. Work per row touched (and the bitmaps' rows / 8 bytes): no dense pass."""
@@ -115,10 +132,16 @@ class OmniReduce(CommScheme):
         lo, hi = spans[ex.rank]
         me_bits = bitmap_bytes(hi - lo)
         cuts = torch.searchsorted(rows_K, torch.tensor(bounds, device=rows_K.device)).tolist()  # rows are sorted
-        bitmaps = [bits_at(rows_K[cuts[j]:cuts[j + 1]] - lo_j, bitmap_bytes(hi_j - lo_j)) for j, (lo_j, hi_j) in enumerate(spans)]
+        bitmaps = [
+            bits_at(rows_K[cuts[j] : cuts[j + 1]] - lo_j, bitmap_bytes(hi_j - lo_j))
+            for j, (lo_j, hi_j) in enumerate(spans)
+        ]
         with ex.phase("push"):
             r_bits = ex.all_to_all_v(torch.cat(bitmaps), bm_sizes, torch.full((W,), me_bits, dtype=torch.int64)).to(dev)
-            r_rows = [lo + torch.nonzero(unpack_bits(b, hi - lo), as_tuple=True)[0] for b in torch.split(r_bits, [me_bits] * W)]
+            r_rows = [
+                lo + torch.nonzero(unpack_bits(b, hi - lo), as_tuple=True)[0]
+                for b in torch.split(r_bits, [me_bits] * W)
+            ]
             sent = torch.tensor([cuts[j + 1] - cuts[j] for j in range(W)], dtype=torch.int64) * D
             got = torch.tensor([b.numel() for b in r_rows], dtype=torch.int64) * D
             r_vals = ex.all_to_all_v(values_KD.reshape(-1), sent, got).to(dev)
@@ -141,14 +164,23 @@ class OmniReduce(CommScheme):
         blocks = [torch.unique_consecutive(s // B) for s in sets]  # sets are sorted
         t.all_to_all("push", [bm] * W)
         # bytes of the non-zero blocks each rank addresses to each aggregator (the last block may be short)
-        matrix = np.stack([
-            np.bincount(partition_of(b, nb, W).numpy(), weights=_block_sizes(b, numel, B).numpy(), minlength=W)
-            if b.numel() else np.zeros(W)
-            for b in blocks
-        ]).astype(np.int64) * t.value_bytes  # fmt: skip
+        matrix = (
+            np.stack(
+                [
+                    np.bincount(partition_of(b, nb, W).numpy(), weights=_block_sizes(b, numel, B).numpy(), minlength=W)
+                    if b.numel()
+                    else np.zeros(W)
+                    for b in blocks
+                ]
+            ).astype(np.int64)
+            * t.value_bytes
+        )
         t.all_to_all("push", matrix)
         union = union_of(blocks, nb)
         t.all_gather("pull", bm)
-        owned = np.bincount(partition_of(union, nb, W).numpy(), weights=_block_sizes(union, numel, B).numpy(),
-                            minlength=W) if union.numel() else np.zeros(W)  # fmt: skip
+        owned = (
+            np.bincount(partition_of(union, nb, W).numpy(), weights=_block_sizes(union, numel, B).numpy(), minlength=W)
+            if union.numel()
+            else np.zeros(W)
+        )
         t.all_gather("pull", owned.astype(np.int64) * t.value_bytes)

@@ -18,16 +18,18 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from zen_analysis.comm.schemes.base import CommScheme, coo_of
+from zen_analysis.sparsity.metrics import union_of
 from zen_analysis.wire.coo import coo_words, index_bytes, pack_coo, row_width, unpack_coo
 from zen_analysis.wire.exchange import Exchange, push_to_owners
-from zen_analysis.comm.schemes.base import CommScheme, coo_of
 from zen_analysis.wire.traffic import Traffic
-from zen_analysis.sparsity.metrics import union_of
 
 Owner = Callable[[torch.Tensor], torch.Tensor]
 
 
-def push(idx_K: torch.Tensor, val_K: torch.Tensor, numel: int, ex: Exchange, owner: Owner) -> tuple[torch.Tensor, torch.Tensor]:
+def push(
+    idx_K: torch.Tensor, val_K: torch.Tensor, numel: int, ex: Exchange, owner: Owner
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(indices, summed values) this rank owns after the push phase of its non-zeros ``idx_K`` / ``val_K``
     (values (K,), or rows (K, D) of a ``numel``-row table); indices sorted ascending."""
     own_K = owner(idx_K)
@@ -62,10 +64,14 @@ class PushPullCOO(CommScheme):
         # zero already, so the sums are written in place with no dense zeroing
         x_N[all_idx.to(x_N.device)] = all_val.to(x_N.device)
 
-    def _sum_rows(self, rows_K: torch.Tensor, values_KD: torch.Tensor, num_rows: int, ex: Exchange) -> tuple[torch.Tensor, torch.Tensor]:
+    def _sum_rows(
+        self, rows_K: torch.Tensor, values_KD: torch.Tensor, num_rows: int, ex: Exchange
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         return self._sum_coo(rows_K, values_KD, num_rows, ex)
 
-    def _sum_coo(self, idx_K: torch.Tensor, val_K: torch.Tensor, numel: int, ex: Exchange) -> tuple[torch.Tensor, torch.Tensor]:
+    def _sum_coo(
+        self, idx_K: torch.Tensor, val_K: torch.Tensor, numel: int, ex: Exchange
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(indices, sums) of the union: each owner's sums after the push, all-gathered in COO (values (K,) or
         rows (K, D))."""
         u_idx, u_val = push(idx_K, val_K, numel, ex, self.owner(numel, ex.world))

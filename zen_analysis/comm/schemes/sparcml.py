@@ -17,12 +17,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from zen_analysis.comm.schemes.base import CommScheme, coo_of
+from zen_analysis.sparsity.metrics import union_sizes
 from zen_analysis.wire.coo import index_bytes, index_dtype
 from zen_analysis.wire.exchange import Exchange
 from zen_analysis.wire.rows import nonzero_rows
-from zen_analysis.comm.schemes.base import CommScheme, coo_of
 from zen_analysis.wire.traffic import Traffic
-from zen_analysis.sparsity.metrics import union_sizes
 
 DENSE = -1
 
@@ -59,8 +59,9 @@ class _Stream:
             self.dense = self.to_dense()
         if self.dense is not None:
             return DENSE, self.dense.reshape(-1).view(torch.uint8)
-        return self.idx.numel(), torch.cat([self.idx.to(index_dtype(self.N)).view(torch.uint8),
-                                            self.val.reshape(-1).view(torch.uint8)])  # fmt: skip
+        return self.idx.numel(), torch.cat(
+            [self.idx.to(index_dtype(self.N)).view(torch.uint8), self.val.reshape(-1).view(torch.uint8)]
+        )
 
     def write_into(self, x_N: torch.Tensor) -> None:
         """The aggregate into ``x_N`` (the caller's buffer: no fresh dense tensor for a COO result)."""
@@ -117,7 +118,9 @@ class SparCML(CommScheme):
         self._reduce(s, ex)
         s.write_into(x_N)
 
-    def _sum_rows(self, rows_K: torch.Tensor, values_KD: torch.Tensor, num_rows: int, ex: Exchange) -> tuple[torch.Tensor, torch.Tensor]:
+    def _sum_rows(
+        self, rows_K: torch.Tensor, values_KD: torch.Tensor, num_rows: int, ex: Exchange
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         s = _Stream(rows_K, values_KD, (num_rows, values_KD.shape[1]))
         self._reduce(s, ex)
         return s.coo()
@@ -190,4 +193,3 @@ class SparCML(CommScheme):
             src = np.arange(W - P)
             t.p2p("unfold", src, src + P, 8, kind="control")
             t.p2p("unfold", src, src + P, final)
-

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import torch
 
-from zen_analysis.wire.exchange import Exchange
 from zen_analysis.comm.schemes.base import CommScheme
 from zen_analysis.comm.schemes.owner import push_traffic
+from zen_analysis.wire.exchange import Exchange
 from zen_analysis.wire.traffic import Traffic
 from zen_analysis.zen.bitmap import bitmap_bytes, hash_partition_sizes
 from zen_analysis.zen.hashing import hash_owner
@@ -41,7 +41,9 @@ class Zen(CommScheme):
     def _run(self, x_N: torch.Tensor, ex: Exchange) -> None:
         zen_sum(x_N, ex, seed=self.seed, hashing=self.hashing)
 
-    def _sum_rows(self, rows_K: torch.Tensor, values_KD: torch.Tensor, num_rows: int, ex: Exchange) -> tuple[torch.Tensor, torch.Tensor]:
+    def _sum_rows(
+        self, rows_K: torch.Tensor, values_KD: torch.Tensor, num_rows: int, ex: Exchange
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         return zen_sum_rows(rows_K, values_KD, num_rows, ex, seed=self.seed)
 
     def _traffic(self, sets: list[torch.Tensor], numel: int, t: Traffic) -> None:
