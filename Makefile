@@ -17,7 +17,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export PYTHONUNBUFFERED ?= 1
 
-.PHONY: venv test test-fast reproduce reproduce-full bench lab clean
+.PHONY: venv test test-fast lint format reproduce reproduce-full bench lab clean
 
 venv: $(STAMP)
 
@@ -27,8 +27,16 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --progress-bar off -e '.[$(EXTRAS)]'
 	touch $@
 
-test: venv
+test: venv lint
 	$(PY) -m pytest -q --timeout=900 --durations=15 tests --nbmake --nbmake-timeout=600 notebooks
+
+lint: venv
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+format: venv
+	$(PY) -m ruff check --fix .
+	$(PY) -m ruff format .
 
 test-fast: venv
 	$(PY) -m pytest -q --timeout=300 tests -m "not slow"
