@@ -48,13 +48,7 @@ reproduce-full: venv
 	$(PY) -m zen_analysis reproduce --full
 
 bench: venv
-	$(PY) -m zen_analysis bench capture
-	$(PY) -m zen_analysis bench characterize
-	$(PY) -m zen_analysis bench evaluate
-	$(PY) -m zen_analysis bench comm
-	$(PY) -m zen_analysis bench hashing
-	$(PY) -m zen_analysis bench zen
-	$(PY) -m zen_analysis bench stragglers
+	$(PY) -m zen_analysis bench
 
 lab: venv
 	$(VENV)/bin/jupyter lab notebooks/

@@ -219,9 +219,17 @@ def cmd_bench_comm(args: argparse.Namespace) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> None:
-    from zen_analysis.bench import BENCHMARKS
+    from zen_analysis.bench import BENCHMARKS, default_benchmarks
 
-    BENCHMARKS[args.what](args.set or [])
+    unknown = [n for n in args.what if n not in BENCHMARKS]
+    if unknown:
+        raise SystemExit(
+            f"zen-analysis bench: unknown benchmark {', '.join(unknown)}; the benchmarks are {', '.join(BENCHMARKS)}"
+        )
+    if args.set and len(args.what) != 1:
+        raise SystemExit("zen-analysis bench: --set options belong to one benchmark; name exactly one")
+    for name in args.what or default_benchmarks():
+        BENCHMARKS[name].run(args.set or [])
 
 
 def cmd_netlab(args: argparse.Namespace) -> None:
@@ -386,7 +394,12 @@ def _add_reproduce_parser(sub: argparse._SubParsersAction) -> None:
         description="The main job, stage by stage: train, characterize, schemes, netlab, zen; with --full also "
         "edit and scale (the README's table says what each writes).",
     )
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field of every trained run")
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override a field of every run the stages train (train, zen's parity runs, edit, scale)",
+    )
     p.add_argument(
         "--only", action="append", metavar="STAGE", help="run only these stages (comma-separated or repeated)"
     )
@@ -430,27 +443,14 @@ def _add_bench_comm_parser(sub: argparse._SubParsersAction) -> None:
 
 def _add_bench_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="benchmarks (ratios measured side by side, medians)")
+    from zen_analysis.bench import BENCHMARKS  # a light import: the registry's names and lines
+
     p.add_argument(
         "what",
-        choices=[
-            "capture",
-            "characterize",
-            "comm",
-            "ddp",
-            "evaluate",
-            "hashing",
-            "netlab",
-            "stragglers",
-            "train",
-            "zen",
-        ],
-        help="capture: capture overhead; characterize: 16M x 128 workers x 20 steps; ddp: the example DDP script "
-        "(stock, natural Zen, top-k + Zen) on loopback and 1 Gbit/s links; comm: schemes measured vs "
-        "modelled on the default run's embedding at 4 ranks; evaluate: modelling speed at 16M x 128 workers; "
-        "hashing: Algorithm 1 vs argsort on 10M indices; netlab: schemes, hierarchical Zen and training measured on "
-        "the emulated network (root); stragglers: EDiT vs A-EDiT with a 2x straggler; train: training throughput "
-        "of every scheme on lstm-words at 4 and 8 ranks x 1 Gbit/s links (root); "
-        "zen: zen_sum vs dense all-reduce and sparse schemes up to 128M elements, with the local-work floor",
+        nargs="*",
+        metavar="NAME",
+        help="the benchmarks to run (none: every one that needs no network lab, as make bench does): "
+        + "; ".join(f"{n}: {b.about}{' (root, the lab)' if b.needs_lab else ''}" for n, b in BENCHMARKS.items()),
     )
     p.add_argument(
         "--set",

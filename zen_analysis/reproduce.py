@@ -26,6 +26,7 @@ Stages (:data:`STAGES`; ``zen-analysis reproduce --only STAGE`` / ``--skip STAGE
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 
 from zen_analysis import paths, recipes
@@ -52,10 +53,17 @@ REPLAY_RANKS = 4
 
 
 def reproduce_run_id(recipe: str) -> str:
+    """The run id ``make reproduce`` gives a recipe's run."""
     return f"reproduce-{recipe}"
 
 
-def _stage_netlab(overrides) -> None:
+def reproduce_run_ids() -> list[str]:
+    """The runs ``make reproduce`` trains and characterizes (:data:`REPRODUCE_RUNS`), by run id: the list the
+    notebooks read, so a workload added here shows up in every one of them."""
+    return [reproduce_run_id(name) for name in REPRODUCE_RUNS]
+
+
+def _stage_netlab() -> None:
     """Stage 4: every scheme measured with each of 4 ranks behind a 1 Gbit/s link (natural and top-k tensors), and
     flat vs
     hierarchical Zen on 2 nodes x 2 ranks; skipped, with the reason, where the lab cannot be built."""
@@ -113,7 +121,7 @@ def _stage_train(overrides) -> None:
 
 
 def _run_ids() -> list[str]:
-    run_ids = [reproduce_run_id(name) for name in REPRODUCE_RUNS]
+    run_ids = reproduce_run_ids()
     missing = [r for r in run_ids if not (paths.trace_dir(r) / "manifest.json").exists()]
     if missing:
         raise ValueError(
@@ -122,7 +130,7 @@ def _run_ids() -> list[str]:
     return run_ids
 
 
-def _stage_characterize(overrides) -> None:
+def _stage_characterize() -> None:
     """Stage 2: characterize the sparsity (Fig. 2-3, drift, imbalance) and the claims table."""
     from zen_analysis.plots.sparsity import write_all
     from zen_analysis.sparsity.characterize import characterize
@@ -141,7 +149,7 @@ def _stage_characterize(overrides) -> None:
     print(claims.to_string(index=False))
 
 
-def _stage_schemes(overrides) -> None:
+def _stage_schemes() -> None:
     """Stage 3: every scheme modelled on the traces (Fig. 8, 15 left, 17a, the 1024-worker scale mode) and
     replayed on 4 gloo ranks (Fig. 15 right, model vs measured)."""
     from matplotlib import pyplot as plt
@@ -214,7 +222,7 @@ def _stage_zen(overrides) -> None:
     measured = read_table(measured_path)
     cost = hashing_cost(numel=1 << 24)
     balance = theorem2_table(run_ids)
-    parity = parity_runs(parity_config("default"), progress=True)
+    parity = parity_runs(apply_overrides(parity_config("default"), overrides), progress=True)
     out_dir = paths.derived_dir() / "reproduce"
     for name, table in (
         ("hashing_cost", cost),
@@ -260,6 +268,7 @@ def _stage_edit(overrides) -> None:
     base = recipes.default()
     base.name = "reproduce-edit"
     base.train.eval_every = 0
+    base = apply_overrides(base, overrides)
     runs = compare_methods(
         base,
         progress=True,
@@ -273,6 +282,7 @@ def _stage_edit(overrides) -> None:
     abl_base.name = "reproduce-ablation"
     abl_base.train.workers_per_rank = 1
     abl_base.train.num_steps = 160
+    abl_base = apply_overrides(abl_base, overrides)
     ablation = penalty_ablation(
         abl_base,
         spikes=ABLATION_SPIKES,
@@ -319,7 +329,9 @@ STAGES = {
     "scale": _stage_scale,
 }
 """``make reproduce``'s stages in order (README: "What `make reproduce` does"); each reads what the earlier ones
-wrote, so ``--only zen`` works on a data root where the train and schemes stages have run."""
+wrote, so ``--only zen`` works on a data root where the train and schemes stages have run. The stages that train
+(``train``, ``zen``'s parity runs, ``edit``, ``scale``) take the ``--set`` overrides, applied last to every run
+they train; the others train nothing and take none."""
 
 
 def reproduce(
@@ -340,4 +352,5 @@ def reproduce(
         print(f"=== not running {', '.join(left)} (`make reproduce-full` or `zen-analysis reproduce --full` does)")
     for i, name in enumerate(chosen, 1):
         print(f"=== stage {list(STAGES).index(name) + 1}/{len(STAGES)}: {name} ({i} of {len(chosen)} chosen)")
-        STAGES[name](overrides)
+        stage = STAGES[name]
+        stage(overrides) if inspect.signature(stage).parameters else stage()  # the stages that train take them

@@ -84,3 +84,37 @@ def test_make_reproduce_leaves_edit_and_scale_to_full(monkeypatch, capsys, argv,
     main(["reproduce", *argv])
     assert calls == ran
     assert ("not running edit, scale" in capsys.readouterr().out) == ("edit" not in ran and "--only" not in argv)
+
+
+def test_set_reaches_the_stages_that_train_and_only_those():
+    import inspect
+
+    from zen_analysis.reproduce import STAGES
+
+    takes = [name for name, stage in STAGES.items() if inspect.signature(stage).parameters]
+    assert takes == ["train", "zen", "edit", "scale"]
+
+
+def test_benchmark_names_have_one_source(monkeypatch, capsys):
+    """The registry: the CLI's help and checks, and make bench (no list of its own) derive from it; the notebooks
+    take make reproduce's run ids from reproduce_run_ids, not copies."""
+    from pathlib import Path
+
+    from zen_analysis import bench
+
+    parser = build_parser()
+    text = next(a for a in parser._actions if a.dest == "command").choices["bench"].format_help()
+    assert all(f"{name}:" in " ".join(text.split()) for name in bench.BENCHMARKS)
+    with pytest.raises(SystemExit, match="unknown benchmark nope; the benchmarks are capture, characterize"):
+        main(["bench", "nope"])
+    ran = []
+    monkeypatch.setattr(
+        bench, "BENCHMARKS", {n: b._replace(run=lambda o, n=n: ran.append(n)) for n, b in bench.BENCHMARKS.items()}
+    )
+    main(["bench"])
+    assert ran == bench.default_benchmarks() and "train" not in ran and "capture" in ran
+    root = Path(__file__).parents[2]
+    make_bench = (root / "Makefile").read_text().split("\nbench: venv\n", 1)[1].split("\n\n", 1)[0]
+    assert make_bench.strip() == "$(PY) -m zen_analysis bench"
+    for nb in sorted((root / "notebooks").glob("*.ipynb")):
+        assert '\\"reproduce-' not in nb.read_text(), f"{nb.name} spells out a reproduce run id"
