@@ -221,3 +221,25 @@ def test_no_two_folders_import_each_other():
     planted = _import_graph()
     planted["zen_analysis.capture.traces"] = planted["zen_analysis.capture.traces"] | {"zen_analysis.train.loop"}
     assert _cycles(_package_graph(planted))
+
+
+def test_no_folder_imports_another_folders_private_names():
+    """A leading underscore means "this folder's own": a module may import it from its own subpackage only (the
+    process supervisor's ``_kill`` and friends stay inside ``ranks/``)."""
+    import ast
+
+    root = TESTS.parent / "zen_analysis"
+    found = []
+    for path in root.rglob("*.py"):
+        here = path.parent.relative_to(root.parent).as_posix().replace("/", ".")
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("zen_analysis."):
+                there = (
+                    node.module.rsplit(".", 1)[0]
+                    if not (root.parent / node.module.replace(".", "/")).is_dir()
+                    else node.module
+                )
+                private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+                if private and there != here:
+                    found.append(f"{path.relative_to(root.parent)}: {node.module} {private}")
+    assert not found, found

@@ -170,7 +170,7 @@ def bench_evaluate(overrides: list[str] | tuple[str, ...] = ()) -> dict:
 
     from zen_analysis.capture.traces import TraceReader
     from zen_analysis.comm.calibrate import preset
-    from zen_analysis.comm.evaluate import DEFAULT_TOPOLOGIES, _rows, evaluate
+    from zen_analysis.comm.evaluate import DEFAULT_TOPOLOGIES, evaluate, evaluate_step
     from zen_analysis.comm.schemes import SCHEMES
 
     parse_sets("evaluate", overrides, {})
@@ -184,7 +184,7 @@ def bench_evaluate(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     sets = [r.indices_K.long() for r in sorted(reader.records(step=step, with_values=False), key=lambda r: r.worker)]
     topos = {n: preset(n) for n in DEFAULT_TOPOLOGIES}
     t0 = time.perf_counter()
-    _rows("embed.weight", "natural", step, 65536 * 256, sets, topos, list(SCHEMES))
+    evaluate_step("embed.weight", "natural", step, 65536 * 256, sets, topos, list(SCHEMES))
     at128 = time.perf_counter() - t0
     print(
         f"evaluate: 16.8M-element embedding, 128 workers, 7 schemes x 3 topologies\n"

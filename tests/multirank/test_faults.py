@@ -429,19 +429,19 @@ def test_the_same_run_id_cannot_be_launched_twice_at_once(lab):
 
 
 def test_the_root_cause_is_a_fatal_signal_then_a_real_error_then_an_abort(tmp_path):
-    from zen_analysis.ranks.procs import _failure
+    from zen_analysis.ranks.procs import blame
 
     (tmp_path / "errors").mkdir()
     (tmp_path / "errors" / "rank0.txt").write_text("Traceback...\nValueError: the real error\n")
     (tmp_path / "errors" / "rank3.txt").write_text("RuntimeError: Connection closed by peer: timed out\n")
     # rank 1 aborted (gloo's SIGABRT after a peer died): the ValueError on rank 0 is the cause
-    e = _failure(tmp_path, "r", [0, 1, 3], {0: 1, 1: -int(signal.SIGABRT), 3: 1}, [], [])
+    e = blame(tmp_path, "r", [0, 1, 3], {0: 1, 1: -int(signal.SIGABRT), 3: 1}, [], [])
     assert e.rank == 0 and "the real error" in str(e)
     # a rank killed by SIGKILL (OOM killer, kill -9) comes before everything else
-    e = _failure(tmp_path, "r", [0, 1, 2], {0: 1, 1: -int(signal.SIGABRT), 2: -int(signal.SIGKILL)}, [], [])
+    e = blame(tmp_path, "r", [0, 1, 2], {0: 1, 1: -int(signal.SIGABRT), 2: -int(signal.SIGKILL)}, [], [])
     assert e.rank == 2 and str(e).startswith("rank 2 of run r was killed by SIGKILL")
     # only timeouts and an abort: the abort
-    e = _failure(tmp_path, "r", [1, 3], {1: -int(signal.SIGABRT), 3: 1}, [], [])
+    e = blame(tmp_path, "r", [1, 3], {1: -int(signal.SIGABRT), 3: 1}, [], [])
     assert e.rank == 1 and "SIGABRT" in str(e)
 
 

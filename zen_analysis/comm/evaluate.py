@@ -49,7 +49,11 @@ def best_scheme(index_sets: Sequence[torch.Tensor], numel: int, topology: Topolo
     return min(times, key=times.get)
 
 
-def _rows(tensor: str, kind: str, step: int, numel: int, sets: list[torch.Tensor], topologies, schemes) -> list[dict]:
+def evaluate_step(
+    tensor: str, kind: str, step: int, numel: int, sets: list[torch.Tensor], topologies, schemes
+) -> list[dict]:
+    """One captured step of one tensor (``sets``: each worker's index set) modelled by every scheme on every
+    topology: the rows :func:`evaluate` writes for it."""
     rows = []
     union = union_of(sets, numel)
     mean_nnz = sum(s.numel() for s in sets) / len(sets)
@@ -128,7 +132,7 @@ def evaluate(
         for tensor, ordered in reader.index_sets(step).items():
             for n in (k for k in worker_counts(len(ordered)) if k <= max_workers):
                 info = tensors[tensor]
-                rows += _rows(tensor, info["kind"], step, int(info["numel"]), ordered[:n], topos, names)
+                rows += evaluate_step(tensor, info["kind"], step, int(info["numel"]), ordered[:n], topos, names)
     if not rows:
         raise ValueError(f"run {reader.run_id}: nothing to evaluate (no captured step with 2 or more workers)")
     df = pd.DataFrame(rows)

@@ -9,9 +9,17 @@ builds on it.
   benchmarks and notebooks that exchange tensors without training).
 * :func:`torchrun_per_node` / :func:`run_in_lab`: one ``torchrun`` per emulated lab node
   (:mod:`zen_analysis.ranks.netlab`), the README's multi-node recipe on one machine.
-* :class:`RankFailedError` and the helpers behind it: which rank is the root cause (a fatal signal, then a real
-  error, then an abort, then a timeout), with its traceback or the end of its log; stopping the survivors;
-  children that die with their parent (no orphans).
+* :func:`fork_ranks`, :func:`start_process` and :class:`RankGroup`: the one supervisor every launcher here uses
+  (the training launcher's fork and torchrun paths, :func:`fork_launch`, the lab's torchrun nodes): start the
+  processes (forked ranks run one preamble: one thread, die with the parent, Ctrl-C left to the parent, their
+  environment and lab node), watch them until all succeed, one fails or time runs out, and stop the rest.
+* :class:`RankFailedError` and :func:`blame`: which rank is the root cause (a fatal signal, then a real error,
+  then an abort, then a timeout), with its traceback or the end of its log.
+
+``torch.distributed.elastic``'s ``start_processes`` was not adopted: its failure report picks the first error
+file by time, which here is often a consequence (a peer's gloo abort) rather than the cause :func:`blame` finds;
+it has no way to run a forked rank inside a lab node's network namespace; and forked notebook functions, the
+parent-death signal and the Ctrl-C behaviour the fault tests demand would all have to be rebuilt around it.
 """
 
 from __future__ import annotations
@@ -26,16 +34,30 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from zen_analysis.ranks.entry import is_timeout
 from zen_analysis.ranks.env import loopback_env
 
-__all__ = ["RankFailedError", "fork_launch", "free_port", "run_in_lab", "torchrun_per_node"]
+__all__ = [
+    "Outcome",
+    "RankFailedError",
+    "RankGroup",
+    "blame",
+    "fork_launch",
+    "fork_ranks",
+    "free_port",
+    "log_tail",
+    "run_in_lab",
+    "start_process",
+    "torchrun_per_node",
+]
 
 _PR_SET_PDEATHSIG = 1
-_POLL_S = 0.2
+POLL_S = 0.2
+"""How often a watch looks at its processes."""
 
 
 class RankFailedError(RuntimeError):
@@ -63,26 +85,6 @@ def _die_with_parent(sig: int = signal.SIGTERM, parent: int | None = None) -> No
         pass
     if parent is not None and os.getppid() != parent:
         os._exit(1)
-
-
-class _Tail:
-    """Reads the lines appended to a file since the last call."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.pos = 0
-        self.partial = ""
-
-    def lines(self) -> list[str]:
-        if not self.path.exists():
-            return []
-        with open(self.path) as f:
-            f.seek(self.pos)
-            chunk = f.read()
-            self.pos = f.tell()
-        text = self.partial + chunk
-        *complete, self.partial = text.split("\n")
-        return complete
 
 
 def _kill(procs: list[Any]) -> None:
@@ -115,7 +117,8 @@ def _exitcode(p: Any) -> int | None:
     return p.poll() if isinstance(p, subprocess.Popen) else p.exitcode
 
 
-def _tail_text(path: Path, num_lines: int = 40) -> str:
+def log_tail(path: Path, num_lines: int = 40) -> str:
+    """The last ``num_lines`` lines of a log ("(no output)" if there is none)."""
     if not path.exists():
         return "(no output)"
     return "\n".join(path.read_text(errors="replace").splitlines()[-num_lines:])
@@ -131,9 +134,11 @@ def _signal_name(num: int) -> str:
         return f"signal {num}"
 
 
-def _failure(
+def blame(
     run_dir: Path, run_id: str, failed: list[int], codes: dict[int, int | None], killed: list[int], pids: list[int]
 ) -> RankFailedError:
+    """The error to raise for a run whose ranks ``failed`` (their exit ``codes``; ``killed``: stopped while still
+    running), naming the root cause from ``run_dir``'s ``errors/rank<r>.txt`` and ``logs/rank<r>.log``."""
     errors = {r: run_dir / "errors" / f"rank{r}.txt" for r in failed}
     with_tb = [r for r in failed if errors[r].exists()]
     # The root cause, in this order: a rank killed from outside or by a fatal fault (SIGKILL: the OOM killer or
@@ -158,11 +163,9 @@ def _failure(
     if rank in signalled:
         name = _signal_name(-code)
         why = " (out of memory, or killed from outside)" if name == "SIGKILL" else ""
-        msg = (
-            f"rank {rank} of run {run_id} was killed by {name}{why}; the end of its log:\n\n{_tail_text(log).rstrip()}"
-        )
+        msg = f"rank {rank} of run {run_id} was killed by {name}{why}; the end of its log:\n\n{log_tail(log).rstrip()}"
     else:
-        body = errors[rank].read_text() if errors[rank].exists() else _tail_text(log)
+        body = errors[rank].read_text() if errors[rank].exists() else log_tail(log)
         if code is None:  # torchrun: per-rank exit codes stay inside torchrun, the error file says what happened
             how = "raised"
         else:
@@ -179,16 +182,153 @@ def _failure(
     return RankFailedError(msg, rank=rank, run_id=run_id, pids=pids)
 
 
+@dataclass
+class Outcome:
+    """How a watch of a :class:`RankGroup` ended."""
+
+    codes: dict[int, int | None]
+    """Each process's exit code when the watch ended (None: still running then; it was stopped after)."""
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not self.timed_out and all(c == 0 for c in self.codes.values())
+
+    @property
+    def failed(self) -> list[int]:
+        return [r for r, c in self.codes.items() if c not in (None, 0)]
+
+    @property
+    def running(self) -> list[int]:
+        return [r for r, c in self.codes.items() if c is None]
+
+
+class RankGroup:
+    """Processes started together (forked ranks or ``torchrun`` subprocesses), watched and stopped together."""
+
+    def __init__(self, procs: list[Any]) -> None:
+        self.procs = procs
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+    def codes(self) -> dict[int, int | None]:
+        return {r: _exitcode(p) for r, p in enumerate(self.procs)}
+
+    def stop(self) -> None:
+        """SIGTERM every process still running, SIGKILL what is left after 3 s; returns when all have exited."""
+        _kill(self.procs)
+
+    def watch(
+        self,
+        *,
+        poll_s: float = POLL_S,
+        timeout_s: float | None = None,
+        grace_s: float = POLL_S,
+        on_tick: Callable[[], None] | None = None,
+    ) -> Outcome:
+        """Wait until every process has exited 0, one has failed, or ``timeout_s`` has passed; after a failure,
+        ``grace_s`` more for near-simultaneous ones to land (which rank is the cause is decided from them all).
+        ``on_tick`` runs at every look (progress, echoed logs). Every process still running is stopped before this
+        returns, and on any exception (Ctrl-C included)."""
+        start = time.monotonic()
+        try:
+            while True:
+                time.sleep(poll_s)
+                if on_tick is not None:
+                    on_tick()
+                codes = self.codes()
+                if any(c not in (None, 0) for c in codes.values()):
+                    time.sleep(grace_s)
+                    return Outcome(self.codes())
+                if all(c == 0 for c in codes.values()):
+                    return Outcome(codes)
+                if timeout_s is not None and time.monotonic() - start > timeout_s:
+                    return Outcome(codes, timed_out=True)
+        finally:
+            self.stop()
+
+
+def _rank_child(
+    rank: int, body: Callable[[int], int], parent: int, environ: dict[str, str], lab_namespace: str | None
+) -> None:
+    """A forked rank's preamble, the same for every launcher, then ``body(rank)``'s exit code."""
+    code = 1
+    try:
+        import torch
+
+        torch.set_num_threads(1)  # first: fork after the parent used the thread pool deadlocks otherwise
+        _die_with_parent(signal.SIGKILL, parent)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what an interrupt stops
+        os.environ.update(environ)
+        if lab_namespace is not None:  # this rank's lab node: gloo talks over its shaped link (the store stays a file)
+            from zen_analysis.ranks.netlab import enter_node
+
+            enter_node(lab_namespace)
+        code = body(rank)
+    except BaseException:  # noqa: BLE001 - a body reports its own errors; this is what escaped it
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+def fork_ranks(
+    world: int,
+    body: Callable[[int], int],
+    *,
+    environ: Callable[[int], dict[str, str]] | None = None,
+    lab=None,
+) -> RankGroup:
+    """Fork ``world`` rank processes; rank r sets ``environ(r)``, enters its lab node (``lab``: a
+    :class:`~zen_analysis.ranks.netlab.NetLab` of ``world`` ranks) and exits with ``body(r)``. Fork, unlike spawn,
+    runs functions defined in a notebook; the caller imports what the ranks need first, so they inherit it."""
+    if lab is not None and lab.ranks != world:
+        raise ValueError(f"the lab has {lab.ranks} ranks; {world} were asked for")
+    ctx = mp.get_context("fork")
+    procs = []
+    for r in range(world):
+        space = lab.namespace(lab.node_of(r)) if lab is not None else None
+        env = environ(r) if environ is not None else {}
+        procs.append(ctx.Process(target=_rank_child, args=(r, body, os.getpid(), env, space)))
+    for p in procs:
+        p.start()
+    return RankGroup(procs)
+
+
+def start_process(cmd: list[str], log: Path | None, *, env: dict[str, str] | None = None, namespace: str | None = None):
+    """A subprocess (``torchrun``) in its own session that dies with this process, in lab ``namespace`` if given;
+    its output to ``log`` (None: this process's stdout and stderr)."""
+
+    def start() -> None:  # in the child, before exec
+        _die_with_parent()
+        if namespace is not None:
+            from zen_analysis.ranks.netlab import enter
+
+            enter(namespace)
+
+    if log is None:
+        return subprocess.Popen(cmd, start_new_session=True, preexec_fn=start, env=env)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as out:
+        return subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=start, env=env
+        )
+
+
 def torchrun_per_node(
     lab, program: list[str], port: int, log_dir: Path, *, node0_inherits_output: bool = False
-) -> list[Any]:
+) -> RankGroup:
     """One ``torchrun`` per lab node running ``program`` (``["-m", "module", ...]`` or ``["script.py", ...]``),
     each inside its node's namespace with ``ranks_per_node`` processes, meeting by c10d rendezvous at node 0's lab
     address: the README's multi-node recipe, with the lab's links between the nodes. Node i's output goes to
     ``log_dir/torchrun-node<i>.log`` (node 0's to this process's stdout and stderr with ``node0_inherits_output``)."""
-    from zen_analysis.ranks.netlab import LAB_INTERFACE, address, enter
+    from zen_analysis.ranks.netlab import LAB_INTERFACE, address
 
     log_dir.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": LAB_INTERFACE}
     procs = []
     for node in range(lab.nodes):
         cmd = [
@@ -206,56 +346,25 @@ def torchrun_per_node(
             f"--local-addr={address(node)}",  # what the others reach this node at (not its host name's address)
             *program,
         ]
-        ns = lab.namespace(node)
-
-        def start(ns: str = ns) -> None:  # in the child, before exec
-            _die_with_parent()
-            enter(ns)
-
-        env = {**os.environ, "GLOO_SOCKET_IFNAME": LAB_INTERFACE}
-        if node == 0 and node0_inherits_output:
-            procs.append(subprocess.Popen(cmd, start_new_session=True, preexec_fn=start, env=env))
-            continue
-        with open(log_dir / f"torchrun-node{node}.log", "w") as out:
-            procs.append(
-                subprocess.Popen(
-                    cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=start, env=env
-                )
-            )
-    return procs
+        log = None if node == 0 and node0_inherits_output else log_dir / f"torchrun-node{node}.log"
+        procs.append(start_process(cmd, log, env=env, namespace=lab.namespace(node)))
+    return RankGroup(procs)
 
 
-def _fork_fn_child(
-    rank: int,
-    world: int,
-    out_dir: Path,
-    fn: Callable[..., Any],
-    args: tuple,
-    timeout_s: float,
-    parent: int,
-    lab_namespace: str | None = None,
-) -> None:
+def _fn_rank(
+    rank: int, world: int, store: str, out_dir: Path, fn: Callable[..., Any], args: tuple, timeout_s: float
+) -> int:
+    """:func:`fork_launch`'s rank body: a gloo group over a file store, ``fn``, its result pickled."""
     import datetime
     import pickle
     import traceback
 
-    import torch
     import torch.distributed as dist
 
-    torch.set_num_threads(1)
-    _die_with_parent(signal.SIGKILL, parent)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    code = 0
     try:
-        env = loopback_env(out_dir / "rendezvous")
-        os.environ["GLOO_SOCKET_IFNAME"] = env["GLOO_SOCKET_IFNAME"]
-        if lab_namespace is not None:  # this rank's lab node: gloo talks over its shaped link
-            from zen_analysis.ranks.netlab import enter_node
-
-            enter_node(lab_namespace)
         dist.init_process_group(
             "gloo",
-            store=dist.FileStore(env["ZEN_ANALYSIS_FILE_STORE"], world),
+            store=dist.FileStore(store, world),
             rank=rank,
             world_size=world,
             timeout=datetime.timedelta(seconds=timeout_s),
@@ -267,53 +376,39 @@ def _fork_fn_child(
             pickle.dump(result, f)
     except BaseException:  # noqa: BLE001 - reported by the parent
         (out_dir / f"rank{rank}.err").write_text(traceback.format_exc())
-        code = 1
-    os._exit(code)
+        return 1
+    return 0
 
 
 def fork_launch(fn: Callable[..., Any], num_ranks: int, *args: Any, timeout_s: float = 120.0, lab=None) -> list[Any]:
     """Run ``fn(rank, world, *args)`` on ``num_ranks`` forked gloo ranks; returns each rank's result.
 
     The light-weight sibling of :func:`~zen_analysis.runs.launch.launch` for tests, benchmarks and notebooks that
-    exchange tensors without
-    training: no config, no data preparation. A failing rank raises :class:`RankFailedError` with its traceback.
-    ``lab``: a :class:`~zen_analysis.ranks.netlab.NetLab` with ``num_ranks`` ranks; each rank then runs in its lab
-    node and gloo talks over the shaped links (the rendezvous stays a file).
+    exchange tensors without training: no config, no data preparation. A failing rank raises
+    :class:`RankFailedError` with its traceback. ``lab``: a :class:`~zen_analysis.ranks.netlab.NetLab` with
+    ``num_ranks`` ranks; each rank then runs in its lab node and gloo talks over the shaped links (the rendezvous
+    stays a file).
     """
     if lab is not None and lab.ranks != num_ranks:
         raise ValueError(f"the lab has {lab.ranks} ranks; fork_launch was asked for {num_ranks}")
+    import functools
     import pickle
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="zen-fork-") as tmp:
         out_dir = Path(tmp)
-        ctx = mp.get_context("fork")
-        spaces = [lab.namespace(lab.node_of(r)) if lab is not None else None for r in range(num_ranks)]
-        procs = [
-            ctx.Process(
-                target=_fork_fn_child, args=(r, num_ranks, out_dir, fn, args, timeout_s, os.getpid(), spaces[r])
-            )
-            for r in range(num_ranks)
-        ]
-        for p in procs:
-            p.start()
-        deadline = time.monotonic() + timeout_s + 30
-        try:
-            while any(p.is_alive() for p in procs):
-                if any(p.exitcode not in (None, 0) for p in procs) or time.monotonic() > deadline:
-                    break
-                time.sleep(0.02)
-        finally:
-            time.sleep(0.05)
-            _kill(procs)
+        env = loopback_env(out_dir / "rendezvous")
+        store, gloo_if = env["ZEN_ANALYSIS_FILE_STORE"], {"GLOO_SOCKET_IFNAME": env["GLOO_SOCKET_IFNAME"]}
+        body = functools.partial(
+            _fn_rank, world=num_ranks, store=store, out_dir=out_dir, fn=fn, args=args, timeout_s=timeout_s
+        )
+        group = fork_ranks(num_ranks, body, environ=lambda r: gloo_if, lab=lab)
+        group.watch(poll_s=0.02, grace_s=0.05, timeout_s=timeout_s + 30)
         errors = sorted(out_dir.glob("rank*.err"), key=lambda f: f.stat().st_mtime_ns)  # the first to fail, not
         if errors:  # a survivor that saw its peer's connection close
             rank = int(errors[0].stem[4:])
             raise RankFailedError(
-                f"rank {rank} failed:\n{errors[0].read_text()}",
-                rank=rank,
-                run_id="fork_launch",
-                pids=[p.pid for p in procs],
+                f"rank {rank} failed:\n{errors[0].read_text()}", rank=rank, run_id="fork_launch", pids=group.pids
             )
         missing = [r for r in range(num_ranks) if not (out_dir / f"rank{r}.pkl").exists()]
         if missing:
@@ -321,7 +416,7 @@ def fork_launch(fn: Callable[..., Any], num_ranks: int, *args: Any, timeout_s: f
                 f"ranks {missing} produced no result (killed or timed out)",
                 rank=missing[0],
                 run_id="fork_launch",
-                pids=[p.pid for p in procs],
+                pids=group.pids,
             )
         return [pickle.loads((out_dir / f"rank{r}.pkl").read_bytes()) for r in range(num_ranks)]
 
@@ -342,21 +437,14 @@ def run_in_lab(
             Path(log_dir) if log_dir else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="zen-netlab-")))
         )
         lab = stack.enter_context(NetLab(nodes * ranks_per_node, bandwidth_gbps, ranks_per_node=ranks_per_node))
-        procs = torchrun_per_node(lab, program, free_port(), logs, node0_inherits_output=True)
-        try:
-            while any(p.poll() is None for p in procs):
-                if any(p.poll() not in (None, 0) for p in procs):
-                    time.sleep(1.0)  # let the others notice and report
-                    break
-                time.sleep(_POLL_S)
-        finally:
-            _kill(procs)
-        codes = [p.poll() for p in procs]
-        failed = [i for i, c in enumerate(codes) if c not in (0, None)]
+        group = torchrun_per_node(lab, program, free_port(), logs, node0_inherits_output=True)
+        group.watch(grace_s=1.0)  # after a failure, let the other nodes notice and report
+        codes = group.codes()
+        failed = [i for i, c in codes.items() if c not in (0, None)]
         for i in failed[:2]:
             if i:
                 print(
-                    f"--- node {i} (exit {codes[i]}):\n{_tail_text(logs / f'torchrun-node{i}.log').rstrip()}",
+                    f"--- node {i} (exit {codes[i]}):\n{log_tail(logs / f'torchrun-node{i}.log').rstrip()}",
                     file=sys.stderr,
                 )
         return next((codes[i] for i in failed), 0)

@@ -22,12 +22,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-import multiprocessing as mp
-import os
-import signal
-import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,15 +35,13 @@ from zen_analysis.config import ExperimentConfig
 from zen_analysis.ranks.entry import TIMEOUT_HINT, run_rank
 from zen_analysis.ranks.env import loopback_env
 from zen_analysis.ranks.procs import (
-    _POLL_S,
     RankFailedError,
-    _die_with_parent,
-    _exitcode,
-    _failure,
-    _kill,
-    _Tail,
-    _tail_text,
+    RankGroup,
+    blame,
+    fork_ranks,
     free_port,
+    log_tail,
+    start_process,
     torchrun_per_node,
 )
 from zen_analysis.runs import observe
@@ -92,35 +85,6 @@ def _resolve_launcher(cfg: ExperimentConfig) -> str:
         if cfg.dist.backend == "nccl" or (cfg.dist.backend == "auto" and torch.cuda.is_available())
         else "fork"
     )
-
-
-def _fork_child(
-    rank: int,
-    world: int,
-    run_dir: Path,
-    target: Callable[..., Any] | None,
-    parent: int,
-    lab_namespace: str | None = None,
-) -> None:
-    import torch
-
-    torch.set_num_threads(1)  # first: fork after the parent used the thread pool deadlocks otherwise
-    _die_with_parent(signal.SIGKILL, parent)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what an interrupt stops
-    os.environ.update(
-        RANK=str(rank),
-        LOCAL_RANK=str(rank),
-        WORLD_SIZE=str(world),
-        LOCAL_WORLD_SIZE=str(world),
-        OMP_NUM_THREADS="1",
-        TOKENIZERS_PARALLELISM="false",
-        **loopback_env(run_dir / ".rendezvous"),
-    )
-    if lab_namespace is not None:  # this rank's lab node: gloo talks over its shaped link (the store stays a file)
-        from zen_analysis.ranks.netlab import enter_node
-
-        enter_node(lab_namespace)
-    os._exit(run_rank(run_dir, target))
 
 
 def launch(
@@ -192,14 +156,13 @@ def _launch_claimed(cfg: ExperimentConfig, *, target, progress, echo, timeout_s,
     run_dir = write_run(cfg, target, progress)
     world = cfg.dist.num_ranks
     launcher = _resolve_launcher(cfg)
-    if launcher == "torchrun":
-        procs = _start_torchrun(cfg, run_dir, lab)
-    else:
-        procs = _start_forked(cfg, run_dir, target, lab)
-    pids = [p.pid for p in procs]
+    group = _start_torchrun(cfg, run_dir, lab) if launcher == "torchrun" else _start_forked(cfg, run_dir, target, lab)
+    pids = group.pids
     bar = tqdm(total=cfg.train.num_steps, desc=cfg.run_id, unit="step", disable=not progress)
-    metrics_tail, log_tail = _Tail(run_dir / "metrics.jsonl"), _Tail(run_dir / "logs" / "rank0.log")
-    t_start = time.monotonic()
+    metrics_tail, log_tail_ = (
+        observe.LineTail(run_dir / "metrics.jsonl"),
+        observe.LineTail(run_dir / "logs" / "rank0.log"),
+    )
 
     def pump() -> None:
         rows = [json.loads(line) for line in metrics_tail.lines() if line.strip()]
@@ -208,51 +171,38 @@ def _launch_claimed(cfg: ExperimentConfig, *, target, progress, echo, timeout_s,
             bar.set_postfix(loss=f"{rows[-1]['loss']:.3f}")
             observe.notify(on_metrics, rows)
         if echo:
-            for line in log_tail.lines():
+            for line in log_tail_.lines():
                 bar.write(f"[rank 0] {line}")
 
     try:
-        while True:
-            time.sleep(_POLL_S)
+        outcome = group.watch(timeout_s=timeout_s, on_tick=pump)  # every rank is stopped when it returns or raises
+        if outcome.ok:
             pump()
-            codes = {r: _exitcode(p) for r, p in enumerate(procs)}
-            failed = [r for r, c in codes.items() if c not in (None, 0)]
-            if failed:
-                time.sleep(_POLL_S)  # let near-simultaneous failures land
-                codes = {r: _exitcode(p) for r, p in enumerate(procs)}
-                failed = [r for r, c in codes.items() if c not in (None, 0)]
-                killed = [r for r, c in codes.items() if c is None]
-                _kill(procs)
-                if launcher == "torchrun":  # torchrun's exit code is not a rank's: find the ranks that wrote errors
-                    ranks = sorted(int(p.stem[4:]) for p in (run_dir / "errors").glob("rank*.txt"))
-                    if not ranks:  # torchrun itself failed (rendezvous, start-up) before any rank reported
-                        logs = sorted((run_dir / "logs").glob("torchrun*.log"))
-                        tails = "\n\n".join(f"{p.name}:\n{_tail_text(p, 15).rstrip()}" for p in logs)
-                        raise RankFailedError(
-                            f"torchrun of run {cfg.run_id} failed before any rank reported an "
-                            f"error; the end of its log:\n\n{tails}",
-                            rank=None,
-                            run_id=cfg.run_id,
-                            pids=pids,
-                        )
-                    failed, codes, killed = ranks, {}, []
-                raise _failure(run_dir, cfg.run_id, failed, codes, killed, pids)
-            if all(c == 0 for c in codes.values()):
-                break
-            if timeout_s is not None and time.monotonic() - t_start > timeout_s:
-                _kill(procs)
+    finally:
+        bar.close()
+    if outcome.timed_out:
+        raise RankFailedError(
+            f"run {cfg.run_id} exceeded timeout_s={timeout_s}; all ranks were stopped. {TIMEOUT_HINT}",
+            rank=None,
+            run_id=cfg.run_id,
+            pids=pids,
+        )
+    if not outcome.ok:
+        failed, codes, killed = outcome.failed, outcome.codes, outcome.running
+        if launcher == "torchrun":  # torchrun's exit code is not a rank's: find the ranks that wrote errors
+            ranks = sorted(int(p.stem[4:]) for p in (run_dir / "errors").glob("rank*.txt"))
+            if not ranks:  # torchrun itself failed (rendezvous, start-up) before any rank reported
+                logs = sorted((run_dir / "logs").glob("torchrun*.log"))
+                tails = "\n\n".join(f"{p.name}:\n{log_tail(p, 15).rstrip()}" for p in logs)
                 raise RankFailedError(
-                    f"run {cfg.run_id} exceeded timeout_s={timeout_s}; all ranks were stopped. {TIMEOUT_HINT}",
+                    f"torchrun of run {cfg.run_id} failed before any rank reported an error; the end of its log:"
+                    f"\n\n{tails}",
                     rank=None,
                     run_id=cfg.run_id,
                     pids=pids,
                 )
-        pump()
-    except BaseException:
-        _kill(procs)
-        raise
-    finally:
-        bar.close()
+            failed, codes, killed = ranks, {}, []
+        raise blame(run_dir, cfg.run_id, failed, codes, killed, pids)
     results = {}
     for r in range(world):
         f = run_dir / "results" / f"rank{r}.json"
@@ -263,7 +213,7 @@ def _launch_claimed(cfg: ExperimentConfig, *, target, progress, echo, timeout_s,
     )
 
 
-def _start_torchrun(cfg: ExperimentConfig, run_dir: Path, lab) -> list[Any]:
+def _start_torchrun(cfg: ExperimentConfig, run_dir: Path, lab) -> RankGroup:
     """The torchrun path: one torchrun per node of ``lab``, else one local torchrun of ``num_ranks`` ranks (its
     output in ``logs/torchrun.log``); every rank runs ``python -m zen_analysis.ranks.entry`` on ``run_dir``."""
     if lab is not None:
@@ -283,35 +233,33 @@ def _start_torchrun(cfg: ExperimentConfig, run_dir: Path, lab) -> list[Any]:
         "--run-dir",
         str(run_dir),
     ]
-    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
-    with open(run_dir / "logs" / "torchrun.log", "w") as out:
-        return [
-            subprocess.Popen(
-                cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent
-            )
-        ]
+    return RankGroup([start_process(cmd, run_dir / "logs" / "torchrun.log")])
 
 
-def _start_forked(cfg: ExperimentConfig, run_dir: Path, target, lab) -> list[Any]:
-    """The fork path: one forked child per rank (:func:`_fork_child`), each in its lab node's namespace when there
-    is a ``lab``; the training loop and the model's code are imported here first, so the children inherit them."""
+def _start_forked(cfg: ExperimentConfig, run_dir: Path, target, lab) -> RankGroup:
+    """The fork path: one forked rank each (:func:`~zen_analysis.ranks.procs.fork_ranks`: one thread, dies with
+    this process, in its lab node's namespace when there is a ``lab``) running
+    :func:`~zen_analysis.ranks.entry.run_rank`; the training loop and the model's code are imported here first, so
+    the ranks inherit them."""
     import zen_analysis.train.loop  # noqa: F401 - import once here; forked ranks inherit it instead of re-importing
     from zen_analysis.workload.model import preload
 
     preload(cfg.model.arch)
-
     world = cfg.dist.num_ranks
-    ctx = mp.get_context("fork")
-    spaces = [lab.namespace(lab.node_of(r)) if lab is not None else None for r in range(world)]
-    procs = [
-        ctx.Process(
-            target=_fork_child, args=(r, world, run_dir, target if callable(target) else None, os.getpid(), spaces[r])
-        )
-        for r in range(world)
-    ]
-    for p in procs:
-        p.start()
-    return procs
+    fn = target if callable(target) else None
+
+    def environ(rank: int) -> dict[str, str]:
+        return {
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": str(world),
+            "LOCAL_WORLD_SIZE": str(world),
+            "OMP_NUM_THREADS": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            **loopback_env(run_dir / ".rendezvous"),
+        }
+
+    return fork_ranks(world, lambda rank: run_rank(run_dir, fn), environ=environ, lab=lab)
 
 
 def ensure_run(cfg: ExperimentConfig, **launch_kwargs: Any) -> str:

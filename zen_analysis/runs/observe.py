@@ -16,9 +16,30 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 NOT_SCALARS = ("step", "captured", "loss_is_rank0_only")
+
+
+class LineTail:
+    """The lines appended to a file (rank 0's ``metrics.jsonl`` or log) since the last call."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.pos = 0
+        self.partial = ""
+
+    def lines(self) -> list[str]:
+        if not self.path.exists():
+            return []
+        with open(self.path) as f:
+            f.seek(self.pos)
+            chunk = f.read()
+            self.pos = f.tell()
+        text = self.partial + chunk
+        *complete, self.partial = text.split("\n")
+        return complete
 
 
 def tokens_per_s(rows: list[dict]) -> list[float]:
