@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 from zen_analysis import recipes
 from zen_analysis.bench_net import bench_ddp, bench_netlab
-from zen_analysis.bench_options import floats, ints, parse_sets
+from zen_analysis.bench_options import CONFIG, floats, ints, parse_sets
 from zen_analysis.bench_train import bench_train
 from zen_analysis.config import apply_overrides
 
@@ -39,7 +39,7 @@ def bench_capture(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     cfg.dist.num_ranks = 2
     cfg.train.workers_per_rank = 16
     cfg.train.num_steps = 50  # captures at 0, 10, ..., 40: the 5th fills a shard, so a write is timed too
-    cfg = apply_overrides(cfg, overrides)
+    cfg = apply_overrides(cfg, parse_sets("capture", overrides, {}, config=True)[CONFIG])
     result = launch(cfg, echo=False, overwrite=True)
     m = result.metrics().iloc[2:]  # the first steps warm up allocators and caches
     captured, plain = m[m["captured"]], m[~m["captured"]]
@@ -255,16 +255,15 @@ def bench_stragglers(overrides: list[str] | tuple[str, ...] = ()) -> dict:
 
     from zen_analysis.experiments.local_sgd import straggler_table
 
-    ours = [item for item in overrides if item.partition("=")[0] == "ranks"]  # the rest are config fields
-    rest = [item for item in overrides if item.partition("=")[0] != "ranks"]
-    worlds = parse_sets("stragglers", ours, {"ranks": [2, 4]}, {"ranks": ints})["ranks"]
+    opts = parse_sets("stragglers", overrides, {"ranks": [2, 4]}, {"ranks": ints}, config=True)
+    worlds = opts["ranks"]
     tables, ratios = [], {}
     for world in worlds:
         base = recipes.default()
         base.name = "bench-stragglers"
         base.train.workers_per_rank = 1
         base.dist.num_ranks = world
-        base = apply_overrides(base, rest)
+        base = apply_overrides(base, opts[CONFIG])
         table = straggler_table(base)
         tables.append(table)
         pick = {m: table.query(f"method == '{m}' and straggler != 'none'").iloc[0] for m in ("edit", "a_edit")}

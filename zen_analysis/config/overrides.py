@@ -79,6 +79,20 @@ def _typed(value: Any, tp: type, key: str) -> Any:
     raise ValueError(f"{key}: expected {tp.__name__}, got {value!r}")
 
 
+def split_set(item: str, example: str = "section.field=value") -> tuple[str, str]:
+    """``key=value`` -> ``(key, value)``, the one grammar of every ``--set`` (configs and benchmarks alike): the key
+    is what comes before the first ``=``, the value everything after it (commas separate list items)."""
+    if "=" not in item:
+        raise ValueError(f"--set {item!r} must look like {example}")
+    key, value = item.split("=", 1)
+    return key.strip(), value
+
+
+def split_list(text: str) -> list[str]:
+    """A list value: comma-separated items, blanks dropped (an empty value is an empty list)."""
+    return [p for p in (p.strip() for p in text.split(",")) if p]
+
+
 def _parse_value(text: str, tp: Any, key: str) -> Any:
     if tp is bool:
         low = text.strip().lower()
@@ -89,7 +103,7 @@ def _parse_value(text: str, tp: Any, key: str) -> Any:
         raise ValueError(f"{key}: expected a boolean (true/false), got {text!r}")
     if typing.get_origin(tp) is tuple:
         item = typing.get_args(tp)[0]
-        return tuple(_parse_value(s, item, key) for s in (p.strip() for p in text.split(",")) if s)
+        return tuple(_parse_value(s, item, key) for s in split_list(text))
     try:
         return tp(text)
     except ValueError:
@@ -104,10 +118,8 @@ def apply_overrides(cfg: C, overrides: list[str] | tuple[str, ...]) -> C:
     """
     d = dataclasses.asdict(cfg)
     for item in overrides:
-        if "=" not in item:
-            raise ValueError(f"override {item!r} must look like section.field=value")
-        key, text = item.split("=", 1)
-        parts = key.strip().split(".")
+        key, text = split_set(item)
+        parts = key.split(".")
         node_cls: type = type(cfg)
         node = d
         for depth, part in enumerate(parts):
