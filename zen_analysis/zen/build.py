@@ -18,7 +18,8 @@ import tempfile
 from pathlib import Path
 
 SOURCES = (Path(__file__).with_name("csrc") / "hierarchical_hash.c", Path(__file__).with_name("csrc") / "hash_bitmap.c")
-HEADER = Path(__file__).with_name("csrc") / "zen_hash.h"
+HEADERS = (Path(__file__).with_name("csrc") / "zen_hash.h", Path(__file__).with_name("csrc") / "zen_exports.h")
+"""h0, shared by the kernels, and the declaration of every export (:data:`zen_analysis.zen.native.EXPORTS`)."""
 FLAGS = ("-O3", "-std=c11", "-fPIC", "-shared")
 
 
@@ -70,7 +71,7 @@ def build() -> Path:
     cc = compiler()
     if cc is None:
         raise RuntimeError("no C compiler found (set $CC or install gcc)")
-    source = b"".join(src.read_bytes() for src in (*SOURCES, HEADER))
+    source = b"".join(src.read_bytes() for src in (*SOURCES, *HEADERS))
     tag = hashlib.sha256(source + " ".join((cc, *FLAGS)).encode()).hexdigest()[:16]
     name = f"zen_hash-{tag}.so"
     folder = cache_dir()

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import shutil
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
+from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -27,10 +30,35 @@ from zen_analysis import workspace
 from zen_analysis.indices import check_indices
 from zen_analysis.zen.build import build, cache_dir
 
-_P = ctypes.c_void_p
-_I64 = ctypes.c_int64
-_U32 = ctypes.c_uint32
-_INT = ctypes.c_int
+EXPORTS = Path(__file__).with_name("csrc") / "zen_exports.h"
+"""The one declaration of the kernel's exported functions; the ctypes signatures are built from it."""
+_C_TYPES = {"int64_t": ctypes.c_int64, "uint32_t": ctypes.c_uint32, "int": ctypes.c_int, "void": None}
+
+
+def _c_type(decl: str, where: str):
+    """The ctypes type of a C parameter or return type: any pointer is an address; the scalars by name."""
+    words = decl.replace("const ", "").split()
+    if "*" in decl:
+        return ctypes.c_void_p
+    if not words or words[0] not in _C_TYPES:
+        raise RuntimeError(
+            f"{EXPORTS.name}: {where} has type {decl!r}, which native.py cannot map (add it to _C_TYPES)"
+        )
+    return _C_TYPES[words[0]]
+
+
+@lru_cache(maxsize=1)
+def declarations() -> dict[str, tuple[Any, list[Any]]]:
+    """Each exported function's (restype, argtypes), parsed from :data:`EXPORTS`."""
+    text = re.sub(r"/\*.*?\*/", "", EXPORTS.read_text(), flags=re.S)
+    out = {}
+    for ret, name, params in re.findall(r"^\s*([\w ]+?)\s+(zen_\w+)\s*\(([^)]*)\)\s*;", text, flags=re.M):
+        args = [p.strip() for p in params.split(",") if p.strip()]
+        argtypes = [_c_type(re.sub(r"\w+$", "", a).strip() or a, f"{name}'s {a!r}") for a in args]
+        out[name] = (_c_type(ret, f"{name}'s return"), argtypes)
+    if not out:
+        raise RuntimeError(f"{EXPORTS} declares no zen_* function")
+    return out
 
 
 @lru_cache(maxsize=1)
@@ -44,32 +72,15 @@ def _library() -> tuple[ctypes.CDLL | None, str]:
         return None, str(err)
     if path.parent != cache_dir():  # a one-off private build: loaded, so its directory can go
         shutil.rmtree(path.parent, ignore_errors=True)
-    lib.zen_place.restype = _I64
-    lib.zen_place.argtypes = [_P, _I64, _I64, _I64, _INT, _U32, _INT, _U32, _INT, _I64, _I64, _P, _P, _P, _P, _P, _INT]
-
-    lib.zen_compact.restype = None
-    lib.zen_compact.argtypes = [_P, _I64, _I64, _I64, _I64, _P, _P, _P, _P, _P]
-    lib.zen_h0.restype = None
-    lib.zen_h0.argtypes = [_P, _I64, _U32, _P]
-    lib.zen_bits_set.restype = None
-    lib.zen_bits_set.argtypes = [_P, _I64, _P]
-    lib.zen_popcounts.restype = None
-    lib.zen_popcounts.argtypes = [_P, _P, _INT, _P]
-    for fn in (lib.zen_decode_scatter_i32, lib.zen_decode_scatter_i64):
-        fn.restype = _I64
-        fn.argtypes = [_P, _P, _P, _INT, _P, _P, _I64, _P, _I64]
-    lib.zen_count_nonzero.restype = _I64
-    lib.zen_count_nonzero.argtypes = [_P, _I64]
-    lib.zen_extract.restype = _I64
-    lib.zen_extract.argtypes = [_P, _I64, _P, _P, _I64]
-    lib.zen_take_set.restype = _I64
-    lib.zen_take_set.argtypes = [_P, _I64, _P, _P, _I64]
-    lib.zen_accumulate_packed.restype = _INT
-    lib.zen_accumulate_packed.argtypes = [_P, _I64, _I64, _P, _P]
-    lib.zen_extract_pack.restype = _I64
-    lib.zen_extract_pack.argtypes = [_P, _I64, _I64, _U32, _P, _P, _P, _P, _I64]
-    lib.zen_aggregate_sorted.restype = _I64
-    lib.zen_aggregate_sorted.argtypes = [_P, _P, _I64, _I64, _P, _P, _P]
+    for name, (restype, argtypes) in declarations().items():
+        try:
+            fn = getattr(lib, name)
+        except AttributeError:
+            raise RuntimeError(
+                f"the kernel library {path} has no {name}, which {EXPORTS.name} declares: a stale build? Remove "
+                f"{path.parent} and run again"
+            ) from None
+        fn.restype, fn.argtypes = restype, argtypes
     return lib, ""
 
 

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "zen_exports.h"
 #include "zen_hash.h"
 
 #if defined(__SSE2__)

@@ -11,6 +11,7 @@
  */
 #include <stdint.h>
 
+#include "zen_exports.h"
 #include "zen_hash.h"
 
 #define EMPTY (-1)
