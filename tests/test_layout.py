@@ -143,7 +143,7 @@ LAYERS = (
         "zen.bitmap capture.schema capture.buckets capture.topk",
     ),
     ("stores, collectives, processes", "capture capture.traces capture.summary wire comm.formats ranks"),
-    ("algorithms", "sync sync.base zen.sync local_sgd"),
+    ("algorithms", "sync sync.base zen.sparse_allreduce local_sgd"),
     ("schemes", "comm comm.schemes"),
     ("measurement", "comm.measure comm.calibrate comm.replay"),
     ("sync registry", "sync.sparse sync.compressed sync.planner sync.ddp sync.integrations train.registry"),
@@ -189,7 +189,7 @@ def test_imports_point_down_the_layers():
     assert (
         _layer_of("zen_analysis.train.loop")
         > _layer_of("zen_analysis.comm.schemes.zen")
-        > _layer_of("zen_analysis.zen.sync")
+        > _layer_of("zen_analysis.zen.sparse_allreduce")
     )
 
 

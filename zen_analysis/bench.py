@@ -142,7 +142,7 @@ def bench_characterize(overrides: list[str] | tuple[str, ...] = ()) -> dict:
 
 def bench_comm(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     """Every scheme on 4 real gloo ranks replaying the default run's captured embedding gradients, against
-    its alpha-beta model on this machine calibrated at 4 ranks (``zen-analysis bench-comm`` with the
+    its alpha-beta model on this machine calibrated at 4 ranks (``zen-analysis measure`` with the
     reproduce run; trains it first if ``make reproduce`` has not)."""
     from zen_analysis.comm import measure, replay
     from zen_analysis.reproduce import reproduce_run_id

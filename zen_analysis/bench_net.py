@@ -20,8 +20,7 @@ def bench_netlab(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     first if ``make reproduce`` has not): ``schemes``, every scheme replaying its natural and top-k tensors at
     ``ranks`` x ``bandwidths`` (figure ``netlab_speedup``); ``nodes``, flat vs hierarchical Zen vs all-reduce on
     2 nodes x 2 ranks at ``node_bandwidths``; ``train``, the default recipe trained for ``train_steps`` steps per
-    variant at
-    ``train_bandwidths`` (figure ``netlab_training``). ``--set parts=schemes,nodes,train ranks=4,8
+    variant at ``train_bandwidths`` (figure ``netlab_training``). ``--set parts=schemes,nodes,train ranks=4,8
     bandwidths=0.5,1,2.5,10 train_bandwidths=1 train_steps=12 repeats=10``. Tables in ``data/derived/netlab/``."""
     from zen_analysis import paths
     from zen_analysis.ranks import netlab

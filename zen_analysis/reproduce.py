@@ -64,9 +64,8 @@ def reproduce_run_ids() -> list[str]:
 
 
 def _stage_netlab() -> None:
-    """Stage 4: every scheme measured with each of 4 ranks behind a 1 Gbit/s link (natural and top-k tensors), and
-    flat vs
-    hierarchical Zen on 2 nodes x 2 ranks; skipped, with the reason, where the lab cannot be built."""
+    """Stage 4: every scheme measured with each of 4 ranks behind a 1 Gbit/s link (natural and top-k tensors), and flat
+    vs hierarchical Zen on 2 nodes x 2 ranks; skipped, with the reason, where the lab cannot be built."""
     from matplotlib import pyplot as plt
 
     from zen_analysis.ranks import netlab

@@ -1,4 +1,4 @@
-"""bench-comm on real gloo ranks: the schemes-based calibration, replay of a captured run (real values,
+"""`zen-analysis measure` on real gloo ranks: the schemes-based calibration, replay of a captured run (real values,
 lossless up to summation order, bytes equal to the model) and the synthetic mode through the CLI."""
 
 import json
@@ -59,6 +59,6 @@ def test_calibration_replay_and_synthetic_cli(capsys):
 
     from zen_analysis.cli import main
 
-    main(["bench-comm", "--synthetic", "--ranks", "2", "--numel", "5000", "--density", "0.05", "--repeats", "1"])
+    main(["measure", "--synthetic", "--ranks", "2", "--numel", "5000", "--density", "0.05", "--repeats", "1"])
     out = capsys.readouterr().out
     assert "synthetic: 2 ranks" in out and out.count("equal  True; lossless True") == len(SCHEMES)

@@ -179,7 +179,7 @@ def test_schemes_replayed_in_the_lab_are_lossless_with_the_modelled_bytes(capsys
     out_path = tmp_path / "summary.parquet"
     main(
         [
-            "bench-comm",
+            "measure",
             "--synthetic",
             "--ranks",
             "2",

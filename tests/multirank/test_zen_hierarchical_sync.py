@@ -10,7 +10,7 @@ def _body(rank, world, numel):
     import torch.distributed as dist
 
     from zen_analysis.wire.exchange import Exchange
-    from zen_analysis.zen.sync import NodeGroups, zen_sum, zen_sum_hierarchical
+    from zen_analysis.zen.sparse_allreduce import NodeGroups, zen_sum, zen_sum_hierarchical
 
     groups = NodeGroups(2)
     out = []

@@ -32,7 +32,7 @@ def test_every_subcommand_shows_its_defaults_and_examples(capsys):
         for action in p._actions:
             if action.default not in (None, False) and action.help and action.dest != "help":
                 assert "default" in (action.help + p.formatter_class("x")._get_help_string(action)), (name, action.dest)
-    assert "(default: 4)" in sub.choices["bench-comm"].format_help()  # --ranks
+    assert "(default: 4)" in sub.choices["measure"].format_help()  # --ranks
 
 
 def test_runs_lists_deletes_and_prunes_but_keeps_reproduce_runs(capsys):
@@ -118,3 +118,11 @@ def test_benchmark_names_have_one_source(monkeypatch, capsys):
     assert make_bench.strip() == "$(PY) -m zen_analysis bench"
     for nb in sorted((root / "notebooks").glob("*.ipynb")):
         assert '\\"reproduce-' not in nb.read_text(), f"{nb.name} spells out a reproduce run id"
+
+
+def test_bench_comm_still_works_as_measure_with_one_line_of_notice(capsys):
+    parser = build_parser()
+    assert parser.parse_args(["bench-comm", "--synthetic"]).func is parser.parse_args(["measure", "--synthetic"]).func
+    with pytest.raises(SystemExit, match="measure needs a run id"):
+        main(["bench-comm"])
+    assert capsys.readouterr().err.count("`zen-analysis bench-comm` is now `zen-analysis measure`") == 1

@@ -95,10 +95,10 @@ def test_the_c_and_torch_hash_paths_agree_on_every_valid_index_and_refuse_the_re
     if not native.available():
         pytest.skip(native.unavailable_reason())
     idx = torch.tensor([0, 1, 2**31, 2**32 + 5, 2**62, 2**63 - 1])
-    assert torch.equal(native.h0(idx, 7), hashing.h0(idx, 7))
+    assert torch.equal(native.kernel_h0(idx, 7), hashing.h0(idx, 7))
     for bad in (torch.tensor([-5]), torch.tensor([2**63], dtype=torch.uint64)):
         with pytest.raises(ValueError):
-            native.h0(bad, 7)
+            native.kernel_h0(bad, 7)
         with pytest.raises(ValueError):
             hashing.h0(bad, 7)
 

@@ -115,7 +115,7 @@ _FUZZ = textwrap.dedent(
         except ValueError:
             pass
         try:
-            native.h0(idx, 1)
+            native.kernel_h0(idx, 1)
         except ValueError:
             pass
         bits = torch.zeros(4, dtype=torch.uint8)
@@ -207,7 +207,7 @@ def test_adversarial_sizes_are_refused_in_a_subprocess():
 
 
 def test_a_failed_aggregation_leaves_the_accumulator_zero():
-    from zen_analysis.zen.sync import aggregate_encode
+    from zen_analysis.zen.sparse_allreduce import aggregate_encode
 
     sets = static_sets(1000, 2, 0)
     bad = torch.tensor([3, 0, 10**6, 0], dtype=torch.int32)
@@ -224,7 +224,7 @@ def test_a_failed_aggregation_leaves_the_accumulator_zero():
 def test_merged_aggregation_equals_the_accumulator_path(senders, density):
     """The block-by-block merge (ascending streams) and the |S_p| accumulator give the same bitmap and sums; a
     stream that does not ascend is left to the accumulator (the merge answers None)."""
-    from zen_analysis.zen.sync import aggregate_encode
+    from zen_analysis.zen.sparse_allreduce import aggregate_encode
 
     size = 70_001  # several merge blocks, a partial last byte
     gen = torch.Generator().manual_seed(senders)

@@ -68,7 +68,7 @@ def test_native_kernel_threads_and_hash_match_torch(threads):
     if not native.available():
         pytest.skip(native.unavailable_reason())
     big = torch.randint(0, 2**62, (5000,), generator=torch.Generator().manual_seed(1))
-    assert torch.equal(native.h0(big, 77), h0(big, 77)), "the C h0 differs from zen.hashing.h0"
+    assert torch.equal(native.kernel_h0(big, 77), h0(big, 77)), "the C h0 differs from zen.hashing.h0"
     # enough indices for several chunks, non-power-of-two n (h0 % n), and one partition overflowing across threads
     idx = torch.randperm(2_000_000, generator=torch.Generator().manual_seed(2))[:300_000]
     old = torch.get_num_threads()

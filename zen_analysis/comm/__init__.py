@@ -3,8 +3,8 @@
 ``SCHEMES`` maps each scheme name to its class; every scheme has ``run`` (real torch.distributed collectives)
 and ``traffic`` (the bytes ``run`` moves, computed from index sets alone).
 
-The registry is imported lazily: the ``zen`` scheme runs :mod:`zen_analysis.zen.sync`, which itself builds on
-:mod:`zen_analysis.wire.exchange`, so importing the exchange must not pull in the schemes.
+The registry is imported lazily: the ``zen`` scheme runs :mod:`zen_analysis.zen.sparse_allreduce`, which itself
+builds on :mod:`zen_analysis.wire.exchange`, so importing the exchange must not pull in the schemes.
 """
 
 from __future__ import annotations

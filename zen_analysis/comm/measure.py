@@ -28,7 +28,7 @@ from zen_analysis.ranks.netlab import NetLab
 from zen_analysis.ranks.procs import fork_launch
 
 
-def _replay(
+def _measure_on_rank(
     rank: int,
     world: int,
     sets: list,
@@ -136,9 +136,11 @@ def measure(
     vals = None if values is None else [torch.as_tensor(v, dtype=torch.float32) for v in values]
     if bandwidth_gbps:  # every rank behind its own shaped link (the emulated network)
         with NetLab(world, bandwidth_gbps) as lab:
-            results = fork_launch(_replay, world, sets, vals, numel, repeats, names, end_to_end, lab=lab, timeout_s=600)
+            results = fork_launch(
+                _measure_on_rank, world, sets, vals, numel, repeats, names, end_to_end, lab=lab, timeout_s=600
+            )
     else:
-        results = fork_launch(_replay, world, sets, vals, numel, repeats, names, end_to_end)
+        results = fork_launch(_measure_on_rank, world, sets, vals, numel, repeats, names, end_to_end)
     raw = pd.DataFrame([r for rows in results for r in rows])
     per_rep = raw.groupby(["scheme", "phase", "rep"]).agg(
         bytes_sent=("bytes_sent", "sum"),
@@ -215,7 +217,7 @@ SUMMARY_COLUMNS = [
     "modelled_s",
     "lossless",
 ]
-"""What ``bench-comm --out`` writes first (the rest of :func:`summarize`'s columns follow)."""
+"""What ``measure --out`` writes first (the rest of :func:`summarize`'s columns follow)."""
 
 
 def write_summary(df: pd.DataFrame, path, **attrs) -> pd.DataFrame:

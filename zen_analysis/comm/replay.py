@@ -5,7 +5,7 @@ alpha-beta model on this machine's calibration (:mod:`zen_analysis.comm.calibrat
 ``compare(index_sets, numel)`` returns one row per (scheme, phase): bytes modelled / bytes sent (summed over
 ranks, payload and control) and whether they are equal, the lossless check, wire seconds modelled / measured
 (slowest rank of each repeat, mean over repeats, the median beside it) and their ratio. ``replay_run`` feeds it a
-run's captured per-worker tensors (``zen-analysis bench-comm <run> --ranks 4``), ``replay_synthetic`` generated
+run's captured per-worker tensors (``zen-analysis measure <run> --ranks 4``), ``replay_synthetic`` generated
 sets with a chosen density, skew and overlap (``--synthetic``).
 """
 
@@ -128,7 +128,7 @@ def replay_run(
         )
     topo = model_topology(ranks, bandwidth_gbps=bandwidth_gbps, recalibrate=recalibrate)
     frames = []
-    for step in tqdm(reader.steps()[:steps], desc=f"bench-comm {reader.run_id}", unit="step", disable=not progress):
+    for step in tqdm(reader.steps()[:steps], desc=f"measure {reader.run_id}", unit="step", disable=not progress):
         recs = sorted(reader.records(tensor=tensor, step=step), key=lambda r: r.worker)[:ranks]
         df = compare(
             [r.indices_K.long() for r in recs],

@@ -46,7 +46,7 @@ def scheme_sweep(
     progress: bool = True,
 ) -> pd.DataFrame:
     """Replay ``run``'s first captured tensor of each kind in ``kinds`` through every scheme at each rank count and
-    bandwidth in the lab. One row per (kind, ranks, bandwidth, scheme): the ``bench-comm --out`` columns plus
+    bandwidth in the lab. One row per (kind, ranks, bandwidth, scheme): the ``measure --out`` columns plus
     ``tensor``, ``kind``, ``speedup_measured`` / ``speedup_modelled`` (dense all-reduce's time / the scheme's)."""
     from zen_analysis.capture.traces import TraceReader
     from zen_analysis.comm.measure import write_summary
@@ -288,7 +288,7 @@ def _node_replay(
     import torch.distributed as dist
 
     from zen_analysis.wire.exchange import Exchange
-    from zen_analysis.zen.sync import NodeGroups, zen_sum, zen_sum_hierarchical
+    from zen_analysis.zen.sparse_allreduce import NodeGroups, zen_sum, zen_sum_hierarchical
 
     gen = torch.Generator().manual_seed(rank)
     x = torch.zeros(numel)

@@ -11,11 +11,10 @@ restarts from it. Attached as the loop's ``sync`` object:
   syncs each *unit* just before that unit's forward (layer-wise, EDiT's placement; ``layerwise=False`` syncs all
   units before the model's forward — numerically identical, tested); with ``prefetch`` the next unit's
   pseudo-gradient all-reduce is started (asynchronously) as soon as this unit's has been applied, so it runs
-  while this unit computes, and is finished at the next unit's hook — the same numbers (tested). Units are the blocks
-  of the model's
-  largest ``ModuleList`` plus a root unit holding every other parameter (embeddings, final norm, head);
-  ``granularity`` decides what the penalty's norms, detectors, weights and clip see: ``module`` (a unit),
-  ``tensor`` (each parameter) or ``global`` (the whole model, synced at the root);
+  while this unit computes, and is finished at the next unit's hook — the same numbers (tested). Units are the blocks of
+  the model's largest ``ModuleList`` plus a root unit holding every other parameter (embeddings, final norm, head);
+  ``granularity`` decides what the penalty's norms, detectors, weights and clip see: ``module`` (a unit), ``tensor``
+  (each parameter) or ``global`` (the whole model, synced at the root);
 * the first sync only sets the anchor; ``finalize`` forces a last sync so the final model is the global one.
 
 Every sync appends, per group and worker, the norm, z-score, weight, clip coefficient and whether the outer

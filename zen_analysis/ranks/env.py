@@ -4,8 +4,7 @@ The same variables drive every launcher: our fork launcher sets ``RANK``/``WORLD
 with ``ZEN_ANALYSIS_FILE_STORE`` (a ``FileStore`` in the run directory: no listening socket) and
 ``GLOO_SOCKET_IFNAME`` (loopback); torchrun sets ``RANK``.. and ``MASTER_ADDR``/``MASTER_PORT`` for each rank it
 starts, and its c10d store listens on that port on every interface (its endpoint, as configured). Without them the
-process is a
-single rank (world size 1) and no process group is created: ``train(cfg)`` runs in a notebook kernel as is.
+process is a single rank (world size 1) and no process group is created: ``train(cfg)`` runs in a notebook kernel as is.
 """
 
 from __future__ import annotations

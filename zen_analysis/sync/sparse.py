@@ -19,7 +19,7 @@ from zen_analysis.wire.dtypes import on_wire
 from zen_analysis.wire.exchange import Exchange
 from zen_analysis.wire.rows import nonzero_rows, sparse_rows
 from zen_analysis.workload.model import input_embedding_name
-from zen_analysis.zen.sync import NodeGroups, zen_sum_hierarchical
+from zen_analysis.zen.sparse_allreduce import NodeGroups, zen_sum_hierarchical
 
 
 def _holders(model: nn.Module, weight: nn.Parameter) -> int:

@@ -37,9 +37,7 @@ def phase_times(traffic: Traffic, topology: Topology) -> pd.DataFrame:
     alpha; an all_to_all call pays the largest alpha of its links once (its W - 1 messages are in flight
     together: per-message injection overhead is not modelled, which flatters all-to-all schemes at hundreds
     of ranks); a ring all-reduce pays 2 (W - 1) sequential steps. A calibrated topology (fitted at one rank count)
-    prices each
-    primitive (all_to_all, p2p, all_reduce) with its own measured alpha per call and bandwidth.
-    """
+    prices each primitive (all_to_all, p2p, all_reduce) with its own measured alpha per call and bandwidth."""
     topo = topology.for_ranks(traffic.world)
     W = traffic.world
     alpha, bw = topo.link_matrices()

@@ -4,8 +4,8 @@
 * :mod:`~zen_analysis.zen.hierarchical` — Algorithm 1, hierarchical hashing of the push buckets (and the argsort
   reference); :mod:`~zen_analysis.zen.native` — its compiled CPU kernel (built on first use, ctypes);
 * :mod:`~zen_analysis.zen.bitmap` — the hash bitmap: static hash sets S_p, lossless pull encoding;
-* :mod:`~zen_analysis.zen.sync` — ``zen_sum``, push + aggregate + pull on any process group (the ``zen`` scheme
-  of :mod:`zen_analysis.comm` and ``sync.scheme=zen`` in training run it).
+* :mod:`~zen_analysis.zen.sparse_allreduce` — ``zen_sum``, push + aggregate + pull on any process group (the ``zen``
+  scheme of :mod:`zen_analysis.comm` and ``sync.scheme=zen`` in training run it).
 
 Zen's planner, choosing Balanced Parallelism, Hierarchical Centralization or dense per tensor, sits above the
 schemes it chooses among: :mod:`zen_analysis.sync.planner`.

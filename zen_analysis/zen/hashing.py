@@ -74,8 +74,7 @@ TABLE_LIMIT = 1 << 26
 TABLES_KEPT = 2
 """h0 tables :func:`h0_table` keeps (least recently used dropped first): at most 2 x 4 x :data:`TABLE_LIMIT` bytes
 = 512 MiB, counted by :func:`h0_table_nbytes`. Only :func:`hash_owner` (the traffic models, the analysis) builds them;
-Zen's
-static hash sets (``zen.bitmap``) hash directly and only read a table that is already here, so a training process
+Zen's static hash sets (``zen.bitmap``) hash directly and only read a table that is already here, so a training process
 holds none."""
 
 _TABLES: OrderedDict[tuple[int, int], torch.Tensor] = OrderedDict()

@@ -120,7 +120,7 @@ def _hierarchical_hash(
 
         if native.available():
             l2 = None if level2_seed is None else _level2_seed(level2_seed, 0)
-            pos, counts, serial, overflows = native.hierarchical_hash(
+            pos, counts, serial, overflows = native.place_and_compact(
                 idx_K, n, seed=seed, k=k, par=par, ser=ser, level2_seed=l2
             )
             return Buckets(pos, counts, serial, overflows)

@@ -100,8 +100,8 @@ def _lib() -> ctypes.CDLL:
     return lib
 
 
-def h0(indices: torch.Tensor, seed: int) -> torch.Tensor:
-    """The kernel's h0 (for tests: it must equal ``zen.hashing.h0``)."""
+def kernel_h0(indices: torch.Tensor, seed: int) -> torch.Tensor:
+    """h0 computed by the kernel's own copy (``zen_hash.h``; for tests: it must equal ``zen.hashing.h0``)."""
     idx = check_indices(indices).contiguous()
     out = torch.empty_like(idx)
     _lib().zen_h0(idx.data_ptr(), idx.numel(), seed & 0xFFFFFFFF, out.data_ptr())
@@ -113,7 +113,7 @@ def _ranges(total: int, parts: int) -> list[tuple[int, int]]:
     return [(lo, min(total, lo + step)) for lo in range(0, total, step)]
 
 
-def hierarchical_hash(
+def place_and_compact(
     idx_K: torch.Tensor,
     n: int,
     *,

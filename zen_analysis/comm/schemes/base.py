@@ -172,8 +172,7 @@ class CommScheme(ABC):
     def last_times(self) -> dict[str, float]:
         """Seconds of this rank's last ``run``: ``total`` (the agreement check and ``_run``), ``wire`` (inside
         collective calls), ``wait`` (barriers of ``sync_collectives``) and ``local`` (the rest: this rank's own work,
-        what the
-        time model's local term prices)."""
+        what the time model's local term prices)."""
         return dict(getattr(self, "_times", {}))
 
     def last_local(self) -> dict[str, float]:

@@ -4,11 +4,11 @@ Push: every non-zero goes to the owner h0(idx) mod n (count exchange + ``all_to_
 sends a bitmap over its static hash set S_p plus the summed values of the set bits; the bitmaps have sizes every
 rank knows, and the number of values follows from them, so the pull needs no count exchange.
 
-The implementation is Zen's own (:func:`zen_analysis.zen.sync.zen_sum`): the push buckets come from hierarchical
-hashing (Algorithm 1) or a stable grouping by server (``hashing``), which changes how they are built, not what
-goes on the wire.
+The implementation is Zen's own (:func:`zen_analysis.zen.sparse_allreduce.zen_sum`): the push buckets come from
+hierarchical hashing (Algorithm 1) or a stable grouping by server (``hashing``), which changes how they are built,
+not what goes on the wire.
 
-Host syncs: listed in :mod:`zen_analysis.zen.sync` (the push counts and the pull's value counts).
+Host syncs: listed in :mod:`zen_analysis.zen.sparse_allreduce` (the push counts and the pull's value counts).
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from __future__ import annotations
 import torch
 
 from zen_analysis.comm.schemes.base import CommScheme
-from zen_analysis.comm.schemes.owner import push_traffic
+from zen_analysis.comm.schemes.push_pull import push_traffic
 from zen_analysis.wire.exchange import Exchange
 from zen_analysis.wire.traffic import Traffic
 from zen_analysis.zen.bitmap import bitmap_bytes, hash_partition_sizes
 from zen_analysis.zen.hashing import hash_owner
-from zen_analysis.zen.sync import HASHINGS, zen_sum, zen_sum_rows
+from zen_analysis.zen.sparse_allreduce import HASHINGS, zen_sum, zen_sum_rows
 
 
 class Zen(CommScheme):
