@@ -412,7 +412,7 @@ def _add_reproduce_parser(sub: argparse._SubParsersAction) -> None:
         "--full",
         action="store_true",
         help="also run the EDiT stage (edit: five trainings and an ablation, the longest) and the 1024-worker "
-        "scale mode (scale, about 6 min)",
+        "scale mode (scale)",
     )
     p.set_defaults(func=cmd_reproduce)
 

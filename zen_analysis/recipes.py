@@ -126,13 +126,12 @@ def lstm_words() -> ExperimentConfig:
     """``lstm`` on a word vocabulary: ids by descending frequency with a long tail, as the Zen paper's LSTM on One
     Billion Word (~800k words) has; the 32k BPE's tail is far shorter.
 
-    Every type seen at least twice is kept (``min_count=2``): 69,071 ids on the Python 3.11 stdlib, 2.1x the BPE's
-    32k; ``vocab_size`` caps it at 2^17. ``min_count=1`` (118,585 ids, half of them seen once) costs 1.7x the CPU per
-    rank-step (most of it the dense embedding gradient and AdamW over the embedding): some 4-5 minutes, not 3.
-    The adaptive softmax's head holds the 1,024 most frequent words (86% of tokens). Sync and capture as ``lstm``:
-    the dense all-reduce of the 68 MB embedding gradient takes about 0.3 s a step on 4 ranks, and ``sync.scheme=zen``
-    trained no faster here (its first step pays a one-off 8 s); a DGC top-k of the embedding's own 17.7M-element
-    bucket would cost about 0.6 s per worker and captured step, so top-k stays per tensor."""
+    Every type seen at least twice is kept (``min_count=2``; the README's training section gives the vocabulary this
+    makes on the default corpus); ``vocab_size`` caps it at 2^17. ``min_count=1`` would about double the vocabulary with
+    types seen once, and the CPU per rank-step grows with it (the embedding's gradient and optimizer step are per row).
+    The adaptive softmax's head holds the 1,024 most frequent words. Sync and capture as ``lstm``; top-k stays per
+    tensor, since a DGC top-k of the embedding's own bucket selects over every element of the table per worker and
+    captured step."""
     cfg = lstm()
     cfg.name = "lstm-words"
     cfg.data.tokenizer = "words"

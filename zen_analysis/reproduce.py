@@ -21,7 +21,7 @@ Stages (:data:`STAGES`; ``zen-analysis reproduce --only STAGE`` / ``--skip STAGE
    it runs with ``--full`` (``make reproduce-full``) or ``--only edit``; ``make reproduce`` keeps to the Zen
    paper's stages within its 30 minutes;
 7. ``scale``: beyond the paper's 128 GPUs, a 1024-worker capture of the default Llama and every scheme modelled
-   on it up to n = 1024 (the scale mode; about 6 minutes: with ``--full`` or ``--only scale``).
+   on it up to n = 1024 (the scale mode: with ``--full`` or ``--only scale``).
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ RUN_OVERRIDES = {
 """Trims of the reproduction runs, to keep ``make reproduce`` in its budget: OPT, Gemma 2 and DeepFM (for the
 characterization only) train 30 steps with 16 workers, captured at steps 0, 10 and 20."""
 EVALUATE_STEPS = 3
-"""Captured steps per run the scheme evaluation models (bucket traces are large: all seven schemes on every
-bucket of 6 steps would take the default run alone about 5 minutes on 2 cores)."""
+"""Captured steps per run the scheme evaluation models (bucket traces are large: modelling all seven schemes on
+every bucket of every captured step would take most of ``make reproduce``'s budget for the default run alone)."""
 FULL_ONLY = ("edit", "scale")
 """Stages run by ``--full`` (``make reproduce-full``) or by naming them in ``--only``."""
 SCALE_RUN = "workers1024"

@@ -1,8 +1,8 @@
 """Reusable per-thread CPU buffers for the per-sync hot paths (Zen's push / pull, the extraction).
 
-Why: glibc serves large allocations with fresh ``mmap``s, so every page of a new buffer faults on first touch.
-Measured on this machine (2 gloo ranks): an ``all_to_all_single`` of 51 MB per rank takes 28 ms into a reused
-output buffer and 90 ms into a fresh one. A named workspace keeps its pages mapped between calls.
+Why: glibc serves large allocations with fresh ``mmap``s, so every page of a new buffer faults on first touch, and
+a collective receiving tens of MB into a fresh buffer spends more time faulting pages than moving bytes (the
+README's Zen speed section measures it). A named workspace keeps its pages mapped between calls.
 
 ``buffer(name, numel, dtype, device)`` returns a tensor of ``numel`` elements (uninitialised) that stays valid
 until the next request of the same name on the same thread: callers must not hand it out beyond that (results

@@ -138,12 +138,13 @@ class LocalSGD(GradSync):
         self.sync_seconds = 0.0
         """Time spent in syncs and rendezvous (the loop's stragglers scale compute time only)."""
         self.delay = None
+        """Set by the loop under ``perturb.bandwidth_gbps``: sleeps as long as an all-reduce of n bytes would take."""
         self.link_seconds = None
         """Set by the loop under ``perturb.bandwidth_gbps``: seconds an all-reduce of n bytes takes on the slow link.
         The engine keeps a link clock: all-reduces in flight together queue on it, and the emulated time is added
         after the real all-reduce, less the compute between its start and its wait (what prefetch hides)."""
         self._link_free = 0.0
-        """Set by the loop under ``perturb.bandwidth_gbps``: sleeps as long as an all-reduce of n bytes would take."""
+        """The link clock: ``perf_counter()`` time at which the emulated link finishes what is queued on it."""
         self.local = True
         """The loop logs rank-local losses (a per-step loss all-reduce would make every step a rendezvous)."""
         self._decided_step = -1
@@ -152,7 +153,8 @@ class LocalSGD(GradSync):
         self._total_at_sync = 0
         self._stop = False
         self.step_budget = 0
-        """A-EDiT: stop (at a sync) once all workers together made this many steps (set by the loop)."""
+        """A-EDiT: stop (at a sync) once all workers together made this many steps (set by
+        :meth:`max_local_steps` from the loop's ``num_steps``; 0: no budget)."""
 
     # ---- attachment
     def attach(self, model: nn.Module) -> None:

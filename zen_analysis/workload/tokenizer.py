@@ -3,15 +3,14 @@
 ``data/tokenizers/<corpus hash>-words-v<vocab>-m<min_count>/``).
 
 Context: no pretrained vocabulary can be downloaded offline, and training a byte-level BPE with the
-``tokenizers`` library takes seconds (about 4 s for the 31 MB stdlib at 16k merges on 2 cores). BPE ids are
+``tokenizers`` library takes seconds on the default corpus. BPE ids are
 assigned in merge order, so frequent pieces get small ids: the contiguous-partition skew the Zen paper reports
 for frequency-sorted vocabularies (its C3) appears here for the same reason, not by construction.
 
 The word vocabulary is what the paper's LSTM on One Billion Word has: one id per word, ids by descending corpus
 frequency, and a long tail of rare types. On code a "word" is an identifier, a number or one punctuation
-character (:data:`WORD_PATTERN`); whitespace is dropped. On the full stdlib (Python 3.11) the training split holds
-about 7.0M such tokens of 119k distinct types, 69k of them seen at least twice; training takes about 6 s on
-2 cores (encoding the corpus then about 15 s), and ids past 65,535 make the token cache uint32.
+character (:data:`WORD_PATTERN`); whitespace is dropped. Ids past 65,535 make the token cache uint32 (the default
+corpus's word vocabulary is that large).
 
 Id 0 is ``<|endoftext|>``, appended between documents in the token stream; the word vocabulary's id 1 is
 ``[UNK]``.
