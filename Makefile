@@ -51,7 +51,7 @@ bench: venv
 	$(PY) -m zen_analysis bench
 
 lab: venv
-	$(VENV)/bin/jupyter lab notebooks/
+	$(VENV)/bin/jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root)  # root (CI, containers): JupyterLab refuses without it
 
 clean:
 	rm -rf data/runs data/traces data/derived figures/*.png figures/*.pdf
