@@ -131,7 +131,7 @@ def main() -> None:
         dist.all_reduce(mean)
         now = (
             getattr(state, "bytes_sent", 0) + getattr(state, "threshold_bytes_sent", 0),
-            getattr(state, "dense_bytes_sent", 0),
+            getattr(state, "allreduce_bytes_sent", 0),
             getattr(state, "sync_s", 0.0),
             getattr(state, "exposed_s", 0.0),
         )

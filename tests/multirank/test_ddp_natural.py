@@ -47,6 +47,9 @@ def _train(rank, world, bucket_cap_mb, scheme, sparse=False):
         out[hook] = torch.stack(params)
         if state is not None:
             out["state"] = (state.sparse_buckets, state.dense_buckets, state.bytes_sent)
+            dense_numel = sum(p.numel() for n, p in model.module.named_parameters() if not n.startswith("embed."))
+            # every other gradient went through the hook's dense all-reduces: 4 steps of ring volume, 2 (W - 1) / W
+            out["allreduce"] = (state.allreduce_bytes_sent, 4 * 2 * (world - 1) / world * dense_numel * 4)
         dist.barrier()
     return out
 
@@ -59,6 +62,7 @@ def test_natural_hook_gives_stock_ddp_parameters_every_step(world, bucket_cap_mb
         torch.testing.assert_close(r["natural"], r["stock"], rtol=1e-5, atol=1e-6)
         sparse_buckets, dense_buckets, sent = r["state"]
         assert sparse_buckets == 4 and sent > 0  # the embedding went through the scheme every step
+        assert r["allreduce"][0] == pytest.approx(r["allreduce"][1], rel=1e-3)
         # small buckets: the dense layers in buckets of their own (async stock path); one big bucket: shared
         assert (dense_buckets > 0) == (bucket_cap_mb < 1)
 

@@ -83,13 +83,21 @@ class NaturalState(Stats):
     granularity: str = "rows"
     """``rows``: a table's gradient summed by rows (one index and ``dim`` values per row touched); ``elements``: one
     index per non-zero element."""
-    dense_bytes_sent: int = 0
-    """Bytes of the stock all-reduces (ring volume, :func:`~zen_analysis.wire.exchange.ring_bytes_sent`)."""
+    allreduce_bytes_sent: int = 0
+    """Bytes this rank sent in the hook's dense all-reduces: of the gradients it does not sum sparsely (whole buckets
+    without a sparse tensor, and the rest of a mixed one; ring volume,
+    :func:`~zen_analysis.wire.exchange.ring_bytes_sent`). Not what dense training would have sent: that is every
+    gradient's."""
     sparse_buckets: int = 0
     dense_buckets: int = 0
     names: dict = field(default_factory=dict, repr=False)
     _scheme: object = field(default=None, repr=False)
     _ids: frozenset = field(default=frozenset(), repr=False)
+
+    @property
+    def dense_bytes_sent(self) -> int:
+        """The old name of :attr:`allreduce_bytes_sent` (it read as "what dense would have sent")."""
+        return self.allreduce_bytes_sent
 
     def __post_init__(self) -> None:
         if self.granularity not in ("rows", "elements"):
@@ -165,7 +173,7 @@ def natural_hook(state: NaturalState, bucket: dist.GradBucket) -> torch.futures.
             },
             bucket.is_last(),
         )
-        state.dense_bytes_sent += _ring(buffer.numel(), buffer.element_size(), state.group)
+        state.allreduce_bytes_sent += _ring(buffer.numel(), buffer.element_size(), state.group)
         work = dist.all_reduce(buffer, group=state.group, async_op=True)
         return work.get_future().then(lambda fut: fut.value()[0].div_(world))
 
@@ -177,7 +185,7 @@ def natural_hook(state: NaturalState, bucket: dist.GradBucket) -> torch.futures.
         if dense:  # the bucket's other gradients: one dense all-reduce of them packed together
             packed = torch.cat([buffer[s:e] for s, e in dense])
             dist.all_reduce(packed, group=state.group)
-            state.dense_bytes_sent += _ring(packed.numel(), packed.element_size(), state.group)
+            state.allreduce_bytes_sent += _ring(packed.numel(), packed.element_size(), state.group)
             at = 0
             for s, e in dense:
                 buffer[s:e].copy_(packed[at : at + e - s])
