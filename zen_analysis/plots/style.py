@@ -15,9 +15,20 @@ def apply() -> None:
     plt.rcParams.update({"figure.dpi": 110, "savefig.dpi": 150, "savefig.bbox": "tight"})
 
 
-def savefig(fig: plt.Figure, name: str) -> list[Path]:
-    """Write ``fig`` as PNG and PDF under figures/; returns the paths."""
-    out = paths.figures_dir()
+NOTEBOOKS = "notebooks"
+"""The folder of ``figures/`` the notebooks write to (:func:`notebook_savefig`), so running them leaves the figures
+``make reproduce`` wrote as it left them."""
+
+
+def notebook_savefig(fig: plt.Figure, name: str) -> None:
+    """A notebook's figure: written as PNG and PDF under ``figures/notebooks/`` (never over ``make reproduce``'s
+    figures), returning nothing, so the cell shows the figure and no list of paths."""
+    savefig(fig, name, folder=NOTEBOOKS)
+
+
+def savefig(fig: plt.Figure, name: str, *, folder: str | None = None) -> list[Path]:
+    """Write ``fig`` as PNG and PDF under figures/ (or its ``folder``); returns the paths."""
+    out = paths.figures_dir() / folder if folder else paths.figures_dir()
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for ext in ("png", "pdf"):
