@@ -255,3 +255,9 @@ def test_the_palette_keeps_unknown_names_apart_from_the_schemes():
     p = style.palette(["zen", "my scheme", "other"])
     assert p["zen"] == style.SCHEME_COLORS["zen"] and len(set(p.values())) == 3
     assert not set(p.values()) - {p["zen"]} & set(style.SCHEME_COLORS.values())
+
+
+def test_fig16_legend_names_each_line_once_without_headers(figures):
+    for ax in figures["fig16"].axes:
+        labels = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert len(labels) == len(set(labels)) and not {"setting", "sweep"} & set(labels), labels

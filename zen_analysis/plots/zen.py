@@ -24,11 +24,16 @@ def hashing_cost(cost: pd.DataFrame) -> plt.Figure:
         axes, ("r1", "k"), ("(a) parallel region r1 (x non-zeros), k = 3", "(b) second-level hashes k, r1 = 2x")
     ):
         d = pd.concat([cost[cost["sweep"] == sweep], ref])
-        sns.lineplot(data=d, x="density", y="seconds", hue="setting", style="sweep", marker="o", ax=ax, palette=colors)
+        for setting, g in d.groupby("setting", sort=False):  # one line and one legend entry per setting
+            g = g.sort_values("density")
+            dashed = g["sweep"].iloc[0] in ("argsort", "torch_rounds")  # the references, on both panels
+            ax.plot(
+                g["density"], g["seconds"], marker="o", color=colors[setting], ls="--" if dashed else "-", label=setting
+            )
         ax.set(xscale="log", yscale="log", xlabel="density", ylabel="seconds (median)", title=title)
         style.readable_log_ticks(ax, "x")
         style.readable_log_ticks(ax)
-        sns.move_legend(ax, "upper center", bbox_to_anchor=(0.5, -0.18), ncol=3, fontsize=8, title=None)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=3, fontsize=8)
     numel, dev = int(cost["numel"].iloc[0]), cost["device"].iloc[0]
     fig.suptitle(
         f"Hierarchical hashing (Algorithm 1) vs argsort bucketing, {numel / 1e6:.1f}M elements, "
