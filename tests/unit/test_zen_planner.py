@@ -1,9 +1,11 @@
 """Zen's planner: profile, then the cheapest of BP (zen), HC (sparcml) and dense all-reduce."""
 
+import json
+
 import pytest
 import torch
 
-from zen_analysis.sync.planner import Planner
+from zen_analysis.sync.planner import Planner, describe_decision
 from zen_analysis.wire.topology import PRESETS, Topology
 
 
@@ -25,6 +27,8 @@ def test_planner_waits_for_its_profile_then_prefers_bp_on_overlapping_sparse_set
     # Eq. 1 vs Eq. 2 at gamma = 1: BP (n-1)/n * 2 * 2d vs HC log2(n) * 2d
     assert d["closed_forms_s"]["T_bp"] < d["closed_forms_s"]["T_hc"]
     assert planner.observe("emb", same, 100_000) == "zen"  # decided once
+    line = describe_decision(json.loads(json.dumps(d)))  # as a run summary stores it: JSON, string keys
+    assert line.startswith("zen (modelled per step on flat: zen ") and "densification ratio 1.00 at n = 8" in line
 
 
 def test_planner_falls_back_to_dense_all_reduce_on_dense_gradients():

@@ -60,6 +60,8 @@ def parity_runs(
             reuse and done.exists() and json.loads((run_dir / "config.json").read_text()) == json.loads(run.to_json())
         ):
             launch(run, echo=False, progress=progress, overwrite=True)  # the id names the experiment
+        elif progress:
+            print(f"{run.run_id}: reusing its finished run (the same config; reuse=False trains it again)")
         summaries[name] = json.loads(done.read_text())
         frames.append(pd.read_json(run_dir / "metrics.jsonl", lines=True).assign(variant=name))
     out = pd.concat(frames, ignore_index=True)

@@ -77,3 +77,18 @@ class Planner:
             "profiled_steps": len(steps),
         }
         return self.decisions[tensor]
+
+
+def describe_decision(decision: dict) -> str:
+    """One line for a person: the scheme chosen, every candidate's modelled seconds per step, the density and the
+    densification ratio at the largest n profiled (a run summary's ``planner`` entry, or
+    :attr:`Planner.decisions`'s)."""
+    ranked = sorted(decision["modelled_s"].items(), key=lambda kv: kv[1])
+    times = ", ".join(f"{name} {1e3 * s:.2f} ms" for name, s in ranked)
+    gammas = {int(k): v for k, v in decision["gamma"].items()}
+    n = max(gammas)
+    return (
+        f"{decision['scheme']} (modelled per step on {decision['topology']}: {times}); "
+        f"density {decision['density']:.2%}, densification ratio {gammas[n]:.2f} at n = {n}, "
+        f"{decision['profiled_steps']} profiled steps"
+    )
