@@ -201,6 +201,7 @@ class DensityExplorer:
         self.busy = False
         self.history: list[str] = []  # every status shown, in order (tests read it)
         self._syncing = False
+        self._natural_granularity = "row"  # the last granularity chosen for a natural tensor (rows by default)
         self._drawn: tuple | None = None
         self._sync("run")
         self.update()
@@ -210,6 +211,8 @@ class DensityExplorer:
     def _changed(self, name: str) -> None:
         if self._syncing:
             return
+        if name == "granularity" and "row" in self.controls["granularity"].options:
+            self._natural_granularity = self.controls["granularity"].value
         self._sync(name)
         self.update()
 
@@ -232,9 +235,10 @@ class DensityExplorer:
             if name in ("run", "tensor"):
                 kind = reader.manifest["tensors"][self.controls["tensor"].value]["kind"]
                 options = ["row", "element"] if kind == "natural" else ["element"]
-                keep = self.controls["granularity"].value
                 self.controls["granularity"].options = options
-                self.controls["granularity"].value = keep if keep in options else options[0]
+                # back on an embedding after a bucket (element only): the granularity last chosen for one, rows
+                # unless the user picked elements
+                self.controls["granularity"].value = self._natural_granularity if kind == "natural" else "element"
         finally:
             self._syncing = False
 

@@ -91,8 +91,8 @@ def test_every_action_redraws_once_and_the_title_matches_the_controls(run_id, ot
         ("run", other_run),
         ("step", 10),
         ("tensor", "lin"),
-        ("run", run_id),
-        ("granularity", "row"),
+        ("run", run_id),  # back on its embedding, by rows again
+        ("granularity", "element"),
         ("num_partitions", 16),
     ]
     for name, value in actions:
@@ -152,3 +152,14 @@ def test_the_explorer_opens_on_the_natural_tensor_at_row_granularity():
     ex = DensityExplorer(rid)
     assert ex.controls["tensor"].value == "model.embed" and ex.controls["granularity"].value == "row"
     assert "bucket00" in ex.controls["tensor"].options
+    assert ex.controls["num_workers"].value == 3 and ex.stats["workers"] == [0, 1, 2]  # every worker, not 2
+    # a bucket is by elements only; back on the embedding it is by rows again (it stayed on elements before)
+    ex.controls["tensor"].value = "bucket00"
+    assert ex.controls["granularity"].value == "element"
+    ex.controls["tensor"].value = "model.embed"
+    assert ex.controls["granularity"].value == "row" and ex.stats["granularity"] == "row"
+    # unless elements were what the user chose for the embedding
+    ex.controls["granularity"].value = "element"
+    ex.controls["tensor"].value = "bucket00"
+    ex.controls["tensor"].value = "model.embed"
+    assert ex.controls["granularity"].value == "element"
