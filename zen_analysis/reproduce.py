@@ -353,3 +353,19 @@ def reproduce(
         print(f"=== stage {list(STAGES).index(name) + 1}/{len(STAGES)}: {name} ({i} of {len(chosen)} chosen)")
         stage = STAGES[name]
         stage(overrides) if inspect.signature(stage).parameters else stage()  # the stages that train take them
+    _check_readme()
+
+
+def _check_readme() -> None:
+    """Say whether the README's deterministic numbers (:mod:`zen_analysis.experiments.readme`) equal this run's."""
+    from zen_analysis.experiments.readme import mismatches
+
+    readme = paths.REPO_ROOT / "README.md"
+    if not readme.exists():  # an installed package: no README beside it
+        return
+    compared, wrong = mismatches(readme.read_text(), paths.derived_dir() / "reproduce")
+    if wrong:
+        print(f"=== README: {len(wrong)} of {compared} deterministic numbers differ from this run's files:")
+        print("\n".join(f"  {w}" for w in wrong))
+    elif compared:
+        print(f"=== README: its {compared} deterministic numbers (losses, densities, bytes) equal this run's files")

@@ -1,0 +1,36 @@
+"""The README's deterministic numbers are compared with the files make reproduce writes (here: files written by
+the test, one number changed; make reproduce itself runs the comparison on its own files)."""
+
+from pathlib import Path
+
+from zen_analysis.experiments.readme import mismatches
+
+README = (Path(__file__).parents[2] / "README.md").read_text()
+
+CAPTURE = """run reproduce-default (finished): llama, 4 ranks x 8 workers = 32 workers, steps [0] captured, 1 MB
+corpus stdlib (31.5 MB, sha256 0), vocab 8192, git 0
+final loss {loss}, val loss 5.2643, 4790 tokens/s
+                   tensor    kind    shape   numel  steps  workers  density_mean  density_min  density_max    nnz_mean
+model.embed_tokens.weight natural 8192x256 2097152      6       32        0.0246       0.0179       0.0326  51600.0000
+"""
+
+PARITY = """      variant  final_loss     reference  max_abs_loss_diff  median_step_s  median_sparse_bytes_rank0
+    allreduce    6.602353     allreduce           0.000000       0.595571                        NaN
+          zen    6.602352     allreduce           0.000001       0.537067                   {zen_bytes}
+"""
+
+
+def _write(tmp_path: Path, loss: str, zen_bytes: str) -> Path:
+    (tmp_path / "capture_summary.txt").write_text(CAPTURE.format(loss=loss))
+    (tmp_path / "parity_summary.txt").write_text(PARITY.format(zen_bytes=zen_bytes))
+    return tmp_path
+
+
+def test_the_readme_tables_are_read_and_compared(tmp_path):
+    compared, wrong = mismatches(README, _write(tmp_path, "5.2282", "614890.0"))
+    assert compared == 6 and not wrong  # 2 losses and a density; 2 parity losses and Zen's bytes
+    compared, wrong = mismatches(README, _write(tmp_path, "5.2291", "614891.0"))
+    assert wrong == [
+        "reproduce-default final train loss: README 5.228, capture_summary.txt 5.229",
+        "parity embedding via Zen (by rows) bytes: README 614,890, parity_summary.txt 614,891",
+    ]
