@@ -265,6 +265,8 @@ def test_notebook_03_explorer_redraws_once_per_action_and_its_title_matches_the_
         readout.send_keys(Keys.CONTROL, "a")
         readout.send_keys(str(n), Keys.ENTER)
 
+    landing = controls()  # after Run All: the run's natural tensor, by rows, with every worker (it showed 2 once)
+    assert landing["granularity"] == "row" and "embed" in landing["tensor"] and int(landing["workers"]) > 2, landing
     act("a step", lambda: Select(selects["step"]).select_by_index(1))
     act("another run", lambda: Select(selects["run"]).select_by_visible_text(second_run))
     assert controls()["step"] == "0" and controls()["workers"] == "6"  # the run's own first step and all its workers
