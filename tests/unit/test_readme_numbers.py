@@ -34,3 +34,21 @@ def test_the_readme_tables_are_read_and_compared(tmp_path):
         "reproduce-default final train loss: README 5.228, capture_summary.txt 5.229",
         "parity embedding via Zen (by rows) bytes: README 614,890, parity_summary.txt 614,891",
     ]
+
+
+def test_every_number_of_the_claims_table_is_one_claims_md_holds(tmp_path):
+    from zen_analysis.experiments.readme import _cells, _claim_numbers
+
+    section = README.split("## Sparsity characterization")[1].split("| claim | paper |")[1].split("\n\n")[0]
+    rows = [_cells(ln) for ln in section.splitlines()[2:]]  # the claims table's rows, C1-C3 and DeepFM
+    quoted = sorted({n for cells in rows for n in _claim_numbers(cells[2])})
+    assert {"72.4", "87%", "0.77", "42.2"} <= set(quoted)
+    held = " ".join(n for n in quoted if n != "72.4")  # claims.md without the LSTM's skewness
+    (tmp_path / "claims.md").write_text(
+        f"| claim | workload | paper says | we measure | holds |\n|---|---|---|---|---|\n"
+        f"| C | w | p | {held} | True |\n"
+    )
+    compared, wrong = mismatches(README, tmp_path)
+    assert compared >= len(quoted) and wrong == [
+        "claims 'C3 skewness > 70 at 128 partitions (LSTM)': README 72.4, not in claims.md"
+    ]

@@ -4,8 +4,9 @@ Training is seeded end to end, so the final losses, the embedding densities and 
 ``make reproduce`` writes equal the ones the README quotes. :func:`mismatches` compares two of the README's tables
 with ``data/derived/reproduce/``: the capture table (each run's final train and validation loss and its natural
 tensor's density, mean (min-max), from ``capture_summary.txt``) and the parity table (each training's final loss and
-sparse bytes per step, from ``parity_summary.txt``). ``make reproduce`` runs it last and says what differs; the
-measured numbers (step times, tokens/s) vary from run to run and are not compared.
+sparse bytes per step, from ``parity_summary.txt``); and every decimal number and percentage the claims table quotes
+must be one ``claims.md`` holds. ``make reproduce`` runs it last and says what differs; the measured numbers (step
+times, tokens/s) vary from run to run and are not compared.
 """
 
 from __future__ import annotations
@@ -50,6 +51,12 @@ def _parity(text: str) -> dict[str, dict]:
     return out
 
 
+def _claim_numbers(text: str) -> list[str]:
+    """The decimal numbers and percentages of a text (``+`` dropped), as a claims cell quotes them."""
+    found = re.findall(r"(?<!top-)(?<![\d.])\+?\d+(?:\.\d+)?%?", text)  # not a top-k ratio's name ("top-5%")
+    return [t.lstrip("+") for t in found if "." in t or t.endswith("%")]
+
+
 def mismatches(readme: str, derived: Path) -> tuple[int, list[str]]:
     """(how many README numbers were compared, the ones that differ from the files under ``derived``
     (``data/derived/reproduce``), each saying where and what the file has)."""
@@ -58,6 +65,13 @@ def mismatches(readme: str, derived: Path) -> tuple[int, list[str]]:
     runs = _capture_runs(summary.read_text()) if summary.exists() else {}
     parity_file = derived / "parity_summary.txt"
     parity = _parity(parity_file.read_text()) if parity_file.exists() else {}
+    claims_file = derived / "claims.md"
+    measured = set()
+    if claims_file.exists():  # the "we measure" column of every row
+        for line in claims_file.read_text().splitlines()[2:]:
+            cells = _cells(line)
+            if len(cells) >= 5:
+                measured.update(_claim_numbers(cells[3]))
     header: list[str] = []
     for line in readme.splitlines():
         if not line.startswith("|"):
@@ -83,6 +97,11 @@ def mismatches(readme: str, derived: Path) -> tuple[int, list[str]]:
                 compared += 1
                 if cells[4] != expect:
                     wrong.append(f"{run.group(1)} embedding density: README {cells[4]}, {summary.name} {expect}")
+        if header[:2] == ["claim", "paper"] and measured and len(cells) >= 3:
+            for number in _claim_numbers(cells[2]):
+                compared += 1
+                if number not in measured:
+                    wrong.append(f"claims '{cells[0]}': README {number}, not in {claims_file.name}")
         variant = PARITY_ROWS.get(cells[0])
         if header[:2] == ["training", "final loss"] and variant in parity and len(cells) >= 5:
             have = parity[variant]
