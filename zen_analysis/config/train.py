@@ -27,6 +27,10 @@ class TrainConfig:
     same-optimizer comparison."""
     save_params: bool = False
     """Rank 0 writes the final parameters to ``<run_dir>/params.pt`` (for parity checks between schemes)."""
+    export: bool = False
+    """Rank 0 writes the trained model to ``<run_dir>/export/`` for other programs: the LLM families with
+    ``save_pretrained`` and the run's tokenizer (``AutoModelForCausalLM.from_pretrained`` loads them), the LSTM and
+    DeepFM as a state dict (:func:`zen_analysis.workload.export.load_exported`)."""
     seed: int = 1234
     eval_every: int = 0
     """Validation loss every this many steps (and at the end); 0: only at the end."""

@@ -41,6 +41,7 @@ from zen_analysis.train.perturb import network_delay, network_seconds, spiked, s
 from zen_analysis.train.registry import build_sync
 from zen_analysis.workload.ctr import CTRData
 from zen_analysis.workload.data import TokenData, open_data, prepared_for_run
+from zen_analysis.workload.export import export_model
 from zen_analysis.workload.model import build_model, input_embedding_name, model_loss, to_device
 
 
@@ -407,6 +408,12 @@ def _finish(run: _Run, sync: GradSync, *, loss: float, steps_done: int, t_start:
         if t.save_params:
             with atomic_path(run_dir / "params.pt") as tmp:
                 torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, tmp)
+        if t.export:
+            build = {"vocab_size": run.data.vocab_size, "max_seq_len": t.seq_len, **run.data.input_dims}
+            prepared = getattr(run.data, "prepared", None)
+            tokenizer = getattr(prepared, "tokenizer_file", None)  # text data: its tokenizer; CTR data has none
+            export_model(model, cfg.model, run_dir / "export", build=build, tokenizer_file=tokenizer)
+            run.log(f"exported the model to {run_dir / 'export'}")
         if capture:
             if info.world_size > 1:  # every rank's shards are complete before the manifest says so
                 dist.barrier()
