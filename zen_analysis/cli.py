@@ -113,7 +113,7 @@ def cmd_config(args: argparse.Namespace) -> None:
 def cmd_train(args: argparse.Namespace) -> None:
     from zen_analysis.runs.launch import launch
 
-    result = launch(_config(args), overwrite=args.overwrite)
+    result = launch(_config(args), overwrite=args.overwrite, resume=args.resume)
     print(json.dumps(result.summary, indent=2))
     print(f"run directory: {result.run_dir}\ntraces: {result.trace_dir}")
 
@@ -279,6 +279,8 @@ EXAMPLES = {
     "recipes": "zen-analysis recipes",
     "config": "zen-analysis config default --set train.num_steps=10",
     "train": "zen-analysis train smoke\n"
+    "  zen-analysis train smoke --run-id long --set capture.enabled=false --set train.checkpoint_every=20\n"
+    "  zen-analysis train smoke --run-id long --set capture.enabled=false --set train.checkpoint_every=20 --resume\n"
     "  zen-analysis train default --set dist.num_ranks=4 --set sync.scheme=zen --run-id my-zen",
     "prepare": "zen-analysis prepare default --run-id my-run --set dist.num_ranks=16",
     "runs": "zen-analysis runs\n  zen-analysis runs --delete smoke-20261201-101500\n  zen-analysis runs --prune",
@@ -343,6 +345,12 @@ def _add_config_parsers(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_config)
     p = sub.add_parser("train", help="train and capture on N ranks (fork on CPU, torchrun on GPUs)")
     _add_config_args(p)
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run of --run-id from its newest complete checkpoint (train.checkpoint_every); its config "
+        "may differ in train.num_steps only",
+    )
     p.set_defaults(func=cmd_train)
     p = sub.add_parser("prepare", help="write a run directory and data caches for a manual torchrun launch")
     _add_config_args(p)

@@ -27,6 +27,12 @@ class TrainConfig:
     same-optimizer comparison."""
     save_params: bool = False
     """Rank 0 writes the final parameters to ``<run_dir>/params.pt`` (for parity checks between schemes)."""
+    checkpoint_every: int = 0
+    """Write a checkpoint after every this many steps (``data/runs/<run_id>/checkpoints/``; ``zen_analysis.train.
+    checkpoint``), to resume the run from (``--resume``); 0: none. Off by default while checkpoints cover only the
+    dense and natural-sparsity syncs without capture."""
+    keep_checkpoints: int = 2
+    """How many of the newest checkpoints are kept."""
     export: bool = False
     """Rank 0 writes the trained model to ``<run_dir>/export/`` for other programs: the LLM families with
     ``save_pretrained`` and the run's tokenizer (``AutoModelForCausalLM.from_pretrained`` loads them), the LSTM and
@@ -44,3 +50,5 @@ class TrainConfig:
             raise ValueError(f"train.embedding_update must be 'dense' or 'lazy', got {self.embedding_update!r}")
         if self.lr <= 0:
             raise ValueError("train.lr must be positive")
+        if self.checkpoint_every < 0 or self.keep_checkpoints < 1:
+            raise ValueError("train.checkpoint_every must be >= 0 (0: none) and train.keep_checkpoints >= 1")

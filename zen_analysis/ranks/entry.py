@@ -63,7 +63,8 @@ def run_rank(run_dir: Path, target: Callable[..., Any] | None = None) -> int:
             launch_info = json.loads((run_dir / "launch.json").read_text())
             target = resolve_target(launch_info.get("target", DEFAULT_TARGET))
         info = env.init(cfg.dist)
-        result = target(cfg, info=info, log=print if info.is_main else (lambda *a, **k: None))
+        resume = {"resume": True} if json.loads((run_dir / "launch.json").read_text()).get("resume") else {}
+        result = target(cfg, info=info, log=print if info.is_main else (lambda *a, **k: None), **resume)
         atomic_write_json(run_dir / "results" / f"rank{rank}.json", result if result is not None else {})
         env.teardown()
         return 0

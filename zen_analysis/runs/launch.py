@@ -96,6 +96,7 @@ def launch(
     timeout_s: float | None = None,
     on_metrics: Callable[[list[dict]], None] | list | None = None,
     overwrite: bool = False,
+    resume: bool = False,
 ) -> RunResult:
     """Run ``cfg`` on ``cfg.dist.num_ranks`` ranks and wait for them.
 
@@ -110,6 +111,9 @@ def launch(
             new rows of rank 0's ``metrics.jsonl`` (live plots, TensorBoard); an observer's ``finish(summary,
             error)`` is called once at the end, also when the run fails or is interrupted.
         overwrite: replace an earlier run of the same id (without it, an existing id is an error).
+        resume: continue the run of this id from its newest complete checkpoint (``train.checkpoint_every``); its
+            stored config must be ``cfg`` but for ``train.num_steps``. The resumed run's losses and metrics equal
+            an uninterrupted run's (:mod:`zen_analysis.train.checkpoint` says which syncs are covered).
 
     Returns:
         A :class:`RunResult` read back from the run directory.
@@ -120,6 +124,14 @@ def launch(
         RankFailedError: a rank raised, crashed or timed out (the others are stopped first).
     """
     cfg = copy.deepcopy(cfg)
+    if resume or cfg.train.checkpoint_every:
+        from zen_analysis.train.checkpoint import unsupported
+
+        why = unsupported(cfg)
+        if why:
+            raise ValueError(f"checkpoints and resume do not cover this run yet: {why}")
+    if resume and overwrite:
+        raise ValueError("resume continues a run and overwrite replaces it: pass one of them")
     if (
         _resolve_launcher(cfg) == "torchrun"
         and target is not None
@@ -129,9 +141,16 @@ def launch(
         raise ValueError("under torchrun the target must be an importable module function, not a local one")
     watchers = observe.observers(on_metrics)
     try:
-        with claim_run(cfg, overwrite=overwrite), _network(cfg) as lab:  # held until every rank has stopped
+        with claim_run(cfg, overwrite=overwrite, resume=resume), _network(cfg) as lab:  # held until ranks stop
             result = _launch_claimed(
-                cfg, target=target, progress=progress, echo=echo, timeout_s=timeout_s, on_metrics=watchers, lab=lab
+                cfg,
+                target=target,
+                progress=progress,
+                echo=echo,
+                timeout_s=timeout_s,
+                on_metrics=watchers,
+                lab=lab,
+                resume=resume,
             )
     except BaseException as e:
         observe.finish(watchers, None, e)
@@ -150,10 +169,12 @@ def _network(cfg: ExperimentConfig):
     return NetLab(cfg.dist.num_ranks, cfg.dist.bandwidth_gbps, ranks_per_node=cfg.dist.ranks_per_node)
 
 
-def _launch_claimed(cfg: ExperimentConfig, *, target, progress, echo, timeout_s, on_metrics, lab=None) -> RunResult:
+def _launch_claimed(
+    cfg: ExperimentConfig, *, target, progress, echo, timeout_s, on_metrics, lab=None, resume: bool = False
+) -> RunResult:
     from tqdm.auto import tqdm
 
-    run_dir = write_run(cfg, target, progress)
+    run_dir = write_run(cfg, target, progress, resume=resume)
     world = cfg.dist.num_ranks
     launcher = _resolve_launcher(cfg)
     group = _start_torchrun(cfg, run_dir, lab) if launcher == "torchrun" else _start_forked(cfg, run_dir, target, lab)

@@ -81,14 +81,26 @@ class RunLock:
         self.release()
 
 
-def claim_run(cfg: ExperimentConfig, *, overwrite: bool) -> RunLock:
-    """Check the run id, lock the run, and clear a previous run of that id (only with ``overwrite``)."""
+def claim_run(cfg: ExperimentConfig, *, overwrite: bool, resume: bool = False) -> RunLock:
+    """Check the run id, lock the run, and clear a previous run of that id (only with ``overwrite``); with
+    ``resume``, keep it, once its stored config is ``cfg`` but for the step count."""
     cfg.validate()
     if not cfg.run_id:
         cfg.run_id = paths.new_run_id(cfg.name)
     run_dir, trace_dir = paths.run_dir(cfg.run_id), paths.trace_dir(cfg.run_id)  # both check the id
     lock = RunLock(cfg.run_id).acquire()
     try:
+        if resume:
+            _check_resumable(cfg, run_dir)
+            lock.mark_holder()
+            for stale in ("errors", "results"):  # the interrupted launch's: this one writes its own
+                shutil.rmtree(run_dir / stale, ignore_errors=True)
+            store = run_dir / ".rendezvous"  # its file store: new ranks would read the dead ranks' addresses
+            if store.is_dir():
+                shutil.rmtree(store, ignore_errors=True)
+            elif store.exists():
+                store.unlink()
+            return lock
         old = [p for p in run_dir.iterdir() if p.name != LOCK_NAME]
         if (old or trace_dir.exists()) and not overwrite:
             raise ValueError(
@@ -106,12 +118,38 @@ def claim_run(cfg: ExperimentConfig, *, overwrite: bool) -> RunLock:
     return lock
 
 
-def write_run(cfg: ExperimentConfig, target: Callable[..., Any] | str | None, progress: bool) -> Path:
+def _check_resumable(cfg: ExperimentConfig, run_dir: Path) -> None:
+    """A resumed run continues the stored one: the same config in everything but ``train.num_steps``."""
+    stored_path = run_dir / "config.json"
+    if not stored_path.exists():
+        raise ValueError(f"run {cfg.run_id} does not exist ({run_dir}): there is nothing to resume")
+    stored = ExperimentConfig.from_json(stored_path.read_text()).to_dict()
+    wanted = cfg.to_dict()
+    stored["train"].pop("num_steps"), wanted["train"].pop("num_steps")
+    differ = sorted(
+        f"{section}.{key}"
+        for section in wanted
+        for key in (wanted[section] if isinstance(wanted[section], dict) else {})
+        if wanted[section][key] != stored.get(section, {}).get(key)
+    )
+    differ += sorted(
+        k for k in wanted if not isinstance(wanted[k], dict) and k != "run_id" and wanted[k] != stored.get(k)
+    )
+    if differ:
+        raise ValueError(
+            f"run {cfg.run_id} was started with another config; a resumed run may change train.num_steps only, "
+            f"not {', '.join(differ)}"
+        )
+
+
+def write_run(
+    cfg: ExperimentConfig, target: Callable[..., Any] | str | None, progress: bool, *, resume: bool = False
+) -> Path:
     from zen_analysis.workload.data import prepare
 
     run_dir = paths.run_dir(cfg.run_id)
     atomic_write_text(run_dir / "config.json", cfg.to_json())
-    atomic_write_json(run_dir / "launch.json", {"target": target_spec(target)})
+    atomic_write_json(run_dir / "launch.json", {"target": target_spec(target), "resume": resume})
     # ranks read this instead of re-reading and re-hashing the corpus each
     atomic_write_json(run_dir / "data.json", prepare(cfg.data, progress=progress).to_dict())
     return run_dir

@@ -36,6 +36,7 @@ from zen_analysis.config import ExperimentConfig
 from zen_analysis.ranks import env
 from zen_analysis.ranks.env import RankInfo
 from zen_analysis.sync.base import GradSync
+from zen_analysis.train import checkpoint
 from zen_analysis.train.optim import LazyRowAdamW, clip_grad_norm_by_rows, embedding_rows
 from zen_analysis.train.perturb import network_delay, network_seconds, spiked, straggler
 from zen_analysis.train.registry import build_sync
@@ -149,18 +150,26 @@ class _Run:
 
 
 def train(
-    cfg: ExperimentConfig, *, info: RankInfo | None = None, sync: GradSync | None = None, log=print
+    cfg: ExperimentConfig,
+    *,
+    info: RankInfo | None = None,
+    sync: GradSync | None = None,
+    log=print,
+    resume: bool = False,
 ) -> dict[str, Any]:
     """Train ``cfg`` on this rank; returns the run summary (rank 0 also writes it to ``summary.json``).
 
     Ranks started by :func:`zen_analysis.launch` pass ``info``; called directly (say in a notebook kernel) it
-    trains as a single rank, all ``workers_per_rank`` workers in this process.
+    trains as a single rank, all ``workers_per_rank`` workers in this process. ``resume``: continue from the run's
+    newest complete checkpoint (:mod:`zen_analysis.train.checkpoint`).
     """
     if info is None:
         info = env.init(cfg.dist)
     if not cfg.run_id:
         cfg.run_id = paths.new_run_id(cfg.name)
-    run, sync = _setup(cfg, info, sync, log)
+    found = _newest_checkpoint(cfg, info, log) if resume else None
+    start = found[0] if found else 0
+    run, sync = _setup(cfg, info, sync, log, resume_from=found)
     # ---- the loop
     t_start = time.perf_counter()
     loss = float("nan")
@@ -168,7 +177,7 @@ def train(
     local_losses = sync.local  # local SGD: no per-step loss all-reduce (it would be a rendezvous)
     straggle = straggler(cfg, info)
     steps_done = 0
-    for step in range(max_steps):
+    for step in range(start, max_steps):
         loss = _step(run, sync, step, local_losses=local_losses, straggle=straggle)
         steps_done += 1
         if sync.should_stop():
@@ -176,8 +185,19 @@ def train(
     return _finish(run, sync, loss=loss, steps_done=steps_done, t_start=t_start)
 
 
+def _newest_checkpoint(cfg: ExperimentConfig, info: RankInfo, log) -> tuple[int, Path]:
+    found = checkpoint.newest(paths.run_dir(cfg.run_id), info.world_size, log=log)
+    if found is None:
+        raise ValueError(f"run {cfg.run_id} has no complete checkpoint to resume from (train.checkpoint_every)")
+    return found
+
+
 def _setup(
-    cfg: ExperimentConfig, info: RankInfo, sync: GradSync | None, log: Callable[[str], Any]
+    cfg: ExperimentConfig,
+    info: RankInfo,
+    sync: GradSync | None,
+    log: Callable[[str], Any],
+    resume_from: tuple[int, Path] | None = None,
 ) -> tuple[_Run, GradSync]:
     """Everything before the first step: the run directory, the data, the model (identical on every rank), the sync
     (built from ``cfg.sync`` unless one is passed) attached to it, the optimizer, the capture and its trace manifest,
@@ -252,7 +272,17 @@ def _setup(
                 f"capturing every {cfg.capture.every} steps: "
                 + ", ".join(f"{n} ({i['kind']}, {i['numel']:,})" for n, i in capture.tensor_info().items())
             )
-    metrics_f = open(run_dir / "metrics.jsonl", "w", buffering=1) if info.is_main else None
+    if resume_from is not None:  # the state of the checkpoint's step; the metrics rows before it stay
+        start, path = resume_from
+        optimizers = [o for o in (optimizer, row_optimizer) if o is not None]
+        checkpoint.restore(path, rank=info.rank, model=model, optimizers=optimizers)
+        if info.is_main:
+            metrics = run_dir / "metrics.jsonl"
+            kept = [ln for ln in metrics.read_text().splitlines(keepends=True) if json.loads(ln)["step"] < start]
+            metrics.write_text("".join(kept))
+            log(f"resumed from step {start} ({path.name})")
+    mode = "a" if resume_from is not None else "w"
+    metrics_f = open(run_dir / "metrics.jsonl", mode, buffering=1) if info.is_main else None
     run = _Run(
         cfg=cfg,
         info=info,
@@ -362,6 +392,16 @@ def _step(run: _Run, sync: GradSync, step: int, *, local_losses: bool, straggle:
         row["val_loss"] = evaluate(model, data, cfg, info)
     if local_losses:
         row["loss_is_rank0_only"] = True
+    if t.checkpoint_every and (step + 1) % t.checkpoint_every == 0 and step + 1 < t.num_steps:
+        row["checkpoint_s"] = checkpoint.save(
+            run.run_dir,
+            step + 1,
+            rank=info.rank,
+            world=info.world_size,
+            model=model,
+            optimizers=optimizers,
+            keep=t.keep_checkpoints,
+        )
     if run.metrics_f:
         run.metrics_f.write(json.dumps(row) + "\n")
     return loss

@@ -1,0 +1,121 @@
+"""A run killed mid-way and resumed from its newest checkpoint ends as the uninterrupted run does, bit for bit."""
+
+import copy
+import os
+import signal
+
+import pytest
+
+from zen_analysis import paths, recipes
+from zen_analysis.ranks.procs import RankFailedError
+from zen_analysis.runs.launch import launch
+
+
+def _cfg(run_id: str, **sync):
+    cfg = recipes.smoke()
+    cfg.name = cfg.run_id = run_id
+    cfg.dist.num_ranks = 2
+    cfg.train.num_steps = 6
+    cfg.capture.enabled = False
+    cfg.train.checkpoint_every = 2
+    for key, value in sync.items():
+        setattr(cfg.sync, key, value)
+    return cfg
+
+
+def _killed_at(step_to_die: int):
+    """Train, but rank 1 dies by SIGKILL as it starts ``step_to_die`` (a crash, an OOM kill)."""
+
+    def target(cfg, *, info, log, resume=False):
+        from zen_analysis.train import loop
+
+        real = loop._step
+
+        def step(run, sync, step, **kw):
+            if step == step_to_die and info.rank == 1:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return real(run, sync, step, **kw)
+
+        loop._step = step  # this forked rank's copy of the module only
+        return loop.train(cfg, info=info, log=log, resume=resume)
+
+    return target
+
+
+def _run(cfg, **kw):
+    return launch(copy.deepcopy(cfg), progress=False, echo=False, **kw)
+
+
+@pytest.mark.parametrize(
+    "sync, die_at",
+    [({"scheme": "allreduce"}, 5), ({"scheme": "zen"}, 3), ({"scheme": "zen", "overlap": True}, 4)],
+    ids=["dense", "zen", "zen-overlap"],
+)
+def test_a_run_killed_and_resumed_equals_the_uninterrupted_run(sync, die_at):
+    full = _run(_cfg("ckpt-full", **sync), overwrite=True)
+    cfg = _cfg("ckpt-crash", **sync)
+    with pytest.raises(RankFailedError, match="SIGKILL"):
+        _run(cfg, overwrite=True, target=_killed_at(die_at))
+    resumed = _run(cfg, resume=True)
+    a, b = full.metrics(), resumed.metrics()
+    assert b["step"].tolist() == list(range(6))
+    assert b["loss"].tolist() == a["loss"].tolist()  # bit for bit, the rows before the checkpoint kept
+    assert resumed.summary["param_sha256"] == full.summary["param_sha256"]
+    checkpoints = sorted(p.name for p in (paths.run_dir("ckpt-crash") / "checkpoints").iterdir())
+    assert checkpoints == ["step-00000002", "step-00000004"] and "checkpoint_s" in b.columns
+
+
+def test_a_damaged_checkpoint_is_skipped_and_a_changed_config_refused(capsys):
+    cfg = _cfg("ckpt-damaged")
+    full = _run(cfg, overwrite=True)
+    newest = paths.run_dir("ckpt-damaged") / "checkpoints" / "step-00000004" / "model.pt"
+    data = bytearray(newest.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one flipped byte
+    newest.write_bytes(bytes(data))
+    resumed = _run(cfg, resume=True)  # from step 2: the same losses still
+    assert resumed.metrics()["loss"].tolist() == full.metrics()["loss"].tolist()
+    log = (paths.run_dir("ckpt-damaged") / "logs" / "rank0.log").read_text()
+    assert "checkpoint step-00000004 is damaged (model.pt do not match their checksums): skipped" in log
+    assert "resumed from step 2" in log
+    changed = _cfg("ckpt-damaged")
+    changed.train.lr = 0.5
+    changed.dist.num_ranks = 4
+    with pytest.raises(ValueError, match="may change train.num_steps only, not dist.num_ranks, train.lr"):
+        _run(changed, resume=True)
+    with pytest.raises(ValueError, match="top-k compression keeps error-feedback residuals"):
+        _run(_cfg("ckpt-topk", scheme="zen", compress="topk"), overwrite=True)
+    with pytest.raises(ValueError, match="run ckpt-none does not exist"):
+        _run(_cfg("ckpt-none"), resume=True)
+
+
+def _killed_writing(step_of_checkpoint: int):
+    """Train, but rank 1 dies by SIGKILL while the checkpoint of ``step_of_checkpoint`` is being written (rank 0 has
+    begun it: its ``.partial`` directory exists)."""
+
+    def target(cfg, *, info, log, resume=False):
+        from zen_analysis.train import checkpoint, loop
+
+        real = checkpoint.save
+
+        def save(run_dir, step, *, rank, **kw):
+            if step == step_of_checkpoint and rank == 1:
+                (run_dir / "checkpoints").mkdir(exist_ok=True)
+                os.kill(os.getpid(), signal.SIGKILL)
+            return real(run_dir, step, rank=rank, **kw)
+
+        checkpoint.save = save
+        return loop.train(cfg, info=info, log=log, resume=resume)
+
+    return target
+
+
+def test_a_rank_killed_while_a_checkpoint_is_written_leaves_the_previous_one():
+    full = _run(_cfg("ckpt-full-w"), overwrite=True)
+    cfg = _cfg("ckpt-writing")
+    with pytest.raises(RankFailedError, match="SIGKILL"):
+        _run(cfg, overwrite=True, target=_killed_writing(4))
+    names = sorted(p.name for p in (paths.run_dir("ckpt-writing") / "checkpoints").iterdir())
+    assert "step-00000004" not in names and "step-00000002" in names
+    resumed = _run(cfg, resume=True)
+    assert resumed.metrics()["loss"].tolist() == full.metrics()["loss"].tolist()
+    assert resumed.summary["param_sha256"] == full.summary["param_sha256"]

@@ -1,0 +1,126 @@
+"""Checkpoints of a training run, and resuming from the newest complete one.
+
+``train.checkpoint_every=K`` writes ``data/runs/<run_id>/checkpoints/step-<k>/`` after every K-th step (k: the next
+step to run): rank 0 the model's and the optimizers' state (identical on every rank: every rank applies the same
+summed gradients), every rank its RNG states (torch, numpy, Python). The data need no position: a batch is a pure
+function of (seed, split, step, worker), and the learning rate of the step. ``meta.json``, written last with the
+sha256 of every file, marks a checkpoint complete; it is built under ``step-<k>.partial/`` and renamed, so a rank or
+launcher killed while writing leaves the previous checkpoint the newest complete one. The last
+``train.keep_checkpoints`` are kept.
+
+Resuming (``launch(cfg, resume=True)``, ``zen-analysis train ... --resume``) loads the newest checkpoint whose files
+match their checksums (a truncated or altered one is skipped, saying so, and the one before it used), drops the
+metrics rows from its step on, and continues: the losses and metrics of the resumed run equal an uninterrupted
+run's, bit for bit. Covered so far: the dense all-reduce and the natural-sparsity syncs (every scheme, by rows or
+elements, overlapped or not), with capture off. Top-k error feedback, Zen's planner, the local SGD methods and
+capture hold state these checkpoints do not yet carry: for them ``supported`` says why, and the launcher refuses.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from zen_analysis.config import ExperimentConfig
+from zen_analysis.config.names import METHODS
+
+DIR = "checkpoints"
+
+
+def unsupported(cfg: ExperimentConfig) -> str | None:
+    """Why ``cfg`` cannot be checkpointed and resumed yet (None: it can)."""
+    if cfg.capture.enabled:
+        return "capture is on (its trace shards after a checkpoint are not reconciled yet): capture.enabled=false"
+    if cfg.sync.compress != "none":
+        return "top-k compression keeps error-feedback residuals that checkpoints do not carry yet"
+    if cfg.sync.scheme == "auto":
+        return "Zen's planner (sync.scheme=auto) keeps its profile and decisions, which checkpoints do not carry yet"
+    if cfg.sync.scheme in METHODS:
+        return f"the local SGD method {cfg.sync.scheme} keeps outer state that checkpoints do not carry yet"
+    return None
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _barrier(world: int) -> None:
+    if world > 1:
+        dist.barrier()
+
+
+def save(run_dir: Path, step: int, *, rank: int, world: int, model, optimizers, keep: int) -> float:
+    """Write the checkpoint of ``step`` (the next step to run) on every rank; returns the seconds it took."""
+    t0 = time.perf_counter()
+    root = run_dir / DIR
+    final, partial = root / f"step-{step:08d}", root / f"step-{step:08d}.partial"
+    if rank == 0:
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+    _barrier(world)
+    rng = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        rng["cuda"] = torch.cuda.get_rng_state_all()
+    torch.save(rng, partial / f"rank{rank}.pt")
+    if rank == 0:
+        torch.save(model.state_dict(), partial / "model.pt")
+        torch.save([o.state_dict() for o in optimizers], partial / "optim.pt")
+    _barrier(world)  # every rank's file is there
+    if rank == 0:
+        files = {p.name: _sha256(p) for p in sorted(partial.iterdir())}
+        (partial / "meta.json").write_text(json.dumps({"step": step, "world": world, "files": files}))
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(partial, final)
+        for old in sorted(p for p in root.glob("step-*") if not p.name.endswith(".partial"))[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+    _barrier(world)
+    return time.perf_counter() - t0
+
+
+def newest(run_dir: Path, world: int, log=print) -> tuple[int, Path] | None:
+    """(step, directory) of the newest complete checkpoint whose files match their checksums and world size; a bad
+    one is skipped with a line saying why. None: there is none."""
+    for path in sorted((run_dir / DIR).glob("step-*"), reverse=True):
+        if path.name.endswith(".partial"):
+            continue
+        meta_path = path / "meta.json"
+        try:
+            meta = json.loads(meta_path.read_text())
+        except (OSError, ValueError):
+            log(f"checkpoint {path.name} is incomplete (no readable meta.json): skipped")
+            continue
+        if meta.get("world") != world:
+            log(f"checkpoint {path.name} was written by {meta.get('world')} ranks, not {world}: skipped")
+            continue
+        bad = [n for n, digest in meta["files"].items() if not (path / n).exists() or _sha256(path / n) != digest]
+        if bad:
+            log(f"checkpoint {path.name} is damaged ({', '.join(bad)} do not match their checksums): skipped")
+            continue
+        return int(meta["step"]), path
+    return None
+
+
+def restore(path: Path, *, rank: int, model, optimizers) -> None:
+    """Load checkpoint ``path`` into this rank's model, optimizers and RNGs."""
+    model.load_state_dict(torch.load(path / "model.pt", weights_only=False))
+    for opt, state in zip(optimizers, torch.load(path / "optim.pt", weights_only=False), strict=True):
+        opt.load_state_dict(state)
+    rng = torch.load(path / f"rank{rank}.pt", weights_only=False)
+    torch.set_rng_state(rng["torch"])
+    np.random.set_state(rng["numpy"])
+    random.setstate(rng["python"])
+    if "cuda" in rng:
+        torch.cuda.set_rng_state_all(rng["cuda"])
