@@ -95,6 +95,16 @@ class GradSync:
         """The run summary's ``sync`` entry (None: none)."""
         return None
 
+    def state_dict(self) -> dict:
+        """This rank's state a checkpoint carries (:mod:`zen_analysis.train.checkpoint`): whatever decides later
+        steps beyond the model and optimizers, such as error-feedback residuals; {} for a stateless sync."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Take back :meth:`state_dict`'s state, on a resumed run."""
+        if state:
+            raise ValueError(f"the {self.name} sync holds no state, but the checkpoint has {sorted(state)}")
+
 
 class ReadyBuckets:
     """Starts each bucket's sum as soon as backward has produced every gradient in it, DDP's reducer's way: a

@@ -208,6 +208,16 @@ class CompressedSync(GradSync):
         if self._ready is not None:
             self._ready.arm()
 
+    def state_dict(self) -> dict:
+        """The step counter (it seeds the threshold's sampling) and every parameter's error-feedback residual."""
+        names = self.state.names
+        return {"step": self.state.step, "residuals": {names[k]: r.clone() for k, r in self.state._residuals.items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        params = {self.state.names[id(p)]: p for bucket in self._layout._buckets for p in bucket}
+        self.state.step = int(state["step"])
+        self.state._residuals = {id(params[name]): r for name, r in state["residuals"].items()}
+
     def _sum_bucket(self, b: int, step: int, group) -> tuple[torch.Tensor, dict, float]:
         """Bucket ``b`` compressed and summed: (the average, its ``last_step`` row, when the work began)."""
         t0 = time.perf_counter()

@@ -275,7 +275,7 @@ def _setup(
     if resume_from is not None:  # the state of the checkpoint's step; the metrics rows before it stay
         start, path = resume_from
         optimizers = [o for o in (optimizer, row_optimizer) if o is not None]
-        checkpoint.restore(path, rank=info.rank, model=model, optimizers=optimizers)
+        sync.load_state_dict(checkpoint.restore(path, rank=info.rank, model=model, optimizers=optimizers))
         if info.is_main:
             metrics = run_dir / "metrics.jsonl"
             kept = [ln for ln in metrics.read_text().splitlines(keepends=True) if json.loads(ln)["step"] < start]
@@ -400,6 +400,7 @@ def _step(run: _Run, sync: GradSync, step: int, *, local_losses: bool, straggle:
             world=info.world_size,
             model=model,
             optimizers=optimizers,
+            sync_state=sync.state_dict(),
             keep=t.keep_checkpoints,
         )
     if run.metrics_f:
