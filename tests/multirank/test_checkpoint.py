@@ -10,6 +10,8 @@ from zen_analysis import paths, recipes
 from zen_analysis.ranks.procs import RankFailedError
 from zen_analysis.runs.launch import launch
 
+LOCAL = {"warmup_steps": 1, "interval": 2}  # local SGD: a sync every 2 steps after one synchronous step
+
 
 def _cfg(run_id: str, **sync):
     cfg = recipes.smoke()
@@ -20,6 +22,9 @@ def _cfg(run_id: str, **sync):
     cfg.train.checkpoint_every = 2
     for key, value in sync.items():
         setattr(cfg.sync, key, value)
+    if cfg.sync.scheme in ("diloco", "edit"):
+        for key, value in LOCAL.items():
+            setattr(cfg.local_sgd, key, value)
     return cfg
 
 
@@ -54,8 +59,10 @@ def _run(cfg, **kw):
         ({"scheme": "zen", "overlap": True}, 4),
         ({"scheme": "zen", "compress": "topk"}, 3),  # error feedback: the residuals travel in the checkpoint
         ({"scheme": "agsparse", "compress": "topk", "overlap": True}, 5),
+        ({"scheme": "diloco"}, 3),  # every rank's own model and inner optimizer, the anchors, the outer momentum
+        ({"scheme": "edit"}, 5),  # and the anomaly detectors
     ],
-    ids=["dense", "zen", "zen-overlap", "topk-zen", "topk-agsparse-overlap"],
+    ids=["dense", "zen", "zen-overlap", "topk-zen", "topk-agsparse-overlap", "diloco", "edit"],
 )
 def test_a_run_killed_and_resumed_equals_the_uninterrupted_run(sync, die_at):
     full = _run(_cfg("ckpt-full", **sync), overwrite=True)

@@ -23,6 +23,7 @@ step was skipped to ``log`` (written to ``<run_dir>/local_sgd/rank<r>.jsonl`` by
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import asdict, dataclass
 
@@ -250,6 +251,28 @@ class LocalSGD(GradSync):
             self._dense.delay = self.delay
             self._dense.synchronize(model)
         self.step += 1
+
+    def state_dict(self) -> dict:
+        """What decides the coming steps beyond the model and the inner optimizer: the step counter, every unit's
+        anchor (the parameters at its last sync) and outer momentum, the anomaly detectors, and the per-sync log
+        rows so far. Step-based methods only: A-EDiT's clock cannot be replayed."""
+        if self.config.sync_time_s > 0:
+            raise ValueError("A-EDiT's syncs follow the wall clock: a resumed run cannot replay them")
+        return copy.deepcopy(
+            {
+                "step": self.step,
+                "anchor": self._anchor,
+                "momentum": self._momentum,
+                "detectors": self._detectors,
+                "log": self.log,
+                "sync_bytes": self._sync_bytes,
+            }
+        )
+
+    def load_state_dict(self, state: dict) -> None:
+        self.step, self._sync_bytes = int(state["step"]), int(state["sync_bytes"])
+        self._anchor, self._momentum, self._detectors = state["anchor"], state["momentum"], state["detectors"]
+        self.log = list(state["log"])
 
     def finalize(self, model: nn.Module) -> None:
         """Force a sync of every unit (the model every worker then holds is the global one)."""

@@ -1,20 +1,22 @@
 """Checkpoints of a training run, and resuming from the newest complete one.
 
 ``train.checkpoint_every=K`` writes ``data/runs/<run_id>/checkpoints/step-<k>/`` after every K-th step (k: the next
-step to run): rank 0 the model's and the optimizers' state (identical on every rank: every rank applies the same
-summed gradients), every rank its RNG states (torch, numpy, Python) and its sync's state (top-k's step counter and
-error-feedback residuals). The data need no position: a batch is a pure function of (seed, split, step, worker), and the
-learning rate of the step. ``meta.json``, written last with the sha256 of every file, marks a checkpoint complete; it is
-built under ``step-<k>.partial/`` and renamed, so a rank or launcher killed while writing leaves the previous checkpoint
-the newest complete one. The last ``train.keep_checkpoints`` are kept.
+step to run): the model's and the optimizers' state (rank 0's alone where every rank holds the same, having applied
+the same summed gradients; every rank's under local SGD, whose replicas differ between syncs), and every rank's RNG
+states (torch, numpy, Python) and sync state (top-k's residuals, local SGD's anchors). The data need no position: a
+batch is a pure function of (seed, split, step, worker), and so is the learning rate. ``meta.json``, written last
+with the sha256 of every file, marks a checkpoint complete; it is built under ``step-<k>.partial/`` and renamed, so
+a rank or launcher killed while writing leaves the previous checkpoint the newest complete one. The last
+``train.keep_checkpoints`` are kept.
 
 Resuming (``launch(cfg, resume=True)``, ``zen-analysis train ... --resume``) loads the newest checkpoint whose files
 match their checksums (a truncated or altered one is skipped, saying so, and the one before it used), drops the
 metrics rows from its step on, and continues: the losses and metrics of the resumed run equal an uninterrupted
 run's, bit for bit. Covered so far: the dense all-reduce, the natural-sparsity syncs (every scheme, by rows or
-elements, overlapped or not) and top-k with error feedback, with capture off. Zen's planner, the local SGD methods
-and capture hold state these checkpoints do not yet carry: for them :func:`unsupported` says why, and the launcher
-refuses.
+elements, overlapped or not), top-k with error feedback and the step-based local SGD methods (Post-Local SGD, DiLoCo,
+EDiT: anchors, outer momentum, anomaly detectors), with capture off. Zen's planner and capture hold state these
+checkpoints do not yet carry, and A-EDiT's syncs follow the clock: for them :func:`unsupported` says why, and the
+launcher refuses.
 """
 
 from __future__ import annotations
@@ -43,8 +45,8 @@ def unsupported(cfg: ExperimentConfig) -> str | None:
         return "capture is on (its trace shards after a checkpoint are not reconciled yet): capture.enabled=false"
     if cfg.sync.scheme == "auto":
         return "Zen's planner (sync.scheme=auto) keeps its profile and decisions, which checkpoints do not carry yet"
-    if cfg.sync.scheme in METHODS:
-        return f"the local SGD method {cfg.sync.scheme} keeps outer state that checkpoints do not carry yet"
+    if cfg.sync.scheme == "a_edit" or (cfg.sync.scheme in METHODS and cfg.local_sgd.sync_time_s > 0):
+        return "A-EDiT's syncs follow the wall clock, which a resumed run cannot replay"
     return None
 
 
@@ -61,9 +63,12 @@ def _barrier(world: int) -> None:
         dist.barrier()
 
 
-def save(run_dir: Path, step: int, *, rank: int, world: int, model, optimizers, sync_state: dict, keep: int) -> float:
+def save(
+    run_dir: Path, step: int, *, rank: int, world: int, model, optimizers, sync_state: dict, replicated: bool, keep: int
+) -> float:
     """Write the checkpoint of ``step`` (the next step to run) on every rank, with this rank's ``sync_state``
-    (:meth:`~zen_analysis.sync.base.GradSync.state_dict`); returns the seconds it took."""
+    (:meth:`~zen_analysis.sync.base.GradSync.state_dict`); ``replicated``: every rank holds the same model and
+    optimizer state, so rank 0 writes it once. Returns the seconds it took."""
     t0 = time.perf_counter()
     root = run_dir / DIR
     final, partial = root / f"step-{step:08d}", root / f"step-{step:08d}.partial"
@@ -74,8 +79,11 @@ def save(run_dir: Path, step: int, *, rank: int, world: int, model, optimizers, 
     rng = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
     if torch.cuda.is_available():
         rng["cuda"] = torch.cuda.get_rng_state_all()
-    torch.save({"rng": rng, "sync": sync_state}, partial / f"rank{rank}.pt")
-    if rank == 0:
+    mine = {"rng": rng, "sync": sync_state}
+    if not replicated:
+        mine["model"], mine["optim"] = model.state_dict(), [o.state_dict() for o in optimizers]
+    torch.save(mine, partial / f"rank{rank}.pt")
+    if rank == 0 and replicated:
         torch.save(model.state_dict(), partial / "model.pt")
         torch.save([o.state_dict() for o in optimizers], partial / "optim.pt")
     _barrier(world)  # every rank's file is there
@@ -115,10 +123,12 @@ def newest(run_dir: Path, world: int, log=print) -> tuple[int, Path] | None:
 
 def restore(path: Path, *, rank: int, model, optimizers) -> dict:
     """Load checkpoint ``path`` into this rank's model, optimizers and RNGs; returns its sync state."""
-    model.load_state_dict(torch.load(path / "model.pt", weights_only=False))
-    for opt, state in zip(optimizers, torch.load(path / "optim.pt", weights_only=False), strict=True):
-        opt.load_state_dict(state)
     mine = torch.load(path / f"rank{rank}.pt", weights_only=False)
+    replicated = "model" not in mine
+    model.load_state_dict(torch.load(path / "model.pt", weights_only=False) if replicated else mine["model"])
+    optim = torch.load(path / "optim.pt", weights_only=False) if replicated else mine["optim"]
+    for opt, state in zip(optimizers, optim, strict=True):
+        opt.load_state_dict(state)
     rng = mine["rng"]
     torch.set_rng_state(rng["torch"])
     np.random.set_state(rng["numpy"])

@@ -401,6 +401,7 @@ def _step(run: _Run, sync: GradSync, step: int, *, local_losses: bool, straggle:
             model=model,
             optimizers=optimizers,
             sync_state=sync.state_dict(),
+            replicated=not sync.local,  # local SGD: each rank its own model between syncs
             keep=t.keep_checkpoints,
         )
     if run.metrics_f:
