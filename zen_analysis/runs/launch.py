@@ -296,7 +296,6 @@ def ensure_run(cfg: ExperimentConfig, **launch_kwargs: Any) -> str:
     if manifest.exists():
         m = json.loads(manifest.read_text())
         if m.get("finished") and m.get("config") == json.loads(cfg.to_json()):
-            print(f"reusing run {cfg.run_id}: it finished with this config (delete it to train it again)")
             return cfg.run_id
     launch(cfg, overwrite=True, **launch_kwargs)
     return cfg.run_id
