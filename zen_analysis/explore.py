@@ -181,13 +181,8 @@ class DensityExplorer:
             "tensor": w.Dropdown(description="tensor", layout=w.Layout(width="360px")),
             "step": w.Dropdown(description="step"),
             "num_workers": w.IntSlider(min=2, max=2, value=2, description="workers", continuous_update=False),
-            "num_partitions": w.Dropdown(
-                options=[2, 4, 8, 16, 32, 64, 128], value=8, description="partitions", layout=w.Layout(width="200px")
-            ),
-            # a dropdown like the others: toggle buttons put their label above themselves, out of line
-            "granularity": w.Dropdown(
-                options=["row", "element"], value="row", description="granularity", layout=w.Layout(width="200px")
-            ),
+            "num_partitions": w.Dropdown(options=[2, 4, 8, 16, 32, 64, 128], value=8, description="partitions"),
+            "granularity": w.ToggleButtons(options=["row", "element"], value="row", description="granularity"),
         }
         self.status = w.HTML()
         self.output = w.Output()
