@@ -4,6 +4,7 @@ import copy
 import os
 import signal
 
+import pyarrow.parquet as pq
 import pytest
 
 from zen_analysis import paths, recipes
@@ -13,12 +14,14 @@ from zen_analysis.runs.launch import launch
 LOCAL = {"warmup_steps": 1, "interval": 2}  # local SGD: a sync every 2 steps after one synchronous step
 
 
-def _cfg(run_id: str, **sync):
+def _cfg(run_id: str, capture: bool = False, **sync):
     cfg = recipes.smoke()
     cfg.name = cfg.run_id = run_id
     cfg.dist.num_ranks = 2
     cfg.train.num_steps = 6
-    cfg.capture.enabled = False
+    cfg.capture.enabled = capture
+    if capture:  # every step captured, natural and top-k with error feedback; 2 steps a shard: shards span checkpoints
+        cfg.capture.every, cfg.capture.steps_per_shard = 1, 2
     cfg.train.checkpoint_every = 2
     for key, value in sync.items():
         setattr(cfg.sync, key, value)
@@ -132,3 +135,37 @@ def test_a_rank_killed_while_a_checkpoint_is_written_leaves_the_previous_one():
     resumed = _run(cfg, resume=True)
     assert resumed.metrics()["loss"].tolist() == full.metrics()["loss"].tolist()
     assert resumed.summary["param_sha256"] == full.summary["param_sha256"]
+
+
+def _shards(run_id: str) -> dict[str, tuple]:
+    """Every trace shard of the run: its row groups (one per captured step) and its records (the file's metadata
+    names the run, so bytes differ between two runs)."""
+    out = {}
+    for path in sorted(paths.trace_dir(run_id).glob("rank*-shard*.parquet")):
+        pf = pq.ParquetFile(path)
+        out[path.name] = (pf.num_row_groups, pf.read().to_pydict())
+    return out
+
+
+def test_a_capturing_run_killed_and_resumed_writes_the_uninterrupted_runs_traces():
+    """2 captured steps a shard, a checkpoint at step 3 (which flushes step 2's records to a shard of their own), a
+    crash at step 5 with steps 3-4's shard on disk: the resumed run drops that shard, runs steps 3-4 again and ends
+    with the uninterrupted run's shards, record for record (top-k capture's error-feedback residuals restored)."""
+
+    def cfg_of(run_id):
+        cfg = _cfg(run_id, capture=True, scheme="zen", compress="topk")
+        cfg.train.checkpoint_every = 3
+        return cfg
+
+    full = _run(cfg_of("ckpt-cap-full"), overwrite=True)
+    cfg = cfg_of("ckpt-cap")
+    with pytest.raises(RankFailedError, match="SIGKILL"):
+        _run(cfg, overwrite=True, target=_killed_at(5))
+    assert "rank000-shard00002.parquet" in _shards("ckpt-cap")  # steps 3-4, written after the checkpoint
+    resumed = _run(cfg, resume=True)
+    assert resumed.metrics()["loss"].tolist() == full.metrics()["loss"].tolist()
+    mine, theirs = _shards("ckpt-cap"), _shards("ckpt-cap-full")
+    assert list(mine) == list(theirs) and len(mine) == 2 * 4  # per rank: steps 0-1, 2, 3-4, 5
+    assert [n for n in mine if mine[n] != theirs[n]] == []
+    log = (paths.run_dir("ckpt-cap") / "logs" / "rank0.log").read_text()
+    assert "dropped trace shards written after the checkpoint: rank000-shard00002.parquet" in log

@@ -39,6 +39,7 @@ from zen_analysis.capture.buckets import Bucket, ddp_buckets
 from zen_analysis.capture.topk import TopKCompressor
 from zen_analysis.capture.traces import SparseGrad, TraceWriter
 from zen_analysis.config import CaptureConfig
+from zen_analysis.wire.inflight import hold
 from zen_analysis.workload.model import input_embedding_name
 
 
@@ -94,6 +95,24 @@ class GradientCapture:
         """Global threshold: (step, worker, bucket, accumulated gradient) awaiting ``end_step``."""
         self.seconds = 0.0
         """Wall time spent capturing (isolation, selection, buffering, writing)."""
+
+    def state_dict(self) -> dict:
+        """What the next steps depend on, at a step boundary: error feedback's residuals per (worker, tensor), the
+        seconds spent so far and the writer's position (its buffered steps written out first: a checkpoint's
+        shards end at its step, in the interrupted run and the uninterrupted one alike)."""
+        if self._held:
+            raise RuntimeError("GradientCapture.state_dict() inside a step (global-threshold buckets held)")
+        self.writer.flush()
+        residuals = {f"{w}|{t}": r for (w, t), r in self.compressor._residuals.items()}
+        return {"residuals": residuals, "seconds": self.seconds, "writer": self.writer.state_dict()}
+
+    def load_state_dict(self, state: dict) -> list[str]:
+        """Continue from :meth:`state_dict`'s ``state``; returns the trace shards deleted (written after it)."""
+        self.compressor._residuals = {
+            (int(key.split("|", 1)[0]), key.split("|", 1)[1]): r for key, r in state["residuals"].items()
+        }
+        self.seconds = state["seconds"]
+        return self.writer.load_state_dict(state["writer"])
 
     def tensor_info(self) -> dict[str, dict]:
         """Captured tensors with their kind, shape and numel (for the run manifest); buckets also list their
@@ -162,6 +181,7 @@ class GradientCapture:
             )
             if world > 1:
                 pieces = [torch.empty_like(local_S) for _ in range(world)]
+                hold(local_S, *pieces)
                 dist.all_gather(pieces, local_S, group=self.group)
                 pool_P = torch.cat(pieces)
             else:

@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 import torch
 
 from zen_analysis import paths
-from zen_analysis.atomic import atomic_path, atomic_write_json
+from zen_analysis.atomic import atomic_path, atomic_write_json, file_sha256
 from zen_analysis.capture.schema import (
     KINDS,
     SCHEMA_VERSION,
@@ -107,6 +107,8 @@ class TraceWriter:
         self._current: list[SparseGrad] = []
         self._num_shards = 0
         self.bytes_written = 0
+        self.shards: dict[str, str] = {}
+        """The sha256 of every shard this writer has written, by file name (what a checkpoint records)."""
 
     def add(self, rec: SparseGrad) -> None:
         if rec.kind not in KINDS:
@@ -164,11 +166,39 @@ class TraceWriter:
                 for recs in self._steps:
                     writer.write_table(_records_table(recs, schema, index_np), row_group_size=len(recs))
         self.bytes_written += path.stat().st_size
+        self.shards[path.name] = file_sha256(path)
         self._num_shards += 1
         self._steps = []
 
     def close(self) -> None:
         self.flush()
+
+    def state_dict(self) -> dict:
+        """Where the writer stands, with nothing buffered (call :meth:`flush` first): its shards and their sha256."""
+        if self._steps or self._current:
+            raise RuntimeError("TraceWriter.state_dict() with records buffered: flush() first")
+        return {"num_shards": self._num_shards, "bytes_written": self.bytes_written, "shards": dict(self.shards)}
+
+    def load_state_dict(self, state: dict) -> list[str]:
+        """Continue from ``state`` (:meth:`state_dict`): this rank's shards written after it are deleted (their
+        steps run again), the ones it lists must be there unchanged (``TraceError`` naming the first that is not).
+        Returns the names of the shards deleted."""
+        for name, digest in state["shards"].items():
+            path = self.directory / name
+            if not path.exists() or file_sha256(path) != digest:
+                raise TraceError(
+                    f"{path}: {'missing' if not path.exists() else 'changed'} since the checkpoint; the run's traces "
+                    "cannot be continued from it (re-run with overwrite, or restore the shard)"
+                )
+        dropped = []
+        for path in sorted(self.directory.glob(f"rank{self.rank:03d}-shard*.parquet")):
+            if path.name not in state["shards"]:
+                path.unlink()
+                dropped.append(path.name)
+        self._num_shards, self.bytes_written = state["num_shards"], state["bytes_written"]
+        self.shards = dict(state["shards"])
+        self._steps, self._current = [], []
+        return dropped
 
 
 def _list_array(chunks: list[np.ndarray], value_type: pa.DataType, np_type) -> pa.ListArray:

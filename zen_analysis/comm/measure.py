@@ -26,6 +26,7 @@ from zen_analysis.comm import SCHEMES
 from zen_analysis.derived import write_table
 from zen_analysis.ranks.netlab import NetLab
 from zen_analysis.ranks.procs import fork_launch
+from zen_analysis.wire.inflight import hold
 
 
 def _measure_on_rank(
@@ -50,6 +51,7 @@ def _measure_on_rank(
     else:
         x[idx] = torch.as_tensor(values[rank], dtype=torch.float32)
     ref = x.clone()
+    hold(ref)
     dist.all_reduce(ref)
     tol = 1e-5 * float(ref.abs().max()) if ref.numel() else 0.0  # summation order differs between schemes
     rows = []

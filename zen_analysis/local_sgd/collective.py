@@ -13,6 +13,8 @@ from typing import Protocol
 
 import torch
 
+from zen_analysis.wire.inflight import hold
+
 
 class Collective(Protocol):
     rank: int
@@ -48,6 +50,7 @@ class TorchCollective:
         if self.world > 1:
             import torch.distributed as dist
 
+            hold(tensor)
             dist.all_reduce(tensor, group=self.group)
 
     def all_reduce_sum_async(self, tensor: torch.Tensor):
@@ -56,6 +59,7 @@ class TorchCollective:
             return Done()
         import torch.distributed as dist
 
+        hold(tensor)
         return dist.all_reduce(tensor, group=self.group, async_op=True)
 
     def all_gather_scalars(self, value: float) -> torch.Tensor:
@@ -65,6 +69,7 @@ class TorchCollective:
         import torch.distributed as dist
 
         out = [torch.empty_like(t) for _ in range(self.world)]
+        hold(t, *out)
         dist.all_gather(out, t, group=self.group)
         return torch.cat(out).cpu()
 

@@ -159,6 +159,18 @@ def launch(
     return result
 
 
+def _prepare_resume(cfg: ExperimentConfig, run_dir: Path) -> int:
+    """The step the ranks will resume from (the newest good checkpoint, which they find the same way), with the
+    metrics rows from that step on dropped now, before the live view reads the file (its rows then count once)."""
+    from zen_analysis.train import checkpoint
+
+    found = checkpoint.newest(run_dir, cfg.dist.num_ranks, log=lambda _line: None)  # rank 0 logs what it skips
+    if found is None:
+        raise ValueError(f"run {cfg.run_id} has no complete checkpoint to resume from (train.checkpoint_every)")
+    checkpoint.trim_metrics(run_dir / "metrics.jsonl", found[0])
+    return found[0]
+
+
 def _network(cfg: ExperimentConfig):
     """The emulated network a launch runs in (``dist.network="netlab"``), removed when the launch ends however
     it ends; nothing for loopback."""
@@ -175,11 +187,13 @@ def _launch_claimed(
     from tqdm.auto import tqdm
 
     run_dir = write_run(cfg, target, progress, resume=resume)
+    resumed_from = _prepare_resume(cfg, run_dir) if resume else None
     world = cfg.dist.num_ranks
     launcher = _resolve_launcher(cfg)
     group = _start_torchrun(cfg, run_dir, lab) if launcher == "torchrun" else _start_forked(cfg, run_dir, target, lab)
     pids = group.pids
-    bar = tqdm(total=cfg.train.num_steps, desc=cfg.run_id, unit="step", disable=not progress)
+    desc = cfg.run_id if resumed_from is None else f"{cfg.run_id} (resumed from step {resumed_from})"
+    bar = tqdm(total=cfg.train.num_steps, desc=desc, unit="step", disable=not progress)
     metrics_tail, log_tail_ = (
         observe.LineTail(run_dir / "metrics.jsonl"),
         observe.LineTail(run_dir / "logs" / "rank0.log"),

@@ -21,6 +21,7 @@ from torch import nn
 from zen_analysis.capture.buckets import bucket_parameters
 from zen_analysis.wire.dtypes import on_wire
 from zen_analysis.wire.exchange import ring_volume
+from zen_analysis.wire.inflight import hold
 from zen_analysis.wire.rows import sparse_rows
 
 
@@ -200,6 +201,7 @@ class DenseAllReduce(GradSync):
             params = [p for p in model.parameters() if p.requires_grad]
         if self._world() > 1:
             for p in params:  # identical start on every rank, whatever each rank's RNG did
+                hold(p.data)
                 dist.broadcast(p.data, src=0, group=self.group)
         groups = bucket_parameters([(str(i), p) for i, p in enumerate(params)], self.bucket_mb)
         self._buckets = [[p for _, p in group] for group in groups]
@@ -215,6 +217,7 @@ class DenseAllReduce(GradSync):
 
     def _launch(self, b: int) -> None:
         flat_N = self._flat(b)
+        hold(flat_N)
         self._inflight.append((b, flat_N, dist.all_reduce(flat_N, group=self.group, async_op=True)))
 
     def start(self) -> None:
@@ -231,6 +234,7 @@ class DenseAllReduce(GradSync):
         if self._ready is None:
             for b, bucket in enumerate(self._buckets):
                 flat_N = self._flat(b)
+                hold(flat_N)
                 dist.all_reduce(flat_N, group=self.group)
                 self._account(flat_N, world)
                 unflatten_into_grads(bucket, self._averaged(b, flat_N, world))

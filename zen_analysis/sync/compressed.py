@@ -19,6 +19,7 @@ from torch import nn
 from zen_analysis.capture.topk import TopKCompressor
 from zen_analysis.comm import build_scheme
 from zen_analysis.sync.base import DenseAllReduce, GradSync, ReadyBuckets, flatten_grads, unflatten_into_grads
+from zen_analysis.wire.inflight import hold
 
 THRESHOLDS = ("local", "global")
 
@@ -110,6 +111,7 @@ def _sparsify(state: HookState, flat_N: torch.Tensor, parts, key: str, step: int
 
         def gather(sample_S):
             pieces = [torch.empty_like(sample_S) for _ in range(dist.get_world_size(group))]
+            hold(sample_S, *pieces)
             dist.all_gather(pieces, sample_S, group=group)
             state.threshold_bytes_sent += sample_S.numel() * sample_S.element_size() * (len(pieces) - 1)
             return torch.cat(pieces)

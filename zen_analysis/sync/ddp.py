@@ -36,6 +36,7 @@ from torch import nn
 from zen_analysis.comm import build_scheme
 from zen_analysis.sync.compressed import HookState, Stats, bucket_key, compress_and_sum
 from zen_analysis.wire.exchange import ring_bytes_sent
+from zen_analysis.wire.inflight import hold
 from zen_analysis.wire.rows import nonzero_rows, sparse_rows
 from zen_analysis.zen.bitmap import cache_limit, set_cache_limit
 
@@ -174,6 +175,7 @@ def natural_hook(state: NaturalState, bucket: dist.GradBucket) -> torch.futures.
             bucket.is_last(),
         )
         state.allreduce_bytes_sent += _ring(buffer.numel(), buffer.element_size(), state.group)
+        hold(buffer)
         work = dist.all_reduce(buffer, group=state.group, async_op=True)
         return work.get_future().then(lambda fut: fut.value()[0].div_(world))
 
@@ -184,6 +186,7 @@ def natural_hook(state: NaturalState, bucket: dist.GradBucket) -> torch.futures.
         dense = [(s, e) for p, s, e in parts if id(p) not in state._ids]
         if dense:  # the bucket's other gradients: one dense all-reduce of them packed together
             packed = torch.cat([buffer[s:e] for s, e in dense])
+            hold(packed)
             dist.all_reduce(packed, group=state.group)
             state.allreduce_bytes_sent += _ring(packed.numel(), packed.element_size(), state.group)
             at = 0

@@ -17,6 +17,7 @@ from zen_analysis.comm import build_scheme
 from zen_analysis.sync.base import DenseAllReduce, GradSync
 from zen_analysis.wire.dtypes import on_wire
 from zen_analysis.wire.exchange import Exchange
+from zen_analysis.wire.inflight import hold
 from zen_analysis.wire.rows import nonzero_rows, sparse_rows
 from zen_analysis.workload.model import input_embedding_name
 from zen_analysis.zen.sparse_allreduce import NodeGroups, zen_sum_hierarchical
@@ -102,9 +103,11 @@ class SparseSync(GradSync):
         self.dense.attach(model, others)
         world = self.dense._world()
         if world > 1:
+            hold(self.sparse_params[0].data)
             dist.broadcast(self.sparse_params[0].data, src=0, group=self.group)
             if hasattr(self.scheme, "seed"):
                 seed = torch.tensor([int(self.scheme.seed)], dtype=torch.int64, device=self.sparse_params[0].device)
+                hold(seed)
                 dist.broadcast(seed, src=0, group=self.group)
                 self.scheme.seed = int(seed)
         if self.gpus_per_node > 1 and world > 1:

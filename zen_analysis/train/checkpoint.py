@@ -3,7 +3,9 @@
 ``train.checkpoint_every=K`` writes ``data/runs/<run_id>/checkpoints/step-<k>/`` after every K-th step (k: the next
 step to run): the model's and the optimizers' state (rank 0's alone where every rank holds the same, having applied
 the same summed gradients; every rank's under local SGD, whose replicas differ between syncs), and every rank's RNG
-states (torch, numpy, Python) and sync state (top-k's residuals, local SGD's anchors). The data need no position: a
+states (torch, numpy, Python), sync state (top-k's residuals, local SGD's anchors) and capture state (the capture's
+error-feedback residuals, and its trace shards by name and sha256: the writer flushes at every checkpoint, so a
+checkpoint's shards end at its step). The data need no position: a
 batch is a pure function of (seed, split, step, worker), and so is the learning rate. ``meta.json``, written last
 with the sha256 of every file, marks a checkpoint complete; it is built under ``step-<k>.partial/`` and renamed, so
 a rank or launcher killed while writing leaves the previous checkpoint the newest complete one. The last
@@ -11,17 +13,17 @@ a rank or launcher killed while writing leaves the previous checkpoint the newes
 
 Resuming (``launch(cfg, resume=True)``, ``zen-analysis train ... --resume``) loads the newest checkpoint whose files
 match their checksums (a truncated or altered one is skipped, saying so, and the one before it used), drops the
-metrics rows from its step on, and continues: the losses and metrics of the resumed run equal an uninterrupted
-run's, bit for bit. Covered so far: the dense all-reduce, the natural-sparsity syncs (every scheme, by rows or
+metrics rows from its step on and every rank's trace shards written after it (their steps run again; the shards it
+lists must be there unchanged), and continues: the losses, metrics and trace shards of the resumed run equal an
+uninterrupted run's, bit for bit. Covered: the dense all-reduce, the natural-sparsity syncs (every scheme, by rows or
 elements, overlapped or not), top-k with error feedback and the step-based local SGD methods (Post-Local SGD, DiLoCo,
-EDiT: anchors, outer momentum, anomaly detectors), with capture off. Zen's planner and capture hold state these
+EDiT: anchors, outer momentum, anomaly detectors), with or without capture. Zen's planner holds state these
 checkpoints do not yet carry, and A-EDiT's syncs follow the clock: for them :func:`unsupported` says why, and the
 launcher refuses.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import random
@@ -33,6 +35,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from zen_analysis.atomic import atomic_write_text, file_sha256
 from zen_analysis.config import ExperimentConfig
 from zen_analysis.config.names import METHODS
 
@@ -41,21 +44,11 @@ DIR = "checkpoints"
 
 def unsupported(cfg: ExperimentConfig) -> str | None:
     """Why ``cfg`` cannot be checkpointed and resumed yet (None: it can)."""
-    if cfg.capture.enabled:
-        return "capture is on (its trace shards after a checkpoint are not reconciled yet): capture.enabled=false"
     if cfg.sync.scheme == "auto":
         return "Zen's planner (sync.scheme=auto) keeps its profile and decisions, which checkpoints do not carry yet"
     if cfg.sync.scheme == "a_edit" or (cfg.sync.scheme in METHODS and cfg.local_sgd.sync_time_s > 0):
         return "A-EDiT's syncs follow the wall clock, which a resumed run cannot replay"
     return None
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _barrier(world: int) -> None:
@@ -64,11 +57,22 @@ def _barrier(world: int) -> None:
 
 
 def save(
-    run_dir: Path, step: int, *, rank: int, world: int, model, optimizers, sync_state: dict, replicated: bool, keep: int
+    run_dir: Path,
+    step: int,
+    *,
+    rank: int,
+    world: int,
+    model,
+    optimizers,
+    sync_state: dict,
+    replicated: bool,
+    keep: int,
+    capture_state: dict | None = None,
 ) -> float:
     """Write the checkpoint of ``step`` (the next step to run) on every rank, with this rank's ``sync_state``
-    (:meth:`~zen_analysis.sync.base.GradSync.state_dict`); ``replicated``: every rank holds the same model and
-    optimizer state, so rank 0 writes it once. Returns the seconds it took."""
+    (:meth:`~zen_analysis.sync.base.GradSync.state_dict`) and ``capture_state``
+    (:meth:`~zen_analysis.capture.hooks.GradientCapture.state_dict`); ``replicated``: every rank holds the same
+    model and optimizer state, so rank 0 writes it once. Returns the seconds it took."""
     t0 = time.perf_counter()
     root = run_dir / DIR
     final, partial = root / f"step-{step:08d}", root / f"step-{step:08d}.partial"
@@ -79,7 +83,7 @@ def save(
     rng = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
     if torch.cuda.is_available():
         rng["cuda"] = torch.cuda.get_rng_state_all()
-    mine = {"rng": rng, "sync": sync_state}
+    mine = {"rng": rng, "sync": sync_state, "capture": capture_state}
     if not replicated:
         mine["model"], mine["optim"] = model.state_dict(), [o.state_dict() for o in optimizers]
     torch.save(mine, partial / f"rank{rank}.pt")
@@ -88,7 +92,7 @@ def save(
         torch.save([o.state_dict() for o in optimizers], partial / "optim.pt")
     _barrier(world)  # every rank's file is there
     if rank == 0:
-        files = {p.name: _sha256(p) for p in sorted(partial.iterdir())}
+        files = {p.name: file_sha256(p) for p in sorted(partial.iterdir())}
         (partial / "meta.json").write_text(json.dumps({"step": step, "world": world, "files": files}))
         shutil.rmtree(final, ignore_errors=True)
         os.replace(partial, final)
@@ -113,7 +117,7 @@ def newest(run_dir: Path, world: int, log=print) -> tuple[int, Path] | None:
         if meta.get("world") != world:
             log(f"checkpoint {path.name} was written by {meta.get('world')} ranks, not {world}: skipped")
             continue
-        bad = [n for n, digest in meta["files"].items() if not (path / n).exists() or _sha256(path / n) != digest]
+        bad = [n for n, digest in meta["files"].items() if not (path / n).exists() or file_sha256(path / n) != digest]
         if bad:
             log(f"checkpoint {path.name} is damaged ({', '.join(bad)} do not match their checksums): skipped")
             continue
@@ -121,8 +125,20 @@ def newest(run_dir: Path, world: int, log=print) -> tuple[int, Path] | None:
     return None
 
 
-def restore(path: Path, *, rank: int, model, optimizers) -> dict:
-    """Load checkpoint ``path`` into this rank's model, optimizers and RNGs; returns its sync state."""
+def trim_metrics(path: Path, step: int) -> None:
+    """Drop the rows of ``metrics.jsonl`` from ``step`` on (a resumed run writes them again); the file is replaced
+    whole, and only when it holds such rows."""
+    if not path.exists():
+        return
+    lines = path.read_text().splitlines(keepends=True)
+    kept = [ln for ln in lines if ln.strip() and json.loads(ln)["step"] < step]
+    if len(kept) != len(lines):
+        atomic_write_text(path, "".join(kept))
+
+
+def restore(path: Path, *, rank: int, model, optimizers) -> tuple[dict, dict | None]:
+    """Load checkpoint ``path`` into this rank's model, optimizers and RNGs; returns its sync state and capture
+    state (None: the run captured nothing)."""
     mine = torch.load(path / f"rank{rank}.pt", weights_only=False)
     replicated = "model" not in mine
     model.load_state_dict(torch.load(path / "model.pt", weights_only=False) if replicated else mine["model"])
@@ -135,4 +151,4 @@ def restore(path: Path, *, rank: int, model, optimizers) -> dict:
     random.setstate(rng["python"])
     if "cuda" in rng:
         torch.cuda.set_rng_state_all(rng["cuda"])
-    return mine["sync"]
+    return mine["sync"], mine.get("capture")

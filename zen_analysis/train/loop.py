@@ -40,6 +40,7 @@ from zen_analysis.train import checkpoint
 from zen_analysis.train.optim import LazyRowAdamW, clip_grad_norm_by_rows, embedding_rows
 from zen_analysis.train.perturb import network_delay, network_seconds, spiked, straggler
 from zen_analysis.train.registry import build_sync
+from zen_analysis.wire.inflight import hold
 from zen_analysis.workload.ctr import CTRData
 from zen_analysis.workload.data import TokenData, open_data, prepared_for_run
 from zen_analysis.workload.export import export_model
@@ -64,6 +65,7 @@ def _start_step_stats(loss: float, compute_s: float, info: RankInfo):
         return None
     t = torch.zeros(1 + info.world_size, dtype=torch.float64, device=info.device)
     t[0], t[1 + info.rank] = loss, compute_s
+    hold(t)
     return t, dist.all_reduce(t, async_op=True)
 
 
@@ -80,6 +82,7 @@ def _mean_over_ranks(x: float, info: RankInfo) -> float:
     if info.world_size == 1:
         return x
     t = torch.tensor([x], dtype=torch.float64, device=info.device)
+    hold(t)
     dist.all_reduce(t)
     return t.item() / info.world_size
 
@@ -275,11 +278,14 @@ def _setup(
     if resume_from is not None:  # the state of the checkpoint's step; the metrics rows before it stay
         start, path = resume_from
         optimizers = [o for o in (optimizer, row_optimizer) if o is not None]
-        sync.load_state_dict(checkpoint.restore(path, rank=info.rank, model=model, optimizers=optimizers))
+        sync_state, capture_state = checkpoint.restore(path, rank=info.rank, model=model, optimizers=optimizers)
+        sync.load_state_dict(sync_state)
+        if capture:  # this rank's shards written after the checkpoint go: their steps run again
+            dropped = capture.load_state_dict(capture_state)
+            if dropped:
+                log(f"rank {info.rank}: dropped trace shards written after the checkpoint: {', '.join(dropped)}")
         if info.is_main:
-            metrics = run_dir / "metrics.jsonl"
-            kept = [ln for ln in metrics.read_text().splitlines(keepends=True) if json.loads(ln)["step"] < start]
-            metrics.write_text("".join(kept))
+            checkpoint.trim_metrics(run_dir / "metrics.jsonl", start)  # done already when launch() resumes
             log(f"resumed from step {start} ({path.name})")
     mode = "a" if resume_from is not None else "w"
     metrics_f = open(run_dir / "metrics.jsonl", mode, buffering=1) if info.is_main else None
@@ -403,6 +409,7 @@ def _step(run: _Run, sync: GradSync, step: int, *, local_losses: bool, straggle:
             sync_state=sync.state_dict(),
             replicated=not sync.local,  # local SGD: each rank its own model between syncs
             keep=t.keep_checkpoints,
+            capture_state=capture.state_dict() if capture else None,
         )
     if run.metrics_f:
         run.metrics_f.write(json.dumps(row) + "\n")

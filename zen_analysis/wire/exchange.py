@@ -26,6 +26,7 @@ import torch.distributed as dist
 
 from zen_analysis import workspace
 from zen_analysis.wire.coo import coo_words, pack_coo, row_width, sum_by_index, unpack_coo
+from zen_analysis.wire.inflight import hold
 
 COUNT_BYTES = 8  # counts travel as int64
 
@@ -113,6 +114,7 @@ class Exchange:
         prev, self._phase = self._phase, "agree"
         try:
             t0 = self._start()
+            hold(recv, send)
             dist.all_to_all_single(recv, send, group=self.group)
             moved = send.element_size() * send.shape[1] * (self.world - 1)
             self._count("control", moved, moved, time.perf_counter() - t0)
@@ -179,6 +181,7 @@ class Exchange:
             send = torch.cat([send.view(-1, 1), check[1].to(self.device).expand(self.world, -1)], 1).contiguous()
         recv = torch.empty_like(send)
         t0 = self._start()
+        hold(recv, send)
         dist.all_to_all_single(recv, send, group=self.group)
         wire = time.perf_counter() - t0
         moved = COUNT_BYTES * send.numel() // self.world * (self.world - 1)
@@ -207,8 +210,10 @@ class Exchange:
             out = torch.empty(sum(recv_splits), dtype=data_K.dtype, device=self.device)
         else:
             out = workspace.buffer(reuse, sum(recv_splits), data_K.dtype, self.device)
+        data_K = data_K.contiguous()
         t0 = self._start()
-        dist.all_to_all_single(out, data_K.contiguous(), recv_splits, send_splits, group=self.group)
+        hold(out, data_K)
+        dist.all_to_all_single(out, data_K, recv_splits, send_splits, group=self.group)
         wire = time.perf_counter() - t0
         width = data_K.element_size()
         me = self.rank
@@ -296,6 +301,7 @@ class Exchange:
     def all_reduce_dense(self, tensor_N: torch.Tensor) -> torch.Tensor:
         """In-place sum over ranks (the backend's all-reduce), counted as a ring over tensor_split chunks."""
         t0 = self._start()
+        hold(tensor_N)
         dist.all_reduce(tensor_N, group=self.group)  # on NCCL the caller's tensor is on the GPU already
         wire = time.perf_counter() - t0
         own = ring_chunk_sizes(tensor_N.numel(), self.world)[self.rank]
@@ -329,8 +335,11 @@ def _p2p(ex: Exchange, send: torch.Tensor, recv: torch.Tensor, peer: int) -> Non
     landing = recv if recv.device == ex.device else torch.empty_like(recv, device=ex.device)
     ops = []
     if send.numel():
-        ops.append(dist.P2POp(dist.isend, send.to(ex.device).contiguous(), gpeer, ex.group))
+        send = send.to(ex.device).contiguous()
+        hold(send)
+        ops.append(dist.P2POp(dist.isend, send, gpeer, ex.group))
     if recv.numel():
+        hold(landing)
         ops.append(dist.P2POp(dist.irecv, landing, gpeer, ex.group))
     if ops:
         for work in dist.batch_isend_irecv(ops):
