@@ -43,6 +43,40 @@ def _figures_outside_notebooks() -> dict[str, tuple[int, int]]:
 import pytest  # noqa: E402 - after the environment above, which must be set before anything imports torch
 
 
+def _poll_shell_replies_in_slices(slice_s: float = 1.0) -> None:
+    """nbclient waits for a cell's ``execute_reply`` with one asyncio poll of the shell socket for the whole cell
+    timeout. pyzmq's asyncio poll can miss the wake-up of a reply that has arrived (an edge-triggered socket
+    descriptor): the poll then returns only at its timeout, when it checks the socket once more and finds the reply.
+    Seen here on notebook 03 after its widget cell, in about 1 run in 3 on a loaded machine, with ipykernel 7.4 and
+    6.31 alike: the notebook sat for exactly ``--nbmake-timeout`` (129 s at 120, 303 s at 300) and then passed, or
+    failed when the timeout was hit first. Waiting in slices of ``slice_s`` makes pyzmq check the socket at every
+    slice's end: a missed wake-up costs at most a slice."""
+    import time
+    from queue import Empty
+
+    from jupyter_client.channels import AsyncZMQSocketChannel
+
+    whole = AsyncZMQSocketChannel.get_msg
+    if getattr(whole, "in_slices", False):
+        return
+
+    async def get_msg(self, timeout=None):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = slice_s if deadline is None else min(slice_s, max(0.0, deadline - time.monotonic()))
+            try:
+                return await whole(self, timeout=left)
+            except Empty:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+
+    get_msg.in_slices = True
+    AsyncZMQSocketChannel.get_msg = get_msg
+
+
+_poll_shell_replies_in_slices()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
     """A notebook run by nbmake leaves ``make reproduce``'s figures alone: it writes under figures/notebooks/ only."""

@@ -96,12 +96,20 @@ def cmd_runs(args: argparse.Namespace) -> None:
     if not rows:
         print(f"no runs under {paths.data_dir()}")
         return
-    print(f"{'run id':40s} {'recipe':12s} {'ranks x w':>9s} {'steps':>5s} {'size':>9s} {'finished':>8s}  started")
+    print(
+        f"{'run id':40s} {'recipe':12s} {'ranks x w':>9s} {'steps':>5s} {'size':>9s} {'finished':>8s} "
+        f"{'checkpoint':>10s}  started"
+    )
     for r in rows:
+        ckpt = "-" if r["checkpoint"] is None else f"{r['checkpoint']}" + (" resume" if r["resumable"] else "")
         print(
             f"{r['run_id']:40s} {r['recipe']:12s} {r['ranks_x_workers']:>9s} "
             f"{r['steps'] if r['steps'] is not None else '?':>5} "
-            f"{r['bytes'] / 1e6:>7.1f}MB {'yes' if r['finished'] else 'no':>8s}  {r['started']}"
+            f"{r['bytes'] / 1e6:>7.1f}MB {'yes' if r['finished'] else 'no':>8s} {ckpt:>10s}  {r['started']}"
+        )
+    if any(r["resumable"] for r in rows):
+        print(
+            "'resume': unfinished with a checkpoint; continue it with zen-analysis train <recipe> --run-id R --resume"
         )
     print(f"{len(rows)} runs, {sum(r['bytes'] for r in rows) / 1e6:.1f} MB under {paths.data_dir()}")
 

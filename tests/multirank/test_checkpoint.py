@@ -10,6 +10,7 @@ import pytest
 from zen_analysis import paths, recipes
 from zen_analysis.ranks.procs import RankFailedError
 from zen_analysis.runs.launch import launch
+from zen_analysis.runs.rundir import list_runs
 
 LOCAL = {"warmup_steps": 1, "interval": 2}  # local SGD: a sync every 2 steps after one synchronous step
 
@@ -50,6 +51,11 @@ def _killed_at(step_to_die: int):
     return target
 
 
+def _listed(run_id: str) -> tuple[int | None, bool]:
+    (row,) = [r for r in list_runs() if r["run_id"] == run_id]
+    return row["checkpoint"], row["resumable"]
+
+
 def _run(cfg, **kw):
     return launch(copy.deepcopy(cfg), progress=False, echo=False, **kw)
 
@@ -72,7 +78,9 @@ def test_a_run_killed_and_resumed_equals_the_uninterrupted_run(sync, die_at):
     cfg = _cfg("ckpt-crash", **sync)
     with pytest.raises(RankFailedError, match="SIGKILL"):
         _run(cfg, overwrite=True, target=_killed_at(die_at))
+    assert _listed("ckpt-crash") == (die_at // 2 * 2, True)  # `zen-analysis runs`: the newest checkpoint, resumable
     resumed = _run(cfg, resume=True)
+    assert _listed("ckpt-crash") == (4, False)
     a, b = full.metrics(), resumed.metrics()
     assert b["step"].tolist() == list(range(6))
     assert b["loss"].tolist() == a["loss"].tolist()  # bit for bit, the rows before the checkpoint kept
@@ -98,8 +106,11 @@ def test_a_damaged_checkpoint_is_skipped_and_a_changed_config_refused(capsys):
     changed.dist.num_ranks = 4
     with pytest.raises(ValueError, match="may change train.num_steps only, not dist.num_ranks, train.lr"):
         _run(changed, resume=True)
+    auto = _run(_cfg("ckpt-auto", scheme="auto"), overwrite=True)  # trains, without checkpoints, saying why
+    assert "no checkpoints for this run: Zen's planner" in (auto.run_dir / "logs" / "rank0.log").read_text()
+    assert not (auto.run_dir / "checkpoints").exists()
     with pytest.raises(ValueError, match="Zen's planner"):
-        _run(_cfg("ckpt-auto", scheme="auto"), overwrite=True)
+        _run(_cfg("ckpt-auto", scheme="auto"), resume=True)
     with pytest.raises(ValueError, match="run ckpt-none does not exist"):
         _run(_cfg("ckpt-none"), resume=True)
 

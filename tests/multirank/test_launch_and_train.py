@@ -199,7 +199,7 @@ def test_torchrun_launcher_reports_the_failing_rank():
         launch(cfg, progress=False, echo=False)
 
 
-def test_ensure_run_reuses_a_finished_run_with_the_same_config():
+def test_ensure_run_reuses_a_finished_run_with_the_same_config(capsys):
     from zen_analysis import paths
     from zen_analysis.runs.launch import ensure_run
 
@@ -210,6 +210,7 @@ def test_ensure_run_reuses_a_finished_run_with_the_same_config():
     stamp = manifest.stat().st_mtime_ns
     assert ensure_run(cfg, progress=False, echo=False) == "ensure-run-test"
     assert manifest.stat().st_mtime_ns == stamp  # reused, not retrained
+    assert "reusing run ensure-run-test: it finished with this config" in capsys.readouterr().out  # and says so
     cfg.train.num_steps = 3
     ensure_run(cfg, progress=False, echo=False)
     assert manifest.stat().st_mtime_ns != stamp  # a different config trains again

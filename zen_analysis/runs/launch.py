@@ -124,7 +124,7 @@ def launch(
         RankFailedError: a rank raised, crashed or timed out (the others are stopped first).
     """
     cfg = copy.deepcopy(cfg)
-    if resume or cfg.train.checkpoint_every:
+    if resume:
         from zen_analysis.train.checkpoint import unsupported
 
         why = unsupported(cfg)
@@ -310,6 +310,7 @@ def ensure_run(cfg: ExperimentConfig, **launch_kwargs: Any) -> str:
     if manifest.exists():
         m = json.loads(manifest.read_text())
         if m.get("finished") and m.get("config") == json.loads(cfg.to_json()):
+            print(f"reusing run {cfg.run_id}: it finished with this config (delete it to train it again)")
             return cfg.run_id
     launch(cfg, overwrite=True, **launch_kwargs)
     return cfg.run_id

@@ -185,10 +185,12 @@ def _size(path: Path) -> int:
 
 def list_runs() -> list[dict]:
     """Every run under the data root (a run directory or a trace directory), newest first: id, recipe, ranks x
-    workers per rank, steps, bytes on disk (run + traces + derived tables), whether it finished, and when it
-    started."""
+    workers per rank, steps, bytes on disk (run + traces + derived tables), whether it finished, when it started,
+    its newest checkpoint's step and whether it can be resumed (unfinished, with a checkpoint)."""
     import datetime
     import json
+
+    from zen_analysis.train.checkpoint import latest_step
 
     ids = {
         p.name
@@ -218,8 +220,10 @@ def list_runs() -> list[dict]:
                 or (traces / "manifest.json").exists()
                 and json.loads((traces / "manifest.json").read_text()).get("finished", False),
                 "started": datetime.datetime.fromtimestamp(started).strftime("%Y-%m-%d %H:%M"),
+                "checkpoint": latest_step(run),
             }
         )
+        rows[-1]["resumable"] = not rows[-1]["finished"] and rows[-1]["checkpoint"] is not None
     return sorted(rows, key=lambda r: r["started"], reverse=True)
 
 

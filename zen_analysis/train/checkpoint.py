@@ -102,6 +102,17 @@ def save(
     return time.perf_counter() - t0
 
 
+def latest_step(run_dir: Path) -> int | None:
+    """The step of the newest checkpoint with a ``meta.json`` (files not hashed: a listing's answer; :func:`newest`
+    verifies). None: none."""
+    for path in sorted((run_dir / DIR).glob("step-*"), reverse=True):
+        try:
+            return int(json.loads((path / "meta.json").read_text())["step"])
+        except (OSError, ValueError, KeyError):
+            continue
+    return None
+
+
 def newest(run_dir: Path, world: int, log=print) -> tuple[int, Path] | None:
     """(step, directory) of the newest complete checkpoint whose files match their checksums and world size; a bad
     one is skipped with a line saying why. None: there is none."""

@@ -149,6 +149,8 @@ class _Run:
     manifest: dict[str, Any]
     """The trace manifest as written at the start (``finished: False``); :func:`_finish` completes it."""
     metrics_f: IO[str] | None
+    checkpoint_every: int = 0
+    """``train.checkpoint_every``, or 0 where checkpoints do not cover the run (:func:`checkpoint.unsupported`)."""
     """Rank 0's open ``metrics.jsonl`` (line-buffered); ``None`` on the other ranks."""
 
 
@@ -275,6 +277,9 @@ def _setup(
                 f"capturing every {cfg.capture.every} steps: "
                 + ", ".join(f"{n} ({i['kind']}, {i['numel']:,})" for n, i in capture.tensor_info().items())
             )
+    no_checkpoints = checkpoint.unsupported(cfg) if t.checkpoint_every else None
+    if no_checkpoints and info.is_main and t.num_steps > t.checkpoint_every:
+        log(f"no checkpoints for this run: {no_checkpoints}")
     if resume_from is not None:  # the state of the checkpoint's step; the metrics rows before it stay
         start, path = resume_from
         optimizers = [o for o in (optimizer, row_optimizer) if o is not None]
@@ -303,6 +308,7 @@ def _setup(
         capture=capture,
         manifest=manifest,
         metrics_f=metrics_f,
+        checkpoint_every=0 if no_checkpoints else t.checkpoint_every,
     )
     return run, sync
 
@@ -398,7 +404,7 @@ def _step(run: _Run, sync: GradSync, step: int, *, local_losses: bool, straggle:
         row["val_loss"] = evaluate(model, data, cfg, info)
     if local_losses:
         row["loss_is_rank0_only"] = True
-    if t.checkpoint_every and (step + 1) % t.checkpoint_every == 0 and step + 1 < t.num_steps:
+    if run.checkpoint_every and (step + 1) % run.checkpoint_every == 0 and step + 1 < t.num_steps:
         row["checkpoint_s"] = checkpoint.save(
             run.run_dir,
             step + 1,
