@@ -18,8 +18,16 @@ lists must be there unchanged), and continues: the losses, metrics and trace sha
 uninterrupted run's, bit for bit. Covered: the dense all-reduce, the natural-sparsity syncs (every scheme, by rows or
 elements, overlapped or not), top-k with error feedback and the step-based local SGD methods (Post-Local SGD, DiLoCo,
 EDiT: anchors, outer momentum, anomaly detectors), with or without capture. Zen's planner holds state these
-checkpoints do not yet carry, and A-EDiT's syncs follow the clock: for them :func:`unsupported` says why, and the
-launcher refuses.
+checkpoints do not yet carry (its decisions follow measured times, so no two runs of it are bit-identical anyway),
+and A-EDiT's syncs follow the clock: for them :func:`unsupported` says why; such runs train without checkpoints and
+``--resume`` refuses them.
+
+Why ``torch.save`` per rank and not ``torch.distributed.checkpoint`` (DCP): DCP shards one logical state across
+ranks and reshards it on load. Here the state is either replicated (the data-parallel model and optimizer: one copy
+by rank 0 is the whole of it) or private to a rank and never resharded (its RNGs, error-feedback residuals, local
+SGD replicas, trace position), and a resume must find the same world size anyway (bit-exact continuation). What DCP
+would add, its async save, would have to be weighed against the cost measured here: a checkpoint of the default
+recipe takes 1.6 s against 5.7 s a step (README).
 """
 
 from __future__ import annotations
