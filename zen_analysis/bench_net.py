@@ -82,6 +82,9 @@ def _netlab_schemes(run: str, opts: dict, out_dir: Path) -> pd.DataFrame:
         "modelled_s",
         "speedup_measured",
         "speedup_modelled",
+        "vs_best",
+        "vs_dense",
+        "choice",
         "lossless",
     ]
     publish(
@@ -92,7 +95,39 @@ def _netlab_schemes(run: str, opts: dict, out_dir: Path) -> pd.DataFrame:
         comm_figs.measured_speedup_vs_bandwidth,
         "netlab_speedup",
     )
+    verdict = auto_verdict(sweep)
+    print(verdict)
+    from zen_analysis.atomic import atomic_write_text
+
+    atomic_write_text(out_dir / "auto_verdict.txt", verdict + "\n")
     return sweep
+
+
+def auto_verdict(sweep: pd.DataFrame) -> str:
+    """The planner's acceptance on a scheme sweep, cell by cell: ``auto``'s measured time against the fastest
+    fixed scheme's (target: within 10%) and dense all-reduce's (target: at most 5% slower)."""
+    auto = sweep[sweep["scheme"] == "auto"]
+    lines = []
+    for _, r in auto.iterrows():
+        cell = sweep[
+            (sweep["kind"] == r["kind"])
+            & (sweep["ranks"] == r["ranks"])
+            & (sweep["bandwidth_gbps"] == r["bandwidth_gbps"])
+        ]
+        fixed = cell[cell["scheme"] != "auto"].sort_values("measured_s_median").iloc[0]
+        lines.append(
+            f"{r['kind']:>8} {int(r['ranks'])} ranks {r['bandwidth_gbps']:>4g} Gbit/s: auto picked {r['choice']:<10} "
+            f"{1e3 * r['measured_s_median']:8.2f} ms; best fixed {fixed['scheme']:<10} "
+            f"{1e3 * fixed['measured_s_median']:8.2f} ms; auto / best {r['vs_best']:.2f}, "
+            f"auto / dense {r['vs_dense']:.2f}"
+        )
+    within = int((auto["vs_best"] <= 1.10).sum())
+    not_slower = int((auto["vs_dense"] <= 1.05).sum())
+    lines.append(
+        f"auto within 10% of the best fixed scheme in {within} of {len(auto)} cells; "
+        f"at most 5% slower than dense in {not_slower} of {len(auto)}"
+    )
+    return "\n".join(lines)
 
 
 def _netlab_nodes(run: str, opts: dict, out_dir: Path) -> pd.DataFrame:

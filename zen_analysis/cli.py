@@ -153,13 +153,16 @@ def cmd_characterize(args: argparse.Namespace) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
-    from zen_analysis.comm.evaluate import DEFAULT_TOPOLOGIES, evaluate, normalized
+    from zen_analysis.comm.evaluate import DEFAULT_TOPOLOGIES, crossover_report, evaluate, normalized
 
     topologies = args.topology or list(DEFAULT_TOPOLOGIES)
     df = evaluate(args.run, topologies=topologies, max_workers=args.max_workers, force=args.force)
     print(f"{len(df)} rows in {df.attrs['path']}")
     print(f"modelled time / dense all-reduce on {topologies[0]} (mean over captured steps and tensors):")
     print(normalized(df, topology=topologies[0]).round(2).to_string())
+    print("where dense all-reduce catches up (the crossover):")
+    for line in crossover_report(args.run):
+        print(" ", line)
 
 
 def cmd_reproduce(args: argparse.Namespace) -> None:

@@ -26,7 +26,7 @@ def _cfg(run_id: str, capture: bool = False, **sync):
     cfg.train.checkpoint_every = 2
     for key, value in sync.items():
         setattr(cfg.sync, key, value)
-    if cfg.sync.scheme in ("diloco", "edit"):
+    if cfg.sync.scheme in ("diloco", "edit", "a_edit"):
         for key, value in LOCAL.items():
             setattr(cfg.local_sgd, key, value)
     return cfg
@@ -68,10 +68,12 @@ def _run(cfg, **kw):
         ({"scheme": "zen", "overlap": True}, 4),
         ({"scheme": "zen", "compress": "topk"}, 3),  # error feedback: the residuals travel in the checkpoint
         ({"scheme": "agsparse", "compress": "topk", "overlap": True}, 5),
+        ({"scheme": "auto", "planner_topology": "paper-tcp25", "planner_every": 3}, 4),  # its choices travel
+        ({"scheme": "auto", "compress": "topk", "planner_topology": "paper-tcp25", "planner_every": 2}, 3),
         ({"scheme": "diloco"}, 3),  # every rank's own model and inner optimizer, the anchors, the outer momentum
         ({"scheme": "edit"}, 5),  # and the anomaly detectors
     ],
-    ids=["dense", "zen", "zen-overlap", "topk-zen", "topk-agsparse-overlap", "diloco", "edit"],
+    ids=["dense", "zen", "zen-overlap", "topk-zen", "topk-agsparse-overlap", "auto", "topk-auto", "diloco", "edit"],
 )
 def test_a_run_killed_and_resumed_equals_the_uninterrupted_run(sync, die_at):
     full = _run(_cfg("ckpt-full", **sync), overwrite=True)
@@ -106,11 +108,11 @@ def test_a_damaged_checkpoint_is_skipped_and_a_changed_config_refused(capsys):
     changed.dist.num_ranks = 4
     with pytest.raises(ValueError, match="may change train.num_steps only, not dist.num_ranks, train.lr"):
         _run(changed, resume=True)
-    auto = _run(_cfg("ckpt-auto", scheme="auto"), overwrite=True)  # trains, without checkpoints, saying why
-    assert "no checkpoints for this run: Zen's planner" in (auto.run_dir / "logs" / "rank0.log").read_text()
-    assert not (auto.run_dir / "checkpoints").exists()
-    with pytest.raises(ValueError, match="Zen's planner"):
-        _run(_cfg("ckpt-auto", scheme="auto"), resume=True)
+    aedit = _run(_cfg("ckpt-aedit", scheme="a_edit"), overwrite=True)  # trains, without checkpoints, saying why
+    assert "no checkpoints for this run: A-EDiT" in (aedit.run_dir / "logs" / "rank0.log").read_text()
+    assert not (aedit.run_dir / "checkpoints").exists()
+    with pytest.raises(ValueError, match="A-EDiT"):
+        _run(_cfg("ckpt-aedit", scheme="a_edit"), resume=True)
     with pytest.raises(ValueError, match="run ckpt-none does not exist"):
         _run(_cfg("ckpt-none"), resume=True)
 

@@ -23,6 +23,14 @@ class _LM(nn.Module):
         return self.head(torch.tanh(self.hidden(self.embed(x))))
 
 
+AUTO = {"topology": "paper-tcp25", "planner_every": 1, "hysteresis": 0.0}
+"""``scheme="auto"`` in tests: a preset topology (no calibration), a decision every step, no hysteresis."""
+
+
+def _scheme_kwargs(scheme: str) -> dict:
+    return {"scheme": scheme, **(AUTO if scheme == "auto" else {})}
+
+
 def _train(rank, world, bucket_cap_mb, scheme, sparse=False):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -33,7 +41,7 @@ def _train(rank, world, bucket_cap_mb, scheme, sparse=False):
     for hook in ("stock", "natural"):
         torch.manual_seed(0)
         model = DDP(_LM(sparse=sparse), bucket_cap_mb=bucket_cap_mb)
-        state = register(model, mode="natural", scheme=scheme) if hook == "natural" else None
+        state = register(model, mode="natural", **_scheme_kwargs(scheme)) if hook == "natural" else None
         opt = torch.optim.SGD(model.parameters(), lr=0.5)
         params = []
         for step in range(4):
@@ -50,12 +58,21 @@ def _train(rank, world, bucket_cap_mb, scheme, sparse=False):
             dense_numel = sum(p.numel() for n, p in model.module.named_parameters() if not n.startswith("embed."))
             # every other gradient went through the hook's dense all-reduces: 4 steps of ring volume, 2 (W - 1) / W
             out["allreduce"] = (state.allreduce_bytes_sent, 4 * 2 * (world - 1) / world * dense_numel * 4)
+            out["decisions"] = state.decisions
         dist.barrier()
     return out
 
 
 @pytest.mark.parametrize(
-    "world, bucket_cap_mb, scheme", [(2, 0.001, "zen"), (4, 0.001, "zen"), (4, 25.0, "zen"), (2, 25.0, "agsparse")]
+    "world, bucket_cap_mb, scheme",
+    [
+        (2, 0.001, "zen"),
+        (4, 0.001, "zen"),
+        (4, 25.0, "zen"),
+        (2, 25.0, "agsparse"),
+        (2, 0.001, "auto"),
+        (4, 25.0, "auto"),
+    ],
 )
 def test_natural_hook_gives_stock_ddp_parameters_every_step(world, bucket_cap_mb, scheme):
     for r in fork_launch(_train, world, bucket_cap_mb, scheme):
@@ -65,6 +82,10 @@ def test_natural_hook_gives_stock_ddp_parameters_every_step(world, bucket_cap_mb
         assert r["allreduce"][0] == pytest.approx(r["allreduce"][1], rel=1e-3)
         # small buckets: the dense layers in buckets of their own (async stock path); one big bucket: shared
         assert (dense_buckets > 0) == (bucket_cap_mb < 1)
+        if scheme == "auto":  # whatever the planner picked, step by step, the parameters are stock DDP's
+            history = r["decisions"]["embed.weight"]["history"]
+            assert [h["step"] for h in history] == [0, 1, 2, 3]
+            assert r["decisions"]["embed.weight"]["scheme"] in r["decisions"]["embed.weight"]["modelled_s"]
 
 
 @pytest.mark.parametrize("world, scheme", [(2, "zen"), (4, "zen"), (4, "sparcml")])
@@ -104,7 +125,7 @@ def _topk(rank, world, schemes, threshold, overlap, steps=5):
         torch.manual_seed(0)
         model = DDP(_Shuffled(), bucket_cap_mb=0.004)
         ref = _Shuffled()  # the same model without DDP: this rank's own gradients
-        state = register(model, mode="topk", scheme=scheme, ratio=0.1, threshold=threshold, overlap=overlap)
+        state = register(model, mode="topk", ratio=0.1, threshold=threshold, overlap=overlap, **_scheme_kwargs(scheme))
         opt = torch.optim.SGD(model.parameters(), lr=1.0)
         p0 = [p.detach().clone() for p in model.parameters()]
         local = [torch.zeros_like(p) for p in p0]  # this rank's gradients summed over steps
@@ -135,6 +156,7 @@ def _topk(rank, world, schemes, threshold, overlap, steps=5):
             "bytes": state.bytes_sent,
             "sync_s": state.sync_s,
             "exposed_s": state.exposed_s,
+            "decisions": state.decisions,
         }
         del model, state
         dist.barrier()
@@ -143,9 +165,15 @@ def _topk(rank, world, schemes, threshold, overlap, steps=5):
 
 @pytest.mark.parametrize("world, threshold, overlap", [(2, "local", False), (4, "global", False), (4, "local", True)])
 def test_topk_hook_equals_agsparse_and_residuals_follow_parameters_through_a_bucket_rebuild(world, threshold, overlap):
-    for r in fork_launch(_topk, world, ("zen", "agsparse"), threshold, overlap):
-        zen, ag = r["zen"], r["agsparse"]
+    for r in fork_launch(_topk, world, ("zen", "agsparse", "auto"), threshold, overlap):
+        zen, ag, auto = r["zen"], r["agsparse"], r["auto"]
         torch.testing.assert_close(zen["params"], ag["params"], rtol=1e-5, atol=1e-6)  # same masks, same sums
+        torch.testing.assert_close(auto["params"], ag["params"], rtol=1e-5, atol=1e-6)  # whatever auto picked
+        # a decision per bucket and step: the first buckets at step 0, those DDP rebuilt at every step since
+        steps = {key: [h["step"] for h in d["history"]] for key, d in auto["decisions"].items()}
+        assert sorted(steps.values()) == sorted(
+            [[0]] * (len(steps) - len(auto["layouts"][-1])) + [[1, 2, 3, 4]] * len(auto["layouts"][-1])
+        )
         assert zen["bytes"] > 0 and ag["bytes"] > 0
         first, rebuilt = zen["layouts"][0], zen["layouts"][1]
         assert first != rebuilt and rebuilt == zen["layouts"][-1]  # DDP rebuilt its buckets once, after step 0

@@ -135,7 +135,7 @@ def test_ddp_comm_hook_gives_the_same_gradients_for_every_scheme():
         assert (r["zen"] != 0).any()
 
 
-def test_planner_profiles_then_switches_and_training_matches_dense(dense):
+def test_the_planner_decides_every_k_steps_from_sketches_and_training_matches_dense(dense):
     m_dense, _ = dense
     cfg = recipes.smoke()
     cfg.run_id = cfg.name = "parity-auto"
@@ -144,10 +144,13 @@ def test_planner_profiles_then_switches_and_training_matches_dense(dense):
     cfg.train.num_steps = 30
     cfg.capture.enabled = False
     cfg.sync.scheme = "auto"
-    cfg.sync.planner_steps = 3
+    cfg.sync.planner_topology = "paper-tcp25"
+    cfg.sync.planner_every = 10
     result = launch(copy.deepcopy(cfg), echo=False, progress=False)
     decision = result.summary["planner"]["embedding"]
-    assert decision["scheme"] in ("zen", "sparcml", "allreduce") and decision["profiled_steps"] == 3
+    assert [h["step"] for h in decision["history"]] == [0, 10, 20]
+    assert decision["scheme"] in decision["modelled_s"] and len(decision["modelled_s"]) == 7
+    assert decision["topology"] == "paper-tcp25" and decision["stats_seconds"] > 0
     m = result.metrics()
     torch.testing.assert_close(
         torch.tensor(m["loss"].values), torch.tensor(m_dense["loss"].values), rtol=1e-4, atol=1e-5

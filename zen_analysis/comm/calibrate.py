@@ -267,3 +267,42 @@ def model_topology(ranks: int, *, bandwidth_gbps: float | None = None, recalibra
     if bandwidth_gbps:
         return netlab(ranks, bandwidth_gbps, recalibrate=recalibrate)
     return local(ranks, recalibrate=recalibrate)
+
+
+def planner_topology(
+    name: str,
+    num_ranks: int,
+    *,
+    network: str = "loopback",
+    bandwidth_gbps: float = 1.0,
+    ranks_per_node: int = 1,
+    calibrate_missing: bool = True,
+) -> Topology:
+    """The topology the planner (``sync.planner_topology``) prices a run of ``num_ranks`` ranks on: ``auto`` is this
+    machine calibrated at that rank count (``local-<n>``), or the lab's ``netlab-<B>`` when the ranks run in it
+    (``network="netlab"``); ``local``, ``local-<n>`` and ``netlab-<B>`` are those at ``num_ranks``; anything else a
+    preset. Without ``calibrate_missing`` (inside a rank, which must not fork a calibration of its own) a missing
+    calibration raises ``FileNotFoundError``; the launcher calibrates before the ranks start."""
+    if name == "auto":
+        name = f"netlab-{bandwidth_gbps:g}" if network == "netlab" else f"local-{num_ranks}"
+    if name == "local" or (name.startswith("local-") and name[6:].isdigit()):
+        n = num_ranks if name == "local" else int(name[6:])
+        if not calibrate_missing and load(calibration_path(n)) is None:
+            raise FileNotFoundError(
+                f"no calibration of this machine at {n} ranks ({calibration_path(n)}): launch() calibrates it "
+                f"before the ranks start, or call zen_analysis.comm.calibrate.local({n})"
+            )
+        return local(n)
+    if name.startswith("netlab-"):
+        try:
+            gbps = float(name[7:])
+        except ValueError:
+            raise ValueError(f"unknown topology {name!r}: netlab-<Gbit/s>, e.g. netlab-2.5") from None
+        if not calibrate_missing and load(netlab_calibration_path(num_ranks)) is None:
+            raise FileNotFoundError(
+                f"no lab calibration at {num_ranks} ranks ({netlab_calibration_path(num_ranks)}): launch() "
+                f"calibrates it before the ranks start, or call "
+                f"zen_analysis.comm.calibrate.netlab({num_ranks}, {gbps:g})"
+            )
+        return netlab(num_ranks, gbps, ranks_per_node=ranks_per_node)
+    return preset(name)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import torch
@@ -239,3 +240,108 @@ def wire_size_table(
             n_el = int(reader.manifest["tensors"][tensor]["numel"])
             add(union_of(sets, n_el), n_el, f"captured: {labels.get(tensor, tensor)}")
     return pd.DataFrame(rows)
+
+
+def rate_terms(
+    index_sets: Sequence[torch.Tensor],
+    numel: int,
+    topology_at,
+    *,
+    schemes: Sequence[str] | None = None,
+    rates: tuple[float, float] = (1.0, 100.0),
+) -> dict[str, tuple[float, float]]:
+    """Each scheme's modelled seconds for these index sets as ``a + b / rate`` (rate in Gbit/s): ``a`` what the link
+    rate does not change (per-call latency, the ranks' local work), ``b`` the bytes over the link. Read off the
+    model (:meth:`~zen_analysis.comm.schemes.base.CommScheme.time`) on ``topology_at(rate)`` at two ``rates``; exact
+    where a phase's slowest rank is the same at both (one rank's latency and bytes differ from another's only in the
+    p2p stages of SparCML)."""
+    lo, hi = rates
+    out = {}
+    for name in schemes or SCHEMES:
+        try:
+            t_lo = float(build_scheme(name).time(index_sets, numel, topology_at(lo))["seconds"].sum())
+            t_hi = float(build_scheme(name).time(index_sets, numel, topology_at(hi))["seconds"].sum())
+        except ValueError:  # not supported at this world size
+            continue
+        b = (t_lo - t_hi) / (1 / lo - 1 / hi)
+        out[name] = (t_lo - b / lo, b)
+    return out
+
+
+def crossover(
+    index_sets: Sequence[torch.Tensor], numel: int, topology_at, *, schemes: Sequence[str] | None = None
+) -> dict:
+    """The link rate (Gbit/s) from which dense all-reduce is modelled faster than every sparse scheme, for ranks
+    holding ``index_sets`` on ``topology_at(rate)`` (:func:`rate_terms`). Dense pays more bytes (``b``) and fewer
+    fixed costs (``a``: one call, no local work) than a sparse scheme s, so it catches up with s at
+    ``(b_dense - b_s) / (a_s - a_dense)`` and with all of them at the largest of those. Returns ``rate_gbps``
+    (``inf``: a sparse scheme stays faster at every rate; 0: dense is faster at every rate), ``best_below`` (the
+    fastest scheme just below it) and ``per_scheme`` (each sparse scheme's own crossover)."""
+    terms = rate_terms(index_sets, numel, topology_at, schemes=schemes)
+    if "allreduce" not in terms:
+        raise ValueError("the crossover is against dense all-reduce: keep 'allreduce' among the schemes")
+    a_d, b_d = terms.pop("allreduce")
+    per = {}
+    for name, (a, b) in terms.items():
+        if b >= b_d:  # sends as much as dense: never faster once its fixed costs are paid
+            per[name] = 0.0 if a >= a_d else float("inf")
+        elif a <= a_d:
+            per[name] = float("inf")
+        else:
+            per[name] = (b_d - b) / (a - a_d)
+    rate = max(per.values(), default=0.0)
+    below = rate * 0.999 if 0 < rate < float("inf") else 1.0
+
+    def at(name: str, r: float) -> float:
+        a, b = terms[name]
+        return a + b / r
+
+    best = min(terms, key=lambda s: at(s, below)) if terms else None
+    return {"rate_gbps": rate, "best_below": best, "per_scheme": per, "terms": {**terms, "allreduce": (a_d, b_d)}}
+
+
+def measured_crossover(sweep: pd.DataFrame, *, kind: str = "natural", ranks: int = 4) -> float | None:
+    """Where a scheme sweep (:func:`zen_analysis.experiments.netlab.scheme_sweep`) puts the crossover: the link rate
+    at which the fastest sparse scheme's measured time equals dense all-reduce's, interpolated on log-log axes
+    between the two measured rates around it; None when no crossing lies inside the measured rates."""
+    d = sweep[(sweep["kind"] == kind) & (sweep["ranks"] == ranks)]
+    rates = sorted(d["bandwidth_gbps"].unique())
+    ratio = []  # best sparse / dense, per rate
+    for r in rates:
+        cell = d[d["bandwidth_gbps"] == r].set_index("scheme")["measured_s_median"]
+        sparse = cell.drop(["allreduce", "auto"], errors="ignore")
+        ratio.append(float(sparse.min() / cell["allreduce"]))
+    for (r0, q0), (r1, q1) in zip(zip(rates, ratio), zip(rates[1:], ratio[1:])):
+        if q0 < 1 <= q1:
+            lr0, lr1 = np.log(r0), np.log(r1)
+            return float(np.exp(lr0 + (lr1 - lr0) * (0 - np.log(q0)) / (np.log(q1) - np.log(q0))))
+    return None
+
+
+def crossover_report(run: str | Path, *, tensor: str | None = None) -> list[str]:
+    """Lines for a person: per rank count n the run's tensor (default its natural one, first captured step) can be
+    replayed on and the lab is calibrated at (``data/calibration/netlab-<n>.json``), the link rate from which dense
+    all-reduce is modelled faster than every sparse scheme (:func:`crossover`, on ``netlab-<B>``)."""
+    from zen_analysis.comm.calibrate import netlab, netlab_calibration_path
+    from zen_analysis.wire.topology import load
+
+    reader = TraceReader(run)
+    tensors = reader.manifest["tensors"]
+    tensor = tensor or next((t for t, i in tensors.items() if i["kind"] == "natural"), next(iter(tensors)))
+    step = reader.steps()[0]
+    ordered = reader.index_sets(step)[tensor]
+    numel = int(tensors[tensor]["numel"])
+    lines = []
+    for n in worker_counts(len(ordered)):
+        if load(netlab_calibration_path(n)) is None:
+            continue
+        c = crossover(ordered[:n], numel, lambda gbps, n=n: netlab(n, gbps))
+        rate = c["rate_gbps"]
+        where = "never" if rate == float("inf") else ("at every rate" if rate == 0 else f"from {rate:.3g} Gbit/s")
+        lines.append(
+            f"{tensor}, step {step}, {n} ranks: dense all-reduce is modelled faster than every sparse scheme {where} "
+            f"(below it: {c['best_below']}; model netlab-<B> at {n} ranks, local work included)"
+        )
+    if not lines:
+        lines.append("no lab calibration to model the crossover on: `zen-analysis bench netlab` (root) makes one")
+    return lines

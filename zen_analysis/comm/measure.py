@@ -38,10 +38,11 @@ def _measure_on_rank(
     repeats: int,
     names: list[str],
     end_to_end: bool = True,
+    planner_topology=None,
 ) -> list:
     import torch.distributed as dist
 
-    from zen_analysis.comm import build_scheme
+    from zen_analysis.comm.planner import make_scheme
 
     gen = torch.Generator().manual_seed(rank)
     x = torch.zeros(numel)
@@ -56,7 +57,7 @@ def _measure_on_rank(
     tol = 1e-5 * float(ref.abs().max()) if ref.numel() else 0.0  # summation order differs between schemes
     rows = []
     for name in names:
-        scheme = build_scheme(name)
+        scheme = make_scheme(name, topology=planner_topology)
         scheme.sync_collectives = True
         for rep in range(repeats + 2):  # 2 warm-up runs
             out = scheme.run(x.clone())  # in place: the copy (made before the timed phases) holds the sum
@@ -124,6 +125,7 @@ def measure(
     schemes: Sequence[str] | None = None,
     bandwidth_gbps: float | None = None,
     end_to_end: bool = True,
+    planner_topology=None,
 ) -> pd.DataFrame:
     """Measured side only: one row per (scheme, phase) with bytes sent (summed over ranks; per rank in
     ``bytes_by_rank``), wire seconds (mean and median over repeats of the slowest rank), whole-phase seconds and
@@ -131,7 +133,9 @@ def measure(
     collective calls and barriers; no bytes), phase ``total`` a whole run end to end as training runs it (no
     sync before each collective; ranks aligned by a barrier before each repeat), their seconds in the wire
     columns (``end_to_end=False`` skips those repeats). ``bandwidth_gbps``: the ranks run in the emulated
-    network (:class:`~zen_analysis.ranks.netlab.NetLab`), each behind a link of that rate."""
+    network (:class:`~zen_analysis.ranks.netlab.NetLab`), each behind a link of that rate. ``schemes`` may name
+    ``auto`` (:class:`~zen_analysis.comm.planner.AutoScheme`: the planner, pricing on ``planner_topology``, decides
+    in the first warm-up run and every timed run sums with its choice)."""
     world = len(index_sets)
     names = list(schemes or SCHEMES)
     sets = [torch.as_tensor(s, dtype=torch.long) for s in index_sets]
@@ -139,10 +143,20 @@ def measure(
     if bandwidth_gbps:  # every rank behind its own shaped link (the emulated network)
         with NetLab(world, bandwidth_gbps) as lab:
             results = fork_launch(
-                _measure_on_rank, world, sets, vals, numel, repeats, names, end_to_end, lab=lab, timeout_s=600
+                _measure_on_rank,
+                world,
+                sets,
+                vals,
+                numel,
+                repeats,
+                names,
+                end_to_end,
+                planner_topology,
+                lab=lab,
+                timeout_s=600,
             )
     else:
-        results = fork_launch(_measure_on_rank, world, sets, vals, numel, repeats, names, end_to_end)
+        results = fork_launch(_measure_on_rank, world, sets, vals, numel, repeats, names, end_to_end, planner_topology)
     raw = pd.DataFrame([r for rows in results for r in rows])
     per_rep = raw.groupby(["scheme", "phase", "rep"]).agg(
         bytes_sent=("bytes_sent", "sum"),
@@ -205,6 +219,8 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
     cols = [c for c in per_step.columns if c not in ("bytes_equal", "lossless")]
     out = per_step.groupby("scheme")[cols].median()
     out[["bytes_equal", "lossless"]] = per_step.groupby("scheme")[["bytes_equal", "lossless"]].all()
+    if "choice" in df.columns:  # auto: what the planner picked (the most frequent over steps)
+        out["choice"] = df.groupby("scheme")["choice"].agg(lambda c: c.mode().iloc[0])
     end_to_end = "measured_s_median" in out and out["measured_s_median"].notna().all()
     return out.sort_values("measured_s_median" if end_to_end else "wire_measured_s")
 

@@ -18,9 +18,10 @@ import torch
 from tqdm.auto import tqdm
 
 from zen_analysis.capture.traces import TraceReader
-from zen_analysis.comm import SCHEMES, build_scheme
+from zen_analysis.comm import SCHEMES
 from zen_analysis.comm.calibrate import model_topology
 from zen_analysis.comm.measure import measure
+from zen_analysis.comm.planner import make_scheme
 from zen_analysis.derived import read_stamp, read_table, variant, write_table
 from zen_analysis.sparsity.synthetic import describe, synthetic_index_sets
 
@@ -45,11 +46,17 @@ def compare(
     """
     topo = topology or model_topology(len(index_sets), bandwidth_gbps=bandwidth_gbps)
     measured = measure(
-        index_sets, numel, values=values, repeats=repeats, schemes=schemes, bandwidth_gbps=bandwidth_gbps
+        index_sets,
+        numel,
+        values=values,
+        repeats=repeats,
+        schemes=schemes,
+        bandwidth_gbps=bandwidth_gbps,
+        planner_topology=topo,
     )
     out = []
     for (name, phase), m in measured.iterrows():
-        scheme = build_scheme(name)
+        scheme = make_scheme(name, topology=topo)
         traffic = scheme.traffic(index_sets, numel)
         times = scheme.time(index_sets, numel, topo).set_index("phase")["seconds"]
         if phase == "total":  # the whole run: every phase and the local work (its bytes are counted per phase)
@@ -71,6 +78,7 @@ def compare(
                 "wire_measured_median_s": float(m["wire_median_s"]),
                 "phase_measured_s": float(m["phase_s"]),
                 "bytes_by_rank": [int(b) for b in m["bytes_by_rank"]],
+                "choice": scheme.choice_for(index_sets, numel) if name == "auto" else name,
             }
         )
     return pd.DataFrame(out)
@@ -97,9 +105,9 @@ def replay_run(
     if not tensors:
         raise ValueError(f"run {reader.run_id} captured no tensor")
     default_tensor = next((t for t, i in tensors.items() if i["kind"] == "natural"), next(iter(tensors)))
-    unknown = sorted(set(schemes or ()) - set(SCHEMES))
+    unknown = sorted(set(schemes or ()) - {*SCHEMES, "auto"})
     if unknown:
-        raise ValueError(f"unknown schemes {unknown}; choose from {sorted(SCHEMES)}")
+        raise ValueError(f"unknown schemes {unknown}; choose from {sorted(SCHEMES)} or auto")
     if ranks < 2 or steps < 1 or repeats < 1:
         raise ValueError(f"need ranks >= 2, steps >= 1 and repeats >= 1, got {ranks}, {steps}, {repeats}")
     options = {

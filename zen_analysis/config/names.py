@@ -24,7 +24,7 @@ class SchemeName(enum.StrEnum):
 
 
 class PlannerName(enum.StrEnum):
-    """``auto``: Zen's planner picks one of the schemes per tensor after profiling (``zen_analysis.sync.planner``)."""
+    """``auto``: the planner picks one of the schemes per tensor from live sketches (``zen_analysis.comm.planner``)."""
 
     AUTO = "auto"
 

@@ -15,10 +15,12 @@ from typing import Any, TypeVar
 
 from zen_analysis.config.capture import LEGACY_FIELDS as CAPTURE_LEGACY_FIELDS
 from zen_analysis.config.capture import CaptureConfig
+from zen_analysis.config.sync import LEGACY_FIELDS as SYNC_LEGACY_FIELDS
+from zen_analysis.config.sync import SyncConfig
 
 C = TypeVar("C")
 
-LEGACY_FIELDS: dict[type, tuple[str, ...]] = {CaptureConfig: CAPTURE_LEGACY_FIELDS}
+LEGACY_FIELDS: dict[type, tuple[str, ...]] = {CaptureConfig: CAPTURE_LEGACY_FIELDS, SyncConfig: SYNC_LEGACY_FIELDS}
 """Keys a stored config may hold that are fields no more, per section class: dropped on load, so the config of an
 older run still loads (they were never read; any other unknown key is an error)."""
 

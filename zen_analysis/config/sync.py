@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from zen_analysis.config.names import SYNC_SCHEMES, MethodName, PlannerName
+from zen_analysis.config.names import SYNC_SCHEMES, MethodName
 
 WIRE_DTYPES = ("model", "bfloat16", "float16")
 """``sync.wire_dtype``'s values: the gradients' own dtype, or a 2-byte float they are summed in."""
 
-NOT_SUMMING = (PlannerName.AUTO, *MethodName)
-"""Schemes ``sync.compress=topk`` cannot go in front of: ``auto`` (the planner picks per tensor) and the local SGD
-methods (no per-step sum of gradients)."""
+NOT_SUMMING = tuple(MethodName)
+"""Schemes ``sync.compress=topk`` cannot go in front of: the local SGD methods (no per-step sum of gradients)."""
 
 
 @dataclass(kw_only=True)
@@ -20,9 +19,10 @@ class SyncConfig:
     scheme: str = "allreduce"
     """Gradient synchronization plugged into the training loop: ``allreduce`` (dense) or a sparse scheme for
     the input embedding's gradient (``zen``, ``bp_coo``, ``agsparse``, ``sparcml``, ``omnireduce``,
-    ``sparse_ps``; see ``zen_analysis.sync``), or ``auto``: Zen's planner picks zen, sparcml or dense
-    all-reduce after profiling (``zen_analysis.sync.planner``). A local SGD method (``post_local_sgd``,
-    ``diloco``, ``edit``, ``a_edit``) is set up by the ``local_sgd`` section. The names: ``config.names``."""
+    ``sparse_ps``; see ``zen_analysis.sync``), or ``auto``: the planner picks among all of them (dense
+    all-reduce included) from live statistics every ``planner_every`` steps (``zen_analysis.comm.planner``). A
+    local SGD method (``post_local_sgd``, ``diloco``, ``edit``, ``a_edit``) is set up by the ``local_sgd`` section.
+    The names: ``config.names``."""
     bucket_mb: float = 25.0
     """Dense gradients are flattened into buckets of about this size per collective."""
     hash_seed: int = 0
@@ -32,17 +32,23 @@ class SyncConfig:
     every gradient bucket, then the scheme (compression sparsity, ``zen_analysis.sync.ddp``)."""
     topk_ratio: float = 0.05
     """With ``compress=topk``: the fraction of each bucket's elements kept."""
-    planner_topology: str = "paper-tcp25"
-    """``scheme=auto``: the topology preset (or ``local-<n>``) Zen's planner prices the candidates on."""
+    planner_topology: str = "auto"
+    """``scheme=auto``: what the planner prices the candidates on: ``auto`` (this machine calibrated at the run's rank
+    count, ``local-<n>``, or the lab's ``netlab-<B>`` when ``dist.network=netlab``; calibrated by the launcher on
+    first use), a preset (``paper-tcp25``, ``paper-efa100``, ``h200-node``: a cluster), ``local-<n>`` or
+    ``netlab-<B>``."""
     gpus_per_node: int = 0
     """``scheme=zen``: > 1 turns on Zen's hierarchical mode (dense reduce-scatter inside each node of this many
     ranks, Zen across nodes, all-gather inside); 0 is flat Zen over all ranks."""
-    planner_steps: int = 3
-    """``scheme=auto``: steps profiled (embedding synchronised densely meanwhile) before the planner decides."""
+    planner_every: int = 50
+    """``scheme=auto``: steps between two decisions (the first at step 0); each costs one all-gather of an 8 KiB
+    sketch per rank and the pricing (the run summary's ``planner`` entry reports the seconds)."""
+    planner_hysteresis: float = 0.1
+    """``scheme=auto``: a new choice replaces the current scheme only when modelled this much faster."""
     granularity: str = "rows"
     """How the natural path sums the embedding's gradient: ``rows`` (one index and ``dim`` values per row touched:
     Zen hashes, bitmap-encodes and scatters rows; every scheme alike) or ``elements`` (one index per non-zero
-    element, found by a pass over the whole gradient). ``auto`` and ``gpus_per_node`` > 1 work by elements."""
+    element, found by a pass over the whole gradient). ``gpus_per_node`` > 1 works by elements."""
     row_source: str = "ids"
     """By rows: where this rank's rows come from: ``ids``, the token ids its forward passes looked up this step
     (free), or ``scan``, a row-wise pass over the gradient."""
@@ -66,6 +72,10 @@ class SyncConfig:
     third to a lstm-words rank's RSS without it (about 800 MB), inside a 1.5x budget."""
 
     def __post_init__(self) -> None:
+        if self.planner_every < 1:
+            raise ValueError("sync.planner_every must be >= 1")
+        if not 0 <= self.planner_hysteresis < 1:
+            raise ValueError("sync.planner_hysteresis must be in [0, 1)")
         if self.zen_cache_mb <= 0:
             raise ValueError("sync.zen_cache_mb must be positive")
         if self.scheme not in SYNC_SCHEMES:
@@ -89,3 +99,8 @@ class SyncConfig:
             raise ValueError(f"sync.compress must be 'none' or 'topk', got {self.compress!r}")
         if not 0 < self.topk_ratio <= 1:
             raise ValueError("sync.topk_ratio must be in (0, 1]")
+
+
+LEGACY_FIELDS = ("planner_steps",)
+"""Fields ``sync`` once had: ``planner_steps`` (the old planner's profiled steps; the planner now decides every
+``planner_every`` steps from sketches). Stored configs of older runs still load (``config.overrides`` drops it)."""

@@ -45,10 +45,13 @@ def scheme_sweep(
     repeats: int = 10,
     progress: bool = True,
 ) -> pd.DataFrame:
-    """Replay ``run``'s first captured tensor of each kind in ``kinds`` through every scheme at each rank count and
+    """Replay ``run``'s first captured tensor of each kind in ``kinds`` through every scheme, and ``auto`` (the
+    planner on the lab's calibrated model, :class:`~zen_analysis.comm.planner.AutoScheme`), at each rank count and
     bandwidth in the lab. One row per (kind, ranks, bandwidth, scheme): the ``measure --out`` columns plus
-    ``tensor``, ``kind``, ``speedup_measured`` / ``speedup_modelled`` (dense all-reduce's time / the scheme's)."""
+    ``tensor``, ``kind``, ``speedup_measured`` / ``speedup_modelled`` (dense all-reduce's time / the scheme's), and
+    ``vs_best`` (measured time / the fastest fixed scheme's in the cell) and ``vs_dense`` (/ dense all-reduce's)."""
     from zen_analysis.capture.traces import TraceReader
+    from zen_analysis.comm import SCHEMES
     from zen_analysis.comm.measure import write_summary
     from zen_analysis.comm.replay import replay_run
     from zen_analysis.derived import variant
@@ -63,7 +66,14 @@ def scheme_sweep(
         for n in ranks:
             for gbps in bandwidths:
                 df = replay_run(
-                    run, ranks=n, steps=steps, tensor=tensor, repeats=repeats, bandwidth_gbps=gbps, progress=progress
+                    run,
+                    ranks=n,
+                    steps=steps,
+                    tensor=tensor,
+                    repeats=repeats,
+                    bandwidth_gbps=gbps,
+                    progress=progress,
+                    schemes=[*SCHEMES, "auto"],
                 )
                 name = variant(
                     "netlab_summary", {"tensor": tensor, "ranks": n, "bw": gbps, "steps": steps, "repeats": repeats}, {}
@@ -72,6 +82,9 @@ def scheme_sweep(
                 dense = out.set_index("scheme").loc["allreduce"]
                 out["speedup_measured"] = dense["measured_s_median"] / out["measured_s_median"]
                 out["speedup_modelled"] = dense["modelled_s"] / out["modelled_s"]
+                fixed = out[out["scheme"] != "auto"]["measured_s_median"].min()
+                out["vs_best"] = out["measured_s_median"] / fixed
+                out["vs_dense"] = out["measured_s_median"] / dense["measured_s_median"]
                 frames.append(out.assign(tensor=tensor, kind=kind))
     return pd.concat(frames, ignore_index=True)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 import seaborn as sns
 
@@ -376,4 +377,51 @@ def time_to_loss(bench: pd.DataFrame) -> plt.Figure:
     bx.set(xlabel="seconds to the dense run's final loss", title="time to loss")
     fig.suptitle("Top-k of every bucket + a sparse scheme against dense all-reduce, to the same loss", y=1.02)
     fig.tight_layout()
+    return fig
+
+
+def crossover(sweep: pd.DataFrame, predicted: dict, *, kind: str = "natural", ranks: int = 4) -> plt.Figure:
+    """Where dense all-reduce catches up: the fastest sparse scheme's time over dense all-reduce's against the link
+    rate, measured (a point per rate of the scheme sweep, and ``auto``'s) and modelled (the line: the model's
+    ``a + b / rate`` terms, :func:`zen_analysis.comm.evaluate.crossover`), with both crossovers marked.
+    ``sweep``: :func:`zen_analysis.experiments.netlab.scheme_sweep`; ``predicted``: ``crossover``'s result."""
+    from zen_analysis.comm.evaluate import measured_crossover
+
+    style.apply()
+    d = sweep[(sweep["kind"] == kind) & (sweep["ranks"] == ranks)]
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    rates = sorted(d["bandwidth_gbps"].unique())
+    best, auto = [], []
+    for r in rates:
+        cell = d[d["bandwidth_gbps"] == r].set_index("scheme")["measured_s_median"]
+        dense = cell["allreduce"]
+        best.append(cell.drop(["allreduce", "auto"], errors="ignore").min() / dense)
+        auto.append(cell["auto"] / dense if "auto" in cell else np.nan)
+    terms = predicted["terms"]
+    grid = np.geomspace(min(rates) / 2, max(rates) * 4, 200)
+    a_d, b_d = terms["allreduce"]
+    model = np.min(
+        [[(a + b / g) / (a_d + b_d / g) for g in grid] for s, (a, b) in terms.items() if s != "allreduce"], 0
+    )
+    ax.plot(grid, model, color="0.35", lw=1.5, label="fastest sparse scheme, modelled")
+    ax.plot(rates, best, "o", color=style.scheme_color("zen"), label="fastest sparse scheme, measured")
+    if not np.isnan(auto).all():
+        ax.plot(rates, auto, "x", color="k", ms=8, label="auto, measured")
+    ax.axhline(1.0, color="k", lw=0.8)
+    if 0 < predicted["rate_gbps"] < np.inf:
+        ax.axvline(predicted["rate_gbps"], color="0.35", ls="--", lw=1)
+        ax.text(predicted["rate_gbps"], ax.get_ylim()[1], f" model {predicted['rate_gbps']:.3g}", va="top", fontsize=8)
+    measured = measured_crossover(sweep, kind=kind, ranks=ranks)
+    if measured is not None:
+        ax.axvline(measured, color=style.scheme_color("zen"), ls=":", lw=1.2)
+        ax.text(measured, ax.get_ylim()[0], f" measured {measured:.3g}", va="bottom", fontsize=8)
+    ax.set_xscale("log")
+    ax.set_yscale("log", base=2)
+    style.readable_log_ticks(ax)
+    ax.set(
+        xlabel="link rate (Gbit/s)",
+        ylabel="time / dense all-reduce time",
+        title=f"Where dense all-reduce catches up: {kind} tensor, {ranks} ranks",
+    )
+    ax.legend(fontsize=8)
     return fig

@@ -132,6 +132,17 @@ def launch(
             raise ValueError(f"checkpoints and resume do not cover this run yet: {why}")
     if resume and overwrite:
         raise ValueError("resume continues a run and overwrite replaces it: pass one of them")
+    if cfg.sync.scheme == "auto":  # the planner's topology, calibrated here on first use: a rank must not fork one
+        from zen_analysis.comm.calibrate import planner_topology
+
+        d = cfg.dist
+        planner_topology(
+            cfg.sync.planner_topology,
+            d.num_ranks,
+            network=d.network,
+            bandwidth_gbps=d.bandwidth_gbps,
+            ranks_per_node=d.ranks_per_node,
+        )
     if (
         _resolve_launcher(cfg) == "torchrun"
         and target is not None

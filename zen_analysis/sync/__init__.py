@@ -4,8 +4,9 @@
   baseline, :class:`DenseAllReduce`;
 * :mod:`~zen_analysis.sync.sparse`: natural sparsity, the embedding summed by a sparse scheme (Zen by default);
 * :mod:`~zen_analysis.sync.compressed`: compression sparsity, DGC top-k of every bucket summed by a sparse scheme;
-* :mod:`~zen_analysis.sync.ddp`: the same two for a user's own ``DistributedDataParallel`` model (comm hooks);
-* :mod:`~zen_analysis.sync.planner`: Zen's planner (``sync.scheme=auto``).
+* :mod:`~zen_analysis.sync.ddp`: the same two for a user's own ``DistributedDataParallel`` model (comm hooks).
+
+With ``scheme="auto"`` each of them asks the planner (:mod:`zen_analysis.comm.planner`) which scheme sums a tensor.
 
 :func:`~zen_analysis.train.registry.build_sync`, the one place a configured name becomes a sync, sits above this
 package and :mod:`zen_analysis.local_sgd`, since it builds both.

@@ -37,7 +37,27 @@ class Stats:
     sync_s: float = 0.0
     exposed_s: float = 0.0
     last_step: list = field(default_factory=list)
+    planner: object = field(default=None, repr=False)
+    """With ``scheme="auto"``: the :class:`~zen_analysis.comm.planner.Planner` choosing each tensor's scheme."""
     _pending: list = field(default_factory=list, repr=False)
+    _schemes: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def decisions(self) -> dict:
+        """``scheme="auto"``: the planner's current choice per tensor (bucket key or parameter name) and its log."""
+        return self.planner.decisions if self.planner is not None else {}
+
+    def _pick(self, tensor: str, *, group=None, **sketch):
+        """The scheme instance to sum ``tensor`` with this step: the fixed one, or the planner's choice
+        (:meth:`~zen_analysis.comm.planner.Planner.choose`: a collective on its steps); kept in ``_scheme``."""
+        if self.scheme == "auto" and self.planner is None:
+            raise RuntimeError("scheme='auto' needs a planner (register() and the syncs build one)")
+        if self.planner is not None:
+            name = self.planner.choose(tensor, self.step, group=self.group if group is None else group, **sketch)
+            if name not in self._schemes:
+                self._schemes[name] = build_scheme(name, seed=self.seed)
+            self._scheme = self._schemes[name]
+        return self._scheme
 
     def _finish_bucket(self, row: dict, last: bool) -> None:
         self._pending.append(row)
@@ -72,7 +92,9 @@ class HookState(Stats):
         if self.threshold not in THRESHOLDS:
             raise ValueError(f"threshold must be one of {THRESHOLDS}, got {self.threshold!r}")
         self.compressor = self.compressor or _compressor(self.ratio, self.seed)
-        self._scheme = build_scheme(self.scheme, seed=self.seed)
+        if self.planner is not None and self.scheme != "auto":
+            raise ValueError(f"a planner chooses the scheme: pass scheme='auto', not {self.scheme!r}")
+        self._scheme = build_scheme("allreduce" if self.scheme == "auto" else self.scheme, seed=self.seed)
         if self.overlap:
             # collectives issued from the worker go over a group of their own: the main thread may use the
             # user's group meanwhile (DDP's own collectives, a loss all-reduce)
@@ -135,8 +157,9 @@ def compress_and_sum(
     group = state.group if group is None else group
     t0 = time.perf_counter()
     sparse_N, kept = _sparsify(state, flat_N, parts, key, state.step if step is None else step, group)
-    summed_N = state._scheme.run(sparse_N, group=group)
-    sent = int(state._scheme.last_measured()["bytes_sent"].sum())
+    scheme = state._pick(key, group=group, dense=sparse_N, dtype=sparse_N.dtype)
+    summed_N = scheme.run(sparse_N, group=group)
+    sent = int(scheme.last_measured()["bytes_sent"].sum())
     state.bytes_sent += sent
     seconds = time.perf_counter() - t0
     state.sync_s += seconds
@@ -144,7 +167,7 @@ def compress_and_sum(
         "key": key,
         "params": [state.names.get(id(p), "?") for p, _, _ in parts],
         "numel": flat_N.numel(),
-        "path": f"topk+{state.scheme}",
+        "path": f"topk+{scheme.name}",
         "kept": kept,
         "bytes_sent": sent,
         "seconds": seconds,
@@ -175,10 +198,21 @@ class CompressedSync(GradSync):
         group: dist.ProcessGroup | None = None,
         overlap: bool = False,
         wire_dtype: torch.dtype | None = None,
+        planner=None,
     ) -> None:
         self.name = f"topk-{scheme}"
         self.overlap = overlap
-        self.state = HookState(scheme=scheme, ratio=ratio, group=group, seed=seed, wire_dtype=wire_dtype)
+        self._planner = planner
+        """``scheme="auto"``: a :class:`~zen_analysis.comm.planner.Planner`, or a function of the world size that
+        builds one at ``attach``."""
+        self.state = HookState(
+            scheme=scheme,
+            ratio=ratio,
+            group=group,
+            seed=seed,
+            wire_dtype=wire_dtype,
+            planner=planner if hasattr(planner, "decide") else None,  # a builder: at attach
+        )
         self._layout = DenseAllReduce(bucket_mb=bucket_mb, group=group)  # parameter broadcast and bucketing
         self.group = group
         self.overlap_seconds = 0.0
@@ -192,8 +226,14 @@ class CompressedSync(GradSync):
     def sparse_bytes_sent(self) -> int:
         return self.state.bytes_sent
 
+    @property
+    def decisions(self) -> dict:
+        return self.state.decisions if hasattr(self.state.planner, "decisions") else {}
+
     def attach(self, model: nn.Module) -> None:
         self._layout.attach(model)
+        if self._planner is not None and not hasattr(self._planner, "decide"):
+            self.state.planner = self._planner(self._layout._world())
         self.state.names = {id(p): n for n, p in model.named_parameters()}
         self._parts = []
         for bucket in self._layout._buckets:
@@ -211,14 +251,22 @@ class CompressedSync(GradSync):
             self._ready.arm()
 
     def state_dict(self) -> dict:
-        """The step counter (it seeds the threshold's sampling) and every parameter's error-feedback residual."""
+        """The step counter (it seeds the threshold's sampling), every parameter's error-feedback residual and,
+        with ``auto``, the planner's choices."""
         names = self.state.names
-        return {"step": self.state.step, "residuals": {names[k]: r.clone() for k, r in self.state._residuals.items()}}
+        out = {"step": self.state.step, "residuals": {names[k]: r.clone() for k, r in self.state._residuals.items()}}
+        if self.state.planner is not None:
+            out["planner"] = self.state.planner.state_dict()
+        return out
 
     def load_state_dict(self, state: dict) -> None:
         params = {self.state.names[id(p)]: p for bucket in self._layout._buckets for p in bucket}
         self.state.step = int(state["step"])
         self.state._residuals = {id(params[name]): r for name, r in state["residuals"].items()}
+        if ("planner" in state) != (self.state.planner is not None):
+            raise ValueError("the checkpoint's planner state does not match this sync's scheme")
+        if self.state.planner is not None:
+            self.state.planner.load_state_dict(state["planner"])
 
     def _sum_bucket(self, b: int, step: int, group) -> tuple[torch.Tensor, dict, float]:
         """Bucket ``b`` compressed and summed: (the average, its ``last_step`` row, when the work began)."""

@@ -103,7 +103,9 @@ class NaturalState(Stats):
     def __post_init__(self) -> None:
         if self.granularity not in ("rows", "elements"):
             raise ValueError(f"granularity must be 'rows' or 'elements', got {self.granularity!r}")
-        self._scheme = build_scheme(self.scheme, seed=self.seed)
+        if self.planner is not None and self.scheme != "auto":
+            raise ValueError(f"a planner chooses the scheme: pass scheme='auto', not {self.scheme!r}")
+        self._scheme = build_scheme("allreduce" if self.scheme == "auto" else self.scheme, seed=self.seed)
         self._ids = frozenset(id(p) for p in self.params)
 
 
@@ -118,21 +120,24 @@ def _offsets(bucket: dist.GradBucket) -> list[tuple[torch.Tensor, int, int]]:
     return out
 
 
-def _sum_sparse_rows(state: NaturalState, grad: torch.Tensor) -> torch.Tensor:
+def _sum_sparse_rows(state: NaturalState, param: nn.Parameter, grad: torch.Tensor) -> torch.Tensor:
     """The average over the group of a sparse COO gradient (``nn.Embedding(sparse=True)``): its rows summed by the
     scheme by rows (:meth:`~zen_analysis.comm.schemes.base.CommScheme.sum_rows`; by elements, over a dense copy's
     non-zeros), returned as the union's rows."""
     rows_K, values_K = sparse_rows(grad)
     values_KD = values_K.reshape(rows_K.numel(), -1)
     world = dist.get_world_size(state.group)
+    name = state.names.get(id(param), "?")
     if state.granularity == "rows":
-        u_rows, u_values = state._scheme.sum_rows(rows_K, values_KD, grad.shape[0], group=state.group)
-        state.bytes_sent += int(state._scheme.last_measured()["bytes_sent"].sum())
+        scheme = state._pick(name, indices=rows_K, numel=grad.shape[0], width=values_KD.shape[1], dtype=values_KD.dtype)
+        u_rows, u_values = scheme.sum_rows(rows_K, values_KD, grad.shape[0], group=state.group)
+        state.bytes_sent += int(scheme.last_measured()["bytes_sent"].sum())
         return torch.sparse_coo_tensor(u_rows[None], (u_values / world).reshape(-1, *grad.shape[1:]), grad.shape)
     flat_N = torch.zeros(grad.shape.numel(), dtype=grad.dtype, device=grad.device)  # summed in its own dtype
     flat_N.view(grad.shape[0], -1).index_copy_(0, rows_K, values_KD)  # coalesced: each row once
-    state._scheme.run(flat_N, group=state.group)  # in place, over the non-zeros only
-    state.bytes_sent += int(state._scheme.last_measured()["bytes_sent"].sum())
+    scheme = state._pick(name, dense=flat_N, dtype=flat_N.dtype)
+    scheme.run(flat_N, group=state.group)  # in place, over the non-zeros only
+    state.bytes_sent += int(scheme.last_measured()["bytes_sent"].sum())
     sum_VD = flat_N.view(grad.shape[0], -1)
     rows = nonzero_rows(sum_VD)
     values = (sum_VD[rows] / world).reshape(-1, *grad.shape[1:])
@@ -143,11 +148,16 @@ def _sum_sparse_rows(state: NaturalState, grad: torch.Tensor) -> torch.Tensor:
 def _sum_dense(state: NaturalState, p: nn.Parameter, grad_N: torch.Tensor) -> None:
     """A sparse parameter's dense gradient (its slice of the bucket) summed in place: by rows for a table (rows
     found by one row-wise pass), by elements otherwise."""
+    name = state.names.get(id(p), "?")
     if state.granularity == "rows" and p.dim() == 2:
-        state._scheme.run_rows(grad_N.view(p.shape), group=state.group)
+        table = grad_N.view(p.shape)
+        rows = nonzero_rows(table) if state.planner is not None else None  # found once, for the sketch and the sum
+        scheme = state._pick(name, indices=rows, numel=p.shape[0], width=p.shape[1], dtype=table.dtype)
+        scheme.run_rows(table, rows=rows, group=state.group)
     else:
-        state._scheme.run(grad_N, group=state.group)  # in place, over the non-zeros only
-    state.bytes_sent += int(state._scheme.last_measured()["bytes_sent"].sum())
+        scheme = state._pick(name, dense=grad_N, dtype=grad_N.dtype)
+        scheme.run(grad_N, group=state.group)  # in place, over the non-zeros only
+    state.bytes_sent += int(scheme.last_measured()["bytes_sent"].sum())
 
 
 def natural_hook(state: NaturalState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -158,7 +168,7 @@ def natural_hook(state: NaturalState, bucket: dist.GradBucket) -> torch.futures.
     if buffer.is_sparse:  # nn.Embedding(sparse=True): a bucket of its own, one sparse COO gradient
         (p,) = bucket.parameters()
         if id(p) in state._ids:
-            return _completed(state, bucket, [p], buffer.numel(), lambda: _sum_sparse_rows(state, buffer))
+            return _completed(state, bucket, [p], buffer.numel(), lambda: _sum_sparse_rows(state, p, buffer))
         parts = [(p, 0, buffer.numel())]
     else:
         parts = _offsets(bucket)
@@ -214,7 +224,7 @@ def _completed(state: NaturalState, bucket, params, numel: int, fn) -> torch.fut
         {
             "params": [state.names.get(id(p), "?") for p in params],
             "numel": numel,
-            "path": state.scheme,
+            "path": state._scheme.name,
             "bytes_sent": state.bytes_sent - sent0,
             "seconds": seconds,
         },
@@ -270,10 +280,23 @@ def _reserve_hash_sets(scheme: str, numel: int) -> None:
     ``numel`` elements summed per step (9 bytes each: S_p, the position table, an accumulator), so the hook never
     rebuilds a set every step: top-k sums every bucket, one set per bucket size, and the default cache holds a
     few 25 MB buckets only. Never lowers it."""
-    if scheme == "zen":
+    if scheme in ("zen", "auto"):  # auto: Zen may be picked
         need = 9 * numel + (1 << 20)
         if need > cache_limit():
             set_cache_limit(need)
+
+
+def _planner(scheme: str, group, topology, every: int, hysteresis: float):
+    """``scheme="auto"``'s planner, on ``topology`` (a name resolved at the group's size, never calibrating here:
+    a rank must not fork a calibration), or None for a fixed scheme."""
+    if scheme != "auto":
+        return None
+    from zen_analysis.comm.calibrate import planner_topology
+    from zen_analysis.comm.planner import Planner
+
+    if isinstance(topology, str):
+        topology = planner_topology(topology, dist.get_world_size(group), calibrate_missing=False)
+    return Planner(topology=topology, every=every, hysteresis=hysteresis)
 
 
 def register(
@@ -288,6 +311,9 @@ def register(
     threshold: str = "local",
     overlap: bool = False,
     granularity: str = "rows",
+    topology="auto",
+    planner_every: int = 50,
+    hysteresis: float = 0.1,
 ):
     """Put Zen (or another scheme of :mod:`zen_analysis.comm`) into a ``DistributedDataParallel`` model; returns the
     hook's state (:class:`NaturalState` or :class:`HookState`: bytes sent, seconds, per-bucket rows).
@@ -303,6 +329,13 @@ def register(
     the sparsifier is; :func:`comm_hook`); ``threshold="local" | "global"``; ``overlap=True`` sums on a worker
     thread while backward goes on (creates a process group: call ``register`` on every rank).
 
+    ``scheme="auto"``: the planner (:mod:`zen_analysis.comm.planner`) picks the scheme per tensor — each sparse
+    parameter (natural), each bucket (top-k) — among all of them and dense all-reduce, every ``planner_every``
+    steps, switching only for a gain over ``hysteresis``; priced on ``topology``: a
+    :class:`~zen_analysis.wire.topology.Topology`, a preset name (a GPU cluster: ``h200-node``, ``paper-efa100``),
+    or ``auto``, this machine calibrated at the group's size (``local-<n>``; calibrate it once before the ranks
+    start: ``zen_analysis.comm.calibrate.local(n)``). Its choices: ``state.decisions``.
+
     At the end, delete the DDP model (and the state) before ``dist.destroy_process_group()``
     (``scripts/ddp_transformers.py``): a Python hook's last asynchronous gloo all-reduce may still be releasing its
     tensors on gloo's worker thread, which needs the GIL; a process group whose last reference is the model's
@@ -313,12 +346,21 @@ def register(
         raise ValueError("register() takes a torch.nn.parallel.DistributedDataParallel model")
     group = model_group(ddp_model, group)
     names = {id(p): n for n, p in module.named_parameters()}
+    planner = _planner(scheme, group, topology, planner_every, hysteresis)
     if mode == "natural":
         chosen = tuple(params) if params is not None else sparse_parameters(module)
         if not chosen:
             raise ValueError("natural mode found no untied nn.Embedding to sum sparsely; pass params=[...]")
         _reserve_hash_sets(scheme, sum(p.numel() for p in chosen))
-        state = NaturalState(params=chosen, scheme=scheme, group=group, seed=seed, names=names, granularity=granularity)
+        state = NaturalState(
+            params=chosen,
+            scheme=scheme,
+            group=group,
+            seed=seed,
+            names=names,
+            granularity=granularity,
+            planner=planner,
+        )
         ddp_model.register_comm_hook(state, natural_hook)
         return state
     if mode == "topk":
@@ -326,7 +368,14 @@ def register(
             raise ValueError("mode='topk' needs dense gradients; nn.Embedding(sparse=True) goes with mode='natural'")
         _reserve_hash_sets(scheme, sum(p.numel() for p in module.parameters() if p.requires_grad))
         state = HookState(
-            scheme=scheme, ratio=ratio, group=group, seed=seed, threshold=threshold, overlap=overlap, names=names
+            scheme=scheme,
+            ratio=ratio,
+            group=group,
+            seed=seed,
+            threshold=threshold,
+            overlap=overlap,
+            names=names,
+            planner=planner,
         )
         ddp_model.register_comm_hook(state, comm_hook)
         return state

@@ -16,7 +16,6 @@ from torch import nn
 from zen_analysis.comm import build_scheme
 from zen_analysis.sync.base import DenseAllReduce, GradSync
 from zen_analysis.wire.dtypes import on_wire
-from zen_analysis.wire.exchange import Exchange
 from zen_analysis.wire.inflight import hold
 from zen_analysis.wire.rows import nonzero_rows, sparse_rows
 from zen_analysis.workload.model import input_embedding_name
@@ -59,8 +58,10 @@ class SparseSync(GradSync):
             raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
         if row_source not in ROW_SOURCES:
             raise ValueError(f"row_source must be one of {ROW_SOURCES}, got {row_source!r}")
-        self.granularity = "elements" if scheme == "auto" or gpus_per_node > 1 else granularity
-        """``rows`` or ``elements``; the planner (``auto``) and the hierarchical mode work by elements."""
+        if scheme == "auto" and gpus_per_node > 1:
+            raise ValueError("the hierarchical mode (sync.gpus_per_node > 1) is Zen's alone, not auto's")
+        self.granularity = "elements" if gpus_per_node > 1 else granularity
+        """``rows`` or ``elements``; the hierarchical mode works by elements."""
         self.row_source = row_source
         """``ids`` (the looked-up token ids: the rows an untied embedding's gradient can be non-zero in; a tied
         embedding, whose output use touches every row, falls back to ``scan`` at ``attach``) or ``scan``."""
@@ -72,9 +73,14 @@ class SparseSync(GradSync):
         self.name = scheme
         self.options = options
         self.planner = planner
-        """With ``scheme="auto"``: a :class:`zen_analysis.sync.planner.Planner`; the embedding goes through dense
-        all-reduce while it profiles, then through the scheme it picks (``decisions``)."""
-        self.scheme = build_scheme("allreduce" if scheme == "auto" else scheme, **({} if scheme == "auto" else options))
+        """With ``scheme="auto"``: a :class:`zen_analysis.comm.planner.Planner` (or a function of the world size
+        that builds one at ``attach``); every ``planner.every`` steps the ranks' sketches of the embedding gradient
+        are all-gathered and the planner picks the scheme the next steps sum it with (``decisions``)."""
+        if scheme == "auto" and planner is None:
+            raise ValueError("scheme='auto' needs a planner")
+        self._schemes: dict = {}
+        self.scheme = self._scheme("allreduce" if scheme == "auto" else scheme)
+        self._step = 0
         self.gpus_per_node = gpus_per_node
         """Zen's hierarchical mode when > 1: reduce-scatter inside nodes, Zen across, all-gather inside."""
         self._groups = None
@@ -102,14 +108,19 @@ class SparseSync(GradSync):
         others = [p for n, p in named.items() if p.requires_grad and n != name]
         self.dense.attach(model, others)
         world = self.dense._world()
+        if callable(self.planner) and not hasattr(self.planner, "decide"):
+            self.planner = self.planner(world)
         if world > 1:
             hold(self.sparse_params[0].data)
             dist.broadcast(self.sparse_params[0].data, src=0, group=self.group)
-            if hasattr(self.scheme, "seed"):
-                seed = torch.tensor([int(self.scheme.seed)], dtype=torch.int64, device=self.sparse_params[0].device)
+            if hasattr(self.scheme, "seed") or self.name == "auto":
+                mine = int(getattr(self.scheme, "seed", self.options.get("seed") or 0))
+                seed = torch.tensor([mine], dtype=torch.int64, device=self.sparse_params[0].device)
                 hold(seed)
                 dist.broadcast(seed, src=0, group=self.group)
-                self.scheme.seed = int(seed)
+                self.options["seed"] = int(seed)
+                self._schemes.clear()
+                self.scheme = self._scheme(self.scheme.name)
         if self.gpus_per_node > 1 and world > 1:
             if self.name != "zen" or self.group is not None:
                 raise ValueError("the hierarchical mode (sync.gpus_per_node > 1) is Zen's, on the default group")
@@ -130,8 +141,15 @@ class SparseSync(GradSync):
     def early_buckets(self) -> int:
         return self.dense.early_buckets
 
+    def _scheme(self, name: str):
+        """The scheme instance called ``name`` (built once, with this sync's options and seed)."""
+        if name not in self._schemes:
+            self._schemes[name] = build_scheme(name, **self.options)
+        return self._schemes[name]
+
     def synchronize(self, model: nn.Module) -> None:
         world = self.dense._world()
+        self._step += 1
         if world == 1:
             return
         self.dense.start()  # overlap: the buckets backward left, asynchronously, while the embedding is summed
@@ -144,8 +162,13 @@ class SparseSync(GradSync):
                 p.grad = torch.zeros_like(p)
             if p.grad.is_sparse and self.granularity == "elements":  # summed over a dense copy's non-zeros
                 p.grad = p.grad.to_dense()
-            if self.planner is not None and self.name == "auto":
-                self._profile(p.grad)
+            rows = None
+            if self.granularity == "rows" and self._groups is None:
+                rows = self._rows_seen(p.grad.device)
+                if rows is None and not p.grad.is_sparse:
+                    rows = nonzero_rows(p.grad)
+            if self.planner is not None:
+                self._plan(p.grad, rows, world)
             if self._groups is not None:
                 flat = p.grad.detach().reshape(-1).float()
                 used: list = []
@@ -156,7 +179,7 @@ class SparseSync(GradSync):
                 self.sparse_seconds += sum(r.seconds for r in records)
                 continue
             if self.granularity == "rows":
-                self._sum_by_rows(p, world)
+                self._sum_by_rows(p, world, rows)
             elif self._wire(p.grad) is p.grad:
                 self.scheme.run(p.grad, group=self.group)  # in place, like all_reduce
                 p.grad.div_(world)
@@ -180,10 +203,10 @@ class SparseSync(GradSync):
             return None
         return torch.unique(torch.cat(ids)).to(device) if ids else torch.zeros(0, dtype=torch.long, device=device)
 
-    def _sum_by_rows(self, p: nn.Parameter, world: int) -> None:
-        """The embedding's gradient summed by rows and averaged over the union's rows alone (the others are zero)."""
+    def _sum_by_rows(self, p: nn.Parameter, world: int, rows: torch.Tensor | None) -> None:
+        """The embedding's gradient summed by rows and averaged over the union's rows alone (the others are zero);
+        ``rows``: this step's (dense gradient), None for a sparse one (it holds its rows)."""
         grad = p.grad
-        rows = self._rows_seen(grad.device)
         if grad.is_sparse:  # nn.Embedding(sparse=True): the gradient holds its rows
             rows_K, values_KD = sparse_rows(grad)
             u_rows, u_values = self.scheme.sum_rows(rows_K, self._wire(values_KD), grad.shape[0], group=self.group)
@@ -196,8 +219,6 @@ class SparseSync(GradSync):
             )
             self.union_rows = u_rows
             return
-        if rows is None:
-            rows = nonzero_rows(grad)
         u_rows, u_values = self.scheme.sum_rows(rows, self._wire(grad[rows]), grad.shape[0], group=self.group)
         grad.index_fill_(0, rows, 0)  # a row this rank held that the union does not carry (allreduce) is zero
         grad[u_rows] = u_values.to(grad.dtype) / world
@@ -206,17 +227,35 @@ class SparseSync(GradSync):
     def _wire(self, x: torch.Tensor) -> torch.Tensor:
         return on_wire(x, self.wire_dtype)
 
-    def _profile(self, grad: torch.Tensor) -> None:
-        """Gather every rank's non-zero indices of the embedding gradient for the planner (profiling only)."""
-        ex = Exchange(self.group)
-        idx_K = torch.nonzero(grad.reshape(-1), as_tuple=True)[0]
-        counts_W = ex.all_gather_counts(idx_K.numel())
-        everyone = torch.split(ex.all_gather_v(idx_K, counts_W).cpu(), counts_W.tolist())
-        choice = self.planner.observe("embedding", list(everyone), grad.numel())
-        if choice is not None:
-            self.name = choice
-            self.scheme = build_scheme(choice, **self.options)  # the seed reaches the hashed schemes only
+    def _plan(self, grad: torch.Tensor, rows: torch.Tensor | None, world: int) -> None:
+        """The scheme of this step (:meth:`~zen_analysis.comm.planner.Planner.choose`: on its steps the ranks'
+        sketches of the embedding gradient are all-gathered and priced; every rank picks the same)."""
+        bytes0 = self.planner.bytes_sent
+        if self.granularity == "rows":
+            idx = sparse_rows(grad)[0] if grad.is_sparse else rows
+            kw = {"indices": idx, "numel": grad.shape[0], "width": grad.shape[1]}
+        else:
+            kw = {"dense": grad.reshape(-1)}
+        choice = self.planner.choose(
+            "embedding", self._step - 1, group=self.group, dtype=self.wire_dtype or grad.dtype, **kw
+        )
+        self.sparse_bytes_sent += self.planner.bytes_sent - bytes0
+        self.scheme = self._scheme(choice)
+
+    def state_dict(self) -> dict:
+        """``auto``: the step counter and the planner's choices (which steps it decides at, and what it holds)."""
+        if self.planner is None:
+            return {}
+        return {"step": self._step, "planner": self.planner.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if self.planner is None:
+            return super().load_state_dict(state)
+        self._step = int(state["step"])
+        self.planner.load_state_dict(state["planner"])
+        if "embedding" in self.planner.decisions:
+            self.scheme = self._scheme(self.planner.decisions["embedding"]["scheme"])
 
     @property
     def decisions(self) -> dict:
-        return self.planner.decisions if self.planner is not None else {}
+        return getattr(self.planner, "decisions", {}) if self.planner is not None else {}

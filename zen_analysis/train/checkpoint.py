@@ -16,11 +16,10 @@ match their checksums (a truncated or altered one is skipped, saying so, and the
 metrics rows from its step on and every rank's trace shards written after it (their steps run again; the shards it
 lists must be there unchanged), and continues: the losses, metrics and trace shards of the resumed run equal an
 uninterrupted run's, bit for bit. Covered: the dense all-reduce, the natural-sparsity syncs (every scheme, by rows or
-elements, overlapped or not), top-k with error feedback and the step-based local SGD methods (Post-Local SGD, DiLoCo,
-EDiT: anchors, outer momentum, anomaly detectors), with or without capture. Zen's planner holds state these
-checkpoints do not yet carry (its decisions follow measured times, so no two runs of it are bit-identical anyway),
-and A-EDiT's syncs follow the clock: for them :func:`unsupported` says why; such runs train without checkpoints and
-``--resume`` refuses them.
+elements, overlapped or not), the planner (``auto``: its step counter and choices, so it decides at the same steps
+from the same sketches), top-k with error feedback and the step-based local SGD methods (Post-Local SGD, DiLoCo,
+EDiT: anchors, outer momentum, anomaly detectors), with or without capture. A-EDiT's syncs follow the clock: for
+them :func:`unsupported` says why; such runs train without checkpoints and ``--resume`` refuses them.
 
 Why ``torch.save`` per rank and not ``torch.distributed.checkpoint`` (DCP): DCP shards one logical state across
 ranks and reshards it on load. Here the state is either replicated (the data-parallel model and optimizer: one copy
@@ -52,8 +51,6 @@ DIR = "checkpoints"
 
 def unsupported(cfg: ExperimentConfig) -> str | None:
     """Why ``cfg`` cannot be checkpointed and resumed yet (None: it can)."""
-    if cfg.sync.scheme == "auto":
-        return "Zen's planner (sync.scheme=auto) keeps its profile and decisions, which checkpoints do not carry yet"
     if cfg.sync.scheme == "a_edit" or (cfg.sync.scheme in METHODS and cfg.local_sgd.sync_time_s > 0):
         return "A-EDiT's syncs follow the wall clock, which a resumed run cannot replay"
     return None

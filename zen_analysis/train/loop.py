@@ -218,7 +218,8 @@ def _setup(
     torch.manual_seed(t.seed)
     model = build_model(cfg.model, vocab_size=data.vocab_size, max_seq_len=t.seq_len, **data.input_dims).to(info.device)
     model.train()
-    sync = sync or build_sync(cfg.sync, cfg.local_sgd)
+    network = {k: getattr(cfg.dist, k) for k in ("network", "bandwidth_gbps", "ranks_per_node")}
+    sync = sync or build_sync(cfg.sync, cfg.local_sgd, network=network)
     if cfg.perturb.bandwidth_gbps > 0:  # every cross-worker all-reduce of the sync also pays a slow link
         sync.set_link(
             lambda nbytes: network_delay(cfg, nbytes, info.world_size),

@@ -6,11 +6,12 @@ from __future__ import annotations
 import torch
 
 from zen_analysis.comm import SCHEMES
+from zen_analysis.comm.calibrate import planner_topology
+from zen_analysis.comm.planner import Planner
 from zen_analysis.config import LocalSGDSection, SyncConfig
 from zen_analysis.local_sgd import METHODS, LocalSGD, method_config
 from zen_analysis.sync.base import DenseAllReduce, GradSync
 from zen_analysis.sync.compressed import CompressedSync
-from zen_analysis.sync.planner import Planner
 from zen_analysis.sync.sparse import SparseSync
 from zen_analysis.zen.bitmap import set_cache_limit
 
@@ -19,16 +20,17 @@ SYNCS = {"allreduce": DenseAllReduce}
 SPARSE_SCHEMES = tuple(name for name in SCHEMES if name not in SYNCS)
 
 
-def build_sync(cfg: SyncConfig, local_sgd=None) -> GradSync:
+def build_sync(cfg: SyncConfig, local_sgd=None, *, network: dict | None = None) -> GradSync:
     """The synchronization named by ``cfg.scheme``: ``allreduce`` (dense) or a sparse scheme for the embedding;
-    with ``cfg.compress == "topk"``, every gradient bucket top-k sparsified and summed by the scheme."""
+    with ``cfg.compress == "topk"``, every gradient bucket top-k sparsified and summed by the scheme. ``network``
+    (``network``, ``bandwidth_gbps``, ``ranks_per_node`` of the ``dist`` section): where ``auto``'s planner runs."""
     set_cache_limit(int(cfg.zen_cache_mb * 2**20))
     wire = None if cfg.wire_dtype == "model" else getattr(torch, cfg.wire_dtype)
     if cfg.scheme in METHODS:
         section = local_sgd or LocalSGDSection()
         return LocalSGD(method_config(cfg.scheme, **section.overrides()), name=cfg.scheme)
     if cfg.compress == "topk":
-        if cfg.scheme not in (*SYNCS, *SPARSE_SCHEMES):
+        if cfg.scheme not in (*SYNCS, *SPARSE_SCHEMES, "auto"):
             raise ValueError(f"sync.scheme={cfg.scheme!r} is unknown; available: {sorted([*SYNCS, *SPARSE_SCHEMES])}")
         return CompressedSync(
             cfg.scheme,
@@ -37,13 +39,20 @@ def build_sync(cfg: SyncConfig, local_sgd=None) -> GradSync:
             seed=cfg.hash_seed,
             overlap=cfg.overlap,
             wire_dtype=wire,
+            planner=_planner(cfg, network) if cfg.scheme == "auto" else None,
         )
     if cfg.scheme in SYNCS:
         return SYNCS[cfg.scheme](bucket_mb=cfg.bucket_mb, overlap=cfg.overlap, wire_dtype=wire)
     if cfg.scheme == "auto":
-        planner = Planner(topology=cfg.planner_topology, profile_steps=cfg.planner_steps)
         return SparseSync(
-            "auto", bucket_mb=cfg.bucket_mb, planner=planner, seed=cfg.hash_seed, overlap=cfg.overlap, wire_dtype=wire
+            "auto",
+            bucket_mb=cfg.bucket_mb,
+            planner=_planner(cfg, network),
+            seed=cfg.hash_seed,
+            granularity=cfg.granularity,
+            row_source=cfg.row_source,
+            overlap=cfg.overlap,
+            wire_dtype=wire,
         )
     if cfg.scheme in SPARSE_SCHEMES:
         return SparseSync(
@@ -59,3 +68,14 @@ def build_sync(cfg: SyncConfig, local_sgd=None) -> GradSync:
     raise ValueError(
         f"sync.scheme={cfg.scheme!r} is unknown; available: {sorted([*SYNCS, *SPARSE_SCHEMES, 'auto', *METHODS])}"
     )
+
+
+def _planner(cfg: SyncConfig, network: dict | None):
+    """``scheme=auto``'s planner, built by the sync at ``attach`` once the world size is known (on a topology the
+    launcher calibrated: a rank never forks a calibration of its own)."""
+
+    def build(world: int) -> Planner:
+        topology = planner_topology(cfg.planner_topology, world, **(network or {}), calibrate_missing=False)
+        return Planner(topology=topology, every=cfg.planner_every, hysteresis=cfg.planner_hysteresis)
+
+    return build

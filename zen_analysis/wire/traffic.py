@@ -135,6 +135,23 @@ class Traffic:
         own = np.array(ring_chunk_sizes(numel, self.world), dtype=np.int64)
         self._ring_bytes[phase] = self._ring_bytes.get(phase, 0) + 2 * (numel - own) * element_bytes
 
+    def scaled(self, factor: float) -> Traffic:
+        """This traffic with every size-proportional quantity times ``factor``: payload bytes, dense all-reduces'
+        elements and the local work; control messages (counts, the agreement check) and the calls stay. What a
+        model run on a consistent sample of the index space (:mod:`zen_analysis.sparsity.sketch`) stands for."""
+        out = Traffic(self.world, value_bytes=self.value_bytes, width=self.width)
+        out._first_counts = self._first_counts
+        for key, m in self.matrices.items():
+            out.matrices[key] = m if key[1] == "control" else np.rint(m * factor).astype(np.int64)
+        out.active = {k: v.copy() for k, v in self.active.items()}
+        out.ring_phases = {p: (round(numel * factor), eb) for p, (numel, eb) in self.ring_phases.items()}
+        out._ring_bytes = {p: np.rint(b * factor).astype(np.int64) for p, b in self._ring_bytes.items()}
+        out.calls = defaultdict(int, self.calls)
+        out.primitive = dict(self.primitive)
+        out.rank_calls = {k: v.copy() for k, v in self.rank_calls.items()}
+        out.work = {f: v * factor for f, v in self.work.items()}
+        return out
+
     def sent(self) -> np.ndarray:
         """(W,) total bytes each rank sends, all phases and kinds."""
         total = sum((m.sum(1) for m in self.matrices.values()), np.zeros(self.world, dtype=np.int64))

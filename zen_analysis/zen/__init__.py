@@ -7,8 +7,8 @@
 * :mod:`~zen_analysis.zen.sparse_allreduce` — ``zen_sum``, push + aggregate + pull on any process group (the ``zen``
   scheme of :mod:`zen_analysis.comm` and ``sync.scheme=zen`` in training run it).
 
-Zen's planner, choosing Balanced Parallelism, Hierarchical Centralization or dense per tensor, sits above the
-schemes it chooses among: :mod:`zen_analysis.sync.planner`.
+The planner, choosing per tensor among Balanced Parallelism, every other scheme and dense all-reduce, sits beside
+the schemes it chooses among: :mod:`zen_analysis.comm.planner`.
 
 The experiments on Zen (parity, Theorem 2, the Fig. 16 hashing cost, the speed benchmark) are in
 :mod:`zen_analysis.experiments`.
