@@ -166,7 +166,7 @@ def test_schemes_replayed_in_the_lab_are_lossless_with_the_modelled_bytes(capsys
     import pandas as pd
 
     from zen_analysis.cli import main
-    from zen_analysis.comm.calibrate import calibrate, netlab_calibration_path, preset
+    from zen_analysis.comm.calibrate import calibrate, netlab_calibration_path, netlab_host_calibration_path, preset
     from zen_analysis.comm.measure import SUMMARY_COLUMNS
     from zen_analysis.wire.topology import GBPS
 
@@ -175,7 +175,16 @@ def test_schemes_replayed_in_the_lab_are_lossless_with_the_modelled_bytes(capsys
     topo = calibrate(2, numel=20_000, densities=(0.01, 0.1), repeats=2, bandwidth_gbps=1.0)
     assert topo.name == "netlab-1" and json.loads(netlab_calibration_path(2).read_text())["name"] == "netlab-1"
     assert all(a >= 0 and b == pytest.approx(GBPS * netlab.TCP_PAYLOAD_FRACTION) for _, a, b in topo.calibrated)
-    assert preset("netlab-1").for_ranks(2) == topo.for_ranks(2)  # stored: the preset does not calibrate again
+    # the host's own limit inside the lab, fitted behind links too fast to matter (small here too)
+    host = calibrate(2, numel=20_000, densities=(0.01, 0.1), repeats=2, bandwidth_gbps=40.0, host=True)
+    assert host.name == "netlab-host-2" and netlab_host_calibration_path(2).exists()
+    stamps = [p.stat().st_mtime_ns for p in (netlab_calibration_path(2), netlab_host_calibration_path(2))]
+    lab = preset("netlab-1").for_ranks(2)
+    assert [p.stat().st_mtime_ns for p in (netlab_calibration_path(2), netlab_host_calibration_path(2))] == stamps
+    fast = {p: (a, b) for p, a, b in host.calibrated}
+    for (prim, alpha, bw), (_, lab_alpha, lab_bw) in zip(topo.calibrated, lab.calibrated):
+        # each primitive: the link's rate, or the host's where the host is slower (stored: no new calibration)
+        assert (lab_alpha, lab_bw) == ((alpha, bw) if fast[prim][1] >= bw else fast[prim])
     out_path = tmp_path / "summary.parquet"
     main(
         [

@@ -1,6 +1,7 @@
 """The planner: every scheme a candidate, priced from the ranks' sketches on a topology, with hysteresis."""
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -81,7 +82,12 @@ def test_bad_planner_settings_are_refused():
 
 def test_the_planners_topology_is_this_machine_or_the_lab_at_the_runs_rank_count(monkeypatch, tmp_path):
     from zen_analysis.atomic import atomic_write_json
-    from zen_analysis.comm.calibrate import calibration_path, netlab_calibration_path, planner_topology
+    from zen_analysis.comm.calibrate import (
+        calibration_path,
+        netlab_calibration_path,
+        netlab_host_calibration_path,
+        planner_topology,
+    )
     from zen_analysis.ranks.netlab import TCP_PAYLOAD_FRACTION
     from zen_analysis.wire.topology import GBPS
 
@@ -100,9 +106,17 @@ def test_the_planners_topology_is_this_machine_or_the_lab_at_the_runs_rank_count
         local_work=(("zen", 1e-9, 1e-10, 1e-9),),
     )
     atomic_write_json(calibration_path(3), {**fitted.to_dict(), "method": "schemes"})
-    atomic_write_json(netlab_calibration_path(3), {**fitted.to_dict(), "name": "netlab-1", "method": "schemes"})
     assert planner_topology("auto", 3, calibrate_missing=False).name == "local-3"
+    atomic_write_json(netlab_calibration_path(3), {**fitted.to_dict(), "name": "netlab-1", "method": "schemes"})
+    with pytest.raises(FileNotFoundError, match="netlab-host-3.json"):  # the lab's host limit is fitted too
+        planner_topology("auto", 3, network="netlab", calibrate_missing=False)
+    host = replace(fitted, calibrated=(("all_reduce", 5e-4, 0.2e9),))  # the host moves 200 MB/s of all-reduce
+    atomic_write_json(netlab_host_calibration_path(3), {**host.to_dict(), "name": "netlab-host-3", "method": "schemes"})
     lab = planner_topology("auto", 3, network="netlab", bandwidth_gbps=2.5, calibrate_missing=False)
-    assert lab.name == "netlab-2.5" and lab.inter_bandwidth == pytest.approx(2.5 * GBPS * TCP_PAYLOAD_FRACTION)
+    payload = 2.5 * GBPS * TCP_PAYLOAD_FRACTION
+    assert lab.name == "netlab-2.5" and lab.inter_bandwidth == pytest.approx(payload)
+    links = {prim: (alpha, bw) for prim, alpha, bw in lab.calibrated}
+    assert links["all_reduce"] == (5e-4, 0.2e9)  # host-bound: the link is faster than the host
+    assert links["all_to_all"] == (1e-4, pytest.approx(payload))  # link-bound
     assert lab.local_costs("zen") == (1e-9, 1e-10, 1e-9)  # the ranks' own work is priced with the links
     assert planner_topology("paper-efa100", 3).name == "paper-efa100"
