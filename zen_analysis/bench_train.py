@@ -14,7 +14,8 @@ TRAIN_PARTS = ("natural", "topk", "overlap")
 default Llama's buckets to the dense run's loss; the sparse sum overlapped with backward on 2 ranks."""
 TRAIN_WORKLOADS = ("lstm-words", "deepfm")
 """``bench train``'s natural-sparsity workloads by default (recipe names): the paper's LSTM and DeepFM."""
-TRAIN_SCHEMES = ("allreduce", "zen", "agsparse", "sparcml", "omnireduce", "sparse_ps", "bp_coo")
+TRAIN_SCHEMES = ("allreduce", "zen", "agsparse", "sparcml", "omnireduce", "sparse_ps", "bp_coo", "auto")
+"""The natural part's variants: every scheme and ``auto`` (the planner on the lab's calibrated model)."""
 TOPK_SCHEMES = ("zen", "agsparse", "omnireduce", "sparcml")
 """Top-k's schemes (the paper's Fig. 13 baselines, with AGsparse, DDP's own sparse sum)."""
 REFERENCE = "allreduce-adamw"
@@ -58,7 +59,7 @@ def bench_train(overrides: list[str] | tuple[str, ...] = ()) -> dict:
         "ranks": [4, 8, 16],
         "rates": [1.0],
         "schemes": list(TRAIN_SCHEMES),
-        "wide_schemes": ["allreduce", "zen", "agsparse", "sparcml"],
+        "wide_schemes": ["allreduce", "zen", "agsparse", "sparcml", "auto"],
         "bf16_schemes": ["allreduce", "zen"],
         "own_ranks": [4, 16],
         "update": "lazy",
@@ -170,13 +171,38 @@ def _train_natural(opts: dict):
         "outside_compute",
         "tokens_per_s",
         "speedup",
+        "choice",
         *(["speedup_vs_reference"] if "speedup_vs_reference" in table else []),
     ]
     out_dir = paths.derived_dir() / "train"
     publish(table, out_dir / "bench_train", table[cols].round(3), opts, comm_figs.training_vs_ranks, "train_vs_ranks")
+    if "auto" in set(table["variant"]):
+        from zen_analysis.atomic import atomic_write_text
+
+        verdict = auto_training_verdict(table)
+        print(verdict)
+        atomic_write_text(out_dir / "auto_verdict.txt", verdict + "\n")
     if table["bandwidth_gbps"].nunique() > 1:
         draw_figure(comm_figs.training_vs_rate(table), "train_vs_rate")
     return table
+
+
+def auto_training_verdict(table) -> str:
+    """``auto`` against the best fixed variant in each (workload, ranks, rate) of the natural part: tokens/s and their
+    ratio (target: at least 0.95)."""
+    lines = []
+    fixed_names = set(TRAIN_SCHEMES) - {"auto"}
+    for (workload, ranks, rate), cell in table.groupby(["workload", "ranks", "bandwidth_gbps"]):
+        auto = cell[cell["variant"] == "auto"]
+        fixed = cell[cell["variant"].isin(fixed_names)].sort_values("tokens_per_s", ascending=False)
+        if auto.empty or fixed.empty:
+            continue
+        a, best = auto.iloc[0], fixed.iloc[0]
+        lines.append(
+            f"{workload} {ranks} ranks {rate:g} Gbit/s: auto {a['tokens_per_s']:,.0f} tokens/s, best fixed "
+            f"{best['variant']} {best['tokens_per_s']:,.0f}: {a['tokens_per_s'] / best['tokens_per_s']:.1%}"
+        )
+    return "\n".join(lines)
 
 
 def _over(table, key: list[str], variant: str):

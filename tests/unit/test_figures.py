@@ -174,7 +174,20 @@ def _figures():
             for n in (2, 4, 8)
         ]
     )  # more workloads than a palette's 10
+    timed = pd.DataFrame(
+        [
+            {"kind": "natural", "ranks": 4, "bandwidth_gbps": b, "scheme": s, "measured_s_median": t / b**k}
+            for b in (0.5, 1.0, 2.5, 10.0)
+            for s, t, k in (("allreduce", 0.1, 1.0), ("zen", 0.03, 0.4), ("agsparse", 0.035, 0.4), ("auto", 0.03, 0.4))
+        ]
+    )
+    grid = np.geomspace(0.25, 40, 50)
+    curve = pd.DataFrame(
+        {"allreduce": 0.005 + 0.1 / grid, "zen": 0.02 + 0.01 / grid, "agsparse": 0.018 + 0.015 / grid}, index=grid
+    )
+    predicted = {"rate_gbps": 6.0, "curve": curve}
     return {
+        "crossover": comm.crossover(timed, predicted),
         "fig8": comm.normalized_time(_schemes_df()),
         "fig15": comm.speedup(speed, _measured()),
         "model_vs_measured": comm.model_vs_measured(_measured()),

@@ -242,62 +242,69 @@ def wire_size_table(
     return pd.DataFrame(rows)
 
 
-def rate_terms(
+def rate_curve(
     index_sets: Sequence[torch.Tensor],
     numel: int,
     topology_at,
     *,
     schemes: Sequence[str] | None = None,
-    rates: tuple[float, float] = (1.0, 100.0),
-) -> dict[str, tuple[float, float]]:
-    """Each scheme's modelled seconds for these index sets as ``a + b / rate`` (rate in Gbit/s): ``a`` what the link
-    rate does not change (per-call latency, the ranks' local work), ``b`` the bytes over the link. Read off the
-    model (:meth:`~zen_analysis.comm.schemes.base.CommScheme.time`) on ``topology_at(rate)`` at two ``rates``; exact
-    where a phase's slowest rank is the same at both (one rank's latency and bytes differ from another's only in the
-    p2p stages of SparCML)."""
-    lo, hi = rates
-    out = {}
+    rates: Sequence[float] | None = None,
+) -> pd.DataFrame:
+    """Every scheme's modelled seconds for these index sets at each link rate (Gbit/s; default 0.1-1000, 121 rates
+    evenly on a log scale) on ``topology_at(rate)``: one row per rate, one column per scheme. Each scheme's traffic is
+    modelled once and priced at every rate (:func:`~zen_analysis.wire.cost.phase_times` and the local work); a
+    rate where the host, not the link, is the bottleneck prices as the host (:func:`~zen_analysis.comm.calibrate.
+    netlab`)."""
+    from zen_analysis.wire.cost import local_time
+
+    grid = list(rates) if rates is not None else list(np.geomspace(0.1, 1000.0, 121))
+    topologies = [topology_at(r) for r in grid]
+    cols = {}
     for name in schemes or SCHEMES:
         try:
-            t_lo = float(build_scheme(name).time(index_sets, numel, topology_at(lo))["seconds"].sum())
-            t_hi = float(build_scheme(name).time(index_sets, numel, topology_at(hi))["seconds"].sum())
+            traffic = build_scheme(name).model(index_sets, numel)
         except ValueError:  # not supported at this world size
             continue
-        b = (t_lo - t_hi) / (1 / lo - 1 / hi)
-        out[name] = (t_lo - b / lo, b)
-    return out
+        seconds = []
+        for topo in topologies:
+            local = local_time(traffic, topo, name)
+            seconds.append(float(phase_times(traffic, topo)["seconds"].sum()) + (local[0] if local else 0.0))
+        cols[name] = seconds
+    return pd.DataFrame(cols, index=pd.Index(grid, name="rate_gbps"))
 
 
 def crossover(
-    index_sets: Sequence[torch.Tensor], numel: int, topology_at, *, schemes: Sequence[str] | None = None
+    index_sets: Sequence[torch.Tensor],
+    numel: int,
+    topology_at,
+    *,
+    schemes: Sequence[str] | None = None,
+    rates: Sequence[float] | None = None,
 ) -> dict:
     """The link rate (Gbit/s) from which dense all-reduce is modelled faster than every sparse scheme, for ranks
-    holding ``index_sets`` on ``topology_at(rate)`` (:func:`rate_terms`). Dense pays more bytes (``b``) and fewer
-    fixed costs (``a``: one call, no local work) than a sparse scheme s, so it catches up with s at
-    ``(b_dense - b_s) / (a_s - a_dense)`` and with all of them at the largest of those. Returns ``rate_gbps``
-    (``inf``: a sparse scheme stays faster at every rate; 0: dense is faster at every rate), ``best_below`` (the
-    fastest scheme just below it) and ``per_scheme`` (each sparse scheme's own crossover)."""
-    terms = rate_terms(index_sets, numel, topology_at, schemes=schemes)
-    if "allreduce" not in terms:
+    holding ``index_sets`` on ``topology_at(rate)``: the lowest rate of :func:`rate_curve` from which dense stays the
+    fastest, interpolated log-log between the two rates around it. Dense pays more bytes and fewer fixed costs (one
+    call, no local work) than a sparse scheme, so it catches up as the link gets faster, unless the host caps both
+    first. Returns ``rate_gbps`` (``inf``: a sparse scheme is faster at every rate of the curve; 0: dense at every
+    one), ``best_below`` (the fastest scheme just below it) and ``curve`` (the rate curve)."""
+    curve = rate_curve(index_sets, numel, topology_at, schemes=schemes, rates=rates)
+    if "allreduce" not in curve:
         raise ValueError("the crossover is against dense all-reduce: keep 'allreduce' among the schemes")
-    a_d, b_d = terms.pop("allreduce")
-    per = {}
-    for name, (a, b) in terms.items():
-        if b >= b_d:  # sends as much as dense: never faster once its fixed costs are paid
-            per[name] = 0.0 if a >= a_d else float("inf")
-        elif a <= a_d:
-            per[name] = float("inf")
-        else:
-            per[name] = (b_d - b) / (a - a_d)
-    rate = max(per.values(), default=0.0)
-    below = rate * 0.999 if 0 < rate < float("inf") else 1.0
-
-    def at(name: str, r: float) -> float:
-        a, b = terms[name]
-        return a + b / r
-
-    best = min(terms, key=lambda s: at(s, below)) if terms else None
-    return {"rate_gbps": rate, "best_below": best, "per_scheme": per, "terms": {**terms, "allreduce": (a_d, b_d)}}
+    sparse = curve.drop(columns="allreduce")
+    ratio = (sparse.min(axis=1) / curve["allreduce"]).to_numpy()  # best sparse / dense: < 1 where sparse wins
+    grid = curve.index.to_numpy()
+    wins = ratio < 1
+    if not wins.any():
+        rate = 0.0
+    elif wins[-1]:
+        rate = float("inf")
+    else:
+        k = int(np.nonzero(wins)[0][-1])  # the last rate where a sparse scheme still wins
+        lr0, lr1, q0, q1 = np.log(grid[k]), np.log(grid[k + 1]), np.log(ratio[k]), np.log(ratio[k + 1])
+        rate = float(np.exp(lr0 + (lr1 - lr0) * (0 - q0) / (q1 - q0))) if q1 != q0 else float(grid[k + 1])
+    below = grid[wins][-1] if wins.any() else grid[0]
+    best = str(sparse.loc[below].idxmin()) if wins.any() else "allreduce"
+    return {"rate_gbps": rate, "best_below": best, "curve": curve}
 
 
 def measured_crossover(sweep: pd.DataFrame, *, kind: str = "natural", ranks: int = 4) -> float | None:

@@ -111,7 +111,8 @@ def training_sweep(
     (bandwidth, variant): medians over the steps after ``warmup`` of rank 0's step, compute, sync (its time in
     ``synchronize``) and exchange (sync less the wait for the slowest rank's compute, ``wait_s``) seconds, the step's
     other parts (:data:`PARTS`; ``rest_s``: the medians of :data:`REST` added), tokens/s at the median step, and the
-    per-step losses and step times."""
+    per-step losses and step times; for ``auto`` the schemes the planner chose (``choice``) and what its statistics
+    cost on rank 0 over the run (``planner_stats_s``)."""
     from zen_analysis.config import apply_overrides
     from zen_analysis.runs.launch import launch
 
@@ -130,8 +131,10 @@ def training_sweep(
             )
             cfg.name = f"{base.name}-netlab"
             cfg.run_id = f"{base.name}-netlab-{gbps:g}-{re.sub(r'[^A-Za-z0-9._-]+', '-', name)}"
-            m = launch(cfg, overwrite=True, progress=progress, echo=False).metrics()
+            result = launch(cfg, overwrite=True, progress=progress, echo=False)
+            m = result.metrics()
             timed = m.iloc[warmup:]
+            planner = (result.summary or {}).get("planner") or {}  # auto: what it chose, per tensor
             step_s = float(timed["step_s"].median())
             rows.append(
                 {
@@ -149,6 +152,8 @@ def training_sweep(
                     "losses": m["loss"].tolist(),
                     "step_times": m["step_s"].tolist(),
                     "run_id": cfg.run_id,
+                    "choice": ",".join(sorted({d["scheme"] for d in planner.values()})) if planner else "",
+                    "planner_stats_s": sum(d["stats_seconds"] for d in planner.values()) if planner else 0.0,
                     **{c: float(timed[c].median()) for c in PARTS if c in timed},
                 }
             )

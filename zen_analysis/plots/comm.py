@@ -382,8 +382,8 @@ def time_to_loss(bench: pd.DataFrame) -> plt.Figure:
 
 def crossover(sweep: pd.DataFrame, predicted: dict, *, kind: str = "natural", ranks: int = 4) -> plt.Figure:
     """Where dense all-reduce catches up: the fastest sparse scheme's time over dense all-reduce's against the link
-    rate, measured (a point per rate of the scheme sweep, and ``auto``'s) and modelled (the line: the model's
-    ``a + b / rate`` terms, :func:`zen_analysis.comm.evaluate.crossover`), with both crossovers marked.
+    rate, measured (a point per rate of the scheme sweep, and ``auto``'s) and modelled (the line: the model's rate
+    curve, :func:`zen_analysis.comm.evaluate.crossover`), with both crossovers marked.
     ``sweep``: :func:`zen_analysis.experiments.netlab.scheme_sweep`; ``predicted``: ``crossover``'s result."""
     from zen_analysis.comm.evaluate import measured_crossover
 
@@ -397,27 +397,33 @@ def crossover(sweep: pd.DataFrame, predicted: dict, *, kind: str = "natural", ra
         dense = cell["allreduce"]
         best.append(cell.drop(["allreduce", "auto"], errors="ignore").min() / dense)
         auto.append(cell["auto"] / dense if "auto" in cell else np.nan)
-    terms = predicted["terms"]
-    grid = np.geomspace(min(rates) / 2, max(rates) * 4, 200)
-    a_d, b_d = terms["allreduce"]
-    model = np.min(
-        [[(a + b / g) / (a_d + b_d / g) for g in grid] for s, (a, b) in terms.items() if s != "allreduce"], 0
-    )
+    curve = predicted["curve"]
+    grid = curve.index.to_numpy()
+    model = (curve.drop(columns="allreduce").min(axis=1) / curve["allreduce"]).to_numpy()
+    shown = (grid >= min(rates) / 4) & (grid <= max(rates) * 4)
+    grid, model = grid[shown], model[shown]
     ax.plot(grid, model, color="0.35", lw=1.5, label="fastest sparse scheme, modelled")
-    ax.plot(rates, best, "o", color=style.scheme_color("zen"), label="fastest sparse scheme, measured")
+    ax.plot(rates, best, "o", color=style.color("zen"), label="fastest sparse scheme, measured")
     if not np.isnan(auto).all():
         ax.plot(rates, auto, "x", color="k", ms=8, label="auto, measured")
     ax.axhline(1.0, color="k", lw=0.8)
     if 0 < predicted["rate_gbps"] < np.inf:
         ax.axvline(predicted["rate_gbps"], color="0.35", ls="--", lw=1)
-        ax.text(predicted["rate_gbps"], ax.get_ylim()[1], f" model {predicted['rate_gbps']:.3g}", va="top", fontsize=8)
+        ax.text(
+            predicted["rate_gbps"],
+            0.03,
+            f" model {predicted['rate_gbps']:.3g}",
+            transform=ax.get_xaxis_transform(),
+            fontsize=8,
+        )
     measured = measured_crossover(sweep, kind=kind, ranks=ranks)
     if measured is not None:
-        ax.axvline(measured, color=style.scheme_color("zen"), ls=":", lw=1.2)
-        ax.text(measured, ax.get_ylim()[0], f" measured {measured:.3g}", va="bottom", fontsize=8)
+        ax.axvline(measured, color=style.color("zen"), ls=":", lw=1.2)
+        ax.text(measured, 0.1, f" measured {measured:.3g}", transform=ax.get_xaxis_transform(), fontsize=8)
     ax.set_xscale("log")
     ax.set_yscale("log", base=2)
     style.readable_log_ticks(ax)
+    style.readable_log_ticks(ax, "x")
     ax.set(
         xlabel="link rate (Gbit/s)",
         ylabel="time / dense all-reduce time",

@@ -39,8 +39,8 @@ def savefig(fig: plt.Figure, name: str, *, folder: str | None = None) -> list[Pa
 
 
 # One colour per scheme in every figure (Okabe-Ito, colour-blind safe): Zen the most salient, dense all-reduce a
-# neutral grey, the other sparse schemes distinct hues. Top-k variants ("top-k + zen", "topk") are the lighter shade
-# of their scheme.
+# neutral grey, the other sparse schemes distinct hues, the planner (auto) black. Top-k variants ("top-k + zen",
+# "topk") are the lighter shade of their scheme.
 SCHEME_COLORS = {
     "zen": "#D55E00",
     "allreduce": "#7F7F7F",
@@ -49,6 +49,7 @@ SCHEME_COLORS = {
     "omnireduce": "#E69F00",
     "sparse_ps": "#56B4E9",
     "bp_coo": "#CC79A7",
+    "auto": "#000000",
 }
 METHOD_COLORS = {
     "sync": "#7F7F7F",
@@ -68,7 +69,7 @@ _ALIASES = {
     "post-local sgd": "post_local_sgd",
     "a-edit": "a_edit",
 }
-_SPARE = ("#000000", "#8C564B", "#9467BD", "#BCBD22", "#17BECF", "#F0E442", "#1F3A93", "#A0522D")
+_SPARE = ("#8C564B", "#9467BD", "#BCBD22", "#17BECF", "#F0E442", "#1F3A93", "#A0522D")
 """Colours of names outside the fixed palettes, none close to a scheme's."""
 _TOPK = ("top-k + ", "top-k+", "topk+", "topk-", "topk ")
 
