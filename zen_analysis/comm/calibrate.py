@@ -293,7 +293,8 @@ def _lab_host(num_ranks: int, *, recalibrate: bool = False) -> dict[str, tuple[s
     empty where no lab can be built."""
     topo = None if recalibrate else load(netlab_host_calibration_path(num_ranks))
     if topo is None and available()[0]:
-        topo = calibrate(num_ranks, bandwidth_gbps=NETLAB_HOST_GBPS, host=True)
+        # 5 repeats: the default 10 took 88 s at 4 ranks, 160 s at 8
+        topo = calibrate(num_ranks, bandwidth_gbps=NETLAB_HOST_GBPS, host=True, repeats=5)
     return {prim: (prim, a, b) for prim, a, b in topo.calibrated} if topo is not None else {}
 
 

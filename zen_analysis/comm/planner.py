@@ -232,7 +232,10 @@ class Planner:
         choice = best
         if current in seconds and seconds[best] > (1 - self.hysteresis) * seconds[current]:
             choice = current
-        history = (prev["history"] if prev else []) + [{"step": step, "scheme": choice, "switched": choice != current}]
+        this = stats_seconds + time.perf_counter() - t0  # this decision: sketch, gather (and waiting in it), pricing
+        history = (prev["history"] if prev else []) + [
+            {"step": step, "scheme": choice, "switched": choice != current, "seconds": this}
+        ]
         n = est["world"]
         d, gammas = est["density"], est["gamma"]
         gamma = lambda k: gammas.get(k, float(k))  # noqa: E731
@@ -242,7 +245,7 @@ class Planner:
         closed = {"T_bp": t_bp(n, d, gamma, M, bw), "T_allreduce": t_allreduce(n, M, bw)}
         if n & (n - 1) == 0:
             closed["T_hc"] = t_hc(n, d, gamma, M, bw)
-        spent = (prev["stats_seconds"] if prev else 0.0) + stats_seconds + time.perf_counter() - t0
+        spent = (prev["stats_seconds"] if prev else 0.0) + this
         self.decisions[tensor] = {
             "scheme": choice,
             "best": best,
