@@ -62,3 +62,24 @@ def test_dense_sets_cross_at_every_rate_and_the_measured_crossover_interpolates_
     sweep = pd.DataFrame(rows)
     assert measured_crossover(sweep) == pytest.approx(math.sqrt(10))  # auto is not a sparse scheme of its own
     assert measured_crossover(sweep[sweep["bandwidth_gbps"] == 1.0]) is None
+
+
+def test_the_auto_verdict_tells_the_choice_from_the_spread_of_two_measurements():
+    from zen_analysis.bench_net import auto_verdict
+
+    cell = {"kind": "natural", "ranks": 4, "bandwidth_gbps": 1.0}
+    sweep = pd.DataFrame(
+        [
+            {**cell, "scheme": "allreduce", "measured_s_median": 0.100, "vs_best": 5.0, "vs_dense": 1.0},
+            {**cell, "scheme": "zen", "measured_s_median": 0.020, "vs_best": 1.0, "vs_dense": 0.2},
+            {**cell, "scheme": "agsparse", "measured_s_median": 0.030, "vs_best": 1.5, "vs_dense": 0.3},
+            # auto picked Zen, and its run of Zen measured 30% slower than Zen's own row
+            {**cell, "scheme": "auto", "choice": "zen", "measured_s_median": 0.026, "vs_best": 1.3, "vs_dense": 0.26},
+        ]
+    )
+    text = auto_verdict(sweep)
+    assert "auto / best 1.30, auto / dense 0.26; choice / best 1.00" in text
+    assert text.endswith(
+        "within 10% of the best fixed scheme in 0 of 1 cells; at most 5% slower than dense in 1 of 1; the chosen "
+        "scheme's own row within 10% of the best in 1 of 1"
+    )
