@@ -64,3 +64,33 @@ def test_normalized_table_and_index_sets_for_replay(run_id):
     assert (table["allreduce"] == 1.0).all() and set(table.index.get_level_values("n")) == {2, 4}
     sets, numel = step_index_sets(run_id, num_workers=3)
     assert numel == N and len(sets) == 3 and torch.equal(sets[1], _set(0, 1))
+
+
+def test_the_crossover_report_uses_stored_lab_calibrations_only(run_id, monkeypatch, tmp_path):
+    from dataclasses import replace
+
+    from zen_analysis.atomic import atomic_write_json
+    from zen_analysis.comm.calibrate import netlab_calibration_path, netlab_host_calibration_path
+    from zen_analysis.comm.evaluate import crossover_report
+
+    trace = paths.trace_dir(run_id)
+    monkeypatch.setenv("ZEN_ANALYSIS_DATA", str(tmp_path))  # calibrations of its own: none stored yet
+    assert crossover_report(trace) == [  # nothing calibrated (for 2 or 4 ranks): it says so, and calibrates nothing
+        "no lab calibration to model the crossover on: `zen-analysis bench netlab` (root) makes one"
+    ]
+    assert not netlab_host_calibration_path(4).exists()
+    lab = Topology(
+        name="netlab-1",
+        gpus_per_node=1 << 20,
+        intra_alpha_s=1e-3,
+        intra_bandwidth=1e8,
+        inter_alpha_s=1e-3,
+        inter_bandwidth=1e8,
+        num_ranks=4,
+        calibrated=(("all_to_all", 1e-3, 1e8), ("p2p", 1e-3, 1e8), ("all_reduce", 1e-4, 1e8)),
+    )
+    host = replace(lab, name="netlab-host-4", calibrated=tuple((p, a, 1e9) for p, a, _ in lab.calibrated))
+    atomic_write_json(netlab_calibration_path(4), {**lab.to_dict(), "method": "schemes"})
+    atomic_write_json(netlab_host_calibration_path(4), {**host.to_dict(), "method": "schemes"})
+    (line,) = crossover_report(trace)  # 4 ranks only: 2 is not calibrated
+    assert line.startswith("t, step 0, 4 ranks: dense all-reduce is modelled faster than every sparse scheme ")

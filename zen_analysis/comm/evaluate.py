@@ -327,9 +327,10 @@ def measured_crossover(sweep: pd.DataFrame, *, kind: str = "natural", ranks: int
 
 def crossover_report(run: str | Path, *, tensor: str | None = None) -> list[str]:
     """Lines for a person: per rank count n the run's tensor (default its natural one, first captured step) can be
-    replayed on and the lab is calibrated at (``data/calibration/netlab-<n>.json``), the link rate from which dense
-    all-reduce is modelled faster than every sparse scheme (:func:`crossover`, on ``netlab-<B>``)."""
-    from zen_analysis.comm.calibrate import netlab, netlab_calibration_path
+    replayed on and the lab is calibrated at (``data/calibration/netlab-<n>.json`` and ``netlab-host-<n>.json``: it
+    calibrates nothing), the link rate from which dense all-reduce is modelled faster than every sparse scheme
+    (:func:`crossover`, on ``netlab-<B>``)."""
+    from zen_analysis.comm.calibrate import netlab, netlab_calibration_path, netlab_host_calibration_path
     from zen_analysis.wire.topology import load
 
     reader = TraceReader(run)
@@ -340,14 +341,20 @@ def crossover_report(run: str | Path, *, tensor: str | None = None) -> list[str]
     numel = int(tensors[tensor]["numel"])
     lines = []
     for n in worker_counts(len(ordered)):
-        if load(netlab_calibration_path(n)) is None:
+        if load(netlab_calibration_path(n)) is None or load(netlab_host_calibration_path(n)) is None:
             continue
         c = crossover(ordered[:n], numel, lambda gbps, n=n: netlab(n, gbps))
         rate = c["rate_gbps"]
-        where = "never" if rate == float("inf") else ("at every rate" if rate == 0 else f"from {rate:.3g} Gbit/s")
+        top = float(c["curve"].index.max())
+        if rate == float("inf"):
+            where = f"at no rate up to {top:g} Gbit/s ({c['best_below']} stays faster)"
+        elif rate == 0:
+            where = "at every rate"
+        else:
+            where = f"from {rate:.3g} Gbit/s ({c['best_below']} is the fastest below it)"
         lines.append(
-            f"{tensor}, step {step}, {n} ranks: dense all-reduce is modelled faster than every sparse scheme {where} "
-            f"(below it: {c['best_below']}; model netlab-<B> at {n} ranks, local work included)"
+            f"{tensor}, step {step}, {n} ranks: dense all-reduce is modelled faster than every sparse scheme {where}; "
+            f"model netlab-<B> at {n} ranks, local work included"
         )
     if not lines:
         lines.append("no lab calibration to model the crossover on: `zen-analysis bench netlab` (root) makes one")
