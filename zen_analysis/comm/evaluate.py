@@ -32,7 +32,7 @@ from zen_analysis.derived import (
 )
 from zen_analysis.sparsity.characterize import worker_counts
 from zen_analysis.sparsity.metrics import union_of
-from zen_analysis.wire.cost import phase_times
+from zen_analysis.wire.cost import phase_times, total_seconds
 from zen_analysis.wire.topology import Topology
 
 VERSION = 3  # 2: sparcml on any n (fold), matrix traffic; 3: alpha per message of an all_to_all
@@ -255,8 +255,6 @@ def rate_curve(
     modelled once and priced at every rate (:func:`~zen_analysis.wire.cost.phase_times` and the local work); a
     rate where the host, not the link, is the bottleneck prices as the host (:func:`~zen_analysis.comm.calibrate.
     netlab`)."""
-    from zen_analysis.wire.cost import local_time
-
     grid = list(rates) if rates is not None else list(np.geomspace(0.1, 1000.0, 121))
     topologies = [topology_at(r) for r in grid]
     cols = {}
@@ -265,11 +263,7 @@ def rate_curve(
             traffic = build_scheme(name).model(index_sets, numel)
         except ValueError:  # not supported at this world size
             continue
-        seconds = []
-        for topo in topologies:
-            local = local_time(traffic, topo, name)
-            seconds.append(float(phase_times(traffic, topo)["seconds"].sum()) + (local[0] if local else 0.0))
-        cols[name] = seconds
+        cols[name] = [total_seconds(traffic, topo, name) for topo in topologies]
     return pd.DataFrame(cols, index=pd.Index(grid, name="rate_gbps"))
 
 

@@ -32,7 +32,7 @@ import torch.distributed as dist
 from zen_analysis.comm import SCHEMES, build_scheme
 from zen_analysis.comm.schemes.base import CommScheme
 from zen_analysis.sparsity import sketch as sk
-from zen_analysis.wire.cost import local_time, phase_times, t_allreduce, t_bp, t_hc
+from zen_analysis.wire.cost import t_allreduce, t_bp, t_hc, total_seconds
 from zen_analysis.wire.exchange import Exchange
 from zen_analysis.wire.topology import PRESETS, Topology
 
@@ -206,9 +206,7 @@ class Planner:
                 continue
             if lay is not units and traffic.work:  # it writes the union's elements, not one per block
                 traffic.work["written"][:] = sk.union_count(bits) * units.scale
-            total = float(phase_times(traffic, self.topology)["seconds"].sum())
-            local = local_time(traffic, self.topology, name)
-            seconds[name] = total + (local[0] if local else 0.0)
+            seconds[name] = total_seconds(traffic, self.topology, name)
         return seconds, {"world": world, **sk.estimates(bits, units)}
 
     def decide(
@@ -256,7 +254,6 @@ class Planner:
             "closed_forms_s": closed,
             "topology": self.topology.name,
             "step": step,
-            "rounds": len(history),
             "history": history,
             "stats_seconds": spent,
         }
@@ -274,7 +271,8 @@ def describe_decision(decision: dict) -> str:
     return (
         f"{decision['scheme']} (modelled per step on {decision['topology']}: {times}); "
         f"density {decision['density']:.2%}, densification ratio {gammas[n]:.2f} at n = {n}; "
-        f"{decision['rounds']} decisions, {switches} switches, {1e3 * decision['stats_seconds']:.1f} ms of statistics"
+        f"{len(decision['history'])} decisions, {switches} switches, "
+        f"{1e3 * decision['stats_seconds']:.1f} ms of statistics"
     )
 
 

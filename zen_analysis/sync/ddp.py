@@ -34,6 +34,8 @@ import torch.distributed as dist
 from torch import nn
 
 from zen_analysis.comm import build_scheme
+from zen_analysis.comm.calibrate import planner_topology
+from zen_analysis.comm.planner import Planner
 from zen_analysis.sync.compressed import HookState, Stats, bucket_key, compress_and_sum
 from zen_analysis.wire.exchange import ring_bytes_sent
 from zen_analysis.wire.inflight import hold
@@ -291,9 +293,6 @@ def _planner(scheme: str, group, topology, every: int, hysteresis: float):
     a rank must not fork a calibration), or None for a fixed scheme."""
     if scheme != "auto":
         return None
-    from zen_analysis.comm.calibrate import planner_topology
-    from zen_analysis.comm.planner import Planner
-
     if isinstance(topology, str):
         topology = planner_topology(topology, dist.get_world_size(group), calibrate_missing=False)
     return Planner(topology=topology, every=every, hysteresis=hysteresis)
@@ -346,37 +345,26 @@ def register(
         raise ValueError("register() takes a torch.nn.parallel.DistributedDataParallel model")
     group = model_group(ddp_model, group)
     names = {id(p): n for n, p in module.named_parameters()}
-    planner = _planner(scheme, group, topology, planner_every, hysteresis)
+    common = {  # what both hooks' states take alike
+        "scheme": scheme,
+        "group": group,
+        "seed": seed,
+        "names": names,
+        "planner": _planner(scheme, group, topology, planner_every, hysteresis),
+    }
     if mode == "natural":
         chosen = tuple(params) if params is not None else sparse_parameters(module)
         if not chosen:
             raise ValueError("natural mode found no untied nn.Embedding to sum sparsely; pass params=[...]")
         _reserve_hash_sets(scheme, sum(p.numel() for p in chosen))
-        state = NaturalState(
-            params=chosen,
-            scheme=scheme,
-            group=group,
-            seed=seed,
-            names=names,
-            granularity=granularity,
-            planner=planner,
-        )
+        state = NaturalState(params=chosen, granularity=granularity, **common)
         ddp_model.register_comm_hook(state, natural_hook)
         return state
     if mode == "topk":
         if any(getattr(m, "sparse", False) for m in module.modules() if isinstance(m, nn.Embedding)):
             raise ValueError("mode='topk' needs dense gradients; nn.Embedding(sparse=True) goes with mode='natural'")
         _reserve_hash_sets(scheme, sum(p.numel() for p in module.parameters() if p.requires_grad))
-        state = HookState(
-            scheme=scheme,
-            ratio=ratio,
-            group=group,
-            seed=seed,
-            threshold=threshold,
-            overlap=overlap,
-            names=names,
-            planner=planner,
-        )
+        state = HookState(ratio=ratio, threshold=threshold, overlap=overlap, **common)
         ddp_model.register_comm_hook(state, comm_hook)
         return state
     raise ValueError(f"mode must be 'natural' or 'topk', got {mode!r}")

@@ -84,6 +84,13 @@ def local_time(traffic: Traffic, topology: Topology, scheme: str) -> tuple[float
     return float(per_rank[r]), r
 
 
+def total_seconds(traffic: Traffic, topology: Topology, scheme: str) -> float:
+    """A whole sum's modelled seconds: every phase (:func:`phase_times`) and the ranks' local work
+    (:func:`local_time`, where ``topology`` prices ``scheme``'s)."""
+    local = local_time(traffic, topology, scheme)
+    return float(phase_times(traffic, topology)["seconds"].sum()) + (local[0] if local else 0.0)
+
+
 def phase_features(traffic: Traffic) -> pd.DataFrame:
     """What a uniform (calibrated) topology prices per phase: its primitive, the collective calls its slowest
     rank makes and the bytes that rank moves (the larger of sent and received), so that
