@@ -8,7 +8,7 @@ from zen_analysis.capture.traces import SparseGrad, TraceWriter, write_manifest
 from zen_analysis.comm import build_scheme
 from zen_analysis.comm.calibrate import preset
 from zen_analysis.comm.evaluate import best_scheme, evaluate
-from zen_analysis.wire.topology import Topology
+from zen_analysis.wire.topology import LOCAL_FIT, Topology
 
 W, N = 4, 4096
 
@@ -90,7 +90,7 @@ def test_the_crossover_report_uses_stored_lab_calibrations_only(run_id, monkeypa
         calibrated=(("all_to_all", 1e-3, 1e8), ("p2p", 1e-3, 1e8), ("all_reduce", 1e-4, 1e8)),
     )
     host = replace(lab, name="netlab-host-4", calibrated=tuple((p, a, 1e9) for p, a, _ in lab.calibrated))
-    atomic_write_json(netlab_calibration_path(4), {**lab.to_dict(), "method": "schemes"})
-    atomic_write_json(netlab_host_calibration_path(4), {**host.to_dict(), "method": "schemes"})
+    atomic_write_json(netlab_calibration_path(4), {**lab.to_dict(), "method": "schemes", "local_fit": LOCAL_FIT})
+    atomic_write_json(netlab_host_calibration_path(4), {**host.to_dict(), "method": "schemes", "local_fit": LOCAL_FIT})
     (line,) = crossover_report(trace)  # 4 ranks only: 2 is not calibrated
     assert line.startswith("t, step 0, 4 ranks: dense all-reduce is modelled faster than every sparse scheme ")

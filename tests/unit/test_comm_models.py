@@ -122,6 +122,22 @@ def test_local_work_costs_are_fitted_per_scheme_and_priced_per_rank():
         assert np.allclose(fitted[scheme], costs, rtol=1e-6, atol=1e-15)
         assert min(fitted[scheme]) >= 0
 
+    # fitted on the whole run (wire + local): the exact costs again with a wire term beside them, and small runs whose
+    # residual is negative (calls overlapped better than the synced wire times) pull the cost down instead of being
+    # dropped, so one large run no longer decides it
+    wired = pd.DataFrame(rows).assign(wire_s=0.02)
+    fitted = dict((name, rest) for name, *rest in fit_local_work(wired))
+    assert np.allclose(fitted["zen"], truth["zen"], rtol=1e-6, atol=1e-15)
+    runs = pd.DataFrame(
+        [
+            {"scheme": "zen", "scanned": 0.0, "bytes": 0.0, "written": w, "seconds": s, "wire_s": 0.03}
+            for w, s in [(1e5, -0.002), (2e5, -0.002), (3e5, -0.001), (1e6, 0.06)]
+        ]
+    )
+    residual_only = fit_local_work(runs.drop(columns="wire_s"))[0][3]
+    whole_run = fit_local_work(runs)[0][3]
+    assert residual_only == pytest.approx(6e-8) and 0 < whole_run < 0.9 * residual_only
+
     sets = [torch.tensor([0, 5, 9]), torch.tensor([5, 7])]
     paper = preset("paper-tcp25")
     assert "local" not in set(build_scheme("zen").time(sets, 100, paper)["phase"])

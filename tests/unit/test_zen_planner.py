@@ -8,7 +8,7 @@ import torch
 
 from zen_analysis.comm import SCHEMES
 from zen_analysis.comm.planner import Planner, describe_decision
-from zen_analysis.wire.topology import PRESETS, Topology
+from zen_analysis.wire.topology import LOCAL_FIT, PRESETS, Topology
 
 
 @pytest.fixture(autouse=True)
@@ -105,13 +105,19 @@ def test_the_planners_topology_is_this_machine_or_the_lab_at_the_runs_rank_count
         calibrated=(("all_to_all", 1e-4, 1e9), ("p2p", 1e-4, 1e9), ("all_reduce", 1e-4, 1e9)),
         local_work=(("zen", 1e-9, 1e-10, 1e-9),),
     )
-    atomic_write_json(calibration_path(3), {**fitted.to_dict(), "method": "schemes"})
+    atomic_write_json(calibration_path(3), {**fitted.to_dict(), "method": "schemes", "local_fit": LOCAL_FIT})
     assert planner_topology("auto", 3, calibrate_missing=False).name == "local-3"
-    atomic_write_json(netlab_calibration_path(3), {**fitted.to_dict(), "name": "netlab-1", "method": "schemes"})
+    atomic_write_json(
+        netlab_calibration_path(3),
+        {**fitted.to_dict(), "name": "netlab-1", "method": "schemes", "local_fit": LOCAL_FIT},
+    )
     with pytest.raises(FileNotFoundError, match="netlab-host-3.json"):  # the lab's host limit is fitted too
         planner_topology("auto", 3, network="netlab", calibrate_missing=False)
     host = replace(fitted, calibrated=(("all_reduce", 5e-4, 0.2e9),))  # the host moves 200 MB/s of all-reduce
-    atomic_write_json(netlab_host_calibration_path(3), {**host.to_dict(), "name": "netlab-host-3", "method": "schemes"})
+    atomic_write_json(
+        netlab_host_calibration_path(3),
+        {**host.to_dict(), "name": "netlab-host-3", "method": "schemes", "local_fit": LOCAL_FIT},
+    )
     lab = planner_topology("auto", 3, network="netlab", bandwidth_gbps=2.5, calibrate_missing=False)
     payload = 2.5 * GBPS * TCP_PAYLOAD_FRACTION
     assert lab.name == "netlab-2.5" and lab.inter_bandwidth == pytest.approx(payload)

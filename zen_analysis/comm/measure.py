@@ -56,8 +56,9 @@ def _measure_on_rank(
     dist.all_reduce(ref)
     tol = 1e-5 * float(ref.abs().max()) if ref.numel() else 0.0  # summation order differs between schemes
     rows = []
+    schemes = {}
     for name in names:
-        scheme = make_scheme(name, topology=planner_topology)
+        scheme = schemes[name] = make_scheme(name, topology=planner_topology)
         scheme.sync_collectives = True
         for rep in range(repeats + 2):  # 2 warm-up runs
             out = scheme.run(x.clone())  # in place: the copy (made before the timed phases) holds the sum
@@ -92,9 +93,12 @@ def _measure_on_rank(
                         "lossless": lossless,
                     }
                 )
-        # end to end, as training runs it: no sync before each collective, ranks aligned by a barrier only
         scheme.sync_collectives = False
-        for rep in range(repeats if end_to_end else 0):
+    # end to end, as training runs it: no sync before each collective, ranks aligned by a barrier only; the
+    # schemes take turns within each repeat, so a drift of the machine's speed (it moves within minutes on a
+    # shared CPU) falls on all of them alike instead of on whichever ran last
+    for rep in range(repeats if end_to_end else 0):
+        for name, scheme in schemes.items():
             y = x.clone()
             dist.barrier()
             t0 = time.perf_counter()
@@ -131,7 +135,8 @@ def measure(
     ``bytes_by_rank``), wire seconds (mean and median over repeats of the slowest rank), whole-phase seconds and
     the lossless check, one rank per index set. Phase ``local`` is each scheme's own work (run time outside
     collective calls and barriers; no bytes), phase ``total`` a whole run end to end as training runs it (no
-    sync before each collective; ranks aligned by a barrier before each repeat), their seconds in the wire
+    sync before each collective; ranks aligned by a barrier before each repeat; the schemes take turns within
+    each repeat, so drift of the machine's speed falls on all of them alike), their seconds in the wire
     columns (``end_to_end=False`` skips those repeats). ``bandwidth_gbps``: the ranks run in the emulated
     network (:class:`~zen_analysis.ranks.netlab.NetLab`), each behind a link of that rate. ``schemes`` may name
     ``auto`` (:class:`~zen_analysis.comm.planner.AutoScheme`: the planner, pricing on ``planner_topology``, decides

@@ -126,14 +126,22 @@ PRESETS: dict[str, Topology] = {
 }
 
 
+LOCAL_FIT = "whole-run"
+"""How a calibration's local-work costs were fitted (:func:`zen_analysis.comm.calibrate.fit_local_work`); a stored
+calibration of the schemes fitted otherwise is stale and is calibrated again on first use."""
+
+
 def load(path) -> Topology | None:
-    """The topology stored at ``path`` (a calibration), or None if there is none or it predates the local-work costs."""
+    """The topology stored at ``path`` (a calibration), or None if there is none or it predates the local-work costs
+    or their current fit (:data:`LOCAL_FIT`)."""
     if not path.exists():
         return None
     d = json.loads(path.read_text())
     if "calibrated" not in d or not ("local_work" in d or d.get("method") == "primitives"):
         return None  # predates the local-work costs
-    for extra in ("samples_s", "samples", "local_samples", "method"):
+    if d.get("method") == "schemes" and d.get("local_fit") != LOCAL_FIT:
+        return None  # local work fitted on the residual alone
+    for extra in ("samples_s", "samples", "local_samples", "method", "local_fit"):
         d.pop(extra, None)
     d["calibrated"] = tuple(tuple(c) for c in d["calibrated"])
     d["local_work"] = tuple(tuple(c) for c in d.get("local_work", ()))
