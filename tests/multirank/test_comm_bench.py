@@ -9,7 +9,7 @@ from zen_analysis import paths
 from zen_analysis.capture.traces import SparseGrad, TraceWriter, write_manifest
 from zen_analysis.comm import SCHEMES
 from zen_analysis.comm.calibrate import calibrate, calibration_path, preset
-from zen_analysis.comm.measure import summarize
+from zen_analysis.comm.measure import measure, summarize
 from zen_analysis.comm.replay import replay_run
 
 N = 6000
@@ -32,8 +32,13 @@ def _captured_run(rid: str) -> str:
 
 
 def test_calibration_replay_and_synthetic_cli(capsys):
-    topo = calibrate(2, numel=20_000, densities=(0.01, 0.1), repeats=2)
+    topo = calibrate(2, numel=20_000, densities=(0.01, 0.1), repeats=2, row_cases=((2_000, 16, 0.02), (500, 64, 0.1)))
     assert {p for p, _, _ in topo.calibrated} == {"all_to_all", "p2p", "all_reduce"}
+    # row-granular sums have local costs of their own, fitted on runs that summed like all_reduce of the tables
+    assert {name for name, *_ in topo.local_work_rows} == set(SCHEMES) - {"allreduce"}
+    assert all(c >= 0 for _, *costs in topo.local_work_rows for c in costs)
+    by_rows = measure([torch.tensor([1, 4, 9]), torch.tensor([4, 7])], 12, repeats=1, width=5)
+    assert by_rows["lossless"].all() and set(by_rows.index.get_level_values("scheme")) == set(SCHEMES)
     assert all(a >= 0 and b > 0 for _, a, b in topo.calibrated)
     assert json.loads(calibration_path(2).read_text())["method"] == "schemes" and preset("local-2") == topo
 

@@ -172,7 +172,9 @@ def test_schemes_replayed_in_the_lab_are_lossless_with_the_modelled_bytes(capsys
 
     # alpha fitted inside the lab, the bandwidth the link's payload rate (a small calibration: the model's numbers
     # are not what this test checks)
-    topo = calibrate(2, numel=20_000, densities=(0.01, 0.1), repeats=2, bandwidth_gbps=1.0)
+    topo = calibrate(
+        2, numel=20_000, densities=(0.01, 0.1), repeats=2, bandwidth_gbps=1.0, row_cases=((2_000, 8, 0.05),)
+    )
     assert topo.name == "netlab-1" and json.loads(netlab_calibration_path(2).read_text())["name"] == "netlab-1"
     assert all(a >= 0 and b == pytest.approx(GBPS * netlab.TCP_PAYLOAD_FRACTION) for _, a, b in topo.calibrated)
     # the host's own limit inside the lab, fitted behind links too fast to matter (small here too)

@@ -147,3 +147,38 @@ def test_local_work_costs_are_fitted_per_scheme_and_priced_per_rank():
     work = build_scheme("zen").model(sets, 100).work
     assert set(work) == {"scanned", "bytes", "written"} and (work["bytes"] > 0).all()
     assert build_scheme("allreduce").model(sets, 100).work == {}  # the collective does all of it
+
+
+def test_row_sums_price_their_own_local_work():
+    """A row-granular sum (``width`` > 0) scans nothing and writes each union row once; the topology prices it by
+    its row fit where it has one (``local_work_rows``), by the flat costs otherwise."""
+    sets = [torch.tensor([0, 5, 9]), torch.tensor([5, 7])]
+    work = build_scheme("agsparse").model(sets, 100, width=16).work
+    assert (work["scanned"] == 0).all() and (work["written"] == 4).all()
+    flat_only = replace(preset("paper-tcp25"), local_work=(("agsparse", 1e-3, 0.0, 1.0),))
+    both = replace(flat_only, local_work_rows=(("agsparse", 0.0, 0.0, 0.25),))
+    by_rows = build_scheme("agsparse").time(sets, 100, both, width=16).set_index("phase")
+    assert by_rows.loc["local", "seconds"] == pytest.approx(4 * 0.25)
+    fallback = build_scheme("agsparse").time(sets, 100, flat_only, width=16).set_index("phase")
+    assert fallback.loc["local", "seconds"] == pytest.approx(4 * 1.0)
+    flat = build_scheme("agsparse").time(sets, 100, both).set_index("phase")
+    assert flat.loc["local", "seconds"] == pytest.approx(100 * 1e-3 + 4 * 1.0)
+
+
+def test_stored_calibrations_keep_the_row_fit(tmp_path):
+    """A stored calibration keeps both fits; one fitted before rows had costs of their own is stale."""
+    import json
+
+    from zen_analysis.wire.topology import LOCAL_FIT, load
+
+    topo = replace(
+        preset("paper-tcp25"),
+        local_work=(("zen", 1e-9, 0.0, 2e-8),),
+        local_work_rows=(("zen", 0.0, 1e-10, 5e-8),),
+    )
+    path = tmp_path / "local-4.json"
+    path.write_text(json.dumps({**topo.to_dict(), "method": "schemes", "local_fit": LOCAL_FIT}))
+    assert load(path) == topo
+    path.write_text(json.dumps({**topo.to_dict(), "method": "schemes", "local_fit": "whole-run"}))
+    assert load(path) is None  # fitted before rows had their own costs: calibrated again on first use
+    assert load(path, links_only=True).calibrated == topo.calibrated  # the lab's host limit reads links alone

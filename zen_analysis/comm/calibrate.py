@@ -62,6 +62,7 @@ def calibrate(
     seed: int = 1000,
     bandwidth_gbps: float | None = None,
     host: bool = False,
+    row_cases: Sequence[tuple[int, int, float]] = ((50_000, 64, 0.004), (50_000, 64, 0.03), (16_384, 256, 0.01)),
 ) -> Topology:
     """Fit each primitive's alpha and bandwidth from the schemes themselves, run on synthetic index sets
     (skew 1, overlap 0.3, three densities) — so per-call costs that only show inside a scheme's call sequence
@@ -80,8 +81,12 @@ def calibrate(
     bandwidth is then the link's (TCP payload of the configured rate), only alpha is fitted; saved as
     ``netlab-<n>.json``, named ``netlab-<B>``. With ``host`` too, alpha and bandwidth are both fitted, behind
     links too fast to be the bottleneck (:data:`NETLAB_HOST_GBPS`): what the ranks' host moves inside the lab
-    (``netlab-host-<n>.json``; :func:`netlab` caps each primitive by it)."""
-    rows, local_rows, cases = [], [], []
+    (``netlab-host-<n>.json``; :func:`netlab` caps each primitive by it).
+
+    ``row_cases`` (rows, width, density of rows): row-granular sums (an embedding's rows, each index with its D
+    values), timed end to end as the flat ones and fitted apart (``local_work_rows``: per byte moved and per row
+    written), on the links the flat cases fitted; not with ``host``, which fits links only."""
+    rows, cases = [], []
     sizes = [numel] if isinstance(numel, int) else list(numel)
     for j, size in enumerate(sizes):
         for i, d in enumerate(densities):
@@ -120,27 +125,20 @@ def calibrate(
         num_ranks=num_ranks,
         calibrated=tuple(fits),
     )
-    for size, d, sets, measured in cases:  # local work: what a whole run takes beyond its modelled wire time
-        for name_ in SCHEMES:
-            scheme = build_scheme(name_)
-            model = scheme.model(sets, size)
-            if not model.work:
-                continue
-            wire = float(scheme.time(sets, size, topo)["seconds"].sum())
-            r = int(model.work["bytes"].argmax())  # the rank with the most bytes stands for the slowest one
-            local_rows.append(
-                {
-                    "numel": size,
-                    "density": d,
-                    "scheme": name_,
-                    **{f: float(v[r]) for f, v in model.work.items()},
-                    "seconds": float(measured.loc[(name_, "total"), "wire_median_s"]) - wire,
-                    "wire_s": wire,
-                    "synced_local_s": float(measured.loc[(name_, "local"), "wire_s"]),
-                }
-            )
-    local_df = pd.DataFrame(local_rows)
-    topo = replace(topo, local_work=fit_local_work(local_df) if len(local_df) else ())
+    local_df = _local_samples(cases, topo)
+    row_df = pd.DataFrame()
+    if not host and row_cases:
+        by_rows = []
+        for k, (num_rows, width, d) in enumerate(row_cases):
+            sets = synthetic_index_sets(num_rows, num_ranks, d, skew=1.0, overlap=0.3, seed=seed + 500 + k)
+            measured = measure(sets, num_rows, repeats=repeats, bandwidth_gbps=bandwidth_gbps, width=width)
+            by_rows.append((num_rows, d, sets, measured, width))
+        row_df = _local_samples(by_rows, topo)
+    topo = replace(
+        topo,
+        local_work=fit_local_work(local_df) if len(local_df) else (),
+        local_work_rows=fit_local_work(row_df) if len(row_df) else (),
+    )
     atomic_write_json(
         path,
         {
@@ -149,9 +147,39 @@ def calibrate(
             "local_fit": LOCAL_FIT,
             "samples": df.to_dict(orient="records"),
             "local_samples": local_df.to_dict(orient="records"),
+            "local_samples_rows": row_df.to_dict(orient="records"),
         },
     )
     return topo
+
+
+def _local_samples(cases, topo: Topology) -> pd.DataFrame:
+    """Local work: what each measured whole run (``total``: median of the slowest rank) takes beyond its modelled
+    wire time on ``topo``, with the model's work features of the rank with the most bytes (it stands for the
+    slowest). ``cases``: (numel, density, index sets, measured[, width])."""
+    out = []
+    for size, d, sets, measured, *width in cases:
+        width = width[0] if width else 0
+        for name in SCHEMES:
+            scheme = build_scheme(name)
+            model = scheme.model(sets, size, width=width)
+            if not model.work:
+                continue
+            wire = float(scheme.time(sets, size, topo, width=width)["seconds"].sum())
+            r = int(model.work["bytes"].argmax())
+            out.append(
+                {
+                    "numel": size,
+                    "width": width,
+                    "density": d,
+                    "scheme": name,
+                    **{f: float(v[r]) for f, v in model.work.items()},
+                    "seconds": float(measured.loc[(name, "total"), "wire_median_s"]) - wire,
+                    "wire_s": wire,
+                    "synced_local_s": float(measured.loc[(name, "local"), "wire_s"]),
+                }
+            )
+    return pd.DataFrame(out)
 
 
 def fit_links(samples, *, bandwidth: float | None = None) -> tuple[tuple[str, float, float], ...]:
@@ -299,7 +327,7 @@ def preset(name: str) -> Topology:
 def _lab_host(num_ranks: int, *, recalibrate: bool = False) -> dict[str, tuple[str, float, float]]:
     """primitive -> (primitive, alpha, bandwidth) the lab's host allows at ``num_ranks`` ranks (:func:`netlab`);
     empty where no lab can be built."""
-    topo = None if recalibrate else load(netlab_host_calibration_path(num_ranks))
+    topo = None if recalibrate else load(netlab_host_calibration_path(num_ranks), links_only=True)
     if topo is None and available()[0]:
         # 5 repeats: the default 10 took 88 s at 4 ranks, 160 s at 8
         topo = calibrate(num_ranks, bandwidth_gbps=NETLAB_HOST_GBPS, host=True, repeats=5)
@@ -344,8 +372,8 @@ def planner_topology(
             gbps = float(name[7:])
         except ValueError:
             raise ValueError(f"unknown topology {name!r}: netlab-<Gbit/s>, e.g. netlab-2.5") from None
-        needed = (netlab_calibration_path(num_ranks), netlab_host_calibration_path(num_ranks))
-        missing = [p for p in needed if load(p) is None]
+        needed = {netlab_calibration_path(num_ranks): False, netlab_host_calibration_path(num_ranks): True}
+        missing = [p for p, links_only in needed.items() if load(p, links_only=links_only) is None]
         if not calibrate_missing and missing:
             raise FileNotFoundError(
                 f"no lab calibration at {num_ranks} ranks ({', '.join(map(str, missing))}): launch() "

@@ -39,29 +39,40 @@ def _measure_on_rank(
     names: list[str],
     end_to_end: bool = True,
     planner_topology=None,
+    width: int = 0,
 ) -> list:
     import torch.distributed as dist
 
     from zen_analysis.comm.planner import make_scheme
 
     gen = torch.Generator().manual_seed(rank)
-    x = torch.zeros(numel)
+    x = torch.zeros(numel, width) if width else torch.zeros(numel)
     idx = torch.as_tensor(sets[rank], dtype=torch.long)
     if values is None:  # integer-valued: every scheme must match all_reduce bit for bit
-        x[idx] = torch.randint(1, 5, (idx.numel(),), generator=gen).float()
+        x[idx] = torch.randint(1, 5, (idx.numel(), *x.shape[1:]), generator=gen).float()
     else:
         x[idx] = torch.as_tensor(values[rank], dtype=torch.float32)
     ref = x.clone()
     hold(ref)
     dist.all_reduce(ref)
     tol = 1e-5 * float(ref.abs().max()) if ref.numel() else 0.0  # summation order differs between schemes
+    held = x[idx].clone()
+
+    def run(scheme):  # the sum as training runs it: in place by elements, by rows the (rows, values) of the union
+        if not width:
+            return scheme.run(x.clone())  # in place: the copy (made before the timed phases) holds the sum
+        rows_U, values_UD = scheme.sum_rows(idx, held, numel)
+        out = torch.zeros_like(x)
+        out[rows_U] = values_UD
+        return out
+
     rows = []
     schemes = {}
     for name in names:
         scheme = schemes[name] = make_scheme(name, topology=planner_topology)
         scheme.sync_collectives = True
         for rep in range(repeats + 2):  # 2 warm-up runs
-            out = scheme.run(x.clone())  # in place: the copy (made before the timed phases) holds the sum
+            out = run(scheme)
             if rep < 2:
                 continue
             m = scheme.last_measured()
@@ -102,8 +113,10 @@ def _measure_on_rank(
             y = x.clone()
             dist.barrier()
             t0 = time.perf_counter()
-            out = scheme.run(y)
+            out = scheme.run(y) if not width else scheme.sum_rows(idx, held, numel)
             seconds = time.perf_counter() - t0
+            if width:
+                out = torch.zeros_like(x).index_put_((out[0],), out[1])
             lossless = bool(torch.equal(out, ref)) if values is None else bool(((out - ref).abs() <= tol).all())
             rows.append(
                 {
@@ -130,6 +143,7 @@ def measure(
     bandwidth_gbps: float | None = None,
     end_to_end: bool = True,
     planner_topology=None,
+    width: int = 0,
 ) -> pd.DataFrame:
     """Measured side only: one row per (scheme, phase) with bytes sent (summed over ranks; per rank in
     ``bytes_by_rank``), wire seconds (mean and median over repeats of the slowest rank), whole-phase seconds and
@@ -140,7 +154,11 @@ def measure(
     columns (``end_to_end=False`` skips those repeats). ``bandwidth_gbps``: the ranks run in the emulated
     network (:class:`~zen_analysis.ranks.netlab.NetLab`), each behind a link of that rate. ``schemes`` may name
     ``auto`` (:class:`~zen_analysis.comm.planner.AutoScheme`: the planner, pricing on ``planner_topology``, decides
-    in the first warm-up run and every timed run sums with its choice)."""
+    in the first warm-up run and every timed run sums with its choice). ``width`` > 0: row-granular sums
+    (:meth:`~zen_analysis.comm.schemes.base.CommScheme.sum_rows`) of a ``numel`` x ``width`` table, the index sets
+    its rows, each rank passing its rows and their values (checked against ``all_reduce`` of the dense tables)."""
+    if width and values is not None:
+        raise ValueError("measure by rows fills integer values itself: pass values=None with width")
     world = len(index_sets)
     names = list(schemes or SCHEMES)
     sets = [torch.as_tensor(s, dtype=torch.long) for s in index_sets]
@@ -157,11 +175,14 @@ def measure(
                 names,
                 end_to_end,
                 planner_topology,
+                width,
                 lab=lab,
                 timeout_s=600,
             )
     else:
-        results = fork_launch(_measure_on_rank, world, sets, vals, numel, repeats, names, end_to_end, planner_topology)
+        results = fork_launch(
+            _measure_on_rank, world, sets, vals, numel, repeats, names, end_to_end, planner_topology, width
+        )
     raw = pd.DataFrame([r for rows in results for r in rows])
     per_rep = raw.groupby(["scheme", "phase", "rep"]).agg(
         bytes_sent=("bytes_sent", "sum"),

@@ -76,7 +76,7 @@ def local_time(traffic: Traffic, topology: Topology, scheme: str) -> tuple[float
     summing what they send and receive, writing the result — priced by ``topology``'s fitted costs for
     ``scheme`` (:attr:`~zen_analysis.wire.topology.Topology.local_work`); None where it has none. The slowest
     rank's total stands for the whole run's local time (phases wait for it)."""
-    costs = topology.local_costs(scheme)
+    costs = topology.local_costs(scheme, rows=traffic.width > 0)
     if costs is None or not traffic.work:
         return None
     per_rank = sum(c * traffic.work[f] for f, c in zip(WORK_FEATURES, costs))

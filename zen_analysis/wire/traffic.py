@@ -18,7 +18,7 @@ from zen_analysis.wire.exchange import COUNT_BYTES, ring_chunk_sizes
 COLUMNS = ["rank", "phase", "kind", "bytes_sent", "bytes_received", "calls"]
 WORK_FEATURES = ("scanned", "bytes", "written")
 """What a rank's local work is priced by: dense elements scanned, bytes it sends plus receives (packed,
-unpacked, hashed, summed), non-zeros written into the result."""
+unpacked, hashed, summed), non-zeros written into the result (rows, for a row-granular sum)."""
 
 
 class Traffic:

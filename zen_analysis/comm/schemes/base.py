@@ -232,8 +232,8 @@ class CommScheme(ABC):
         self._traffic(sets, numel, t)
         if self.check_ranks:  # riding on a count: the values; a call of its own: a zero count and the values
             t.agreement(8 * (len(self.AGREEMENT) + (not self.folds_agreement)), folded=self.folds_agreement)
-        if self.scans_dense:
-            t.local_work(numel * max(width, 1), union_size(sets) * max(width, 1))
+        if self.scans_dense:  # by rows: nothing scanned (the rows are given), a written row counts once
+            t.local_work(0 if width else numel, union_size(sets))
         return t
 
     @abstractmethod
