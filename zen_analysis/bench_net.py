@@ -20,7 +20,9 @@ def bench_netlab(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     first if ``make reproduce`` has not): ``schemes``, every scheme replaying its natural and top-k tensors at
     ``ranks`` x ``bandwidths`` (figure ``netlab_speedup``); ``nodes``, flat vs hierarchical Zen vs all-reduce on
     2 nodes x 2 ranks at ``node_bandwidths``; ``train``, the default recipe trained for ``train_steps`` steps per
-    variant at ``train_bandwidths`` (figure ``netlab_training``). ``--set parts=schemes,nodes,train ranks=4,8
+    variant at ``train_bandwidths`` (figure ``netlab_training``); ``edit``, EDiT on a slow link against its sleep
+    emulation; ``pseudo``, sparse pseudo-gradients against dense local SGD (:func:`_netlab_pseudo`).
+    ``--set parts=schemes,nodes,train ranks=4,8
     bandwidths=0.5,1,2.5,10 train_bandwidths=1 train_steps=12 repeats=10``. Tables in ``data/derived/netlab/``."""
     from zen_analysis import paths
     from zen_analysis.ranks import netlab
@@ -41,8 +43,23 @@ def bench_netlab(overrides: list[str] | tuple[str, ...] = ()) -> dict:
         "train_workers_per_rank": 8,
         "edit_bandwidth": 0.5,
         "edit_steps": 40,
+        "pseudo_ranks": [4, 8],
+        "pseudo_bandwidths": [0.5],
+        "pseudo_steps": 40,
+        "pseudo_variants": [],
+        "pseudo_wide_variants": ["edit", "edit+topk+zen", "edit+topk+agsparse"],
     }
-    types = {"parts": names, "ranks": ints, "bandwidths": floats, "node_bandwidths": floats, "train_bandwidths": floats}
+    types = {
+        "parts": names,
+        "ranks": ints,
+        "bandwidths": floats,
+        "node_bandwidths": floats,
+        "train_bandwidths": floats,
+        "pseudo_ranks": ints,
+        "pseudo_bandwidths": floats,
+        "pseudo_variants": names,
+        "pseudo_wide_variants": names,
+    }
     opts = parse_sets("netlab", overrides, defaults, types)
     cfg = recipes.default()
     cfg.run_id = reproduce_run_id("default")
@@ -56,6 +73,7 @@ def bench_netlab(overrides: list[str] | tuple[str, ...] = ()) -> dict:
         "figures": _netlab_figures,
         "twins": _netlab_twins,
         "edit": _netlab_edit,
+        "pseudo": _netlab_pseudo,
     }
     for part, fn in parts.items():  # in this order, whatever the order of --set parts
         if part in opts["parts"]:
@@ -241,6 +259,41 @@ def _netlab_edit(run: str, opts: dict, out_dir: Path) -> pd.DataFrame:
     )
     print(text)
     return check
+
+
+def _netlab_pseudo(run: str, opts: dict, out_dir: Path) -> pd.DataFrame:
+    """``pseudo``: sparse pseudo-gradients (``local_sgd.compress=topk``) against dense EDiT, DiLoCo and DDP, the
+    default model with every rank behind ``pseudo_bandwidths`` links, ``pseudo_steps`` steps each (warm-up 4, a sync
+    every 8; the short runs' outer optimizer, plain averaging); every variant at 4 ranks (``pseudo_variants``, empty:
+    all), ``pseudo_wide_variants`` above 4 (8 ranks on 2 cores: a run takes twice as long). Table
+    ``pseudo_gradients``, figure ``netlab_pseudo_gradients`` (loss against time)."""
+    import pandas as pd
+
+    from zen_analysis.experiments.local_sgd import EDIT_TUNED, pseudo_gradient_sweep
+    from zen_analysis.plots.local_sgd import pseudo_gradients
+
+    base = recipes.default()
+    base.name = "bench-netlab-pseudo"
+    base.train.workers_per_rank = 1
+    base.train.num_steps = opts["pseudo_steps"]
+    base.train.eval_every = 0
+    settings = {**EDIT_TUNED, "local_sgd.warmup_steps": 4, "local_sgd.interval": 8, "local_sgd.ewma_warmup": 3}
+    tables = [
+        pseudo_gradient_sweep(
+            base,
+            ranks=[n],
+            bandwidths=opts["pseudo_bandwidths"],
+            variants=(opts["pseudo_variants"] or None) if n <= 4 else opts["pseudo_wide_variants"],
+            **settings,
+        )
+        for n in opts["pseudo_ranks"]
+    ]
+    table = pd.concat(tables, ignore_index=True)
+    metrics = pd.concat([t.attrs["metrics"] for t in tables], ignore_index=True)
+    shown = table.drop(columns=["run_id"]).round(4)
+    publish(table, out_dir / "pseudo_gradients", shown, opts)
+    draw_figure(pseudo_gradients(metrics), "netlab_pseudo_gradients")
+    return table
 
 
 def _bandwidths(value: str) -> list[float | None]:

@@ -11,20 +11,22 @@ from zen_analysis import paths, recipes
 from zen_analysis.runs.launch import launch
 
 
-def _run(scheme: str, tag: str, **local):
+def _run(method: str, tag: str, sync: dict | None = None, **local):
     cfg = recipes.smoke()
-    cfg.name = cfg.run_id = f"localsgd-{scheme}-{tag}"
+    cfg.name = cfg.run_id = f"localsgd-{method}-{tag}"
     cfg.dist.num_ranks = 4
     cfg.train.workers_per_rank = 1
     cfg.train.num_steps = 12
     cfg.capture.enabled = False
-    cfg.sync.scheme = scheme
+    cfg.sync.scheme = method
     for key, value in {"warmup_steps": 2, "interval": 3, **local}.items():
         setattr(cfg.local_sgd, key, value)
+    for key, value in (sync or {}).items():
+        setattr(cfg.sync, key, value)
     result = launch(copy.deepcopy(cfg), echo=False, progress=False)
     digests = {r["param_sha256"] for r in result.results.values()}
-    assert len(digests) == 1, f"{scheme}/{tag}: ranks differ after the final sync"
-    return result.metrics()["loss"].tolist(), digests.pop(), cfg.run_id
+    assert len(digests) == 1, f"{method}/{tag}: ranks differ after the final sync"
+    return result.metrics()["loss"].tolist(), digests.pop(), cfg.run_id, result.summary
 
 
 def test_local_sgd_identities_on_gloo():
@@ -93,3 +95,31 @@ def test_spikes_corrupt_only_their_steps_and_a_slow_link_slows_every_sync():
     delay = 0.01 + 4 * summary["num_params"] / (0.02e9 / 8)
     # a lower bound holds under any load (a median comparison between two runs does not, on shared cores)
     assert slow["step_s"].min() >= delay > 2 * clean["step_s"].min()
+
+
+def test_sparse_pseudo_gradients_sum_alike_through_every_scheme():
+    """``local_sgd.compress=topk``: EDiT's top-k pseudo-gradients with error feedback, summed by Zen (or whatever
+    ``auto`` picks per sync group), equal those summed by a dense all-reduce of the same selections (to summation
+    order), every rank holds the same parameters, and Zen sends fewer bytes per outer sync than the dense all-reduce
+    of the whole model."""
+    runs = {}
+    for s in ("zen", "allreduce", "auto"):
+        sync = {"planner_topology": "paper-tcp25"} if s == "auto" else None  # a preset: nothing to calibrate
+        runs[s] = _run("edit", f"topk-{s}", sync, ewma_warmup=1, compress="topk", topk_ratio=0.05, scheme=s)
+    summaries = {s: run[3] for s, run in runs.items()}
+    assert runs["zen"][0] == pytest.approx(runs["allreduce"][0], rel=1e-5, abs=1e-6)
+    assert runs["auto"][0] == pytest.approx(runs["allreduce"][0], rel=1e-5, abs=1e-6)
+    decisions = summaries["auto"]["planner"]
+    assert decisions and all(d["scheme"] in d["modelled_s"] for d in decisions.values())
+    assert summaries["zen"]["sync"]["bytes_per_sync"] > 0 and "planner" not in summaries["zen"]
+    sent = {}
+    for s, (_, _, run_id, _) in runs.items():
+        if s == "auto":
+            continue
+        rows = [
+            json.loads(line) for line in (paths.run_dir(run_id) / "local_sgd" / "rank0.jsonl").read_text().splitlines()
+        ]
+        synced = [r for r in rows if not r.get("init")]
+        assert synced and all(r["kept"] > 0 for r in synced if not r["anomalous"])
+        sent[s] = sum(r["bytes_sent"] for r in synced)
+    assert 0 < sent["zen"] < sent["allreduce"]

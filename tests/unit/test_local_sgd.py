@@ -260,6 +260,8 @@ def test_config_section_overrides_and_time_based_guard():
     assert LocalSGDSection(penalty="anomaly").overrides() == {
         "layerwise": True,
         "prefetch": True,
+        "compress": "none",
+        "scheme": "zen",
         "anomaly": True,
         "weighting": False,
         "clip": 0.0,
@@ -292,6 +294,9 @@ def test_the_config_section_and_the_engine_config_name_a_setting_alike():
         sync_time_s=3.0,
         min_total_steps=4,
         step_weight=0.5,
+        compress="topk",
+        topk_ratio=0.05,
+        scheme="agsparse",
     )
     assert set(full.overrides()) <= engine
     assert method_config("a_edit", **full.overrides()).sync_time_s == 3.0

@@ -37,6 +37,7 @@ _DEFAULT_WHEN_NEGATIVE = (
     "outer_lr",
     "outer_momentum",
     "clip",
+    "topk_ratio",
 )
 """Fields passed on when >= 0; a negative value keeps the method's default."""
 
@@ -72,8 +73,18 @@ class LocalSGDSection:
     """A-EDiT: a due sync is skipped (timer reset) if all workers together made fewer steps since the last."""
     step_weight: float = -1.0
     """A-EDiT: mix of step-count weights into the norm weights, w = (1 - r) w_norm + r K_m / sum K (default 0)."""
+    compress: str = "none"
+    """``topk``: each worker sends the top ``topk_ratio`` of its pseudo-gradient plus an error-feedback residual per
+    sync group, summed by ``scheme`` (``zen_analysis.local_sgd.sparse``); ``none``: a dense all-reduce."""
+    topk_ratio: float = -1.0
+    """With ``compress=topk``: the share of each group's elements a worker sends per outer sync (default 0.02)."""
+    scheme: str = "zen"
+    """With ``compress=topk``: the sparse scheme summing the workers' selections (any of ``comm.SCHEMES``), or
+    ``auto``: the planner picks per sync group (on ``sync.planner_topology``, every ``sync.planner_every`` steps)."""
 
     def __post_init__(self) -> None:
+        if self.compress not in ("none", "topk"):
+            raise ValueError(f"local_sgd.compress must be none or topk, got {self.compress!r}")
         if self.granularity not in ("", *GRANULARITIES):
             raise ValueError(f"local_sgd.granularity must be module, tensor or global, got {self.granularity!r}")
         if self.penalty not in ("default", "none") and not self._penalty_parts() <= set(PENALTY_PARTS):
@@ -86,7 +97,12 @@ class LocalSGDSection:
 
     def overrides(self) -> dict[str, Any]:
         """The fields to pass to ``method_config`` (same names as ``LocalSGDConfig``'s), sentinels left out."""
-        out: dict[str, Any] = {"layerwise": self.layerwise, "prefetch": self.prefetch}
+        out: dict[str, Any] = {
+            "layerwise": self.layerwise,
+            "prefetch": self.prefetch,
+            "compress": self.compress,
+            "scheme": self.scheme,
+        }
         for name in _DEFAULT_WHEN_NEGATIVE:
             if getattr(self, name) >= 0:
                 out[name] = getattr(self, name)

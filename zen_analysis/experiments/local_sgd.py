@@ -273,3 +273,78 @@ def slow_network_check(
     out["agrees_within_20pct"] = (out["emulated_over_lab"] - 1).abs() <= 0.2
     out.attrs["loopback_tokens_per_s"] = fast["tokens_per_s"]
     return out
+
+
+PSEUDO_VARIANTS = {
+    "ddp": ("allreduce", {}),
+    "edit": ("edit", {}),
+    "diloco": ("diloco", {}),
+    **{
+        f"{method}+topk+{scheme}": (method, {"local_sgd.compress": "topk", "local_sgd.scheme": scheme})
+        for method in ("edit", "diloco")
+        for scheme in ("zen", "agsparse", "omnireduce")
+    },
+}
+"""The slow-link comparison of sparse pseudo-gradients (label -> (``sync.scheme``, settings)): synchronous DDP,
+dense EDiT and DiLoCo, and both with top-k pseudo-gradients summed by Zen, AGsparse and OmniReduce."""
+
+
+def pseudo_gradient_sweep(
+    base,
+    *,
+    ranks=(4,),
+    bandwidths=(0.5,),
+    variants=None,
+    progress: bool = False,
+    **settings,
+) -> pd.DataFrame:
+    """Each variant of :data:`PSEUDO_VARIANTS` (or those named in ``variants``) trained on ``base`` with every rank
+    behind a link of each bandwidth in the emulated network (``dist.network=netlab``), at each rank count, the same
+    steps. One row per run: tokens/s (whole run), validation loss at the end (equal tokens), this rank's bytes and
+    seconds per outer sync (medians; the DDP row has no outer sync), the outer syncs' count; ``attrs["metrics"]``:
+    rank 0's per-step rows with ``elapsed_s`` (loss against wall-clock time). ``settings`` apply to every run."""
+    names = list(variants or PSEUDO_VARIANTS)
+    unknown = sorted(set(names) - set(PSEUDO_VARIANTS))
+    if unknown:
+        raise ValueError(f"unknown variants {unknown}; available: {list(PSEUDO_VARIANTS)}")
+    rows, frames = [], []
+    for n in ranks:
+        for gbps in bandwidths:
+            for name in names:
+                method, extra = PSEUDO_VARIANTS[name]
+                s = method_run(
+                    base,
+                    method,
+                    tag=f"{name.replace('+', '-')}-r{n}-{gbps:g}g",
+                    progress=progress,
+                    **settings,
+                    **extra,
+                    **{"dist.num_ranks": n, "dist.network": "netlab", "dist.bandwidth_gbps": gbps},
+                )
+                sync = s.get("sync") or {}
+                rows.append(
+                    {
+                        "variant": name,
+                        "ranks": n,
+                        "bandwidth_gbps": gbps,
+                        "tokens_per_s": s["tokens_per_s"],
+                        "val_loss": s["val_loss"],
+                        "bytes_per_sync": sync.get("bytes_per_sync", float("nan")),
+                        "outer_sync_s": sync.get("outer_sync_s", float("nan")),
+                        "syncs": sync.get("syncs", 0),
+                        "run_id": s["run_id"],
+                    }
+                )
+                m = s["metrics"].assign(variant=name, ranks=n, bandwidth_gbps=gbps)
+                m["elapsed_s"] = m["step_s"].cumsum()
+                frames.append(m)
+    out = pd.DataFrame(rows)
+    for _, cell in out.groupby(["ranks", "bandwidth_gbps"]):
+        for method in ("edit", "diloco"):
+            if method in set(cell["variant"]):
+                dense = cell.loc[cell["variant"] == method].iloc[0]
+                mine = cell["variant"].str.startswith(method)
+                out.loc[cell.index[mine], "speedup_vs_dense"] = cell.loc[mine, "tokens_per_s"] / dense["tokens_per_s"]
+                out.loc[cell.index[mine], "val_gap_vs_dense"] = cell.loc[mine, "val_loss"] / dense["val_loss"] - 1
+    out.attrs["metrics"] = pd.concat(frames, ignore_index=True)
+    return out

@@ -24,6 +24,7 @@ step was skipped to ``log`` (written to ``<run_dir>/local_sgd/rank<r>.jsonl`` by
 from __future__ import annotations
 
 import copy
+import statistics
 import time
 from dataclasses import asdict, dataclass
 
@@ -32,13 +33,14 @@ from torch import nn
 
 from zen_analysis.config.local_sgd import EDIT_CLIP, GRANULARITIES
 from zen_analysis.config.names import MethodName
-from zen_analysis.local_sgd.collective import Collective, TorchCollective
+from zen_analysis.local_sgd.collective import Collective, Done, TorchCollective
 from zen_analysis.local_sgd.penalty import (
     ANOMALY_PENALTY,
     EWMADetector,
     clip_coefficient,
     softmax_weights,
 )
+from zen_analysis.local_sgd.sparse import COMPRESSIONS, PseudoGradientTopK
 from zen_analysis.sync.base import GradSync
 
 
@@ -73,12 +75,29 @@ class LocalSGDConfig:
     """A-EDiT: skip a due sync (and reset the timer) if the workers made fewer steps together since the last."""
     step_weight: float = 0.0
     """A-EDiT: w = (1 - r) w_norm + r K_m / sum_j K_j, K the workers' cumulative step counts."""
+    compress: str = "none"
+    """``topk``: each worker sends the top ``topk_ratio`` of its pseudo-gradient plus error-feedback residual per
+    group (:mod:`zen_analysis.local_sgd.sparse`), summed by ``scheme``; ``none``: the dense all-reduce."""
+    topk_ratio: float = 0.02
+    scheme: str = "zen"
+    """The sparse scheme that sums the selections (any of ``zen_analysis.comm.SCHEMES``, or ``auto``: the planner
+    of :mod:`zen_analysis.comm.planner` picks per sync group from a sketch of the selections)."""
+    seed: int = 0
+    """Seeds the sampled top-k threshold and the scheme's hashing."""
 
     def __post_init__(self) -> None:
+        from zen_analysis.comm import SCHEMES
+
         if self.interval < 1 or self.warmup_steps < 0:
             raise ValueError("local SGD needs interval >= 1 and warmup_steps >= 0")
         if self.granularity not in GRANULARITIES:
             raise ValueError(f"granularity must be module, tensor or global, got {self.granularity!r}")
+        if self.compress not in COMPRESSIONS:
+            raise ValueError(f"local_sgd.compress must be one of {COMPRESSIONS}, got {self.compress!r}")
+        if self.scheme not in (*SCHEMES, "auto"):
+            raise ValueError(f"local_sgd.scheme must be one of {sorted(SCHEMES)} or auto, got {self.scheme!r}")
+        if not 0 < self.topk_ratio <= 1:
+            raise ValueError(f"local_sgd.topk_ratio must be in (0, 1], got {self.topk_ratio}")
 
 
 def method_config(method: str, **overrides) -> LocalSGDConfig:
@@ -119,7 +138,12 @@ class LocalSGD(GradSync):
     """The loop's ``sync`` object for local SGD methods (see the module docstring)."""
 
     def __init__(
-        self, config: LocalSGDConfig, *, name: str = "local_sgd", collective: Collective | None = None
+        self,
+        config: LocalSGDConfig,
+        *,
+        name: str = "local_sgd",
+        collective: Collective | None = None,
+        planner=None,
     ) -> None:
         self.config = config
         self.name = name
@@ -136,6 +160,17 @@ class LocalSGD(GradSync):
         self._done_step = -1
         self._dense = None
         self._sync_bytes = 0
+        self._seconds_at: dict[int, float] = {}
+        """Seconds in syncs (and rendezvous) per step, for the outer sync's time in :meth:`describe`."""
+        self.topk = PseudoGradientTopK(config.topk_ratio, seed=config.seed) if config.compress == "topk" else None
+        """``compress=topk``: the selection and the residuals (:mod:`zen_analysis.local_sgd.sparse`)."""
+        self._schemes: dict = {}
+        if config.compress == "topk" and config.scheme == "auto" and planner is None:
+            raise ValueError("local_sgd.scheme=auto needs a planner (train/registry.py builds it from sync.planner_*)")
+        self.planner = planner
+        """With ``scheme=auto``: a :class:`zen_analysis.comm.planner.Planner` (or a function of the world size that
+        builds one at ``attach``). At a group's first outer sync and every ``planner.every`` steps after, the ranks'
+        sketches of that group's selections are all-gathered and priced; ``decisions`` holds the choices."""
         self.sync_seconds = 0.0
         """Time spent in syncs and rendezvous (the loop's stragglers scale compute time only)."""
         self.delay = None
@@ -162,6 +197,14 @@ class LocalSGD(GradSync):
         from zen_analysis.sync.base import DenseAllReduce
 
         self.collective = self.collective or TorchCollective()
+        if self.topk is not None:
+            if self.link_seconds is not None:
+                raise ValueError(
+                    "local_sgd.compress=topk under perturb.bandwidth_gbps: the emulated delay prices a dense "
+                    "all-reduce; run the ranks behind real shaped links instead (dist.network=netlab)"
+                )
+            if callable(self.planner) and not hasattr(self.planner, "decide"):
+                self.planner = self.planner(self.collective.world)
         self._dense = DenseAllReduce()
         if self.collective.world > 1 and isinstance(self.collective, TorchCollective):
             self._dense.attach(model)  # identical start: rank 0's parameters
@@ -266,6 +309,8 @@ class LocalSGD(GradSync):
                 "detectors": self._detectors,
                 "log": self.log,
                 "sync_bytes": self._sync_bytes,
+                "topk": self.topk.state_dict() if self.topk is not None else None,
+                "planner": self.planner.state_dict() if hasattr(self.planner, "decide") else None,
             }
         )
 
@@ -273,6 +318,12 @@ class LocalSGD(GradSync):
         self.step, self._sync_bytes = int(state["step"]), int(state["sync_bytes"])
         self._anchor, self._momentum, self._detectors = state["anchor"], state["momentum"], state["detectors"]
         self.log = list(state["log"])
+        if (state.get("topk") is None) != (self.topk is None):
+            raise ValueError("the checkpoint's local_sgd.compress differs from this run's: resume with the same one")
+        if self.topk is not None:
+            self.topk.load_state_dict(state["topk"])
+        if state.get("planner") is not None and hasattr(self.planner, "decide"):
+            self.planner.load_state_dict(state["planner"])
 
     def finalize(self, model: nn.Module) -> None:
         """Force a sync of every unit (the model every worker then holds is the global one)."""
@@ -327,7 +378,9 @@ class LocalSGD(GradSync):
         try:
             return fn(*args)
         finally:
-            self.sync_seconds += time.perf_counter() - t0
+            dt = time.perf_counter() - t0
+            self.sync_seconds += dt
+            self._seconds_at[self.step] = self._seconds_at.get(self.step, 0.0) + dt
 
     @torch.no_grad()
     def _begin_group(self, key: str, params: list[nn.Parameter]) -> dict:
@@ -357,6 +410,23 @@ class LocalSGD(GradSync):
         if c.step_weight > 0:  # A-EDiT: workers that did more steps count more
             counts = coll.all_gather_scalars(float(self.step))
             w = (1 - c.step_weight) * w + c.step_weight * float(counts[coll.rank] / counts.sum().clamp(min=1))
+        row = {"step": self.step, "group": key, "norm": g, "z": z, "anomalous": anomalous, "weight": w}
+        if self.topk is not None:  # the selection is weighted and summed now: a sparse scheme's run blocks
+            sent, kept = self.topk.select(
+                key, torch.cat([d.reshape(-1) for d in delta]), worker=coll.rank, round=self.step, skip=anomalous
+            )
+            flat, nbytes = self._sum_sparse(key, sent.mul_(w))
+            row.update(kept=kept, bytes_sent=nbytes)
+            return {
+                "key": key,
+                "params": params,
+                "init": False,
+                "flat": flat,
+                "handle": Done(),
+                "link_done": None,
+                "bytes": nbytes,
+                "row": row,
+            }
         flat = torch.cat([d.reshape(-1) for d in delta]) * w
         handle = coll.all_reduce_sum_async(flat)
         link_done = None
@@ -372,8 +442,30 @@ class LocalSGD(GradSync):
             "flat": flat,
             "handle": handle,
             "link_done": link_done,
-            "row": {"step": self.step, "group": key, "norm": g, "z": z, "anomalous": anomalous, "weight": w},
+            "bytes": int(2 * (coll.world - 1) / coll.world * flat.numel() * flat.element_size()),
+            "row": row,
         }
+
+    def _sum_sparse(self, key: str, sent: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """The sum over workers of ``sent`` (in place) by the configured scheme (``auto``: the planner's choice for
+        group ``key``), and the bytes this rank sent (the planner's sketch gather included). On in-process thread
+        workers (tests) the collective's dense sum stands in: the same numbers up to summation order."""
+        from zen_analysis.comm import build_scheme
+
+        coll = self.collective
+        if isinstance(coll, TorchCollective) and coll.world > 1:
+            name, extra = self.config.scheme, 0
+            if self.planner is not None:
+                before = self.planner.bytes_sent
+                name = self.planner.choose(key, self.step, dense=sent, dtype=sent.dtype, group=coll.group)
+                extra = self.planner.bytes_sent - before
+            if name not in self._schemes:
+                self._schemes[name] = build_scheme(name, seed=self.config.seed)
+            scheme = self._schemes[name]
+            out = scheme.run(sent, group=coll.group)
+            return out, extra + int(scheme.last_measured()["bytes_sent"].sum())
+        coll.all_reduce_sum(sent)
+        return sent, int(2 * (coll.world - 1) / coll.world * sent.numel() * sent.element_size())
 
     @torch.no_grad()
     def _end_group(self, state: dict) -> None:
@@ -387,7 +479,8 @@ class LocalSGD(GradSync):
         anchor, flat = self._anchor[key], state["flat"]
         wait_start = time.perf_counter()
         state["handle"].wait()
-        self._sync_bytes += int(2 * (coll.world - 1) / coll.world * flat.numel() * flat.element_size())
+        self._sync_bytes += state["bytes"]
+        state["row"]["bytes_sent"] = state["bytes"]
         if (
             state["link_done"] is not None
         ):  # the slow link: what compute since the start did not hide, after the real wait
@@ -426,8 +519,26 @@ class LocalSGD(GradSync):
         return self._sync_bytes + (self._dense.bytes_sent if self._dense is not None else 0)
 
     def describe(self) -> dict:
-        syncs = len({r["step"] for r in self.log if not r.get("init")})
-        return {"method": self.name, **asdict(self.config), "syncs": syncs}
+        """The run summary's ``sync``: the settings, the outer syncs' count, this rank's bytes sent per outer sync
+        (median; the dense path's ring volume, a sparse scheme's measured bytes) and seconds per outer sync
+        (median: the groups' syncs of that step, waits included), and the residuals' norm with ``compress=topk``."""
+        steps = sorted({r["step"] for r in self.log if not r.get("init")})
+        per_sync = [
+            sum(r.get("bytes_sent", 0) for r in self.log if r["step"] == t and not r.get("init")) for t in steps
+        ]
+        seconds = [self._seconds_at.get(t, 0.0) for t in steps]
+        out = {"method": self.name, **asdict(self.config), "syncs": len(steps)}
+        if steps:
+            out["bytes_per_sync"] = int(statistics.median(per_sync))
+            out["outer_sync_s"] = float(statistics.median(seconds))
+        if self.topk is not None:
+            out["residual_norm"] = self.topk.residual_norm()
+        return out
+
+    @property
+    def decisions(self) -> dict:
+        """``scheme=auto``: the planner's choice per sync group (the run summary's ``planner`` entry)."""
+        return getattr(self.planner, "decisions", {}) if self.planner is not None else {}
 
 
 def _units(model: nn.Module) -> list[tuple[str, nn.Module, list[tuple[str, nn.Parameter]]]]:

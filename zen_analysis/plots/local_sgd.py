@@ -70,3 +70,23 @@ def penalty_ablation(runs: pd.DataFrame, *, spike_steps: list[int] | None = None
         y=1.03,
     )
     return fig
+
+
+def pseudo_gradients(metrics: pd.DataFrame) -> plt.Figure:
+    """Training loss (rank 0's worker) against wall-clock time, one panel per (ranks, link rate) and one line per
+    variant of the sparse pseudo-gradient sweep (``experiments.local_sgd.pseudo_gradient_sweep``'s
+    ``attrs["metrics"]``): who reaches a loss first on a slow link."""
+    style.apply()
+    cells = metrics[["ranks", "bandwidth_gbps"]].drop_duplicates().sort_values(["ranks", "bandwidth_gbps"])
+    fig, axes = plt.subplots(1, len(cells), figsize=(6 * len(cells), 3.8), sharey=True, squeeze=False)
+    colors = style.palette(metrics["variant"].unique())
+    for i, (ax, (_, cell)) in enumerate(zip(axes[0], cells.iterrows())):
+        part = metrics[(metrics["ranks"] == cell["ranks"]) & (metrics["bandwidth_gbps"] == cell["bandwidth_gbps"])]
+        sns.lineplot(data=part, x="elapsed_s", y="loss", hue="variant", ax=ax, palette=colors, legend=i == 0, lw=1)
+        ax.set(
+            xlabel="wall-clock (s)",
+            ylabel="training loss (rank 0's worker)",
+            title=f"{cell['ranks']} ranks x {cell['bandwidth_gbps']:g} Gbit/s",
+        )
+    fig.suptitle("Sparse pseudo-gradients on slow links: loss against time", y=1.03)
+    return fig

@@ -132,7 +132,9 @@ def launch(
             raise ValueError(f"checkpoints and resume do not cover this run yet: {why}")
     if resume and overwrite:
         raise ValueError("resume continues a run and overwrite replaces it: pass one of them")
-    if cfg.sync.scheme == "auto":  # the planner's topology, calibrated here on first use: a rank must not fork one
+    if cfg.sync.scheme == "auto" or (  # the planner's topology, calibrated here on first use: a rank must not fork one
+        cfg.local_sgd.compress == "topk" and cfg.local_sgd.scheme == "auto"
+    ):
         from zen_analysis.comm.calibrate import planner_topology
 
         d = cfg.dist

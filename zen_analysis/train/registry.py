@@ -28,7 +28,9 @@ def build_sync(cfg: SyncConfig, local_sgd=None, *, network: dict | None = None) 
     wire = None if cfg.wire_dtype == "model" else getattr(torch, cfg.wire_dtype)
     if cfg.scheme in METHODS:
         section = local_sgd or LocalSGDSection()
-        return LocalSGD(method_config(cfg.scheme, **section.overrides()), name=cfg.scheme)
+        config = method_config(cfg.scheme, seed=cfg.hash_seed, **section.overrides())
+        auto = config.compress == "topk" and config.scheme == "auto"
+        return LocalSGD(config, name=cfg.scheme, planner=_planner(cfg, network) if auto else None)
     if cfg.compress == "topk":
         if cfg.scheme not in (*SYNCS, *SPARSE_SCHEMES, "auto"):
             raise ValueError(f"sync.scheme={cfg.scheme!r} is unknown; available: {sorted([*SYNCS, *SPARSE_SCHEMES])}")
