@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 from zen_analysis import recipes
 from zen_analysis.bench_net import bench_ddp, bench_netlab
-from zen_analysis.bench_options import CONFIG, floats, ints, parse_sets
+from zen_analysis.bench_options import CONFIG, floats, ints, names, parse_sets
 from zen_analysis.bench_train import bench_train
 from zen_analysis.config import apply_overrides
 
@@ -285,6 +285,39 @@ def bench_stragglers(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     return {"table": out, "ratios": ratios}
 
 
+def bench_pseudo_density(overrides: list[str] | tuple[str, ...] = ()) -> dict:
+    """Natural sparsity of pseudo-gradients (:func:`~zen_analysis.experiments.local_sgd.pseudo_gradient_density`):
+    the default Llama and the word-level LSTM (``--set recipes=default,lstm-words``), EDiT on 4 ranks x 1 worker,
+    28 steps (warm-up 4, a sync every 8: 3 outer syncs), under AdamW with and without weight decay and the lazy
+    embedding update; how much of the embedding's pseudo-gradient is exactly zero. Table
+    ``data/derived/pseudo_density/pseudo_density``."""
+    from zen_analysis import paths
+    from zen_analysis.bench_net import publish
+    from zen_analysis.experiments.local_sgd import EDIT_TUNED, pseudo_gradient_density
+
+    opts = parse_sets(
+        "pseudo_density",
+        overrides,
+        {"recipes": ["default", "lstm-words"], "ranks": 4, "steps": 28},
+        {"recipes": names},
+        config=True,
+    )
+    bases = []
+    for name in opts["recipes"]:
+        base = recipes.get(name)
+        base.name = f"bench-density-{name}"
+        base.train.workers_per_rank = 1
+        base.train.num_steps = opts["steps"]
+        base.train.eval_every = 0
+        base.dist.num_ranks = opts["ranks"]
+        bases.append(apply_overrides(base, opts[CONFIG]))
+    settings = {**EDIT_TUNED, "local_sgd.warmup_steps": 4, "local_sgd.interval": 8, "local_sgd.ewma_warmup": 3}
+    table = pseudo_gradient_density(bases, **settings)
+    stem = paths.derived_dir() / "pseudo_density" / "pseudo_density"
+    publish(table, stem, table.drop(columns=["run_id"]).round(4), {k: v for k, v in opts.items() if k != CONFIG})
+    return {"table": table}
+
+
 def bench_zen(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     """``zen_sum`` vs dense all-reduce, AGsparse and BP-COO on 2 gloo ranks (one per core), at 4M / 32M / 128M
     elements and 0.5% / 1% / 5% density with 30% overlap, beside the local-work floor and Zen's local steps
@@ -340,6 +373,7 @@ BENCHMARKS = {
     "evaluate": Benchmark(bench_evaluate, "modelling speed at 16M elements x 128 workers"),
     "hashing": Benchmark(bench_hashing, "Algorithm 1 vs argsort on 10M indices"),
     "stragglers": Benchmark(bench_stragglers, "EDiT vs A-EDiT with a 2x straggler"),
+    "pseudo_density": Benchmark(bench_pseudo_density, "how sparse pseudo-gradients are by themselves (EDiT)"),
     "zen": Benchmark(bench_zen, "zen_sum vs dense all-reduce and sparse schemes up to 128M elements"),
     "netlab": Benchmark(bench_netlab, "schemes, hierarchical Zen and training on the emulated network", True),
     "ddp": Benchmark(bench_ddp, "the example DDP script, stock vs Zen, on loopback and shaped links", True),

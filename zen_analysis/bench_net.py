@@ -44,7 +44,8 @@ def bench_netlab(overrides: list[str] | tuple[str, ...] = ()) -> dict:
         "edit_bandwidth": 0.5,
         "edit_steps": 40,
         "pseudo_ranks": [4, 8],
-        "pseudo_bandwidths": [0.5],
+        "pseudo_bandwidths": [0.1, 0.5],
+        "pseudo_wide_bandwidths": [0.5],
         "pseudo_steps": 40,
         "pseudo_variants": [],
         "pseudo_wide_variants": ["edit", "edit+topk+zen", "edit+topk+agsparse"],
@@ -57,6 +58,7 @@ def bench_netlab(overrides: list[str] | tuple[str, ...] = ()) -> dict:
         "train_bandwidths": floats,
         "pseudo_ranks": ints,
         "pseudo_bandwidths": floats,
+        "pseudo_wide_bandwidths": floats,
         "pseudo_variants": names,
         "pseudo_wide_variants": names,
     }
@@ -265,8 +267,8 @@ def _netlab_pseudo(run: str, opts: dict, out_dir: Path) -> pd.DataFrame:
     """``pseudo``: sparse pseudo-gradients (``local_sgd.compress=topk``) against dense EDiT, DiLoCo and DDP, the
     default model with every rank behind ``pseudo_bandwidths`` links, ``pseudo_steps`` steps each (warm-up 4, a sync
     every 8; the short runs' outer optimizer, plain averaging); every variant at 4 ranks (``pseudo_variants``, empty:
-    all), ``pseudo_wide_variants`` above 4 (8 ranks on 2 cores: a run takes twice as long). Table
-    ``pseudo_gradients``, figure ``netlab_pseudo_gradients`` (loss against time)."""
+    all), ``pseudo_wide_variants`` at ``pseudo_wide_bandwidths`` above 4 (8 ranks on 2 cores: a run takes twice as
+    long). Table ``pseudo_gradients``, figure ``netlab_pseudo_gradients`` (loss against time)."""
     import pandas as pd
 
     from zen_analysis.experiments.local_sgd import EDIT_TUNED, pseudo_gradient_sweep
@@ -282,7 +284,7 @@ def _netlab_pseudo(run: str, opts: dict, out_dir: Path) -> pd.DataFrame:
         pseudo_gradient_sweep(
             base,
             ranks=[n],
-            bandwidths=opts["pseudo_bandwidths"],
+            bandwidths=opts["pseudo_bandwidths"] if n <= 4 else opts["pseudo_wide_bandwidths"],
             variants=(opts["pseudo_variants"] or None) if n <= 4 else opts["pseudo_wide_variants"],
             **settings,
         )

@@ -11,7 +11,7 @@ from zen_analysis import paths, recipes
 from zen_analysis.runs.launch import launch
 
 
-def _run(method: str, tag: str, sync: dict | None = None, **local):
+def _run(method: str, tag: str, sync: dict | None = None, train: dict | None = None, **local):
     cfg = recipes.smoke()
     cfg.name = cfg.run_id = f"localsgd-{method}-{tag}"
     cfg.dist.num_ranks = 4
@@ -23,6 +23,8 @@ def _run(method: str, tag: str, sync: dict | None = None, **local):
         setattr(cfg.local_sgd, key, value)
     for key, value in (sync or {}).items():
         setattr(cfg.sync, key, value)
+    for key, value in (train or {}).items():
+        setattr(cfg.train, key, value)
     result = launch(copy.deepcopy(cfg), echo=False, progress=False)
     digests = {r["param_sha256"] for r in result.results.values()}
     assert len(digests) == 1, f"{method}/{tag}: ranks differ after the final sync"
@@ -123,3 +125,24 @@ def test_sparse_pseudo_gradients_sum_alike_through_every_scheme():
         assert synced and all(r["kept"] > 0 for r in synced if not r["anomalous"])
         sent[s] = sum(r["bytes_sent"] for r in synced)
     assert 0 < sent["zen"] < sent["allreduce"]
+
+
+def test_natural_pseudo_gradients_sum_losslessly_and_skip_untouched_rows():
+    """``local_sgd.compress=natural``: the whole pseudo-gradient through Zen gives dense EDiT's losses (to summation
+    order). Under ``train.embedding_update=lazy`` the rows no worker's batches touched keep their weights, so the
+    embedding's pseudo-gradient has exact zeros (logged ``density`` < 1) and Zen sends fewer bytes for its group than
+    the dense all-reduce would; the dense blocks' density is 1."""
+    lazy = {"embedding_update": "lazy"}
+    dense = _run("edit", "natural-dense", None, lazy, ewma_warmup=1)
+    natural = _run("edit", "natural-zen", None, lazy, ewma_warmup=1, compress="natural", scheme="zen")
+    assert natural[0] == pytest.approx(dense[0], rel=1e-5, abs=1e-6)
+    rows = [
+        json.loads(line) for line in (paths.run_dir(natural[2]) / "local_sgd" / "rank0.jsonl").read_text().splitlines()
+    ]
+    synced = [r for r in rows if not r.get("init") and not r["anomalous"]]
+    embedding = [r for r in synced if r["embedding"]]
+    blocks = [r for r in synced if "layers" in r["group"]]
+    assert embedding and blocks
+    # the smoke model's embedding shares its group (the root module's own parameters) with the final norm
+    assert all(0 < r["density"] < 0.8 for r in embedding) and all(r["density"] > 0.9 for r in blocks)
+    assert all(r["bytes_sent"] < 2 * 3 / 4 * r["numel"] * 4 for r in embedding)  # under the ring all-reduce's

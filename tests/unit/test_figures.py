@@ -137,6 +137,21 @@ def _figures():
     )
     dens = pd.DataFrame([{"workload": w, "n": n, "gamma": n**0.6} for w in ("a", "b") for n in (2, 4, 8, 16)])
     skew = pd.DataFrame([{"workload": "a", "worker": 0, "num_partitions": p, "skewness": p**0.5} for p in (2, 8, 32)])
+    pseudo = pd.DataFrame(
+        [
+            {
+                "variant": v,
+                "ranks": n,
+                "bandwidth_gbps": b,
+                "step": s,
+                "loss": 6 - s / (10 + i),
+                "elapsed_s": s * (i + 1),
+            }
+            for i, v in enumerate(("ddp", "edit", "edit+topk+zen"))
+            for n, b in ((4, 0.1), (4, 0.5), (8, 0.5))
+            for s in range(5)
+        ]
+    )
     methods = pd.DataFrame(
         [
             {"method": m, "step": s, "loss": 5 - s / 10, "elapsed_s": s}
@@ -202,6 +217,7 @@ def _figures():
         "fig2b": sparsity.densification(dens),
         "fig3b": sparsity.skewness(skew),
         "edit": local_sgd.loss_curves(methods),
+        "pseudo": local_sgd.pseudo_gradients(pseudo),
     }
 
 
@@ -274,3 +290,11 @@ def test_fig16_legend_names_each_line_once_without_headers(figures):
     for ax in figures["fig16"].axes:
         labels = [t.get_text() for t in ax.get_legend().get_texts()]
         assert len(labels) == len(set(labels)) and not {"setting", "sweep"} & set(labels), labels
+
+
+def test_pseudo_gradient_figure_has_a_panel_per_cell_and_a_line_per_variant(figures):
+    fig = figures["pseudo"]
+    panels = [ax for ax in fig.axes if ax.get_title()]
+    assert [ax.get_title() for ax in panels] == ["4 ranks x 0.1 Gbit/s", "4 ranks x 0.5 Gbit/s", "8 ranks x 0.5 Gbit/s"]
+    assert all(len(ax.get_lines()) >= 3 for ax in panels)
+    assert set(_legend_colors(fig)) == {"ddp", "edit", "edit+topk+zen"}

@@ -55,6 +55,11 @@ def test_ratio_one_equals_the_dense_method_and_a_small_ratio_moves_the_anchor_by
         assert all(torch.equal(a, b) for (a, _), (b, _) in zip(dense, full))
         log = full[0][1]
         assert all(r["kept"] > 0 for r in log if not r.get("init") and not r["anomalous"])
+        # natural: the whole pseudo-gradient, summed losslessly: the dense method's numbers, its density logged
+        natural = sync_rounds(method_config(method, warmup_steps=0, ewma_warmup=1, compress="natural"), offsets)
+        assert all(torch.equal(a, b) for (a, _), (b, _) in zip(dense, natural))
+        densities = [r["density"] for r in natural[0][1] if not r.get("init")]
+        assert all(0 <= d <= 1 for d in densities) and max(densities) > 0
 
     # outer lr 1, no momentum: the anchor moves by minus the average of the workers' selections, and what a worker
     # left out is in its residual

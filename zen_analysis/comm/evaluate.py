@@ -335,7 +335,7 @@ def crossover_report(run: str | Path, *, tensor: str | None = None) -> list[str]
     numel = int(tensors[tensor]["numel"])
     lines = []
     for n in worker_counts(len(ordered)):
-        if load(netlab_calibration_path(n)) is None or load(netlab_host_calibration_path(n)) is None:
+        if load(netlab_calibration_path(n)) is None or load(netlab_host_calibration_path(n), links_only=True) is None:
             continue
         c = crossover(ordered[:n], numel, lambda gbps, n=n: netlab(n, gbps))
         rate = c["rate_gbps"]

@@ -75,16 +75,18 @@ class LocalSGDSection:
     """A-EDiT: mix of step-count weights into the norm weights, w = (1 - r) w_norm + r K_m / sum K (default 0)."""
     compress: str = "none"
     """``topk``: each worker sends the top ``topk_ratio`` of its pseudo-gradient plus an error-feedback residual per
-    sync group, summed by ``scheme`` (``zen_analysis.local_sgd.sparse``); ``none``: a dense all-reduce."""
+    sync group, summed by ``scheme`` (``zen_analysis.local_sgd.sparse``); ``natural``: the whole pseudo-gradient,
+    summed losslessly by ``scheme`` (what no worker changed is not sent); ``none``: a dense all-reduce."""
     topk_ratio: float = -1.0
     """With ``compress=topk``: the share of each group's elements a worker sends per outer sync (default 0.02)."""
     scheme: str = "zen"
-    """With ``compress=topk``: the sparse scheme summing the workers' selections (any of ``comm.SCHEMES``), or
-    ``auto``: the planner picks per sync group (on ``sync.planner_topology``, every ``sync.planner_every`` steps)."""
+    """With ``compress=topk`` or ``natural``: the sparse scheme summing what the workers send (any of
+    ``comm.SCHEMES``), or ``auto``: the planner picks per sync group (on ``sync.planner_topology``, every
+    ``sync.planner_every`` steps)."""
 
     def __post_init__(self) -> None:
-        if self.compress not in ("none", "topk"):
-            raise ValueError(f"local_sgd.compress must be none or topk, got {self.compress!r}")
+        if self.compress not in ("none", "topk", "natural"):
+            raise ValueError(f"local_sgd.compress must be none, topk or natural, got {self.compress!r}")
         if self.granularity not in ("", *GRANULARITIES):
             raise ValueError(f"local_sgd.granularity must be module, tensor or global, got {self.granularity!r}")
         if self.penalty not in ("default", "none") and not self._penalty_parts() <= set(PENALTY_PARTS):

@@ -348,3 +348,63 @@ def pseudo_gradient_sweep(
                 out.loc[cell.index[mine], "val_gap_vs_dense"] = cell.loc[mine, "val_loss"] / dense["val_loss"] - 1
     out.attrs["metrics"] = pd.concat(frames, ignore_index=True)
     return out
+
+
+DENSITY_UPDATES = {
+    "adamw": {},
+    "adamw, no weight decay": {"train.weight_decay": 0.0},
+    "lazy embedding": {"train.embedding_update": "lazy"},
+}
+"""How the inner optimizer steps the embedding, for :func:`pseudo_gradient_density`: AdamW over every row with the
+recipe's weight decay (the default), AdamW without weight decay (``train.weight_decay`` is the whole model's), and
+the lazy row update (``train.embedding_update=lazy``: untouched rows keep weights and moments)."""
+
+
+def pseudo_gradient_density(bases, *, updates=None, progress: bool = False, **settings) -> pd.DataFrame:
+    """Natural sparsity of pseudo-gradients: each config of ``bases`` trained with EDiT under each inner update of
+    :data:`DENSITY_UPDATES` (or those named in ``updates``), ``settings`` applied to every run; from every rank's
+    sync log, the density (non-zero share of the elements) of the input embedding's pseudo-gradient and of the rest,
+    per worker and outer sync, before any selection. One row per (recipe, update): the medians and extremes over
+    workers and syncs, the embedding's share of the model, and the densest and sparsest other group."""
+    from zen_analysis import paths
+
+    names = list(updates or DENSITY_UPDATES)
+    rows = []
+    for base in bases:
+        for update in names:
+            s = method_run(
+                base,
+                "edit",
+                tag=update.replace(", ", "-").replace(" ", "-"),
+                progress=progress,
+                **settings,
+                **DENSITY_UPDATES[update],
+            )
+            log = pd.concat(
+                [
+                    pd.read_json(p, lines=True)
+                    for p in sorted((paths.run_dir(s["run_id"]) / "local_sgd").glob("*.jsonl"))
+                ]
+            )
+            synced = log[log["init"].ne(True) & log["anomalous"].eq(False)] if "init" in log else log
+            emb, rest = synced[synced["embedding"]], synced[~synced["embedding"]]
+            if emb.empty:
+                raise ValueError(f"{base.name}: no sync group holds the input embedding (granularity=global?)")
+            rows.append(
+                {
+                    "recipe": base.name,
+                    "update": update,
+                    "embedding_density": float(emb["density"].median()),
+                    "embedding_density_min": float(emb["density"].min()),
+                    "embedding_density_max": float(emb["density"].max()),
+                    "embedding_share": float(
+                        emb["numel"].iloc[0] / (emb["numel"].iloc[0] + rest.groupby("group")["numel"].first().sum())
+                    ),
+                    "other_density_median": float(rest["density"].median()) if len(rest) else float("nan"),
+                    "other_density_min": float(rest["density"].min()) if len(rest) else float("nan"),
+                    "syncs": int(emb["step"].nunique()),
+                    "val_loss": s["val_loss"],
+                    "run_id": s["run_id"],
+                }
+            )
+    return pd.DataFrame(rows)

@@ -77,7 +77,9 @@ class LocalSGDConfig:
     """A-EDiT: w = (1 - r) w_norm + r K_m / sum_j K_j, K the workers' cumulative step counts."""
     compress: str = "none"
     """``topk``: each worker sends the top ``topk_ratio`` of its pseudo-gradient plus error-feedback residual per
-    group (:mod:`zen_analysis.local_sgd.sparse`), summed by ``scheme``; ``none``: the dense all-reduce."""
+    group (:mod:`zen_analysis.local_sgd.sparse`), summed by ``scheme``; ``natural``: the whole pseudo-gradient,
+    summed losslessly by ``scheme`` (its exact zeros, e.g. the embedding rows no worker touched under
+    ``train.embedding_update=lazy``, are not sent); ``none``: the dense all-reduce."""
     topk_ratio: float = 0.02
     scheme: str = "zen"
     """The sparse scheme that sums the selections (any of ``zen_analysis.comm.SCHEMES``, or ``auto``: the planner
@@ -165,7 +167,9 @@ class LocalSGD(GradSync):
         self.topk = PseudoGradientTopK(config.topk_ratio, seed=config.seed) if config.compress == "topk" else None
         """``compress=topk``: the selection and the residuals (:mod:`zen_analysis.local_sgd.sparse`)."""
         self._schemes: dict = {}
-        if config.compress == "topk" and config.scheme == "auto" and planner is None:
+        self._embedding = None
+        """The model's input-embedding weight (its group's log rows say ``embedding``: natural sparsity lives there)."""
+        if config.compress != "none" and config.scheme == "auto" and planner is None:
             raise ValueError("local_sgd.scheme=auto needs a planner (train/registry.py builds it from sync.planner_*)")
         self.planner = planner
         """With ``scheme=auto``: a :class:`zen_analysis.comm.planner.Planner` (or a function of the world size that
@@ -197,11 +201,11 @@ class LocalSGD(GradSync):
         from zen_analysis.sync.base import DenseAllReduce
 
         self.collective = self.collective or TorchCollective()
-        if self.topk is not None:
+        if self.config.compress != "none":
             if self.link_seconds is not None:
                 raise ValueError(
-                    "local_sgd.compress=topk under perturb.bandwidth_gbps: the emulated delay prices a dense "
-                    "all-reduce; run the ranks behind real shaped links instead (dist.network=netlab)"
+                    f"local_sgd.compress={self.config.compress} under perturb.bandwidth_gbps: the emulated delay "
+                    "prices a dense all-reduce; run the ranks behind real shaped links instead (dist.network=netlab)"
                 )
             if callable(self.planner) and not hasattr(self.planner, "decide"):
                 self.planner = self.planner(self.collective.world)
@@ -210,6 +214,8 @@ class LocalSGD(GradSync):
             self._dense.attach(model)  # identical start: rank 0's parameters
         else:
             self._dense = None
+        embed = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+        self._embedding = getattr(embed, "weight", None)
         self._units = _units(model)
         for key, module, _ in self._units:
             if self.config.layerwise and self.config.granularity != "global" and module is not model:
@@ -410,13 +416,24 @@ class LocalSGD(GradSync):
         if c.step_weight > 0:  # A-EDiT: workers that did more steps count more
             counts = coll.all_gather_scalars(float(self.step))
             w = (1 - c.step_weight) * w + c.step_weight * float(counts[coll.rank] / counts.sum().clamp(min=1))
-        row = {"step": self.step, "group": key, "norm": g, "z": z, "anomalous": anomalous, "weight": w}
-        if self.topk is not None:  # the selection is weighted and summed now: a sparse scheme's run blocks
-            sent, kept = self.topk.select(
-                key, torch.cat([d.reshape(-1) for d in delta]), worker=coll.rank, round=self.step, skip=anomalous
-            )
-            flat, nbytes = self._sum_sparse(key, sent.mul_(w))
-            row.update(kept=kept, bytes_sent=nbytes)
+        flat = torch.cat([d.reshape(-1) for d in delta])
+        row = {
+            "step": self.step,
+            "group": key,
+            "norm": g,
+            "z": z,
+            "anomalous": anomalous,
+            "weight": w,
+            "numel": flat.numel(),
+            "density": float(torch.count_nonzero(flat)) / max(flat.numel(), 1),
+            "embedding": any(p is self._embedding for p in params),
+        }
+        if c.compress != "none":  # summed now by a sparse scheme (its run blocks): the selection, or all of it
+            if self.topk is not None:
+                flat, kept = self.topk.select(key, flat, worker=coll.rank, round=self.step, skip=anomalous)
+                row["kept"] = kept
+            flat, nbytes = self._sum_sparse(key, flat.mul_(w))
+            row["bytes_sent"] = nbytes
             return {
                 "key": key,
                 "params": params,
@@ -427,7 +444,7 @@ class LocalSGD(GradSync):
                 "bytes": nbytes,
                 "row": row,
             }
-        flat = torch.cat([d.reshape(-1) for d in delta]) * w
+        flat = flat * w
         handle = coll.all_reduce_sum_async(flat)
         link_done = None
         if self.link_seconds is not None:  # the slow link: this transfer starts when the previous one is through

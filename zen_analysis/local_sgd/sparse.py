@@ -27,7 +27,7 @@ import torch
 
 from zen_analysis.capture.topk import TopKCompressor
 
-COMPRESSIONS = ("none", "topk")
+COMPRESSIONS = ("none", "topk", "natural")
 
 
 class PseudoGradientTopK:

@@ -80,13 +80,13 @@ def pseudo_gradients(metrics: pd.DataFrame) -> plt.Figure:
     cells = metrics[["ranks", "bandwidth_gbps"]].drop_duplicates().sort_values(["ranks", "bandwidth_gbps"])
     fig, axes = plt.subplots(1, len(cells), figsize=(6 * len(cells), 3.8), sharey=True, squeeze=False)
     colors = style.palette(metrics["variant"].unique())
-    for i, (ax, (_, cell)) in enumerate(zip(axes[0], cells.iterrows())):
-        part = metrics[(metrics["ranks"] == cell["ranks"]) & (metrics["bandwidth_gbps"] == cell["bandwidth_gbps"])]
+    for i, (ax, (ranks, gbps)) in enumerate(zip(axes[0], cells.itertuples(index=False))):
+        part = metrics[(metrics["ranks"] == ranks) & (metrics["bandwidth_gbps"] == gbps)]
         sns.lineplot(data=part, x="elapsed_s", y="loss", hue="variant", ax=ax, palette=colors, legend=i == 0, lw=1)
         ax.set(
             xlabel="wall-clock (s)",
             ylabel="training loss (rank 0's worker)",
-            title=f"{cell['ranks']} ranks x {cell['bandwidth_gbps']:g} Gbit/s",
+            title=f"{int(ranks)} ranks x {gbps:g} Gbit/s",
         )
     fig.suptitle("Sparse pseudo-gradients on slow links: loss against time", y=1.03)
     return fig

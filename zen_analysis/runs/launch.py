@@ -133,7 +133,7 @@ def launch(
     if resume and overwrite:
         raise ValueError("resume continues a run and overwrite replaces it: pass one of them")
     if cfg.sync.scheme == "auto" or (  # the planner's topology, calibrated here on first use: a rank must not fork one
-        cfg.local_sgd.compress == "topk" and cfg.local_sgd.scheme == "auto"
+        cfg.local_sgd.compress != "none" and cfg.local_sgd.scheme == "auto"
     ):
         from zen_analysis.comm.calibrate import planner_topology
 

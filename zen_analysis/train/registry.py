@@ -29,7 +29,7 @@ def build_sync(cfg: SyncConfig, local_sgd=None, *, network: dict | None = None) 
     if cfg.scheme in METHODS:
         section = local_sgd or LocalSGDSection()
         config = method_config(cfg.scheme, seed=cfg.hash_seed, **section.overrides())
-        auto = config.compress == "topk" and config.scheme == "auto"
+        auto = config.compress != "none" and config.scheme == "auto"
         return LocalSGD(config, name=cfg.scheme, planner=_planner(cfg, network) if auto else None)
     if cfg.compress == "topk":
         if cfg.scheme not in (*SYNCS, *SPARSE_SCHEMES, "auto"):
