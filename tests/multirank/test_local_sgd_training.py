@@ -146,3 +146,24 @@ def test_natural_pseudo_gradients_sum_losslessly_and_skip_untouched_rows():
     # the smoke model's embedding shares its group (the root module's own parameters) with the final norm
     assert all(0 < r["density"] < 0.8 for r in embedding) and all(r["density"] > 0.9 for r in blocks)
     assert all(r["bytes_sent"] < 2 * 3 / 4 * r["numel"] * 4 for r in embedding)  # under the ring all-reduce's
+
+
+def test_the_density_experiment_reads_the_embeddings_own_share():
+    """``pseudo_gradient_density``: AdamW with weight decay moves every embedding row (density 1); the lazy update
+    leaves the untouched rows exactly (density < 1), read from the embedding's own slice of its sync group."""
+    from zen_analysis.experiments.local_sgd import pseudo_gradient_density
+
+    base = recipes.smoke()
+    base.name = "density-smoke"
+    base.dist.num_ranks = 2
+    base.train.workers_per_rank = 1
+    base.train.num_steps = 8
+    table = pseudo_gradient_density(
+        [base],
+        updates=["adamw", "lazy embedding"],
+        **{"local_sgd.warmup_steps": 2, "local_sgd.interval": 3, "local_sgd.ewma_warmup": 1},
+    ).set_index("update")
+    assert table.loc["adamw", "embedding_density"] == 1.0
+    assert 0 < table.loc["lazy embedding", "embedding_density"] < table.loc["lazy embedding", "group_density"] <= 1
+    assert (table["other_density_median"] == 1.0).all() and (table["syncs"] >= 2).all()
+    assert 0 < table.loc["adamw", "embedding_share"] < 1

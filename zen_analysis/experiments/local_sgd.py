@@ -364,8 +364,10 @@ def pseudo_gradient_density(bases, *, updates=None, progress: bool = False, **se
     """Natural sparsity of pseudo-gradients: each config of ``bases`` trained with EDiT under each inner update of
     :data:`DENSITY_UPDATES` (or those named in ``updates``), ``settings`` applied to every run; from every rank's
     sync log, the density (non-zero share of the elements) of the input embedding's pseudo-gradient and of the rest,
-    per worker and outer sync, before any selection. One row per (recipe, update): the medians and extremes over
-    workers and syncs, the embedding's share of the model, and the densest and sparsest other group."""
+    per worker and outer sync, before any selection. One row per (recipe, update): the embedding's density (median
+    and extremes over workers and syncs), its sync group's (it may share one with other parameters: the Llama's
+    root module holds the untied LM head too), the embedding's share of the model, and the other groups' density
+    (median, least)."""
     from zen_analysis import paths
 
     names = list(updates or DENSITY_UPDATES)
@@ -387,18 +389,21 @@ def pseudo_gradient_density(bases, *, updates=None, progress: bool = False, **se
                 ]
             )
             synced = log[log["init"].ne(True) & log["anomalous"].eq(False)] if "init" in log else log
-            emb, rest = synced[synced["embedding"]], synced[~synced["embedding"]]
+            is_emb = synced["embedding"].fillna(False).astype(bool)  # NaN on the init rows' float column
+            emb, rest = synced[is_emb], synced[~is_emb]
             if emb.empty:
                 raise ValueError(f"{base.name}: no sync group holds the input embedding (granularity=global?)")
             rows.append(
                 {
                     "recipe": base.name,
                     "update": update,
-                    "embedding_density": float(emb["density"].median()),
-                    "embedding_density_min": float(emb["density"].min()),
-                    "embedding_density_max": float(emb["density"].max()),
+                    "embedding_density": float(emb["embedding_density"].median()),
+                    "embedding_density_min": float(emb["embedding_density"].min()),
+                    "embedding_density_max": float(emb["embedding_density"].max()),
+                    "group_density": float(emb["density"].median()),
                     "embedding_share": float(
-                        emb["numel"].iloc[0] / (emb["numel"].iloc[0] + rest.groupby("group")["numel"].first().sum())
+                        emb["embedding_numel"].iloc[0]
+                        / (emb["numel"].iloc[0] + rest.groupby("group")["numel"].first().sum())
                     ),
                     "other_density_median": float(rest["density"].median()) if len(rest) else float("nan"),
                     "other_density_min": float(rest["density"].min()) if len(rest) else float("nan"),

@@ -428,6 +428,9 @@ class LocalSGD(GradSync):
             "density": float(torch.count_nonzero(flat)) / max(flat.numel(), 1),
             "embedding": any(p is self._embedding for p in params),
         }
+        for p, d in zip(params, delta):  # the embedding's own share, where it shares a group with other parameters
+            if p is self._embedding:
+                row.update(embedding_numel=d.numel(), embedding_density=float(torch.count_nonzero(d)) / d.numel())
         if c.compress != "none":  # summed now by a sparse scheme (its run blocks): the selection, or all of it
             if self.topk is not None:
                 flat, kept = self.topk.select(key, flat, worker=coll.rank, round=self.step, skip=anomalous)
