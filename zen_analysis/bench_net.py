@@ -290,8 +290,8 @@ def _netlab_pseudo(run: str, opts: dict, out_dir: Path) -> pd.DataFrame:
         )
         for n in opts["pseudo_ranks"]
     ]
+    metrics = pd.concat([t.attrs.pop("metrics") for t in tables], ignore_index=True)  # concat compares attrs
     table = pd.concat(tables, ignore_index=True)
-    metrics = pd.concat([t.attrs["metrics"] for t in tables], ignore_index=True)
     shown = table.drop(columns=["run_id"]).round(4)
     publish(table, out_dir / "pseudo_gradients", shown, opts)
     draw_figure(pseudo_gradients(metrics), "netlab_pseudo_gradients")

@@ -300,13 +300,15 @@ def pseudo_gradient_sweep(
 ) -> pd.DataFrame:
     """Each variant of :data:`PSEUDO_VARIANTS` (or those named in ``variants``) trained on ``base`` with every rank
     behind a link of each bandwidth in the emulated network (``dist.network=netlab``), at each rank count, the same
-    steps. One row per run: tokens/s (whole run), validation loss at the end (equal tokens), this rank's bytes and
+    steps. One row per run: tokens/s (whole run, and after the synchronous warm-up: ``local_tokens_per_s``; DDP's is
+    its whole run), validation loss at the end (equal tokens), this rank's bytes and
     seconds per outer sync (medians; the DDP row has no outer sync), the outer syncs' count; ``attrs["metrics"]``:
     rank 0's per-step rows with ``elapsed_s`` (loss against wall-clock time). ``settings`` apply to every run."""
     names = list(variants or PSEUDO_VARIANTS)
     unknown = sorted(set(names) - set(PSEUDO_VARIANTS))
     if unknown:
         raise ValueError(f"unknown variants {unknown}; available: {list(PSEUDO_VARIANTS)}")
+    tokens_per_step = base.train.workers_per_rank * base.train.batch_per_worker * base.train.seq_len
     rows, frames = [], []
     for n in ranks:
         for gbps in bandwidths:
@@ -328,6 +330,7 @@ def pseudo_gradient_sweep(
                         "ranks": n,
                         "bandwidth_gbps": gbps,
                         "tokens_per_s": s["tokens_per_s"],
+                        "local_tokens_per_s": _local_tokens_per_s(s, tokens_per_step),
                         "val_loss": s["val_loss"],
                         "bytes_per_sync": sync.get("bytes_per_sync", float("nan")),
                         "outer_sync_s": sync.get("outer_sync_s", float("nan")),
@@ -345,6 +348,9 @@ def pseudo_gradient_sweep(
                 dense = cell.loc[cell["variant"] == method].iloc[0]
                 mine = cell["variant"].str.startswith(method)
                 out.loc[cell.index[mine], "speedup_vs_dense"] = cell.loc[mine, "tokens_per_s"] / dense["tokens_per_s"]
+                out.loc[cell.index[mine], "local_speedup_vs_dense"] = (
+                    cell.loc[mine, "local_tokens_per_s"] / dense["local_tokens_per_s"]
+                )
                 out.loc[cell.index[mine], "val_gap_vs_dense"] = cell.loc[mine, "val_loss"] / dense["val_loss"] - 1
     out.attrs["metrics"] = pd.concat(frames, ignore_index=True)
     return out

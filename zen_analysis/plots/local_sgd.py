@@ -81,11 +81,13 @@ def pseudo_gradients(metrics: pd.DataFrame) -> plt.Figure:
     fig, axes = plt.subplots(1, len(cells), figsize=(6 * len(cells), 3.8), sharey=True, squeeze=False)
     colors = style.palette(metrics["variant"].unique())
     for i, (ax, (ranks, gbps)) in enumerate(zip(axes[0], cells.itertuples(index=False))):
-        part = metrics[(metrics["ranks"] == ranks) & (metrics["bandwidth_gbps"] == gbps)]
-        sns.lineplot(data=part, x="elapsed_s", y="loss", hue="variant", ax=ax, palette=colors, legend=i == 0, lw=1)
+        part = metrics[(metrics["ranks"] == ranks) & (metrics["bandwidth_gbps"] == gbps)].copy()
+        # one micro-batch per worker: a step's loss is noisy, the mean of the last 5 steps shows the trend
+        part["loss"] = part.groupby("variant")["loss"].transform(lambda x: x.rolling(5, min_periods=1).mean())
+        sns.lineplot(data=part, x="elapsed_s", y="loss", hue="variant", ax=ax, palette=colors, legend=i == 0, lw=1.2)
         ax.set(
             xlabel="wall-clock (s)",
-            ylabel="training loss (rank 0's worker)",
+            ylabel="training loss, rank 0 (mean of 5 steps)",
             title=f"{int(ranks)} ranks x {gbps:g} Gbit/s",
         )
     fig.suptitle("Sparse pseudo-gradients on slow links: loss against time", y=1.03)

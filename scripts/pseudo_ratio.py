@@ -1,0 +1,32 @@
+"""EDiT + top-k + Zen at several top-k ratios on 4 ranks x 0.1 Gbit/s (the network lab: root), with the settings of
+``zen-analysis bench netlab --set parts=pseudo``: which ratio closes the validation-loss gap to dense EDiT, and what it
+costs in speed (README, "Sparse pseudo-gradients"). One JSON line per ratio. About 3 minutes.
+
+    .venv/bin/python scripts/pseudo_ratio.py
+"""
+
+import json
+
+from zen_analysis import recipes
+from zen_analysis.experiments.local_sgd import EDIT_TUNED, _local_tokens_per_s, method_run
+
+base = recipes.default()
+base.name = "bench-netlab-pseudo-ratio"
+base.train.workers_per_rank = 1
+base.train.num_steps = 40
+base.train.eval_every = 0
+settings = {**EDIT_TUNED, "local_sgd.warmup_steps": 4, "local_sgd.interval": 8, "local_sgd.ewma_warmup": 3}
+tps = base.train.workers_per_rank * base.train.batch_per_worker * base.train.seq_len
+for ratio in (0.05, 0.1, 0.25):
+    lab = {"dist.num_ranks": 4, "dist.network": "netlab", "dist.bandwidth_gbps": 0.1}
+    topk = {"local_sgd.compress": "topk", "local_sgd.scheme": "zen", "local_sgd.topk_ratio": ratio}
+    s = method_run(base, "edit", tag=f"topk{ratio:g}-zen-r4-0.1g", **settings, **topk, **lab)
+    row = {
+        "ratio": ratio,
+        "tokens_per_s": s["tokens_per_s"],
+        "local_tokens_per_s": _local_tokens_per_s(s, tps),
+        "val_loss": s["val_loss"],
+        "bytes_per_sync": s["sync"]["bytes_per_sync"],
+        "outer_sync_s": s["sync"]["outer_sync_s"],
+    }
+    print(json.dumps(row), flush=True)
