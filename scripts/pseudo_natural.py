@@ -11,7 +11,7 @@ import argparse
 import json
 
 from zen_analysis import recipes
-from zen_analysis.experiments.local_sgd import EDIT_TUNED, _local_tokens_per_s, method_run
+from zen_analysis.experiments.local_sgd import EDIT_TUNED, method_run, outer_sync_row
 
 VARIANTS = {
     "edit": {},
@@ -41,11 +41,7 @@ def main() -> None:
         s = method_run(base, "edit", tag=f"{name.replace('+', '-')}-r4-{a.gbps:g}g", **settings, **extra, **lab)
         row = {
             "variant": name,
-            "tokens_per_s": s["tokens_per_s"],
-            "local_tokens_per_s": _local_tokens_per_s(s, tps),
-            "val_loss": s["val_loss"],
-            "bytes_per_sync": s["sync"]["bytes_per_sync"],
-            "outer_sync_s": s["sync"]["outer_sync_s"],
+            **outer_sync_row(s, tps),
             "planner": {k: d["scheme"] for k, d in (s.get("planner") or {}).items()},
         }
         print(json.dumps(row), flush=True)

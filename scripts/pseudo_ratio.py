@@ -8,7 +8,7 @@ costs in speed (README, "Sparse pseudo-gradients"). One JSON line per ratio. Abo
 import json
 
 from zen_analysis import recipes
-from zen_analysis.experiments.local_sgd import EDIT_TUNED, _local_tokens_per_s, method_run
+from zen_analysis.experiments.local_sgd import EDIT_TUNED, method_run, outer_sync_row
 
 base = recipes.default()
 base.name = "bench-netlab-pseudo-ratio"
@@ -21,12 +21,5 @@ for ratio in (0.05, 0.1, 0.25):
     lab = {"dist.num_ranks": 4, "dist.network": "netlab", "dist.bandwidth_gbps": 0.1}
     topk = {"local_sgd.compress": "topk", "local_sgd.scheme": "zen", "local_sgd.topk_ratio": ratio}
     s = method_run(base, "edit", tag=f"topk{ratio:g}-zen-r4-0.1g", **settings, **topk, **lab)
-    row = {
-        "ratio": ratio,
-        "tokens_per_s": s["tokens_per_s"],
-        "local_tokens_per_s": _local_tokens_per_s(s, tps),
-        "val_loss": s["val_loss"],
-        "bytes_per_sync": s["sync"]["bytes_per_sync"],
-        "outer_sync_s": s["sync"]["outer_sync_s"],
-    }
+    row = {"ratio": ratio, **outer_sync_row(s, tps)}
     print(json.dumps(row), flush=True)

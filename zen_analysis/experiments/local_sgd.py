@@ -275,6 +275,22 @@ def slow_network_check(
     return out
 
 
+def outer_sync_row(summary: dict, tokens_per_step: int) -> dict:
+    """What a local-SGD run on a slow link is judged by, from :func:`method_run`'s summary: tokens/s (whole run, and
+    after the synchronous warm-up), validation loss, this rank's bytes and seconds per outer sync (medians; NaN
+    without outer syncs), the outer syncs' count, the run id."""
+    sync = summary.get("sync") or {}
+    return {
+        "tokens_per_s": summary["tokens_per_s"],
+        "local_tokens_per_s": _local_tokens_per_s(summary, tokens_per_step),
+        "val_loss": summary["val_loss"],
+        "bytes_per_sync": sync.get("bytes_per_sync", float("nan")),
+        "outer_sync_s": sync.get("outer_sync_s", float("nan")),
+        "syncs": sync.get("syncs", 0),
+        "run_id": summary["run_id"],
+    }
+
+
 PSEUDO_VARIANTS = {
     "ddp": ("allreduce", {}),
     "edit": ("edit", {}),
@@ -323,21 +339,7 @@ def pseudo_gradient_sweep(
                     **extra,
                     **{"dist.num_ranks": n, "dist.network": "netlab", "dist.bandwidth_gbps": gbps},
                 )
-                sync = s.get("sync") or {}
-                rows.append(
-                    {
-                        "variant": name,
-                        "ranks": n,
-                        "bandwidth_gbps": gbps,
-                        "tokens_per_s": s["tokens_per_s"],
-                        "local_tokens_per_s": _local_tokens_per_s(s, tokens_per_step),
-                        "val_loss": s["val_loss"],
-                        "bytes_per_sync": sync.get("bytes_per_sync", float("nan")),
-                        "outer_sync_s": sync.get("outer_sync_s", float("nan")),
-                        "syncs": sync.get("syncs", 0),
-                        "run_id": s["run_id"],
-                    }
-                )
+                rows.append({"variant": name, "ranks": n, "bandwidth_gbps": gbps, **outer_sync_row(s, tokens_per_step)})
                 m = s["metrics"].assign(variant=name, ranks=n, bandwidth_gbps=gbps)
                 m["elapsed_s"] = m["step_s"].cumsum()
                 frames.append(m)

@@ -42,6 +42,7 @@ from zen_analysis.local_sgd.penalty import (
 )
 from zen_analysis.local_sgd.sparse import COMPRESSIONS, PseudoGradientTopK
 from zen_analysis.sync.base import GradSync
+from zen_analysis.wire.exchange import ring_volume
 
 
 @dataclass(kw_only=True)
@@ -436,7 +437,6 @@ class LocalSGD(GradSync):
                 flat, kept = self.topk.select(key, flat, worker=coll.rank, round=self.step, skip=anomalous)
                 row["kept"] = kept
             flat, nbytes = self._sum_sparse(key, flat.mul_(w))
-            row["bytes_sent"] = nbytes
             return {
                 "key": key,
                 "params": params,
@@ -462,7 +462,7 @@ class LocalSGD(GradSync):
             "flat": flat,
             "handle": handle,
             "link_done": link_done,
-            "bytes": int(2 * (coll.world - 1) / coll.world * flat.numel() * flat.element_size()),
+            "bytes": int(ring_volume(flat.numel() * flat.element_size(), coll.world)),
             "row": row,
         }
 
@@ -485,7 +485,7 @@ class LocalSGD(GradSync):
             out = scheme.run(sent, group=coll.group)
             return out, extra + int(scheme.last_measured()["bytes_sent"].sum())
         coll.all_reduce_sum(sent)
-        return sent, int(2 * (coll.world - 1) / coll.world * sent.numel() * sent.element_size())
+        return sent, int(ring_volume(sent.numel() * sent.element_size(), coll.world))
 
     @torch.no_grad()
     def _end_group(self, state: dict) -> None:
