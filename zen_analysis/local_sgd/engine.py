@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
+from zen_analysis.comm import SCHEMES, build_scheme
 from zen_analysis.config.local_sgd import EDIT_CLIP, GRANULARITIES
 from zen_analysis.config.names import MethodName
 from zen_analysis.local_sgd.collective import Collective, Done, TorchCollective
@@ -41,7 +42,7 @@ from zen_analysis.local_sgd.penalty import (
     softmax_weights,
 )
 from zen_analysis.local_sgd.sparse import COMPRESSIONS, PseudoGradientTopK
-from zen_analysis.sync.base import GradSync
+from zen_analysis.sync.base import DenseAllReduce, GradSync
 from zen_analysis.wire.exchange import ring_volume
 
 
@@ -89,8 +90,6 @@ class LocalSGDConfig:
     """Seeds the sampled top-k threshold and the scheme's hashing."""
 
     def __post_init__(self) -> None:
-        from zen_analysis.comm import SCHEMES
-
         if self.interval < 1 or self.warmup_steps < 0:
             raise ValueError("local SGD needs interval >= 1 and warmup_steps >= 0")
         if self.granularity not in GRANULARITIES:
@@ -199,8 +198,6 @@ class LocalSGD(GradSync):
 
     # ---- attachment
     def attach(self, model: nn.Module) -> None:
-        from zen_analysis.sync.base import DenseAllReduce
-
         self.collective = self.collective or TorchCollective()
         if self.config.compress != "none":
             if self.link_seconds is not None:
@@ -470,8 +467,6 @@ class LocalSGD(GradSync):
         """The sum over workers of ``sent`` (in place) by the configured scheme (``auto``: the planner's choice for
         group ``key``), and the bytes this rank sent (the planner's sketch gather included). On in-process thread
         workers (tests) the collective's dense sum stands in: the same numbers up to summation order."""
-        from zen_analysis.comm import build_scheme
-
         coll = self.collective
         if isinstance(coll, TorchCollective) and coll.world > 1:
             name, extra = self.config.scheme, 0
