@@ -167,3 +167,101 @@ def test_the_density_experiment_reads_the_embeddings_own_share():
     assert 0 < table.loc["lazy embedding", "embedding_density"] < table.loc["lazy embedding", "group_density"] <= 1
     assert (table["other_density_median"] == 1.0).all() and (table["syncs"] >= 2).all()
     assert 0 < table.loc["adamw", "embedding_share"] < 1
+
+
+def test_pseudo_gradient_capture_records_what_each_worker_syncs_and_characterizes_like_gradients():
+    """``capture.pseudo=all`` with top-k pseudo-gradients: at every outer sync each rank records, per sync group, its
+    pseudo-gradient before selection (``pseudo``: the logged density) and its weighted selection (``pseudo_topk``:
+    the logged count kept); the selections of all ranks sum to what the scheme summed (the logged norm of the
+    average), and the gradient capture of the same run goes on beside them. ``characterize``, ``evaluate``, the
+    explorer and the claims table read them as they read gradients."""
+    import numpy as np
+
+    from zen_analysis.capture.traces import TraceReader
+    from zen_analysis.comm.evaluate import evaluate
+    from zen_analysis.explore import explore_stats
+    from zen_analysis.sparsity.characterize import load_tables
+    from zen_analysis.sparsity.report import claims_table
+    from zen_analysis.sparsity.workloads import combined_tables
+
+    cfg = recipes.smoke()
+    cfg.name = cfg.run_id = "localsgd-pseudo-capture"
+    cfg.dist.num_ranks = 4
+    cfg.train.workers_per_rank = 1
+    cfg.train.num_steps = 12
+    cfg.sync.scheme = "edit"
+    cfg.capture.every = 3
+    cfg.capture.pseudo = "all"
+    for key, value in {
+        "warmup_steps": 2,
+        "interval": 3,
+        "ewma_warmup": 1,
+        "compress": "topk",
+        "topk_ratio": 0.05,
+    }.items():
+        setattr(cfg.local_sgd, key, value)
+    launch(copy.deepcopy(cfg), echo=False, progress=False, overwrite=True)
+
+    reader = TraceReader(cfg.run_id)
+    tensors = reader.manifest["tensors"]
+    assert reader.manifest["finished"]
+    groups = [t.split("/", 1)[1] for t, i in tensors.items() if i["kind"] == "pseudo"]
+    assert "root" in groups and len(groups) == 3  # the root module and the smoke Llama's two blocks
+    for g in groups:
+        info = tensors[f"pseudo_topk/{g}"]
+        assert info["params"][-1][2] == info["numel"] == tensors[f"pseudo/{g}"]["numel"]
+    assert tensors["pseudo/root"]["embedding"] and any(i["kind"] == "natural" for i in tensors.values())
+
+    logs = {
+        r: [json.loads(line) for line in (paths.run_dir(cfg.run_id) / "local_sgd" / f"rank{r}.jsonl").open()]
+        for r in range(4)
+    }
+    synced = {(row["step"], row["group"], r): row for r, rows in logs.items() for row in rows if not row.get("init")}
+    sync_steps = sorted({s for s, _, _ in synced})
+    assert len(sync_steps) >= 3  # steps 5, 8, 11 and the final sync
+    summary = reader.summary()
+    assert set(summary[summary["kind"] == "pseudo"]["step"]) == set(sync_steps)
+    for step in sync_steps:
+        for g in groups:
+            recs = {
+                (rec.kind, rec.worker): rec
+                for rec in reader.records(step=step)
+                if rec.tensor in (f"pseudo/{g}", f"pseudo_topk/{g}")
+            }
+            assert len(recs) == 8
+            for r in range(4):
+                row = synced[(step, g, r)]
+                if not row["anomalous"]:  # the log's density is of what enters selection: 0 for an anomalous one
+                    assert recs[("pseudo", r)].density == pytest.approx(row["density"], abs=1e-9)
+                assert recs[("pseudo_topk", r)].nnz == (0 if row["anomalous"] else row["kept"])
+            total = sum(recs[("pseudo_topk", r)].to_dense().double() for r in range(4))
+            assert float(total.norm()) == pytest.approx(synced[(step, g, 0)]["avg_norm"], rel=1e-4)
+    natural = summary[summary["kind"] == "natural"]
+    assert sorted(natural["step"].unique()) == [0, 3, 6, 9] and natural["worker"].nunique() == 4
+
+    tables = load_tables(cfg.run_id)
+    dens = tables["density"].set_index(["tensor", "step", "worker"])["density"]
+    for g in groups:
+        topk = dens.xs(f"pseudo_topk/{g}", level="tensor")
+        assert 0 < topk.median() <= 0.05 * 1.3
+        assert dens.xs(f"pseudo/{g}", level="tensor").median() > 0.5
+    overlap = tables["overlap"]
+    sel_overlap = overlap[overlap["tensor"].str.startswith("pseudo_topk/")]["overlap"].dropna()  # NaN: an empty set
+    assert len(sel_overlap) >= 3 * 6 and sel_overlap.between(0, 1).all() and sel_overlap.max() < 1
+    claims = claims_table(combined_tables([cfg.run_id]))
+    workloads = set(claims["workload"])
+    assert {
+        "localsgd-pseudo-capture: llama embedding",
+        "localsgd-pseudo-capture: llama top-5% pseudo-gradient",
+        "localsgd-pseudo-capture: llama pseudo-gradient, embedding's group",
+        "localsgd-pseudo-capture: llama pseudo-gradient, other groups",
+    } <= workloads
+    modelled = evaluate(
+        cfg.run_id, topologies=["paper-tcp25"], schemes=["allreduce", "zen", "agsparse"], progress=False
+    )
+    sel = modelled[(modelled["tensor"] == "pseudo_topk/root") & (modelled["n"] == 4)]
+    assert set(sel["scheme"]) == {"allreduce", "zen", "agsparse"}
+    zen, dense = (sel[sel["scheme"] == s]["bytes_sent_total"].mean() for s in ("zen", "allreduce"))
+    assert zen < dense
+    stats = explore_stats(cfg.run_id, "pseudo_topk/root", sync_steps[0], 4, 8, "element")
+    assert len(stats["workers"]) == 4 and np.isfinite(stats["gamma"]).all()

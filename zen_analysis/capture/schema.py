@@ -18,7 +18,9 @@ from zen_analysis.paths import RUN_ID
 
 SCHEMA_VERSION = 1
 SUPPORTED_SCHEMA_VERSIONS = (1,)
-KINDS = ("natural", "topk")
+KINDS = ("natural", "topk", "pseudo", "pseudo_topk")
+"""``natural`` and ``topk``: gradients (:mod:`zen_analysis.capture.hooks`); ``pseudo`` and ``pseudo_topk``: local
+SGD's pseudo-gradients before and after selection (:mod:`zen_analysis.capture.pseudo`)."""
 
 
 class TraceError(RuntimeError):

@@ -9,7 +9,8 @@ Layout of ``data/traces/<run_id>/``::
 Each row is one (step, worker, tensor): ``step, worker, rank, tensor, kind, numel, shape, nnz, indices, values``.
 ``indices`` are flat positions in the flattened tensor, ``list<int32>`` when every tensor of the shard has fewer
 than 2**31 elements, else ``list<int64>``; ``values`` are ``list<float32>``. ``kind`` is ``natural`` (the raw
-embedding gradient) or ``topk`` (DGC top-k after error feedback). The file's key-value metadata carries
+embedding gradient), ``topk`` (DGC top-k after error feedback), or for local SGD's pseudo-gradients ``pseudo`` and
+``pseudo_topk`` (before and after selection, :mod:`zen_analysis.capture.pseudo`). The file's key-value metadata carries
 ``schema_version``; readers refuse versions they do not know.
 
 Shards are written to a temporary name and renamed, so a run killed mid-way leaves every completed shard

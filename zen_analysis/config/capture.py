@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 TOPK_SCOPES = ("bucket", "tensor", "none")
 TOPK_THRESHOLDS = ("local", "global")
+PSEUDO_MODES = ("off", "sent", "all")
 
 
 @dataclass(kw_only=True)
@@ -43,6 +44,11 @@ class CaptureConfig:
     """Add each worker's unsent residual to its next captured gradient before selection (DGC)."""
     steps_per_shard: int = 5
     """Captured steps per Parquet shard; a shard is written atomically once full."""
+    pseudo: str = "off"
+    """Local-SGD methods: record every worker's pseudo-gradient at each outer sync, per sync group
+    (:mod:`zen_analysis.capture.pseudo`). ``sent``: what each worker sends (its top-k selection under
+    ``local_sgd.compress=topk``, else the whole pseudo-gradient); ``all``: the pseudo-gradient before selection as
+    well (about 8 bytes per parameter per worker and sync: dense groups are stored whole)."""
 
     def __post_init__(self) -> None:
         if self.every < 1:
@@ -59,6 +65,8 @@ class CaptureConfig:
             raise ValueError("capture.bucket_mb must be positive")
         if self.topk_threshold == "global" and self.topk_scope != "bucket":
             raise ValueError("capture.topk_threshold=global needs capture.topk_scope=bucket")
+        if self.pseudo not in PSEUDO_MODES:
+            raise ValueError(f"capture.pseudo must be one of {PSEUDO_MODES}, got {self.pseudo!r}")
         if self.steps_per_shard < 1:
             raise ValueError("capture.steps_per_shard must be >= 1")
 

@@ -84,14 +84,20 @@ class ExperimentConfig:
                 "set train.eval_every=0 and capture.enabled=false"
             )
         c = self.capture
+        if c.enabled and c.pseudo != "off" and scheme not in tuple(MethodName):
+            raise ValueError(
+                f"capture.pseudo records the pseudo-gradients of local SGD: set sync.scheme to one of "
+                f"{[m.value for m in MethodName]} (got {scheme!r}), or capture.pseudo=off"
+            )
         if (
             c.enabled
             and not c.natural
+            and c.pseudo == "off"
             and (c.topk_scope == "none" or (c.topk_scope == "tensor" and not c.topk_tensors))
         ):
             raise ValueError(
-                "capture is enabled but records nothing: set capture.natural, capture.topk_scope=bucket "
-                "or capture.topk_scope=tensor with capture.topk_tensors"
+                "capture is enabled but records nothing: set capture.natural, capture.topk_scope=bucket, "
+                "capture.topk_scope=tensor with capture.topk_tensors, or capture.pseudo (local SGD)"
             )
 
     def _check_ctr(self) -> None:

@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
+from zen_analysis.capture.pseudo import PseudoGradientCapture
 from zen_analysis.comm import SCHEMES, build_scheme
 from zen_analysis.config.local_sgd import EDIT_CLIP, GRANULARITIES
 from zen_analysis.config.names import MethodName
@@ -171,6 +172,9 @@ class LocalSGD(GradSync):
         """The model's input-embedding weight (its group's log rows say ``embedding``: natural sparsity lives there)."""
         if config.compress != "none" and config.scheme == "auto" and planner is None:
             raise ValueError("local_sgd.scheme=auto needs a planner (train/registry.py builds it from sync.planner_*)")
+        self.pseudo_capture = None
+        """Set by the loop under ``capture.pseudo``: a :class:`zen_analysis.capture.pseudo.PseudoGradientCapture`
+        recording each group's pseudo-gradient (before selection) and selection (after) at every outer sync."""
         self.planner = planner
         """With ``scheme=auto``: a :class:`zen_analysis.comm.planner.Planner` (or a function of the world size that
         builds one at ``attach``). At a group's first outer sync and every ``planner.every`` steps after, the ranks'
@@ -294,6 +298,8 @@ class LocalSGD(GradSync):
     def synchronize(self, model: nn.Module) -> None:
         """After a step's backward: dense gradient all-reduce during warm-up, nothing afterwards."""
         self._flush()
+        if self.pseudo_capture is not None:
+            self.pseudo_capture.end_sync()
         if self.step < self.config.warmup_steps and self._dense is not None:
             self._dense.delay = self.delay
             self._dense.synchronize(model)
@@ -336,6 +342,24 @@ class LocalSGD(GradSync):
             self._done_step = -1
             for key, _, _ in self._units:
                 self._sync_unit(key, force=True)
+            if self.pseudo_capture is not None:
+                self.pseudo_capture.end_sync()
+
+    def capture_pseudo_gradients(self, writer, *, rank: int, mode: str) -> dict[str, dict]:
+        self.pseudo_capture = PseudoGradientCapture(
+            writer, rank=rank, mode=mode, compress=self.config.compress, layout=self.group_layout()
+        )
+        return self.pseudo_capture.tensor_info()
+
+    def group_layout(self) -> list[tuple[str, list[tuple[str, int]], bool]]:
+        """Every sync group in sync order (after ``attach``): its key, its parameters as (name, numel) in the order
+        its pseudo-gradient flattens them, and whether it holds the input embedding."""
+        names = {id(p): n for _, _, ps in self._units for n, p in ps}
+        return [
+            (group, [(names[id(p)], p.numel()) for p in params], any(p is self._embedding for p in params))
+            for key, _, _ in self._units
+            for group, params in self._groups(key)
+        ]
 
     # ---- the sync
     def _groups(self, key: str) -> list[tuple[str, list[nn.Parameter]]]:
@@ -378,11 +402,15 @@ class LocalSGD(GradSync):
                 self._timed(self._end_group, state)
 
     def _timed(self, fn, *args):
+        """``fn(*args)``, its time added to the sync time (less what the pseudo-gradient capture spent in it)."""
         t0 = time.perf_counter()
+        c0 = self.pseudo_capture.seconds if self.pseudo_capture is not None else 0.0
         try:
             return fn(*args)
         finally:
             dt = time.perf_counter() - t0
+            if self.pseudo_capture is not None:
+                dt -= self.pseudo_capture.seconds - c0
             self.sync_seconds += dt
             self._seconds_at[self.step] = self._seconds_at.get(self.step, 0.0) + dt
 
@@ -394,6 +422,9 @@ class LocalSGD(GradSync):
             return {"key": key, "params": params, "init": True}
         anchor = self._anchor[key]
         delta = [a - p.float() for a, p in zip(anchor, params)]
+        capture = self.pseudo_capture
+        if capture is not None and capture.wants("pseudo"):  # before the penalty and any selection
+            capture.record("pseudo", step=self.step, group=key, flat_N=torch.cat([d.reshape(-1) for d in delta]))
         g = float(torch.sqrt(sum((d.double().square().sum() for d in delta), torch.zeros((), dtype=torch.float64))))
         z, anomalous, g_eff = 0.0, False, g
         if c.anomaly:
@@ -433,7 +464,10 @@ class LocalSGD(GradSync):
             if self.topk is not None:
                 flat, kept = self.topk.select(key, flat, worker=coll.rank, round=self.step, skip=anomalous)
                 row["kept"] = kept
-            flat, nbytes = self._sum_sparse(key, flat.mul_(w))
+            flat.mul_(w)
+            if capture is not None and self.topk is not None:  # what the scheme sums from this worker
+                capture.record("pseudo_topk", step=self.step, group=key, flat_N=flat)
+            flat, nbytes = self._sum_sparse(key, flat)
             return {
                 "key": key,
                 "params": params,

@@ -19,16 +19,27 @@ from zen_analysis.sparsity.characterize import load_tables
 
 
 def workload_labels(reader: TraceReader) -> dict[str, str]:
-    """tensor name -> workload label for one run."""
+    """tensor name -> workload label for one run. Pseudo-gradients (:mod:`zen_analysis.capture.pseudo`): the
+    selections pooled over sync groups ("default: llama top-2% pseudo-gradient"); before selection, the group holding
+    the input embedding apart from the others, since only it has natural sparsity ("... pseudo-gradient, embedding's
+    group" / "..., other groups")."""
     cfg = reader.manifest.get("config", {})
     arch = cfg.get("model", {}).get("arch", reader.run_id)
     name = cfg.get("name", reader.run_id)
     ratio = cfg.get("capture", {}).get("topk_ratio", 0.05)
+    pseudo_ratio = cfg.get("local_sgd", {}).get("topk_ratio", 0.02)
     out = {}
     for tensor, info in reader.manifest["tensors"].items():
-        what = f"{arch} embedding" if info["kind"] == "natural" else f"{arch} top-{100 * ratio:g}%"
-        if "params" in info:
-            what += " of buckets"
+        kind = info["kind"]
+        if kind == "natural":
+            what = f"{arch} embedding"
+        elif kind == "pseudo_topk":
+            what = f"{arch} top-{100 * pseudo_ratio:g}% pseudo-gradient"
+        elif kind == "pseudo":
+            where = "embedding's group" if info.get("embedding") else "other groups"
+            what = f"{arch} pseudo-gradient, {where}"
+        else:
+            what = f"{arch} top-{100 * ratio:g}%" + (" of buckets" if "params" in info else "")
         out[tensor] = f"{name}: {what}"
     return out
 
@@ -51,7 +62,7 @@ def bucket_partition_shares(runs: list[str | Path], *, num_partitions: int = 8) 
     rows = []
     for run in runs:
         reader = TraceReader(run)
-        buckets = {t: i for t, i in reader.manifest["tensors"].items() if "params" in i}
+        buckets = {t: i for t, i in reader.manifest["tensors"].items() if i["kind"] == "topk" and "params" in i}
         if not buckets:
             continue
         labels = workload_labels(reader)
@@ -76,7 +87,7 @@ def bucket_parameter_shares(run: str | Path) -> pd.DataFrame:
     and of its top-k non-zeros (``nnz_share``, pooled over workers and captured steps). Where they differ, one
     threshold across parameters of different gradient scale is what places the non-zeros (the paper's buckets)."""
     reader = TraceReader(run)
-    buckets = {t: i for t, i in reader.manifest["tensors"].items() if "params" in i}
+    buckets = {t: i for t, i in reader.manifest["tensors"].items() if i["kind"] == "topk" and "params" in i}
     ends = {t: np.array([e for _, _, e in i["params"]]) for t, i in buckets.items()}
     counts = {t: np.zeros(e.size, dtype=np.int64) for t, e in ends.items()}
     for rec in reader.records(kind="topk", with_values=False):

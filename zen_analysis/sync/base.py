@@ -62,6 +62,9 @@ class GradSync:
     a step's first launch to the moment the last was seen complete (at least the end of backward)."""
     hidden_seconds: float = 0.0
     """With ``overlap``: of ``overlap_seconds``, the seconds spent before backward ended (hidden behind it)."""
+    pseudo_capture = None
+    """Local SGD under ``capture.pseudo``: the recorder of pseudo-gradients (:meth:`capture_pseudo_gradients`),
+    whose ``seconds`` count as capture time."""
     early_buckets: int = 0
     """With ``overlap``: buckets whose sum was launched before backward ended, added up over steps (which buckets
     those are follows from the graph alone; how much of their time backward hides depends on the machine)."""
@@ -91,6 +94,11 @@ class GradSync:
 
     def finalize(self, model: nn.Module) -> None:
         """After the last step (local SGD: one last sync, so the final model is the global one)."""
+
+    def capture_pseudo_gradients(self, writer, *, rank: int, mode: str) -> dict[str, dict]:
+        """``capture.pseudo``: record the pseudo-gradient of every outer sync into ``writer`` (after :meth:`attach`);
+        returns the trace manifest's entries. Only local SGD has pseudo-gradients."""
+        raise ValueError(f"capture.pseudo: the {self.name} sync has no pseudo-gradients (use a local SGD method)")
 
     def describe(self) -> dict | None:
         """The run summary's ``sync`` entry (None: none)."""

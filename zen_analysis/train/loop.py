@@ -251,6 +251,9 @@ def _setup(
             steps_per_shard=cfg.capture.steps_per_shard,
         )
         capture = GradientCapture(cfg.capture, model, writer, rank=info.rank, seed=t.seed)
+    tensors = capture.tensor_info() if capture else {}
+    if capture and cfg.capture.pseudo != "off":  # local SGD's pseudo-gradients at each outer sync, same shards
+        tensors.update(sync.capture_pseudo_gradients(capture.writer, rank=info.rank, mode=cfg.capture.pseudo))
     manifest = {
         "run_id": cfg.run_id,
         "config": cfg.to_dict(),
@@ -262,7 +265,7 @@ def _setup(
         "git_commit": _git_commit(),
         "platform": platform.platform(),
         "corpus": prepared.to_dict(),
-        "tensors": capture.tensor_info() if capture else {},
+        "tensors": tensors,
         "finished": False,
     }
     if info.is_main:
@@ -276,7 +279,7 @@ def _setup(
         if capture:
             log(
                 f"capturing every {cfg.capture.every} steps: "
-                + ", ".join(f"{n} ({i['kind']}, {i['numel']:,})" for n, i in capture.tensor_info().items())
+                + ", ".join(f"{n} ({i['kind']}, {i['numel']:,})" for n, i in tensors.items())
             )
     no_checkpoints = checkpoint.unsupported(cfg) if t.checkpoint_every else None
     if no_checkpoints and info.is_main and t.num_steps > t.checkpoint_every:
@@ -432,6 +435,9 @@ def _finish(run: _Run, sync: GradSync, *, loss: float, steps_done: int, t_start:
     if capture:
         capture.close()  # writes the last shard: part of the capture cost, so inside the timed span
     sync.finalize(model)  # local SGD: one last sync, so the final model is the global one
+    pseudo = sync.pseudo_capture
+    if capture and pseudo is not None:
+        capture.close()  # the last sync's pseudo-gradient records
     elapsed = time.perf_counter() - t_start
     total_steps = int(round(_mean_over_ranks(float(steps_done), info) * info.world_size))  # workers may differ (A-EDiT)
     val_loss = evaluate(model, run.data, cfg, info)
@@ -446,7 +452,7 @@ def _finish(run: _Run, sync: GradSync, *, loss: float, steps_done: int, t_start:
         "total_steps_all_ranks": total_steps,
         "sync_bytes_rank": sync.bytes_sent,
         "steps_done": steps_done,
-        "capture_s_rank0": capture.seconds if capture else 0.0,
+        "capture_s_rank0": (capture.seconds + getattr(pseudo, "seconds", 0.0)) if capture else 0.0,
         "trace_bytes_rank0": capture.writer.bytes_written if capture else 0,
         "param_sha256": parameter_digest(model),
     }
