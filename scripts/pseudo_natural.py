@@ -11,7 +11,8 @@ import argparse
 import json
 
 from zen_analysis import recipes
-from zen_analysis.experiments.local_sgd import EDIT_TUNED, method_run, outer_sync_row
+from zen_analysis.experiments.local_sgd import EDIT_TUNED, method_run
+from zen_analysis.experiments.pseudo_gradients import outer_sync_row
 
 VARIANTS = {
     "edit": {},

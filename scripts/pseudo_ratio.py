@@ -8,7 +8,8 @@ costs in speed (README, "Sparse pseudo-gradients"). One JSON line per ratio. Abo
 import json
 
 from zen_analysis import recipes
-from zen_analysis.experiments.local_sgd import EDIT_TUNED, method_run, outer_sync_row
+from zen_analysis.experiments.local_sgd import EDIT_TUNED, method_run
+from zen_analysis.experiments.pseudo_gradients import outer_sync_row
 
 base = recipes.default()
 base.name = "bench-netlab-pseudo-ratio"

@@ -286,14 +286,16 @@ def bench_stragglers(overrides: list[str] | tuple[str, ...] = ()) -> dict:
 
 
 def bench_pseudo_density(overrides: list[str] | tuple[str, ...] = ()) -> dict:
-    """Natural sparsity of pseudo-gradients (:func:`~zen_analysis.experiments.local_sgd.pseudo_gradient_density`):
-    the default Llama and the word-level LSTM (``--set recipes=default,lstm-words``), EDiT on 4 ranks x 1 worker,
+    """Natural sparsity of pseudo-gradients
+    (:func:`~zen_analysis.experiments.pseudo_gradients.pseudo_gradient_density`): the default Llama
+    and the word-level LSTM (``--set recipes=default,lstm-words``), EDiT on 4 ranks x 1 worker,
     28 steps (warm-up 4, a sync every 8: 3 outer syncs), under AdamW with and without weight decay and the lazy
     embedding update; how much of the embedding's pseudo-gradient is exactly zero. Table
     ``data/derived/pseudo_density/pseudo_density``."""
     from zen_analysis import paths
     from zen_analysis.bench_net import publish
-    from zen_analysis.experiments.local_sgd import EDIT_TUNED, pseudo_gradient_density
+    from zen_analysis.experiments.local_sgd import EDIT_TUNED
+    from zen_analysis.experiments.pseudo_gradients import pseudo_gradient_density
 
     opts = parse_sets(
         "pseudo_density",
@@ -316,6 +318,64 @@ def bench_pseudo_density(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     stem = paths.derived_dir() / "pseudo_density" / "pseudo_density"
     publish(table, stem, table.drop(columns=["run_id"]).round(4), {k: v for k, v in opts.items() if k != CONFIG})
     return {"table": table}
+
+
+def bench_pseudo_claims(overrides: list[str] | tuple[str, ...] = ()) -> dict:
+    """The characterization claims (C1-C3) of top-k pseudo-gradients beside the gradients'
+    (:func:`~zen_analysis.experiments.pseudo_gradients.pseudo_gradient_claims`): the default Llama and the word-level
+    LSTM, EDiT with top-k pseudo-gradients (``--set ratio=0.02``) through Zen on 4 ranks x 1 worker, 44 steps
+    (warm-up 4, a sync every 8: 5 outer syncs), the gradients captured every 8 steps and the selections at every
+    outer sync (``--set mode=all`` adds the before-selection records: about 8 bytes per parameter per worker and
+    sync). Tables ``data/derived/pseudo_claims/pseudo_claims`` and ``pseudo_claims_schemes``: every scheme's
+    modelled speed-up over the dense all-reduce on the same traces (paper-tcp25), per workload."""
+    import pandas as pd
+
+    from zen_analysis import paths
+    from zen_analysis.bench_net import publish
+    from zen_analysis.comm.evaluate import evaluate_runs, speedups
+    from zen_analysis.experiments.local_sgd import EDIT_TUNED
+    from zen_analysis.experiments.pseudo_gradients import pseudo_gradient_claims
+
+    opts = parse_sets(
+        "pseudo_claims",
+        overrides,
+        {"recipes": ["default", "lstm-words"], "ranks": 4, "steps": 44, "mode": "sent", "ratio": 0.02},
+        {"recipes": names},
+        config=True,
+    )
+    frames = []
+    for name in opts["recipes"]:
+        base = recipes.get(name)
+        base.name = f"bench-claims-{name}"
+        base.train.workers_per_rank = 1
+        base.train.num_steps = opts["steps"]
+        base.train.eval_every = 0
+        base.dist.num_ranks = opts["ranks"]
+        base = apply_overrides(base, opts[CONFIG])
+        settings = {
+            **EDIT_TUNED,
+            "local_sgd.warmup_steps": 4,
+            "local_sgd.interval": 8,
+            "local_sgd.ewma_warmup": 3,
+            "local_sgd.topk_ratio": opts["ratio"],
+        }
+        claims = pseudo_gradient_claims(base, mode=opts["mode"], progress=True, **settings)
+        frame = claims.assign(recipe=name, run_id=claims.attrs["run_id"])
+        frame.attrs = {}  # (concat compares the frames' attrs: tables of DataFrames)
+        frames.append(frame)
+    table = pd.concat(frames, ignore_index=True)
+    table["holds"] = table["holds"].astype(str)
+    stem = paths.derived_dir() / "pseudo_claims" / "pseudo_claims"
+    shown = table[["recipe", "claim", "signal", "workload", "we measure", "holds"]]
+    published = {k: v for k, v in opts.items() if k != CONFIG}
+    publish(table, stem, shown, published)
+    # which scheme fits: every scheme modelled on the same traces (paper-tcp25), at all the run's workers
+    modelled = evaluate_runs(sorted(set(table["run_id"])), topologies=["paper-tcp25"], progress=False)
+    fits = speedups(modelled, topology="paper-tcp25", n=opts["ranks"])
+    fits = fits.pivot(index="workload", columns="scheme", values="speedup").round(2)
+    print(f"\nmodelled speed-up over dense all-reduce on paper-tcp25, n={opts['ranks']} (median over steps, tensors):")
+    publish(fits.reset_index(), stem.with_name("pseudo_claims_schemes"), fits.reset_index(), published)
+    return {"table": table, "schemes": fits}
 
 
 def bench_zen(overrides: list[str] | tuple[str, ...] = ()) -> dict:
@@ -374,6 +434,7 @@ BENCHMARKS = {
     "hashing": Benchmark(bench_hashing, "Algorithm 1 vs argsort on 10M indices"),
     "stragglers": Benchmark(bench_stragglers, "EDiT vs A-EDiT with a 2x straggler"),
     "pseudo_density": Benchmark(bench_pseudo_density, "how sparse pseudo-gradients are by themselves (EDiT)"),
+    "pseudo_claims": Benchmark(bench_pseudo_claims, "C1-C3 of top-k pseudo-gradients beside the gradients' (EDiT)"),
     "zen": Benchmark(bench_zen, "zen_sum vs dense all-reduce and sparse schemes up to 128M elements"),
     "netlab": Benchmark(bench_netlab, "schemes, hierarchical Zen and training on the emulated network", True),
     "ddp": Benchmark(bench_ddp, "the example DDP script, stock vs Zen, on loopback and shaped links", True),

@@ -271,7 +271,8 @@ def _netlab_pseudo(run: str, opts: dict, out_dir: Path) -> pd.DataFrame:
     long). Table ``pseudo_gradients``, figure ``netlab_pseudo_gradients`` (loss against time)."""
     import pandas as pd
 
-    from zen_analysis.experiments.local_sgd import EDIT_TUNED, pseudo_gradient_sweep
+    from zen_analysis.experiments.local_sgd import EDIT_TUNED
+    from zen_analysis.experiments.pseudo_gradients import pseudo_gradient_sweep
     from zen_analysis.plots.local_sgd import pseudo_gradients
 
     base = recipes.default()

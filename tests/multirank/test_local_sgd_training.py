@@ -151,7 +151,7 @@ def test_natural_pseudo_gradients_sum_losslessly_and_skip_untouched_rows():
 def test_the_density_experiment_reads_the_embeddings_own_share():
     """``pseudo_gradient_density``: AdamW with weight decay moves every embedding row (density 1); the lazy update
     leaves the untouched rows exactly (density < 1), read from the embedding's own slice of its sync group."""
-    from zen_analysis.experiments.local_sgd import pseudo_gradient_density
+    from zen_analysis.experiments.pseudo_gradients import pseudo_gradient_density
 
     base = recipes.smoke()
     base.name = "density-smoke"

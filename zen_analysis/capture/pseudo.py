@@ -21,7 +21,8 @@ at which the sync ran, ``worker`` the rank (a local-SGD worker is a rank: its mi
 ``pseudo`` always, and ``pseudo_topk`` too under ``compress=topk``.
 
 The manifest lists each group as a bucket is listed: shape ``(numel,)`` and ``params`` ([name, start, end] in the
-flat group); ``embedding`` marks the group holding the input embedding (where natural sparsity lives).
+flat group); ``embedding`` marks the group holding the input embedding (where natural sparsity lives), and a
+``pseudo_topk`` entry carries the ``topk_ratio`` it was selected with.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ class PseudoGradientCapture:
         rank: int,
         mode: str,
         compress: str,
+        topk_ratio: float,
         layout: list[tuple[str, list[tuple[str, int]], bool]],
     ) -> None:
         if mode not in PSEUDO_MODES or mode == "off":
@@ -65,6 +67,7 @@ class PseudoGradientCapture:
             "pseudo_topk": compress == "topk",
         }
         self.layout = layout
+        self.topk_ratio = topk_ratio
         self.seconds = 0.0
         """Wall time spent recording (the engine leaves it out of its sync time)."""
         self._pending = False
@@ -85,6 +88,7 @@ class PseudoGradientCapture:
                         "numel": start,
                         "params": spans,
                         "embedding": embedding,
+                        **({"topk_ratio": self.topk_ratio} if kind == "pseudo_topk" else {}),
                     }
         return info
 

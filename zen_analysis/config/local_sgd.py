@@ -6,7 +6,7 @@ Two classes hold local SGD settings, on purpose, with one name per setting:
   ``--set local_sgd.<field>=...``. Its fields are *overrides*: a sentinel (a negative number, ``interval`` 0, an
   empty ``granularity``, ``penalty`` ``default``) means "the method's own default", so one section serves every
   method, and EDiT's penalty is one ``penalty`` string.
-* ``zen_analysis.local_sgd.engine.LocalSGDConfig`` is what the engine runs on — the *resolved* values:
+* ``zen_analysis.local_sgd.settings.LocalSGDConfig`` is what the engine runs on — the *resolved* values:
   ``method_config(sync.scheme, **section.overrides())`` starts from the method's preset and applies
   :meth:`LocalSGDSection.overrides`. It also holds settings users do not set (``nesterov``, ``temperature``,
   the EWMA detector's ``ewma_alpha`` / ``ewma_threshold``, ``anomaly`` / ``weighting`` from ``penalty``).
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 EDIT_CLIP = 10.0
-"""EDiT's pseudo-gradient clip: the ``edit`` / ``a_edit`` presets' ``clip`` (``local_sgd.engine.method_config``),
+"""EDiT's pseudo-gradient clip: the ``edit`` / ``a_edit`` presets' ``clip`` (``local_sgd.settings.method_config``),
 and what ``local_sgd.penalty=...,clip`` turns on for a method whose own default is no clipping."""
 
 PENALTY_PARTS = ("anomaly", "weighting", "clip")

@@ -3,6 +3,7 @@ pseudo-gradient penalty, and A-EDiT (time-based syncs). ``sync.scheme`` = ``post
 ``edit`` | ``a_edit`` selects them."""
 
 from zen_analysis.config.names import METHODS  # the names of config.names.MethodName, in its order
-from zen_analysis.local_sgd.engine import LocalSGD, LocalSGDConfig, method_config
+from zen_analysis.local_sgd.engine import LocalSGD
+from zen_analysis.local_sgd.settings import LocalSGDConfig, method_config
 
 __all__ = ["METHODS", "LocalSGD", "LocalSGDConfig", "method_config"]

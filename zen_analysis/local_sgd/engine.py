@@ -26,15 +26,12 @@ from __future__ import annotations
 import copy
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import torch
 from torch import nn
 
 from zen_analysis.capture.pseudo import PseudoGradientCapture
-from zen_analysis.comm import SCHEMES, build_scheme
-from zen_analysis.config.local_sgd import EDIT_CLIP, GRANULARITIES
-from zen_analysis.config.names import MethodName
 from zen_analysis.local_sgd.collective import Collective, Done, TorchCollective
 from zen_analysis.local_sgd.penalty import (
     ANOMALY_PENALTY,
@@ -42,99 +39,10 @@ from zen_analysis.local_sgd.penalty import (
     clip_coefficient,
     softmax_weights,
 )
-from zen_analysis.local_sgd.sparse import COMPRESSIONS, PseudoGradientTopK
+from zen_analysis.local_sgd.settings import LocalSGDConfig
+from zen_analysis.local_sgd.sparse import PseudoGradientTopK, SparseSum
 from zen_analysis.sync.base import DenseAllReduce, GradSync
 from zen_analysis.wire.exchange import ring_volume
-
-
-@dataclass(kw_only=True)
-class LocalSGDConfig:
-    """The resolved settings the engine runs on: ``method_config(method, **overrides)``, a method's preset with
-    the user's overrides applied. Users do not write this class: they write the ``local_sgd`` config section
-    (:class:`zen_analysis.config.LocalSGDSection`, whose sentinels mean "the method's default" and whose
-    ``overrides()`` gives the overrides). A setting both classes hold has the same name in both."""
-
-    warmup_steps: int = 0
-    interval: int = 8
-    outer_lr: float = 0.7
-    outer_momentum: float = 0.9
-    nesterov: bool = True
-    anomaly: bool = False
-    weighting: bool = False
-    clip: float = 0.0
-    """Max norm of the averaged pseudo-gradient per group; 0 = off."""
-    temperature: float = 1.0
-    ewma_alpha: float = 0.02
-    ewma_warmup: int = 10
-    ewma_threshold: float = 3.0
-    granularity: str = "module"
-    layerwise: bool = True
-    prefetch: bool = True
-    """Layer-wise only: start unit l+1's all-reduce asynchronously when unit l syncs (EDiT's prefetch)."""
-    sync_time_s: float = 0.0
-    """A-EDiT when > 0: sync when this much wall-clock time has passed since the last (instead of every
-    ``interval`` steps), after a rendezvous that all-reduces the workers' step counters."""
-    min_total_steps: int = 0
-    """A-EDiT: skip a due sync (and reset the timer) if the workers made fewer steps together since the last."""
-    step_weight: float = 0.0
-    """A-EDiT: w = (1 - r) w_norm + r K_m / sum_j K_j, K the workers' cumulative step counts."""
-    compress: str = "none"
-    """``topk``: each worker sends the top ``topk_ratio`` of its pseudo-gradient plus error-feedback residual per
-    group (:mod:`zen_analysis.local_sgd.sparse`), summed by ``scheme``; ``natural``: the whole pseudo-gradient,
-    summed losslessly by ``scheme`` (its exact zeros, e.g. the embedding rows no worker touched under
-    ``train.embedding_update=lazy``, are not sent); ``none``: the dense all-reduce."""
-    topk_ratio: float = 0.02
-    scheme: str = "zen"
-    """The sparse scheme that sums the selections (any of ``zen_analysis.comm.SCHEMES``, or ``auto``: the planner
-    of :mod:`zen_analysis.comm.planner` picks per sync group from a sketch of the selections)."""
-    seed: int = 0
-    """Seeds the sampled top-k threshold and the scheme's hashing."""
-
-    def __post_init__(self) -> None:
-        if self.interval < 1 or self.warmup_steps < 0:
-            raise ValueError("local SGD needs interval >= 1 and warmup_steps >= 0")
-        if self.granularity not in GRANULARITIES:
-            raise ValueError(f"granularity must be module, tensor or global, got {self.granularity!r}")
-        if self.compress not in COMPRESSIONS:
-            raise ValueError(f"local_sgd.compress must be one of {COMPRESSIONS}, got {self.compress!r}")
-        if self.scheme not in (*SCHEMES, "auto"):
-            raise ValueError(f"local_sgd.scheme must be one of {sorted(SCHEMES)} or auto, got {self.scheme!r}")
-        if not 0 < self.topk_ratio <= 1:
-            raise ValueError(f"local_sgd.topk_ratio must be in (0, 1], got {self.topk_ratio}")
-
-
-def method_config(method: str, **overrides) -> LocalSGDConfig:
-    """The documented defaults of each method (override any field)."""
-    presets = {
-        MethodName.POST_LOCAL_SGD: dict(
-            warmup_steps=10,
-            interval=8,
-            outer_lr=1.0,
-            outer_momentum=0.0,
-            nesterov=False,
-            granularity="global",
-            layerwise=False,
-        ),
-        MethodName.DILOCO: dict(
-            warmup_steps=0, interval=8, outer_lr=0.7, outer_momentum=0.9, granularity="global", layerwise=False
-        ),
-        MethodName.EDIT: dict(
-            warmup_steps=10, interval=8, outer_lr=0.7, outer_momentum=0.9, anomaly=True, weighting=True, clip=EDIT_CLIP
-        ),
-        MethodName.A_EDIT: dict(
-            warmup_steps=10,
-            outer_lr=0.7,
-            outer_momentum=0.9,
-            anomaly=True,
-            weighting=True,
-            clip=EDIT_CLIP,
-            sync_time_s=5.0,
-            min_total_steps=4,
-        ),
-    }
-    if method not in presets:
-        raise ValueError(f"unknown local SGD method {method!r}; available: {sorted(m.value for m in presets)}")
-    return LocalSGDConfig(**{**presets[method], **overrides})
 
 
 class LocalSGD(GradSync):
@@ -167,7 +75,8 @@ class LocalSGD(GradSync):
         """Seconds in syncs (and rendezvous) per step, for the outer sync's time in :meth:`describe`."""
         self.topk = PseudoGradientTopK(config.topk_ratio, seed=config.seed) if config.compress == "topk" else None
         """``compress=topk``: the selection and the residuals (:mod:`zen_analysis.local_sgd.sparse`)."""
-        self._schemes: dict = {}
+        self._sparse_sum = SparseSum(config.scheme, seed=config.seed)
+        """``compress`` topk / natural: the scheme (or the planner's choice) that sums a group's selections."""
         self._embedding = None
         """The model's input-embedding weight (its group's log rows say ``embedding``: natural sparsity lives there)."""
         if config.compress != "none" and config.scheme == "auto" and planner is None:
@@ -211,6 +120,7 @@ class LocalSGD(GradSync):
                 )
             if callable(self.planner) and not hasattr(self.planner, "decide"):
                 self.planner = self.planner(self.collective.world)
+            self._sparse_sum.planner = self.planner
         self._dense = DenseAllReduce()
         if self.collective.world > 1 and isinstance(self.collective, TorchCollective):
             self._dense.attach(model)  # identical start: rank 0's parameters
@@ -347,7 +257,12 @@ class LocalSGD(GradSync):
 
     def capture_pseudo_gradients(self, writer, *, rank: int, mode: str) -> dict[str, dict]:
         self.pseudo_capture = PseudoGradientCapture(
-            writer, rank=rank, mode=mode, compress=self.config.compress, layout=self.group_layout()
+            writer,
+            rank=rank,
+            mode=mode,
+            compress=self.config.compress,
+            topk_ratio=self.config.topk_ratio,
+            layout=self.group_layout(),
         )
         return self.pseudo_capture.tensor_info()
 
@@ -467,7 +382,7 @@ class LocalSGD(GradSync):
             flat.mul_(w)
             if capture is not None and self.topk is not None:  # what the scheme sums from this worker
                 capture.record("pseudo_topk", step=self.step, group=key, flat_N=flat)
-            flat, nbytes = self._sum_sparse(key, flat)
+            flat, nbytes = self._sparse_sum(key, flat, collective=coll, step=self.step)
             return {
                 "key": key,
                 "params": params,
@@ -496,25 +411,6 @@ class LocalSGD(GradSync):
             "bytes": int(ring_volume(flat.numel() * flat.element_size(), coll.world)),
             "row": row,
         }
-
-    def _sum_sparse(self, key: str, sent: torch.Tensor) -> tuple[torch.Tensor, int]:
-        """The sum over workers of ``sent`` (in place) by the configured scheme (``auto``: the planner's choice for
-        group ``key``), and the bytes this rank sent (the planner's sketch gather included). On in-process thread
-        workers (tests) the collective's dense sum stands in: the same numbers up to summation order."""
-        coll = self.collective
-        if isinstance(coll, TorchCollective) and coll.world > 1:
-            name, extra = self.config.scheme, 0
-            if self.planner is not None:
-                before = self.planner.bytes_sent
-                name = self.planner.choose(key, self.step, dense=sent, dtype=sent.dtype, group=coll.group)
-                extra = self.planner.bytes_sent - before
-            if name not in self._schemes:
-                self._schemes[name] = build_scheme(name, seed=self.config.seed)
-            scheme = self._schemes[name]
-            out = scheme.run(sent, group=coll.group)
-            return out, extra + int(scheme.last_measured()["bytes_sent"].sum())
-        coll.all_reduce_sum(sent)
-        return sent, int(ring_volume(sent.numel() * sent.element_size(), coll.world))
 
     @torch.no_grad()
     def _end_group(self, state: dict) -> None:

@@ -4,7 +4,8 @@ group, summed by a sparse scheme (``local_sgd.compress=topk``).
 The low-bandwidth local-SGD work (SparseLoCo, DeMo) sends 1-3% of the pseudo-gradient per outer sync and keeps the
 rest for later. Every worker picks different coordinates, so the sum of the selections is a sparse sum with skewed,
 partly overlapping sets: the regime of Zen's Balanced Parallelism. This module holds the selection and the
-residuals; :class:`~zen_analysis.local_sgd.engine.LocalSGD` calls it where the dense path all-reduces.
+residuals, and :class:`SparseSum`, the sum of the selections by a scheme (or the planner's choice per group);
+:class:`~zen_analysis.local_sgd.engine.LocalSGD` calls them where the dense path all-reduces.
 
 Per group g (a unit, tensor or the whole model, as ``granularity`` says) and worker m, at outer round t:
 
@@ -26,6 +27,9 @@ from __future__ import annotations
 import torch
 
 from zen_analysis.capture.topk import TopKCompressor
+from zen_analysis.comm import build_scheme
+from zen_analysis.local_sgd.collective import Collective, TorchCollective
+from zen_analysis.wire.exchange import ring_volume
 
 COMPRESSIONS = ("none", "topk", "natural")
 
@@ -84,3 +88,34 @@ class PseudoGradientTopK:
                 f"({self.ratio}, {self.seed}): resume with the settings it was trained with"
             )
         self.residuals = {k: v.clone() for k, v in state["residuals"].items()}
+
+
+class SparseSum:
+    """The sum over workers of each sync group's sparse pseudo-gradient by scheme ``scheme`` (any of
+    ``zen_analysis.comm.SCHEMES``), or with ``planner`` (``scheme=auto``: a :class:`zen_analysis.comm.planner.Planner`)
+    the planner's choice for the group, priced from a sketch of the ranks' selections at its first sync and every
+    ``planner.every`` steps after. One scheme object per name, reused across groups and syncs."""
+
+    def __init__(self, scheme: str, *, seed: int, planner=None) -> None:
+        self.scheme = scheme
+        self.seed = seed
+        self.planner = planner
+        self._schemes: dict = {}
+
+    def __call__(self, key: str, sent: torch.Tensor, *, collective: Collective, step: int) -> tuple[torch.Tensor, int]:
+        """The sum over workers of ``sent`` (this worker's flat selection for group ``key``; summed in place where
+        the scheme allows) and the bytes this rank sent, the planner's sketch gather included. On in-process thread
+        workers (tests) the collective's dense sum stands in: the same numbers up to summation order."""
+        if not (isinstance(collective, TorchCollective) and collective.world > 1):
+            collective.all_reduce_sum(sent)
+            return sent, int(ring_volume(sent.numel() * sent.element_size(), collective.world))
+        name, extra = self.scheme, 0
+        if self.planner is not None:
+            before = self.planner.bytes_sent
+            name = self.planner.choose(key, step, dense=sent, dtype=sent.dtype, group=collective.group)
+            extra = self.planner.bytes_sent - before
+        if name not in self._schemes:
+            self._schemes[name] = build_scheme(name, seed=self.seed)
+        scheme = self._schemes[name]
+        out = scheme.run(sent, group=collective.group)
+        return out, extra + int(scheme.last_measured()["bytes_sent"].sum())

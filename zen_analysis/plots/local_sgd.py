@@ -74,7 +74,7 @@ def penalty_ablation(runs: pd.DataFrame, *, spike_steps: list[int] | None = None
 
 def pseudo_gradients(metrics: pd.DataFrame) -> plt.Figure:
     """Training loss (rank 0's worker) against wall-clock time, one panel per (ranks, link rate) and one line per
-    variant of the sparse pseudo-gradient sweep (``experiments.local_sgd.pseudo_gradient_sweep``'s
+    variant of the sparse pseudo-gradient sweep (``experiments.pseudo_gradients.pseudo_gradient_sweep``'s
     ``attrs["metrics"]``): who reaches a loss first on a slow link."""
     style.apply()
     cells = metrics[["ranks", "bandwidth_gbps"]].drop_duplicates().sort_values(["ranks", "bandwidth_gbps"])

@@ -27,14 +27,13 @@ def workload_labels(reader: TraceReader) -> dict[str, str]:
     arch = cfg.get("model", {}).get("arch", reader.run_id)
     name = cfg.get("name", reader.run_id)
     ratio = cfg.get("capture", {}).get("topk_ratio", 0.05)
-    pseudo_ratio = cfg.get("local_sgd", {}).get("topk_ratio", 0.02)
     out = {}
     for tensor, info in reader.manifest["tensors"].items():
         kind = info["kind"]
         if kind == "natural":
             what = f"{arch} embedding"
         elif kind == "pseudo_topk":
-            what = f"{arch} top-{100 * pseudo_ratio:g}% pseudo-gradient"
+            what = f"{arch} top-{100 * info['topk_ratio']:g}% pseudo-gradient"
         elif kind == "pseudo":
             where = "embedding's group" if info.get("embedding") else "other groups"
             what = f"{arch} pseudo-gradient, {where}"
