@@ -326,8 +326,8 @@ def bench_pseudo_claims(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     LSTM, EDiT with top-k pseudo-gradients (``--set ratio=0.02``) through Zen on 4 ranks x 1 worker, 44 steps
     (warm-up 4, a sync every 8: 5 outer syncs), the gradients captured every 8 steps and the selections at every
     outer sync (``--set mode=all`` adds the before-selection records: about 8 bytes per parameter per worker and
-    sync). Tables ``data/derived/pseudo_claims/pseudo_claims`` and ``pseudo_claims_schemes``: every scheme's
-    modelled speed-up over the dense all-reduce on the same traces (paper-tcp25), per workload."""
+    sync). Tables ``data/derived/pseudo_claims/pseudo_claims-<ranks>ranks`` and ``pseudo_claims_schemes-<ranks>ranks``:
+    every scheme's modelled speed-up over the dense all-reduce on the same traces (paper-tcp25), per workload."""
     import pandas as pd
 
     from zen_analysis import paths
@@ -365,7 +365,7 @@ def bench_pseudo_claims(overrides: list[str] | tuple[str, ...] = ()) -> dict:
         frames.append(frame)
     table = pd.concat(frames, ignore_index=True)
     table["holds"] = table["holds"].astype(str)
-    stem = paths.derived_dir() / "pseudo_claims" / "pseudo_claims"
+    stem = paths.derived_dir() / "pseudo_claims" / f"pseudo_claims-{opts['ranks']}ranks"
     shown = table[["recipe", "claim", "signal", "workload", "we measure", "holds"]]
     published = {k: v for k, v in opts.items() if k != CONFIG}
     publish(table, stem, shown, published)
@@ -374,7 +374,9 @@ def bench_pseudo_claims(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     fits = speedups(modelled, topology="paper-tcp25", n=opts["ranks"])
     fits = fits.pivot(index="workload", columns="scheme", values="speedup").round(2)
     print(f"\nmodelled speed-up over dense all-reduce on paper-tcp25, n={opts['ranks']} (median over steps, tensors):")
-    publish(fits.reset_index(), stem.with_name("pseudo_claims_schemes"), fits.reset_index(), published)
+    publish(
+        fits.reset_index(), stem.with_name(f"pseudo_claims_schemes-{opts['ranks']}ranks"), fits.reset_index(), published
+    )
     return {"table": table, "schemes": fits}
 
 

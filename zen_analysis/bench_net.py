@@ -15,6 +15,28 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
+NETLAB_DEFAULTS = {
+    "parts": ["schemes", "nodes", "train"],
+    "ranks": [4, 8],
+    "bandwidths": [0.5, 1.0, 2.5, 10.0],
+    "node_bandwidths": [1.0, 0.25],
+    "train_bandwidths": [1.0],
+    "train_steps": 12,
+    "repeats": 10,
+    "train_workers_per_rank": 8,
+    "edit_bandwidth": 0.5,
+    "edit_steps": 40,
+    "pseudo_recipe": "default",
+    "pseudo_ranks": [4, 8],
+    "pseudo_bandwidths": [0.1, 0.5],
+    "pseudo_wide_bandwidths": [0.5],
+    "pseudo_steps": 40,
+    "pseudo_variants": [],
+    "pseudo_wide_variants": ["edit", "edit+topk+zen", "edit+topk+agsparse"],
+}
+"""``bench netlab``'s options and their defaults (``--set key=value``)."""
+
+
 def bench_netlab(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     """Measured on the emulated network (root; :mod:`zen_analysis.experiments.netlab`), on the default run (trained
     first if ``make reproduce`` has not): ``schemes``, every scheme replaying its natural and top-k tensors at
@@ -32,24 +54,7 @@ def bench_netlab(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     ok, why = netlab.available()
     if not ok:
         raise RuntimeError(f"bench netlab needs the network lab, which is unavailable here: {why}")
-    defaults = {
-        "parts": ["schemes", "nodes", "train"],
-        "ranks": [4, 8],
-        "bandwidths": [0.5, 1.0, 2.5, 10.0],
-        "node_bandwidths": [1.0, 0.25],
-        "train_bandwidths": [1.0],
-        "train_steps": 12,
-        "repeats": 10,
-        "train_workers_per_rank": 8,
-        "edit_bandwidth": 0.5,
-        "edit_steps": 40,
-        "pseudo_ranks": [4, 8],
-        "pseudo_bandwidths": [0.1, 0.5],
-        "pseudo_wide_bandwidths": [0.5],
-        "pseudo_steps": 40,
-        "pseudo_variants": [],
-        "pseudo_wide_variants": ["edit", "edit+topk+zen", "edit+topk+agsparse"],
-    }
+    defaults = NETLAB_DEFAULTS
     types = {
         "parts": names,
         "ranks": ints,
@@ -275,8 +280,8 @@ def _netlab_pseudo(run: str, opts: dict, out_dir: Path) -> pd.DataFrame:
     from zen_analysis.experiments.pseudo_gradients import pseudo_gradient_sweep
     from zen_analysis.plots.local_sgd import pseudo_gradients
 
-    base = recipes.default()
-    base.name = "bench-netlab-pseudo"
+    base = recipes.get(opts["pseudo_recipe"])
+    base.name = "bench-netlab-pseudo" + ("" if opts["pseudo_recipe"] == "default" else f"-{opts['pseudo_recipe']}")
     base.train.workers_per_rank = 1
     base.train.num_steps = opts["pseudo_steps"]
     base.train.eval_every = 0
@@ -294,9 +299,22 @@ def _netlab_pseudo(run: str, opts: dict, out_dir: Path) -> pd.DataFrame:
     metrics = pd.concat([t.attrs.pop("metrics") for t in tables], ignore_index=True)  # concat compares attrs
     table = pd.concat(tables, ignore_index=True)
     shown = table.drop(columns=["run_id"]).round(4)
-    publish(table, out_dir / "pseudo_gradients", shown, opts)
-    draw_figure(pseudo_gradients(metrics), "netlab_pseudo_gradients")
+    name = "pseudo_gradients" + _pseudo_suffix(opts)
+    publish(table, out_dir / name, shown, opts)
+    draw_figure(pseudo_gradients(metrics), "netlab_" + name)
     return table
+
+
+def _pseudo_suffix(opts: dict) -> str:
+    """The pseudo part's file-name suffix: empty for the default sweep, else its recipe, rank counts and rates
+    (another selection of runs does not overwrite the default sweep's table and figure)."""
+    keys = ("pseudo_recipe", "pseudo_ranks", "pseudo_bandwidths", "pseudo_wide_bandwidths", "pseudo_steps")
+    keys += ("pseudo_variants", "pseudo_wide_variants")
+    if all(opts[k] == NETLAB_DEFAULTS[k] for k in keys):
+        return ""
+    ranks = "-".join(str(n) for n in opts["pseudo_ranks"])
+    rates = sorted({*opts["pseudo_bandwidths"], *opts["pseudo_wide_bandwidths"]})
+    return f"-{opts['pseudo_recipe']}-r{ranks}-" + "-".join(f"{g:g}g" for g in rates)
 
 
 def _bandwidths(value: str) -> list[float | None]:

@@ -17,7 +17,9 @@ Stages (:data:`STAGES`; ``zen-analysis reproduce --only STAGE`` / ``--skip STAGE
    Zen / top-k AGsparse / top-k Zen trainings of the default model on 4 ranks for loss parity (Fig. 18);
 6. ``edit``: synchronous training, Post-Local SGD, DiLoCo, EDiT and A-EDiT on the default Llama at equal tokens
    (loss curves, validation loss and its gap to synchronous training, tokens/s, bytes), and EDiT's penalty
-   ablation with injected loss spikes. The EDiT paper's stage (seven trainings) is the longest, so
+   ablation with injected loss spikes; a short version of the sparse pseudo-gradient measurements (C1-C3 beside
+   the gradients', and top-k through Zen and AGsparse behind 0.5 Gbit/s links where the lab can be built). The EDiT
+   paper's stage (seven trainings) is the longest, so
    it runs with ``--full`` (``make reproduce-full``) or ``--only edit``; ``make reproduce`` keeps to the Zen
    paper's stages within its 30 minutes;
 7. ``scale``: beyond the paper's 128 GPUs, a 1024-worker capture of the default Llama and every scheme modelled
@@ -297,6 +299,58 @@ def _stage_edit(overrides) -> None:
     table = runs.attrs["summary"]
     atomic_write_text(out_dir / "edit_methods.txt", table.to_string(index=False) + "\n")
     print(table.to_string(index=False))
+    _edit_pseudo_gradients(overrides, out_dir)
+
+
+PSEUDO_SHORT = {"local_sgd.warmup_steps": 4, "local_sgd.interval": 8, "local_sgd.ewma_warmup": 3}
+"""The edit stage's short sparse pseudo-gradient runs: 28 steps of the default Llama on 4 ranks x 1 micro-batch,
+a sync every 8 after 4 synchronous steps (3 outer syncs); EDiT's outer step is plain averaging (``EDIT_TUNED``)."""
+
+
+def _edit_pseudo_gradients(overrides, out_dir) -> None:
+    """The edit stage's short version of issue 31's measurements: C1-C3 of top-2% pseudo-gradients beside the
+    gradients' (one EDiT run capturing both), and, where the emulated network can be built, dense EDiT against
+    EDiT with top-k pseudo-gradients through Zen and AGsparse behind 0.5 Gbit/s links (the full sweep:
+    ``zen-analysis bench netlab --set parts=pseudo``)."""
+    from matplotlib import pyplot as plt
+
+    from zen_analysis.experiments.local_sgd import EDIT_TUNED
+    from zen_analysis.experiments.pseudo_gradients import pseudo_gradient_claims, pseudo_gradient_sweep
+    from zen_analysis.plots import local_sgd as lsgd_figs
+    from zen_analysis.plots import style
+    from zen_analysis.ranks import netlab
+
+    base = recipes.default()
+    base.name = "reproduce-pseudo"
+    base.train.workers_per_rank = 1
+    base.train.num_steps = 28
+    base.train.eval_every = 0
+    base = apply_overrides(base, overrides)
+    print("== sparse pseudo-gradients: C1-C3 of EDiT's top-2% pseudo-gradients beside the gradients' (4 ranks)")
+    claims = pseudo_gradient_claims(base, mode="sent", progress=True, **EDIT_TUNED, **PSEUDO_SHORT)
+    text = claims[["claim", "signal", "workload", "we measure", "holds"]].to_string(index=False)
+    atomic_write_text(out_dir / "edit_pseudo_claims.txt", text + "\n")
+    print(text)
+    ok, why = netlab.available()
+    if not ok:
+        print(f"== sparse pseudo-gradients on slow links: skipped ({why})")
+        return
+    print("== sparse pseudo-gradients on 4 x 0.5 Gbit/s links: dense EDiT, EDiT + top-k through Zen and AGsparse")
+    sweep = pseudo_gradient_sweep(
+        base,
+        ranks=[4],
+        bandwidths=[0.5],
+        variants=["edit", "edit+topk+zen", "edit+topk+agsparse"],
+        progress=True,
+        **EDIT_TUNED,
+        **PSEUDO_SHORT,
+    )
+    fig = lsgd_figs.pseudo_gradients(sweep.attrs.pop("metrics"))
+    style.savefig(fig, "edit_pseudo_gradients")
+    plt.close(fig)
+    text = sweep.drop(columns=["run_id"]).round(4).to_string(index=False)
+    atomic_write_text(out_dir / "edit_pseudo_gradients.txt", text + "\n")
+    print(text)
 
 
 def _stage_scale(overrides) -> None:

@@ -167,9 +167,11 @@ def pseudo_gradient_claims(
     be large), then characterized. The claims table (:func:`zen_analysis.sparsity.report.claims_table`) with a
     ``signal`` column (gradient / pseudo-gradient); ``attrs["tables"]``: the characterization tables,
     ``attrs["run_id"]``, ``attrs["summary"]``: the run's summary."""
+    from zen_analysis.capture.pseudo import PSEUDO_KINDS
+    from zen_analysis.capture.traces import TraceReader
     from zen_analysis.sparsity.characterize import characterize
     from zen_analysis.sparsity.report import claims_table
-    from zen_analysis.sparsity.workloads import combined_tables
+    from zen_analysis.sparsity.workloads import combined_tables, workload_labels
 
     local = {"local_sgd.compress": "topk", "local_sgd.scheme": "zen", **settings}
     interval = int(local.get("local_sgd.interval", 8))
@@ -185,7 +187,13 @@ def pseudo_gradient_claims(
     characterize(s["run_id"], progress=progress)
     tables = combined_tables([s["run_id"]])
     claims = claims_table(tables)
-    claims.insert(0, "signal", claims["workload"].map(lambda w: "pseudo-gradient" if "pseudo" in w else "gradient"))
+    reader = TraceReader(s["run_id"])
+    labels = workload_labels(reader)
+    signal = {
+        labels[t]: "pseudo-gradient" if info["kind"] in PSEUDO_KINDS else "gradient"
+        for t, info in reader.manifest["tensors"].items()
+    }
+    claims.insert(0, "signal", claims["workload"].map(signal))
     claims = claims.sort_values(["claim", "signal"], kind="stable", ignore_index=True)
     claims.attrs.update(tables=tables, run_id=s["run_id"], summary=s)
     return claims
