@@ -314,7 +314,7 @@ def _pseudo_suffix(opts: dict) -> str:
         return ""
     ranks = "-".join(str(n) for n in opts["pseudo_ranks"])
     rates = sorted({*opts["pseudo_bandwidths"], *opts["pseudo_wide_bandwidths"]})
-    return f"-{opts['pseudo_recipe']}-r{ranks}-" + "-".join(f"{g:g}g" for g in rates)
+    return f"-{opts['pseudo_recipe']}-r{ranks}-" + "-".join(f"{g:g}g".replace(".", "p") for g in rates)  # no dots
 
 
 def _bandwidths(value: str) -> list[float | None]:

@@ -227,12 +227,14 @@ class DensityExplorer:
                 self.controls["tensor"].options = tensors
                 # the natural (embedding) tensor first: bucket names sort before it, and it is what one explores
                 self.controls["tensor"].value = next((t for t in tensors if kinds[t] == "natural"), tensors[0])
-                self.controls["step"].options = reader.steps()
-                self.controls["step"].value = reader.steps()[0]
                 W = len(reader.workers())
                 self.controls["num_workers"].max = max(2, W)
                 self.controls["num_workers"].value = W
-            if name in ("run", "tensor"):
+            if name in ("run", "tensor"):  # the steps this tensor was captured at (pseudo-gradients: outer syncs)
+                steps = reader.steps(self.controls["tensor"].value)
+                self.controls["step"].options = steps
+                if self.controls["step"].value not in steps:
+                    self.controls["step"].value = steps[0]
                 kind = reader.manifest["tensors"][self.controls["tensor"].value]["kind"]
                 options = ["row", "element"] if kind == "natural" else ["element"]
                 self.controls["granularity"].options = options

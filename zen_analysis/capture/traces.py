@@ -336,8 +336,13 @@ class TraceReader:
     def tensors(self) -> list[str]:
         return sorted(self.summary()["tensor"].unique())
 
-    def steps(self) -> list[int]:
-        return sorted(int(s) for s in self.summary()["step"].unique())
+    def steps(self, tensor: str | None = None) -> list[int]:
+        """The captured steps (of ``tensor`` only, if given: a run's gradient tensors and its pseudo-gradients,
+        :mod:`zen_analysis.capture.pseudo`, are captured at different steps)."""
+        df = self.summary()
+        if tensor is not None:
+            df = df[df["tensor"] == tensor]
+        return sorted(int(s) for s in df["step"].unique())
 
     def workers(self) -> list[int]:
         return sorted(int(w) for w in self.summary()["worker"].unique())

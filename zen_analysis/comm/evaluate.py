@@ -194,7 +194,7 @@ def step_index_sets(run: str | Path, *, tensor: str | None = None, step: int | N
     reader = TraceReader(run)
     tensors = reader.manifest["tensors"]
     tensor = tensor or next((t for t, i in tensors.items() if i["kind"] == "natural"), next(iter(tensors)))
-    step = reader.steps()[0] if step is None else step
+    step = reader.steps(tensor)[0] if step is None else step
     recs = sorted(reader.records(tensor=tensor, step=step, with_values=False), key=lambda r: r.worker)[:num_workers]
     return [r.indices_K.long() for r in recs], int(tensors[tensor]["numel"])
 
@@ -330,7 +330,7 @@ def crossover_report(run: str | Path, *, tensor: str | None = None) -> list[str]
     reader = TraceReader(run)
     tensors = reader.manifest["tensors"]
     tensor = tensor or next((t for t, i in tensors.items() if i["kind"] == "natural"), next(iter(tensors)))
-    step = reader.steps()[0]
+    step = reader.steps(tensor)[0]
     ordered = reader.index_sets(step)[tensor]
     numel = int(tensors[tensor]["numel"])
     lines = []

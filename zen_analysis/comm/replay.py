@@ -140,8 +140,13 @@ def replay_run(
         )
     topo = model_topology(ranks, bandwidth_gbps=bandwidth_gbps, recalibrate=recalibrate)
     frames = []
-    for step in tqdm(reader.steps()[:steps], desc=f"measure {reader.run_id}", unit="step", disable=not progress):
+    for step in tqdm(reader.steps(tensor)[:steps], desc=f"measure {reader.run_id}", unit="step", disable=not progress):
         recs = sorted(reader.records(tensor=tensor, step=step), key=lambda r: r.worker)[:ranks]
+        if len(recs) < ranks:
+            raise ValueError(
+                f"run {reader.run_id} holds {len(recs)} workers' records of {tensor} at step {step}; "
+                f"cannot replay on {ranks} ranks"
+            )
         df = compare(
             [r.indices_K.long() for r in recs],
             numel,

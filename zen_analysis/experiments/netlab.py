@@ -44,8 +44,10 @@ def scheme_sweep(
     steps: int = 1,
     repeats: int = 10,
     progress: bool = True,
+    tensor: str | None = None,
 ) -> pd.DataFrame:
-    """Replay ``run``'s first captured tensor of each kind in ``kinds`` through every scheme, and ``auto`` (the
+    """Replay ``run``'s first captured tensor of each kind in ``kinds`` (or ``tensor``, of its own kind) through
+    every scheme, and ``auto`` (the
     planner on the lab's calibrated model, :class:`~zen_analysis.comm.planner.AutoScheme`), at each rank count and
     bandwidth in the lab. One row per (kind, ranks, bandwidth, scheme): the ``measure --out`` columns plus
     ``tensor``, ``kind``, ``speedup_measured`` / ``speedup_modelled`` (dense all-reduce's time / the scheme's), and
@@ -59,8 +61,13 @@ def scheme_sweep(
     reader = TraceReader(run)
     tensors = reader.manifest["tensors"]
     frames = []
+    if tensor is not None:
+        if tensor not in tensors:
+            raise ValueError(f"run {reader.run_id} captured no tensor {tensor!r}; it has {sorted(tensors)}")
+        kinds = [tensors[tensor]["kind"]]
+    chosen = tensor
     for kind in kinds:
-        tensor = next((t for t, info in tensors.items() if info["kind"] == kind), None)
+        tensor = chosen or next((t for t, info in tensors.items() if info["kind"] == kind), None)
         if tensor is None:
             raise ValueError(f"run {reader.run_id} captured no {kind} tensor; it has {sorted(tensors)}")
         for n in ranks:
@@ -363,7 +370,7 @@ def node_comparison(
     tensors = reader.manifest["tensors"]
     tensor = tensor or next(t for t, info in tensors.items() if info["kind"] == "natural")
     world = nodes * ranks_per_node
-    step = reader.steps()[0] if step is None else step
+    step = reader.steps(tensor)[0] if step is None else step
     recs = sorted(reader.records(tensor=tensor, step=step), key=lambda r: r.worker)[:world]
     if len(recs) < world:
         raise ValueError(f"run {reader.run_id} has {len(recs)} workers at step {step}; need {world}")

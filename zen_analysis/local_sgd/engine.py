@@ -82,8 +82,9 @@ class LocalSGD(GradSync):
         if config.compress != "none" and config.scheme == "auto" and planner is None:
             raise ValueError("local_sgd.scheme=auto needs a planner (train/registry.py builds it from sync.planner_*)")
         self.pseudo_capture = None
-        """Set by the loop under ``capture.pseudo``: a :class:`zen_analysis.capture.pseudo.PseudoGradientCapture`
-        recording each group's pseudo-gradient (before selection) and selection (after) at every outer sync."""
+        """Under ``capture.pseudo`` (:meth:`capture_pseudo_gradients`, which the loop calls): a
+        :class:`zen_analysis.capture.pseudo.PseudoGradientCapture` recording each group's pseudo-gradient (before
+        selection) and selection (after) at every outer sync."""
         self.planner = planner
         """With ``scheme=auto``: a :class:`zen_analysis.comm.planner.Planner` (or a function of the world size that
         builds one at ``attach``). At a group's first outer sync and every ``planner.every`` steps after, the ranks'
