@@ -178,7 +178,7 @@ def test_pseudo_gradient_capture_records_what_each_worker_syncs_and_characterize
     import numpy as np
 
     from zen_analysis.capture.traces import TraceReader
-    from zen_analysis.comm.evaluate import evaluate
+    from zen_analysis.comm.evaluate import evaluate, step_index_sets
     from zen_analysis.experiments.pseudo_gradients import pseudo_gradient_claims
     from zen_analysis.explore import explore_stats
     from zen_analysis.sparsity.characterize import load_tables
@@ -216,6 +216,9 @@ def test_pseudo_gradient_capture_records_what_each_worker_syncs_and_characterize
     assert len(sync_steps) >= 3  # steps 5, 8, 11 and the final sync
     summary = reader.summary()
     assert set(summary[summary["kind"] == "pseudo"]["step"]) == set(sync_steps)
+    assert reader.steps("pseudo_topk/root") == sync_steps and reader.steps() == sorted({0, 3, 6, 9, *sync_steps})
+    sets, numel = step_index_sets(run_id, tensor="pseudo_topk/root")  # at the tensor's first step, not the run's
+    assert len(sets) == 4 and numel == tensors["pseudo_topk/root"]["numel"] and all(len(s) for s in sets)
     for step in sync_steps:
         for g in groups:
             recs = {
