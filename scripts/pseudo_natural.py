@@ -12,7 +12,7 @@ import json
 
 from zen_analysis import recipes
 from zen_analysis.experiments.local_sgd import EDIT_TUNED, method_run
-from zen_analysis.experiments.pseudo_gradients import outer_sync_row
+from zen_analysis.experiments.pseudo_gradients import SHORT_SYNC, outer_sync_row
 
 VARIANTS = {
     "edit": {},
@@ -30,7 +30,7 @@ def main() -> None:
     base.train.workers_per_rank = 1
     base.train.num_steps = 40
     base.train.eval_every = 0
-    settings = {**EDIT_TUNED, "local_sgd.warmup_steps": 4, "local_sgd.interval": 8, "local_sgd.ewma_warmup": 3}
+    settings = {**EDIT_TUNED, **SHORT_SYNC}
     lab = {
         "dist.num_ranks": 4,
         "dist.network": "netlab",

@@ -9,14 +9,14 @@ import json
 
 from zen_analysis import recipes
 from zen_analysis.experiments.local_sgd import EDIT_TUNED, method_run
-from zen_analysis.experiments.pseudo_gradients import outer_sync_row
+from zen_analysis.experiments.pseudo_gradients import SHORT_SYNC, outer_sync_row
 
 base = recipes.default()
 base.name = "bench-netlab-pseudo-ratio"
 base.train.workers_per_rank = 1
 base.train.num_steps = 40
 base.train.eval_every = 0
-settings = {**EDIT_TUNED, "local_sgd.warmup_steps": 4, "local_sgd.interval": 8, "local_sgd.ewma_warmup": 3}
+settings = {**EDIT_TUNED, **SHORT_SYNC}
 tps = base.train.workers_per_rank * base.train.batch_per_worker * base.train.seq_len
 for ratio in (0.05, 0.1, 0.25):
     lab = {"dist.num_ranks": 4, "dist.network": "netlab", "dist.bandwidth_gbps": 0.1}

@@ -295,7 +295,7 @@ def bench_pseudo_density(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     from zen_analysis import paths
     from zen_analysis.bench_net import publish
     from zen_analysis.experiments.local_sgd import EDIT_TUNED
-    from zen_analysis.experiments.pseudo_gradients import pseudo_gradient_density
+    from zen_analysis.experiments.pseudo_gradients import SHORT_SYNC, pseudo_gradient_density, short_base
 
     opts = parse_sets(
         "pseudo_density",
@@ -304,17 +304,11 @@ def bench_pseudo_density(overrides: list[str] | tuple[str, ...] = ()) -> dict:
         {"recipes": names},
         config=True,
     )
-    bases = []
-    for name in opts["recipes"]:
-        base = recipes.get(name)
-        base.name = f"bench-density-{name}"
-        base.train.workers_per_rank = 1
-        base.train.num_steps = opts["steps"]
-        base.train.eval_every = 0
-        base.dist.num_ranks = opts["ranks"]
-        bases.append(apply_overrides(base, opts[CONFIG]))
-    settings = {**EDIT_TUNED, "local_sgd.warmup_steps": 4, "local_sgd.interval": 8, "local_sgd.ewma_warmup": 3}
-    table = pseudo_gradient_density(bases, **settings)
+    bases = [
+        short_base(name, f"bench-density-{name}", steps=opts["steps"], ranks=opts["ranks"], overrides=opts[CONFIG])
+        for name in opts["recipes"]
+    ]
+    table = pseudo_gradient_density(bases, **EDIT_TUNED, **SHORT_SYNC)
     stem = paths.derived_dir() / "pseudo_density" / "pseudo_density"
     publish(table, stem, table.drop(columns=["run_id"]).round(4), {k: v for k, v in opts.items() if k != CONFIG})
     return {"table": table}
@@ -334,7 +328,7 @@ def bench_pseudo_claims(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     from zen_analysis.bench_net import publish
     from zen_analysis.comm.evaluate import evaluate_runs, speedups
     from zen_analysis.experiments.local_sgd import EDIT_TUNED
-    from zen_analysis.experiments.pseudo_gradients import pseudo_gradient_claims
+    from zen_analysis.experiments.pseudo_gradients import SHORT_SYNC, pseudo_gradient_claims, short_base
 
     opts = parse_sets(
         "pseudo_claims",
@@ -345,21 +339,17 @@ def bench_pseudo_claims(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     )
     frames = []
     for name in opts["recipes"]:
-        base = recipes.get(name)
-        base.name = f"bench-claims-{name}"
-        base.train.workers_per_rank = 1
-        base.train.num_steps = opts["steps"]
-        base.train.eval_every = 0
-        base.dist.num_ranks = opts["ranks"]
-        base = apply_overrides(base, opts[CONFIG])
-        settings = {
+        base = short_base(
+            name, f"bench-claims-{name}", steps=opts["steps"], ranks=opts["ranks"], overrides=opts[CONFIG]
+        )
+        claims = pseudo_gradient_claims(
+            base,
+            mode=opts["mode"],
+            progress=True,
             **EDIT_TUNED,
-            "local_sgd.warmup_steps": 4,
-            "local_sgd.interval": 8,
-            "local_sgd.ewma_warmup": 3,
-            "local_sgd.topk_ratio": opts["ratio"],
-        }
-        claims = pseudo_gradient_claims(base, mode=opts["mode"], progress=True, **settings)
+            **SHORT_SYNC,
+            **{"local_sgd.topk_ratio": opts["ratio"]},
+        )
         frame = claims.assign(recipe=name, run_id=claims.attrs["run_id"])
         frame.attrs = {}  # (concat compares the frames' attrs: tables of DataFrames)
         frames.append(frame)

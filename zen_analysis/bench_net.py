@@ -247,17 +247,10 @@ def _netlab_edit(run: str, opts: dict, out_dir: Path) -> pd.DataFrame:
     """``edit``: EDiT with every rank behind an ``edit_bandwidth`` link, sleep emulation vs the lab."""
     from zen_analysis.atomic import atomic_write_text
     from zen_analysis.experiments.local_sgd import slow_network_check
+    from zen_analysis.experiments.pseudo_gradients import SHORT_SYNC, short_base
 
-    base = recipes.default()
-    base.name = "bench-netlab-edit"
-    base.train.workers_per_rank = 1
-    base.train.num_steps = opts["edit_steps"]
-    base.train.eval_every = 0
-    check = slow_network_check(
-        base,
-        bandwidth_gbps=opts["edit_bandwidth"],
-        **{"local_sgd.warmup_steps": 4, "local_sgd.interval": 8, "local_sgd.ewma_warmup": 3},
-    )
+    base = short_base("default", "bench-netlab-edit", steps=opts["edit_steps"])
+    check = slow_network_check(base, bandwidth_gbps=opts["edit_bandwidth"], **SHORT_SYNC)
     text = check.round(3).to_string(index=False)
     atomic_write_text(out_dir / "edit_slow_network.txt", text + "\n")
     print(
@@ -277,15 +270,13 @@ def _netlab_pseudo(run: str, opts: dict, out_dir: Path) -> pd.DataFrame:
     import pandas as pd
 
     from zen_analysis.experiments.local_sgd import EDIT_TUNED
-    from zen_analysis.experiments.pseudo_gradients import pseudo_gradient_sweep
+    from zen_analysis.experiments.pseudo_gradients import SHORT_SYNC, pseudo_gradient_sweep, short_base
     from zen_analysis.plots.local_sgd import pseudo_gradients
 
-    base = recipes.get(opts["pseudo_recipe"])
-    base.name = "bench-netlab-pseudo" + ("" if opts["pseudo_recipe"] == "default" else f"-{opts['pseudo_recipe']}")
-    base.train.workers_per_rank = 1
-    base.train.num_steps = opts["pseudo_steps"]
-    base.train.eval_every = 0
-    settings = {**EDIT_TUNED, "local_sgd.warmup_steps": 4, "local_sgd.interval": 8, "local_sgd.ewma_warmup": 3}
+    recipe = opts["pseudo_recipe"]
+    name = "bench-netlab-pseudo" + ("" if recipe == "default" else f"-{recipe}")
+    base = short_base(recipe, name, steps=opts["pseudo_steps"])
+    settings = {**EDIT_TUNED, **SHORT_SYNC}
     tables = [
         pseudo_gradient_sweep(
             base,

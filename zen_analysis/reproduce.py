@@ -302,11 +302,6 @@ def _stage_edit(overrides) -> None:
     _edit_pseudo_gradients(overrides, out_dir)
 
 
-PSEUDO_SHORT = {"local_sgd.warmup_steps": 4, "local_sgd.interval": 8, "local_sgd.ewma_warmup": 3}
-"""The edit stage's short sparse pseudo-gradient runs: 28 steps of the default Llama on 4 ranks x 1 micro-batch,
-a sync every 8 after 4 synchronous steps (3 outer syncs); EDiT's outer step is plain averaging (``EDIT_TUNED``)."""
-
-
 def _edit_pseudo_gradients(overrides, out_dir) -> None:
     """The edit stage's short version of issue 31's measurements: C1-C3 of top-2% pseudo-gradients beside the
     gradients' (one EDiT run capturing both), and, where the emulated network can be built, dense EDiT against
@@ -315,19 +310,19 @@ def _edit_pseudo_gradients(overrides, out_dir) -> None:
     from matplotlib import pyplot as plt
 
     from zen_analysis.experiments.local_sgd import EDIT_TUNED
-    from zen_analysis.experiments.pseudo_gradients import pseudo_gradient_claims, pseudo_gradient_sweep
+    from zen_analysis.experiments.pseudo_gradients import (
+        SHORT_SYNC,
+        pseudo_gradient_claims,
+        pseudo_gradient_sweep,
+        short_base,
+    )
     from zen_analysis.plots import local_sgd as lsgd_figs
     from zen_analysis.plots import style
     from zen_analysis.ranks import netlab
 
-    base = recipes.default()
-    base.name = "reproduce-pseudo"
-    base.train.workers_per_rank = 1
-    base.train.num_steps = 28
-    base.train.eval_every = 0
-    base = apply_overrides(base, overrides)
+    base = short_base("default", "reproduce-pseudo", steps=28, overrides=overrides)  # 3 outer syncs
     print("== sparse pseudo-gradients: C1-C3 of EDiT's top-2% pseudo-gradients beside the gradients' (4 ranks)")
-    claims = pseudo_gradient_claims(base, mode="sent", progress=True, **EDIT_TUNED, **PSEUDO_SHORT)
+    claims = pseudo_gradient_claims(base, mode="sent", progress=True, **EDIT_TUNED, **SHORT_SYNC)
     text = claims[["claim", "signal", "workload", "we measure", "holds"]].to_string(index=False)
     atomic_write_text(out_dir / "edit_pseudo_claims.txt", text + "\n")
     print(text)
@@ -343,7 +338,7 @@ def _edit_pseudo_gradients(overrides, out_dir) -> None:
         variants=["edit", "edit+topk+zen", "edit+topk+agsparse"],
         progress=True,
         **EDIT_TUNED,
-        **PSEUDO_SHORT,
+        **SHORT_SYNC,
     )
     fig = lsgd_figs.pseudo_gradients(sweep.attrs.pop("metrics"))
     style.savefig(fig, "edit_pseudo_gradients")

@@ -8,6 +8,26 @@ import pandas as pd
 
 from zen_analysis.experiments.local_sgd import local_tokens_per_s, method_run
 
+SHORT_SYNC = {"local_sgd.warmup_steps": 4, "local_sgd.interval": 8, "local_sgd.ewma_warmup": 3}
+"""The short local-SGD runs' cadence (benches, scripts, ``make reproduce-full``): 4 synchronous steps, then an outer
+sync every 8 steps, EDiT's anomaly detector armed after 3 syncs (with ``EDIT_TUNED``: plain averaging)."""
+
+
+def short_base(recipe: str, name: str, *, steps: int, ranks: int | None = None, overrides=()):
+    """``recipe`` for a short local-SGD run: one micro-batch per rank, ``steps`` steps, no evaluation during the run,
+    ``ranks`` ranks (the recipe's if None), then the dotted ``overrides``."""
+    from zen_analysis import recipes
+    from zen_analysis.config import apply_overrides
+
+    base = recipes.get(recipe)
+    base.name = name
+    base.train.workers_per_rank = 1
+    base.train.num_steps = steps
+    base.train.eval_every = 0
+    if ranks is not None:
+        base.dist.num_ranks = ranks
+    return apply_overrides(base, list(overrides))
+
 
 def outer_sync_row(summary: dict, tokens_per_step: int) -> dict:
     """What a local-SGD run on a slow link is judged by, from :func:`method_run`'s summary: tokens/s (whole run, and
