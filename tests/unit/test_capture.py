@@ -133,3 +133,43 @@ def test_train_runs_in_process_as_a_single_rank():
     assert summary["num_steps"] == 2 and summary["final_loss"] > 0
     reader = TraceReader(cfg.run_id)
     assert reader.manifest["finished"] and reader.workers() == [0, 1]
+
+
+@pytest.mark.parametrize(
+    ("mode", "compress", "kinds"),
+    [
+        ("sent", "topk", {"pseudo_topk"}),  # what a worker sends: its selection
+        ("sent", "natural", {"pseudo"}),  # the whole pseudo-gradient is what is summed
+        ("sent", "none", {"pseudo"}),
+        ("all", "topk", {"pseudo", "pseudo_topk"}),
+    ],
+)
+def test_pseudo_gradient_capture_records_the_kinds_its_mode_names_one_store_step_per_sync(
+    tmp_path, mode, compress, kinds
+):
+    from zen_analysis.capture.pseudo import PseudoGradientCapture
+
+    writer = TraceWriter(tmp_path, rank=1, run_id="pseudo", world_size=2, steps_per_shard=10)
+    layout = [("root", [("embed.weight", 6), ("norm.weight", 2)], True), ("blocks.0", [("blocks.0.w", 4)], False)]
+    cap = PseudoGradientCapture(writer, rank=1, mode=mode, compress=compress, topk_ratio=0.25, layout=layout)
+    info = cap.tensor_info()
+    assert {i["kind"] for i in info.values()} == kinds
+    assert {t.split("/", 1)[1] for t in info} == {"root", "blocks.0"}
+    root = next(i for t, i in info.items() if t.endswith("/root"))
+    assert (
+        root["numel"] == 8 and root["params"] == [["embed.weight", 0, 6], ["norm.weight", 6, 8]] and root["embedding"]
+    )
+    flat = torch.tensor([0.0, 1.5, 0.0, -2.0, 0.0, 0.0, 3.0, 0.0])
+    for step in (5, 9):
+        for kind in ("pseudo", "pseudo_topk"):  # the engine offers both; the mode keeps what it names
+            cap.record(kind, step=step, group="root", flat_N=flat)
+        cap.end_sync()
+        cap.end_sync()  # a step without records closes nothing
+    writer.close()
+    write_manifest(tmp_path, {"run_id": "pseudo", "tensors": info})
+    reader = TraceReader(tmp_path)
+    recs = list(reader.records())
+    assert {r.kind for r in recs} == kinds and {r.step for r in recs} == {5, 9} and {r.worker for r in recs} == {1}
+    assert all(r.indices_K.tolist() == [1, 3, 6] and r.values_K.tolist() == [1.5, -2.0, 3.0] for r in recs)
+    with pytest.raises(ValueError, match="sent or all"):
+        PseudoGradientCapture(writer, rank=1, mode="off", compress=compress, topk_ratio=0.25, layout=layout)
