@@ -10,9 +10,8 @@ variant (README, "Sparse pseudo-gradients"). About 6 minutes.
 import argparse
 import json
 
-from zen_analysis import recipes
 from zen_analysis.experiments.local_sgd import EDIT_TUNED, method_run
-from zen_analysis.experiments.pseudo_gradients import SHORT_SYNC, outer_sync_row
+from zen_analysis.experiments.pseudo_gradients import SHORT_SYNC, outer_sync_row, short_base
 
 VARIANTS = {
     "edit": {},
@@ -25,11 +24,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--gbps", type=float, default=0.5)
     a = ap.parse_args()
-    base = recipes.lstm_words()
-    base.name = "bench-netlab-natural"
-    base.train.workers_per_rank = 1
-    base.train.num_steps = 40
-    base.train.eval_every = 0
+    base = short_base("lstm-words", "bench-netlab-natural", steps=40)
     settings = {**EDIT_TUNED, **SHORT_SYNC}
     lab = {
         "dist.num_ranks": 4,

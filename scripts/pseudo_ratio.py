@@ -7,15 +7,10 @@ costs in speed (README, "Sparse pseudo-gradients"). One JSON line per ratio. Abo
 
 import json
 
-from zen_analysis import recipes
 from zen_analysis.experiments.local_sgd import EDIT_TUNED, method_run
-from zen_analysis.experiments.pseudo_gradients import SHORT_SYNC, outer_sync_row
+from zen_analysis.experiments.pseudo_gradients import SHORT_SYNC, outer_sync_row, short_base
 
-base = recipes.default()
-base.name = "bench-netlab-pseudo-ratio"
-base.train.workers_per_rank = 1
-base.train.num_steps = 40
-base.train.eval_every = 0
+base = short_base("default", "bench-netlab-pseudo-ratio", steps=40)
 settings = {**EDIT_TUNED, **SHORT_SYNC}
 tps = base.train.workers_per_rank * base.train.batch_per_worker * base.train.seq_len
 for ratio in (0.05, 0.1, 0.25):
