@@ -6,7 +6,14 @@ from __future__ import annotations
 
 import pandas as pd
 
+from zen_analysis import paths, recipes
+from zen_analysis.capture.pseudo import PSEUDO_KINDS
+from zen_analysis.capture.traces import TraceReader
+from zen_analysis.config import apply_overrides
 from zen_analysis.experiments.local_sgd import local_tokens_per_s, method_run
+from zen_analysis.sparsity.characterize import characterize
+from zen_analysis.sparsity.report import claims_table
+from zen_analysis.sparsity.workloads import combined_tables, workload_labels
 
 SHORT_SYNC = {"local_sgd.warmup_steps": 4, "local_sgd.interval": 8, "local_sgd.ewma_warmup": 3}
 """The short local-SGD runs' cadence (benches, scripts, ``make reproduce-full``): 4 synchronous steps, then an outer
@@ -16,9 +23,6 @@ sync every 8 steps, EDiT's anomaly detector armed after 3 syncs (with ``EDIT_TUN
 def short_base(recipe: str, name: str, *, steps: int, ranks: int | None = None, overrides=()):
     """``recipe`` for a short local-SGD run: one micro-batch per rank, ``steps`` steps, no evaluation during the run,
     ``ranks`` ranks (the recipe's if None), then the dotted ``overrides``."""
-    from zen_analysis import recipes
-    from zen_analysis.config import apply_overrides
-
     base = recipes.get(recipe)
     base.name = name
     base.train.workers_per_rank = 1
@@ -130,8 +134,6 @@ def pseudo_gradient_density(bases, *, updates=None, progress: bool = False, **se
     and extremes over workers and syncs), its sync group's (it may share one with other parameters: the Llama's
     root module holds the untied LM head too), the embedding's share of the model, and the other groups' density
     (median, least)."""
-    from zen_analysis import paths
-
     names = list(updates or DENSITY_UPDATES)
     rows = []
     for base in bases:
@@ -187,12 +189,6 @@ def pseudo_gradient_claims(
     be large), then characterized. The claims table (:func:`zen_analysis.sparsity.report.claims_table`) with a
     ``signal`` column (gradient / pseudo-gradient); ``attrs["tables"]``: the characterization tables,
     ``attrs["run_id"]``, ``attrs["summary"]``: the run's summary."""
-    from zen_analysis.capture.pseudo import PSEUDO_KINDS
-    from zen_analysis.capture.traces import TraceReader
-    from zen_analysis.sparsity.characterize import characterize
-    from zen_analysis.sparsity.report import claims_table
-    from zen_analysis.sparsity.workloads import combined_tables, workload_labels
-
     local = {"local_sgd.compress": "topk", "local_sgd.scheme": "zen", **settings}
     interval = int(local.get("local_sgd.interval", 8))
     local.setdefault("capture.every", interval)
