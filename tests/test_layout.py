@@ -142,7 +142,7 @@ LAYERS = (
         "sparsity sparsity.metrics sparsity.synthetic zen zen.hashing zen.native zen.hierarchical "
         "zen.bitmap capture.schema capture.buckets capture.topk",
     ),
-    ("stores, collectives, processes", "capture capture.traces capture.summary wire comm.formats ranks"),
+    ("stores, collectives, processes", "capture capture.traces capture.reader capture.summary wire comm.formats ranks"),
     ("algorithms", "sync sync.base zen.sparse_allreduce local_sgd.collective local_sgd.penalty"),
     ("schemes", "comm comm.schemes comm.planner"),
     ("measurement", "comm.measure comm.calibrate comm.replay"),

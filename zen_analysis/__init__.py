@@ -19,7 +19,7 @@ __all__ = ["ExperimentConfig", "RankFailedError", "RunResult", "TraceReader", "a
 
 if TYPE_CHECKING:
     from zen_analysis import recipes
-    from zen_analysis.capture.traces import TraceReader
+    from zen_analysis.capture.reader import TraceReader
     from zen_analysis.config import ExperimentConfig, apply_overrides
     from zen_analysis.ranks.procs import RankFailedError
     from zen_analysis.runs.launch import RunResult, launch
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "ExperimentConfig": "zen_analysis.config",
     "apply_overrides": "zen_analysis.config",
-    "TraceReader": "zen_analysis.capture.traces",
+    "TraceReader": "zen_analysis.capture.reader",
     "launch": "zen_analysis.runs.launch",
     "RankFailedError": "zen_analysis.ranks.procs",
     "RunResult": "zen_analysis.runs.launch",

@@ -124,7 +124,7 @@ def bench_characterize(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     subprocess.run([sys.executable, "-c", code], check=True)
     wall = time.perf_counter() - t0
     peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    from zen_analysis.capture.traces import TraceReader
+    from zen_analysis.capture.reader import TraceReader
 
     df = TraceReader(run_id).summary()
     out = {
@@ -169,7 +169,7 @@ def bench_evaluate(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     and for the n = 128 configurations alone."""
     import time
 
-    from zen_analysis.capture.traces import TraceReader
+    from zen_analysis.capture.reader import TraceReader
     from zen_analysis.comm.calibrate import preset
     from zen_analysis.comm.evaluate import DEFAULT_TOPOLOGIES, evaluate, evaluate_step
     from zen_analysis.comm.schemes import SCHEMES

@@ -21,7 +21,7 @@ import torch
 from matplotlib.ticker import MaxNLocator
 
 from zen_analysis import paths
-from zen_analysis.capture.traces import TraceReader
+from zen_analysis.capture.reader import TraceReader
 from zen_analysis.plots import style
 from zen_analysis.sparsity.characterize import worker_counts
 from zen_analysis.sparsity.metrics import densification_curve, pairwise_overlap_ratios, partition_shares, rows_of

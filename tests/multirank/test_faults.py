@@ -25,7 +25,8 @@ import torch
 import torch.distributed as dist
 
 from zen_analysis import paths, recipes
-from zen_analysis.capture.traces import TraceError, TraceReader
+from zen_analysis.capture.reader import TraceReader
+from zen_analysis.capture.traces import TraceError
 from zen_analysis.comm.evaluate import evaluate
 from zen_analysis.ranks.procs import RankFailedError
 from zen_analysis.runs.launch import RunInUseError, launch, prepare_run

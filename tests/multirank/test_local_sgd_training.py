@@ -177,7 +177,7 @@ def test_pseudo_gradient_capture_records_what_each_worker_syncs_and_characterize
     explorer and the claims table read them as they read gradients."""
     import numpy as np
 
-    from zen_analysis.capture.traces import TraceReader
+    from zen_analysis.capture.reader import TraceReader
     from zen_analysis.comm.evaluate import evaluate, step_index_sets
     from zen_analysis.experiments.pseudo_gradients import pseudo_gradient_claims
     from zen_analysis.explore import explore_stats

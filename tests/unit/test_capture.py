@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from zen_analysis.capture.hooks import GradientCapture, match_tensors
-from zen_analysis.capture.traces import TraceReader, TraceWriter, write_manifest
+from zen_analysis.capture.reader import TraceReader
+from zen_analysis.capture.traces import TraceWriter, write_manifest
 from zen_analysis.config import CaptureConfig, ModelConfig
 from zen_analysis.workload.model import build_model, lm_loss
 
@@ -123,7 +124,7 @@ def test_patterns_must_match_a_parameter():
 def test_train_runs_in_process_as_a_single_rank():
     """What a notebook does without the launcher: train(cfg) in the kernel, all workers in one process."""
     from zen_analysis import recipes
-    from zen_analysis.capture.traces import TraceReader
+    from zen_analysis.capture.reader import TraceReader
     from zen_analysis.train.loop import train
 
     cfg = recipes.smoke()

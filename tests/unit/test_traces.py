@@ -4,7 +4,8 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from zen_analysis.capture.traces import SparseGrad, TraceError, TraceReader, TraceWriter, write_manifest
+from zen_analysis.capture.reader import TraceReader
+from zen_analysis.capture.traces import SparseGrad, TraceError, TraceWriter, write_manifest
 
 
 def _records(num_steps=3, num_workers=2, shape=(50, 4), seed=0):

@@ -1,10 +1,10 @@
 """The trace store's format and its invariants: what a manifest and a record must be, checked on every read.
 
-A trace directory holds ``manifest.json`` and Parquet shards (:mod:`zen_analysis.capture.traces` writes and
-reads them). Here: the schema version readers accept, the record kinds, and the checks that turn a damaged or
-hand-edited run into a :class:`TraceError` naming the file instead of a wrong number later — the manifest's
-required keys and JSON types, and each row group's records (indices strictly increasing and in ``[0, numel)``,
-``nnz`` and ``numel`` consistent with the data, the shape and the manifest).
+A trace directory holds ``manifest.json`` and Parquet shards (:mod:`zen_analysis.capture.traces` writes them,
+:mod:`zen_analysis.capture.reader` reads them). Here: the schema version readers accept, the record kinds, and the
+checks that turn a damaged or hand-edited run into a :class:`TraceError` naming the file instead of a wrong number
+later — the manifest's required keys and JSON types, and each row group's records (indices strictly increasing and
+in ``[0, numel)``, ``nnz`` and ``numel`` consistent with the data, the shape and the manifest).
 """
 
 from __future__ import annotations

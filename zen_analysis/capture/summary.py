@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from zen_analysis.capture.buckets import describe
-from zen_analysis.capture.traces import TraceReader
+from zen_analysis.capture.reader import TraceReader
 
 
 def capture_table(reader: TraceReader) -> pd.DataFrame:

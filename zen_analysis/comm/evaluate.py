@@ -20,7 +20,7 @@ import pandas as pd
 import pyarrow as pa
 import torch
 
-from zen_analysis.capture.traces import TraceReader
+from zen_analysis.capture.reader import TraceReader
 from zen_analysis.comm.calibrate import preset
 from zen_analysis.comm.schemes import SCHEMES, build_scheme
 from zen_analysis.derived import (

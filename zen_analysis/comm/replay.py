@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from zen_analysis.capture.traces import TraceReader
+from zen_analysis.capture.reader import TraceReader
 from zen_analysis.comm import SCHEMES
 from zen_analysis.comm.calibrate import model_topology
 from zen_analysis.comm.measure import measure

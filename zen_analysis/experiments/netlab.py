@@ -52,7 +52,7 @@ def scheme_sweep(
     bandwidth in the lab. One row per (kind, ranks, bandwidth, scheme): the ``measure --out`` columns plus
     ``tensor``, ``kind``, ``speedup_measured`` / ``speedup_modelled`` (dense all-reduce's time / the scheme's), and
     ``vs_best`` (measured time / the fastest fixed scheme's in the cell) and ``vs_dense`` (/ dense all-reduce's)."""
-    from zen_analysis.capture.traces import TraceReader
+    from zen_analysis.capture.reader import TraceReader
     from zen_analysis.comm import SCHEMES
     from zen_analysis.comm.measure import write_summary
     from zen_analysis.comm.replay import replay_run
@@ -362,7 +362,7 @@ def node_comparison(
     dense, as the paper on NVLink, or by Zen's own push and pull), each end to end:
     one row per method with the median over repeats of the slowest rank, the speedup over all-reduce and whether
     every rank's result equals ``all_reduce`` bit for bit."""
-    from zen_analysis.capture.traces import TraceReader
+    from zen_analysis.capture.reader import TraceReader
     from zen_analysis.ranks.netlab import NetLab
     from zen_analysis.ranks.procs import fork_launch
 

@@ -93,7 +93,7 @@ def parity_summary(metrics: pd.DataFrame) -> pd.DataFrame:
 def theorem2_table(runs: Sequence[str], *, seed: int = 0, max_workers: int = 128) -> pd.DataFrame:
     """Push and pull imbalance of Zen's h0 (element granularity) for n = 2..W on the first captured step of
     every tensor of ``runs``; one row per (workload, tensor kind, n)."""
-    from zen_analysis.capture.traces import TraceReader
+    from zen_analysis.capture.reader import TraceReader
     from zen_analysis.sparsity.characterize import worker_counts
     from zen_analysis.sparsity.metrics import imbalance_ratios, union_of
     from zen_analysis.sparsity.workloads import workload_labels

@@ -70,7 +70,7 @@ class RunResult:
         return pd.read_json(self.run_dir / "metrics.jsonl", lines=True)
 
     def traces(self):
-        from zen_analysis.capture.traces import TraceReader
+        from zen_analysis.capture.reader import TraceReader
 
         return TraceReader(self.trace_dir)
 

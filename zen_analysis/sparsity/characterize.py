@@ -45,7 +45,8 @@ import pyarrow.parquet as pq
 import torch
 
 from zen_analysis.atomic import atomic_dir, atomic_write_json
-from zen_analysis.capture.traces import TraceError, TraceReader
+from zen_analysis.capture.reader import TraceReader
+from zen_analysis.capture.traces import TraceError
 from zen_analysis.derived import read_table
 from zen_analysis.sparsity.metrics import (
     contiguous_owner,

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from zen_analysis.capture.buckets import describe
-from zen_analysis.capture.traces import TraceReader
+from zen_analysis.capture.reader import TraceReader
 from zen_analysis.sparsity.characterize import load_tables
 
 
