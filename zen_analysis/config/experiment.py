@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +44,7 @@ class ExperimentConfig:
         """Cross-section checks; re-run after editing fields of a built config."""
         if self.run_id:
             check_run_id(self.run_id)
+        self._check_finite()
         for sub in (
             self.model,
             self.data,
@@ -99,6 +103,21 @@ class ExperimentConfig:
                 "capture is enabled but records nothing: set capture.natural, capture.topk_scope=bucket, "
                 "capture.topk_scope=tensor with capture.topk_tensors, or capture.pseudo (local SGD)"
             )
+
+    def _check_finite(self) -> None:
+        """Every float setting of every section is a finite number, checked before the sections' own range checks
+        (a NaN passes those: each comparison with it is false) and before any rank starts; generic over the
+        sections' fields, so a new float field is covered without a line here. Loading and ``--set`` check the
+        same as they parse (:func:`overrides.from_dict`); this catches fields edited on a built config."""
+        for section in dataclasses.fields(self):
+            sub = getattr(self, section.name)
+            if not dataclasses.is_dataclass(sub):
+                continue
+            hints = typing.get_type_hints(type(sub))
+            for f in dataclasses.fields(sub):
+                value, tp = getattr(sub, f.name), hints[f.name]
+                if tp is float and isinstance(value, numbers.Real) and not math.isfinite(value):
+                    raise ValueError(overrides.not_finite(f"{section.name}.{f.name}", value))
 
     def _check_ctr(self) -> None:
         """DeepFM trains on CTR samples and only on them; a sample is one "token" (``train.seq_len=1``); the loss

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import numbers
 import typing
 from typing import Any, TypeVar
@@ -65,7 +66,7 @@ def from_dict(cls: type[C], d: Any, prefix: str = "") -> C:
 
 def _typed(value: Any, tp: type, key: str) -> Any:
     """``value`` as ``tp`` if it is a value of that type (numpy scalars too; an int is a float, a whole float an
-    int), else a ValueError naming ``key``. Booleans are never numbers here."""
+    int; a float finite), else a ValueError naming ``key``. Booleans are never numbers here."""
     is_bool = isinstance(value, bool) or type(value).__name__ == "bool_"
     if tp is bool and is_bool:
         return bool(value)
@@ -75,10 +76,18 @@ def _typed(value: Any, tp: type, key: str) -> Any:
         if isinstance(value, numbers.Real) and float(value).is_integer():
             return int(value)
     if tp is float and not is_bool and isinstance(value, numbers.Real):
+        if not math.isfinite(value):
+            raise ValueError(not_finite(key, value))
         return float(value)
     if tp not in (bool, int, float) and isinstance(value, tp):
         return value
     raise ValueError(f"{key}: expected {tp.__name__}, got {value!r}")
+
+
+def not_finite(key: str, value: Any) -> str:
+    """The one message for a float setting that is NaN or infinite: a NaN learning rate or bandwidth passes every
+    range check (each comparison with it is false) and fails later inside the ranks, or trains to a NaN loss."""
+    return f"{key} must be a finite number, got {value!r}: give a finite value (no nan or inf)"
 
 
 def split_set(item: str, example: str = "section.field=value") -> tuple[str, str]:
