@@ -44,8 +44,8 @@ import torch
 
 from zen_analysis import workspace
 from zen_analysis.wire.coo import coo_words, pack_coo, sum_by_index, unpack_coo
-from zen_analysis.wire.dtypes import accumulate_dtype
-from zen_analysis.wire.exchange import Exchange
+from zen_analysis.wire.dtypes import accumulate_dtype, positive_zeros
+from zen_analysis.wire.exchange import Exchange, ring_chunk_sizes
 from zen_analysis.zen import native
 from zen_analysis.zen.bitmap import StaticSets, bits_at, popcounts, set_positions, static_sets
 from zen_analysis.zen.hierarchical import _hierarchical_hash, bucket_reference
@@ -331,8 +331,15 @@ def zen_sum_hierarchical(
     if node_sum not in NODE_SUMS:
         raise ValueError(f"node_sum must be one of {NODE_SUMS}, got {node_sum!r}")
     if node_sum == "sparse" or (node_sum == "auto" and x_N.device.type == "cpu"):
-        return _hierarchical_sparse(x_N, groups, seed=seed, hashing=hashing, exchanges=exchanges)
-    from zen_analysis.wire.exchange import ring_chunk_sizes
+        _hierarchical_sparse(x_N, groups, seed=seed, hashing=hashing, exchanges=exchanges)
+    else:
+        _hierarchical_dense(x_N, groups, seed=seed, hashing=hashing, exchanges=exchanges)
+    return positive_zeros(x_N)  # a -0.0 no rank sent is +0.0 on every rank (the dtype contract)
+
+
+def _hierarchical_dense(
+    x_N: torch.Tensor, groups: NodeGroups, *, seed: int, hashing: str, exchanges: list | None
+) -> torch.Tensor:
 
     N, G = x_N.numel(), groups.gpus_per_node
     sizes = ring_chunk_sizes(N, G)

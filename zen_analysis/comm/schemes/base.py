@@ -18,6 +18,7 @@ import time
 import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import ClassVar
 
 import pandas as pd
@@ -27,7 +28,14 @@ import torch.distributed as dist
 from zen_analysis.indices import as_index_tensor
 from zen_analysis.sparsity.metrics import index_set
 from zen_analysis.wire.cost import local_time, phase_times
-from zen_analysis.wire.dtypes import SUPPORTED, check_dtype, dtype_code, dtype_of_code, value_bytes
+from zen_analysis.wire.dtypes import (
+    SUPPORTED,
+    check_dtype,
+    dtype_code,
+    dtype_of_code,
+    positive_zeros,
+    value_bytes,
+)
 from zen_analysis.wire.exchange import Exchange, RanksDisagreeError
 from zen_analysis.wire.rows import canonical_rows, nonzero_rows
 from zen_analysis.wire.topology import Topology
@@ -67,16 +75,21 @@ class CommScheme(ABC):
         through a contiguous copy of its dtype that is written back. Another dtype raises ``TypeError``; ranks that
         passed different numels, dtypes, schemes or seeds raise ``RanksDisagreeError``, all of them."""
         ex, t0 = self._begin(group, tensor.numel(), tensor.dtype)
-        direct = tensor.is_contiguous()
+        # a strided view must not be summed through (a collective reads numel contiguous values), nor an inference
+        # tensor outside inference mode (torch refuses the write, after the collectives): both through a copy
+        direct = tensor.is_contiguous() and not _inference_outside(tensor)
         if direct:
             work_N = tensor.detach().view(-1)
-        else:  # a strided view must not be summed through (a collective reads numel contiguous values)
+        else:
             work_N = tensor.detach().reshape(-1).clone(memory_format=torch.contiguous_format)
         self._run(work_N, ex)
+        if self.scans_dense:
+            positive_zeros(work_N)
         self._end(ex, t0)
-        if not direct:
-            tensor.detach().copy_(work_N.view(tensor.shape))
-        torch.autograd.graph.increment_version(tensor)  # as any in-place op: autograd sees the change
+        if not direct:  # written back only once the sum is whole: a failure above leaves the input as it was
+            with writable(tensor):
+                tensor.detach().copy_(work_N.view(tensor.shape))
+        bump_version(tensor)
         return tensor
 
     def sum_rows(
@@ -123,9 +136,12 @@ class CommScheme(ABC):
         t = tensor_RD.detach()
         rows_K = nonzero_rows(t) if rows is None else torch.unique(as_index_tensor(rows, name="rows").to(t.device))
         u_rows, u_values = self.sum_rows(rows_K, t[rows_K], t.shape[0], group=group)
-        t.index_fill_(0, rows_K, 0)  # a row this rank held that the union does not carry (allreduce) is zero
-        t[u_rows.to(t.device)] = u_values.to(t.device)
-        torch.autograd.graph.increment_version(tensor_RD)
+        with writable(tensor_RD):  # every write after the last collective: a failed sum leaves the table as it was
+            t.index_fill_(0, rows_K, 0)  # a row this rank held that the union does not carry (allreduce) is zero
+            t[u_rows.to(t.device)] = u_values.to(t.device)
+            if rows is None:  # a row of zeros of either sign was not found: +0.0 on every rank, as in run
+                positive_zeros(t)
+        bump_version(tensor_RD)
         return tensor_RD
 
     def _begin(
@@ -249,6 +265,27 @@ class CommScheme(ABC):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(rows, values) of the sum over ranks of this rank's row set (sorted, distinct) and (K, D) values."""
         raise NotImplementedError(f"{self.name} has no row-granular sum")
+
+
+def _inference_outside(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` was made under ``torch.inference_mode()`` and we are outside it now: torch then refuses
+    every in-place write to it ("Inplace update to inference tensor outside InferenceMode"), which ``dist.all_reduce``
+    makes from C++ all the same."""
+    return tensor.is_inference() and not torch.is_inference_mode_enabled()
+
+
+def writable(tensor: torch.Tensor) -> AbstractContextManager:
+    """Where ``tensor`` may be written in place: an inference tensor inside inference mode, as ``dist.all_reduce``
+    writes it; any other tensor anywhere. Only the final write-back runs there: a scheme's own work inside inference
+    mode would make its cached buffers (the workspace, Zen's hash sets) inference tensors, which later runs outside
+    it could not write."""
+    return torch.inference_mode() if _inference_outside(tensor) else nullcontext()
+
+
+def bump_version(tensor: torch.Tensor) -> None:
+    """Bump ``tensor``'s autograd version counter, as any in-place op does (an inference tensor has none)."""
+    if not tensor.is_inference():
+        torch.autograd.graph.increment_version(tensor)
 
 
 INVALID_ROWS = -1
