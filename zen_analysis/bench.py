@@ -69,7 +69,7 @@ def _synthetic_embedding_run(run_id: str, *, num_rows: int, width: int, num_work
     import torch
 
     from zen_analysis import paths
-    from zen_analysis.capture.traces import SparseGrad, TraceWriter, write_manifest
+    from zen_analysis.capture.traces import SparseGrad, TraceWriter, collect_shards, write_manifest
 
     tdir = paths.trace_dir(run_id)
     if (tdir / "manifest.json").exists():
@@ -101,7 +101,10 @@ def _synthetic_embedding_run(run_id: str, *, num_rows: int, width: int, num_work
         writer.close()
     tensors = {"embed.weight": {"kind": "natural", "shape": [num_rows, width], "numel": num_rows * width}}
     config = {"model": {"arch": "synthetic"}, "capture": {"topk_ratio": 0.05}}
-    write_manifest(tdir, {"run_id": run_id, "tensors": tensors, "config": config, "num_workers": num_workers})
+    shards = collect_shards(tdir, num_ranks)
+    write_manifest(
+        tdir, {"run_id": run_id, "tensors": tensors, "config": config, "num_workers": num_workers, "shards": shards}
+    )
 
 
 def bench_characterize(overrides: list[str] | tuple[str, ...] = ()) -> dict:

@@ -1,11 +1,24 @@
 """Reading the trace store (:mod:`zen_analysis.capture.traces` writes it): a run's directory found by id or path,
 its manifest and shards checked, records streamed one row group at a time and filtered by tensor / step / worker /
-rank / kind; every damage reported as a :class:`~zen_analysis.capture.schema.TraceError` naming the file."""
+rank / kind; every damage reported as a :class:`~zen_analysis.capture.schema.TraceError` naming the file.
+
+**Complete, or says what it lacks.** A finished run's manifest lists every shard it wrote (``shards``: size, sha256,
+rank, steps, workers). :class:`TraceReader` checks each one before reading anything: a listed shard that is absent,
+of another size or of another sha256 is an error naming it, as is a shard in the directory the list does not hold.
+Analysing what is left is possible only when asked for, ``TraceReader(run, allow_missing=True)`` (``--allow-missing``
+on the command line): the reader then skips the shards that fail and :attr:`TraceReader.missing` /
+:meth:`TraceReader.missing_note` name the workers and steps they held, for every table built from it to carry.
+
+**Stores without a shard list** (captured before shard lists existed, or a run that has not finished: the list is
+merged into the manifest at the end) are read as before, every shard present, with a :class:`UserWarning` that
+they cannot be checked for missing shards; a shard that cannot be opened is still an error naming it.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +29,7 @@ import pyarrow.parquet as pq
 import torch
 
 from zen_analysis import paths
+from zen_analysis.atomic import file_sha256
 from zen_analysis.capture.schema import SUPPORTED_SCHEMA_VERSIONS, TraceError, check_manifest, check_records, one_chunk
 from zen_analysis.capture.traces import SparseGrad
 from zen_analysis.paths import RUN_ID
@@ -41,10 +55,27 @@ def resolve_trace_dir(run: str | Path) -> Path:
     raise TraceError(f"no trace directory for run {str(run)!r}{where}; known runs: {known or 'none'}")
 
 
-class TraceReader:
-    """Streams the records of one run, filtered by tensor / step / worker / rank / kind."""
+def span(ids: list[int]) -> str:
+    """Sorted ids for a person: runs of consecutive ids as ``a-b`` (``4-7, 12``), past 8 parts the first and last
+    few around the count (a capture every 5 steps has no runs)."""
+    parts: list[str] = []
+    for i in ids:
+        if parts and int(parts[-1].rsplit("-", 1)[-1]) == i - 1:
+            parts[-1] = f"{parts[-1].split('-')[0]}-{i}"
+        else:
+            parts.append(str(i))
+    if len(parts) > 8:
+        return f"{', '.join(parts[:3])}, ..., {', '.join(parts[-2:])} ({len(ids)} in all)"
+    return ", ".join(parts)
 
-    def __init__(self, run: str | Path) -> None:
+
+class TraceReader:
+    """Streams the records of one run, filtered by tensor / step / worker / rank / kind.
+
+    ``allow_missing``: read a store whose manifest lists shards that are absent or damaged, skipping them (see the
+    module's docstring); without it such a store is a :class:`TraceError` naming every such shard."""
+
+    def __init__(self, run: str | Path, *, allow_missing: bool = False) -> None:
         self.directory = resolve_trace_dir(run)
         manifest_path = self.directory / "manifest.json"
         if not manifest_path.exists():
@@ -63,7 +94,11 @@ class TraceReader:
                 f"(it reads {SUPPORTED_SCHEMA_VERSIONS}); upgrade zen_analysis or re-capture the run"
             )
         self.manifest = check_manifest(manifest, manifest_path)
-        self.files = sorted(self.directory.glob("rank*-shard*.parquet"))
+        self.missing: list[dict] = []
+        """The listed shards skipped under ``allow_missing``, each its manifest entry plus ``file`` and ``why``."""
+        self.checked = "shards" in self.manifest
+        """Whether the store lists its shards (and was checked against the list); False for an old store."""
+        self.files = self._check_shards(manifest_path, allow_missing)
         self._summary: pd.DataFrame | None = None
         under_traces = self.directory.resolve().parent == paths.traces_dir().resolve()
         self.run_id = self.directory.resolve().name
@@ -77,6 +112,68 @@ class TraceReader:
             self.derived_dir = paths.derived_dir() / "_external" / f"{safe}-{key}"
         """Where tables derived from these traces go: ``data/derived/<run_id>/``, keyed by the directory read."""
 
+    def _check_shards(self, manifest_path: Path, allow_missing: bool) -> list[Path]:
+        """The shards to read: every listed one that is there with its size and sha256 (a listed shard that is not,
+        or an unlisted one, is a TraceError unless ``allow_missing`` lets a listed one go into :attr:`missing`);
+        every shard present when the manifest lists none."""
+        present = sorted(self.directory.glob("rank*-shard*.parquet"))
+        if not self.checked:
+            unfinished = self.manifest.get("finished") is False  # a training run's, until its end
+            why = "the run has not finished" if unfinished else "it was captured before stores listed them"
+            warnings.warn(
+                f"{manifest_path}: lists no trace shards ({why}), so the store cannot be checked for missing or "
+                f"damaged shards: the {len(present)} present are read as they are",
+                UserWarning,
+                stacklevel=3,
+            )
+            return present
+        listed: dict[str, dict] = self.manifest["shards"]
+        unlisted = [p for p in present if p.name not in listed]
+        if unlisted:
+            raise TraceError(
+                f"{unlisted[0]}: not among the {len(listed)} shards {manifest_path} lists"
+                + (f" (nor are {len(unlisted) - 1} more)" if len(unlisted) > 1 else "")
+                + "; it is not part of this capture: move it out of the directory, or re-capture the run"
+            )
+        files, bad = [], []
+        for name, entry in listed.items():
+            path = self.directory / name
+            if not path.exists():
+                why = "missing"
+            elif path.stat().st_size != entry["bytes"]:
+                why = f"{path.stat().st_size} bytes where the manifest says {entry['bytes']} (truncated or replaced)"
+            elif file_sha256(path) != entry["sha256"]:
+                why = "its sha256 differs from the manifest's (corrupt or replaced)"
+            else:
+                files.append(path)
+                continue
+            bad.append({**entry, "file": name, "why": why})
+        if bad and not allow_missing:
+            lines = "\n".join(
+                f"  {self.directory / b['file']}: {b['why']} (rank {b['rank']}: workers {span(b['workers'])} at "
+                f"steps {span(b['steps'])})"
+                for b in bad
+            )
+            raise TraceError(
+                f"{self.directory}: {len(bad)} of the {len(listed)} trace shards its manifest lists cannot be read:\n"
+                f"{lines}\nRe-capture the run; or, to analyse what is left, pass allow_missing=True (--allow-missing "
+                "on the command line): every table then names the workers and steps it lacks."
+            )
+        self.missing = bad
+        return sorted(files)
+
+    def missing_note(self) -> str:
+        """One line naming what the analysis of this store lacks ("" when nothing): the workers and steps of each
+        shard skipped under ``allow_missing``. Every table, figure and summary built from an incomplete store
+        carries it."""
+        if not self.missing:
+            return ""
+        total = len(self.manifest["shards"])
+        parts = "; ".join(
+            f"workers {span(m['workers'])} at steps {span(m['steps'])} ({m['file']}: {m['why']})" for m in self.missing
+        )
+        return f"incomplete traces: {len(self.missing)} of {total} shards missing, so no records of {parts}"
+
     def fingerprint(self) -> list[list]:
         """(name, size, mtime) of every shard: derived tables are reused while this is unchanged."""
         return [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in self.files]
@@ -86,8 +183,7 @@ class TraceReader:
             pf = pq.ParquetFile(path, page_checksum_verification=True)
         except (pa.ArrowException, OSError) as exc:
             raise TraceError(
-                f"{path}: not a readable Parquet file ({exc}). It is truncated or corrupt; delete it "
-                "(the other shards stay readable) or re-run the capture."
+                f"{path}: not a readable Parquet file ({exc}). It is truncated or corrupt: re-run the capture."
             ) from None
         meta = pf.schema_arrow.metadata or {}
         raw = meta.get(b"schema_version")
@@ -175,10 +271,15 @@ class TraceReader:
     def index_sets(self, step: int) -> dict[str, list[torch.Tensor]]:
         """Per tensor, every worker's index set (int64) at ``step``, in worker order: what the analyses of one
         step start from."""
+        return {t: [by_worker[w] for w in sorted(by_worker)] for t, by_worker in self.worker_index_sets(step).items()}
+
+    def worker_index_sets(self, step: int) -> dict[str, dict[int, torch.Tensor]]:
+        """Per tensor, each worker's index set (int64) at ``step`` by worker id: under ``allow_missing`` the ids
+        present need not be 0..n-1, and a table keyed by worker must say which it is."""
         by_tensor: dict[str, dict[int, torch.Tensor]] = {}
         for rec in self.records(step=step, with_values=False):
             by_tensor.setdefault(rec.tensor, {})[rec.worker] = rec.indices_K.long()
-        return {t: [by_worker[w] for w in sorted(by_worker)] for t, by_worker in by_tensor.items()}
+        return {t: dict(sorted(by_worker.items())) for t, by_worker in by_tensor.items()}
 
 
 def _table_records(table: pa.Table) -> Iterator[SparseGrad]:

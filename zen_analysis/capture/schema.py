@@ -40,6 +40,7 @@ _MANIFEST_TYPES: dict[str, tuple[type, ...]] = {
     "versions": (dict,),
     "git_commit": (str,),
     "summary": (dict,),
+    "shards": (dict,),
 }
 _REQUIRED = ("run_id", "schema_version", "tensors")
 
@@ -69,7 +70,24 @@ def check_manifest(m: object, path: Path) -> dict:
             raise TraceError(
                 f"{path}: tensors[{name!r}] should be {{kind in {KINDS}, shape, numel = prod(shape)}}, got {info!r}"
             )
+    for name, entry in m.get("shards", {}).items():
+        ok = (
+            isinstance(entry, dict)
+            and all(_is_int(entry.get(k)) for k in ("rank", "bytes"))
+            and isinstance(entry.get("sha256"), str)
+            and all(isinstance(entry.get(k), list) and all(map(_is_int, entry[k])) for k in ("steps", "workers"))
+            and isinstance(entry.get("records"), dict)
+        )
+        if not ok:
+            raise TraceError(
+                f"{path}: shards[{name!r}] should be {{rank, bytes, sha256, steps, workers, records}}, got {entry!r}; "
+                "the run directory is damaged (re-capture)"
+            )
     return m
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
 
 
 def one_chunk(col: pa.ChunkedArray) -> pa.Array:

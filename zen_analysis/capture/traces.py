@@ -2,8 +2,10 @@
 
 Layout of ``data/traces/<run_id>/``::
 
-    manifest.json                      config, versions, git commit, corpus hash, captured tensors
+    manifest.json                      config, versions, git commit, corpus hash, captured tensors, and once
+                                       the run has finished ``shards``: every shard written (see below)
     rank000-shard00000.parquet         one file per (rank, shard of captured steps), one row group per step
+    rank000-shards.json                the shards rank 0 has written so far (its writer keeps it current)
     ...
 
 Each row is one (step, worker, tensor): ``step, worker, rank, tensor, kind, numel, shape, nnz, indices, values``.
@@ -15,6 +17,13 @@ embedding gradient), ``topk`` (DGC top-k after error feedback), or for local SGD
 
 Shards are written to a temporary name and renamed, so a run killed mid-way leaves every completed shard
 readable. Every data page carries a CRC32 checksum (Parquet page checksums), verified on read.
+
+**The store knows its shards.** As it closes a shard, each rank's writer records its size in bytes, the sha256 of
+its bytes, the rank, the steps and workers it holds and its number of records per tensor, in its own list
+``rank<r>-shards.json``. When the run finishes, rank 0 merges the ranks' lists into the manifest's ``shards``
+(:func:`collect_shards`), so a reader can tell a missing, truncated or substituted shard from one that was never
+written, and name the workers and steps it held. The sha256 is the one a checkpoint already recorded per shard,
+so the list costs the writer nothing new.
 :class:`~zen_analysis.capture.reader.TraceReader` streams one row group at a time and reports as :class:`TraceError`
 naming the file: a missing or malformed manifest, an unknown schema version, a truncated or corrupt file (bad
 checksum, undecodable page), and records that break the store's invariants (:mod:`zen_analysis.capture.schema` holds
@@ -23,6 +32,7 @@ those checks).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,6 +93,54 @@ def shard_name(rank: int, shard: int) -> str:
     return f"rank{rank:03d}-shard{shard:05d}.parquet"
 
 
+def shard_list_name(rank: int) -> str:
+    """The file in which ``rank``'s writer lists the shards it has written (see the module's docstring)."""
+    return f"rank{rank:03d}-shards.json"
+
+
+def shard_entry(path: Path, *, rank: int, steps: list[list[SparseGrad]] | None = None) -> dict:
+    """What the manifest says of one shard: ``rank``, ``bytes``, ``sha256``, ``steps`` and ``workers`` (sorted, the
+    records' own), ``records`` (how many per tensor). Taken from ``steps`` (the records just written) when given,
+    else read back from the file's scalar columns (a checkpoint written before shard lists existed)."""
+    if steps is not None:
+        recs = [r for rs in steps for r in rs]
+        step_ids, worker_ids, tensors = [r.step for r in recs], [r.worker for r in recs], [r.tensor for r in recs]
+    else:
+        table = pq.read_table(path, columns=["step", "worker", "tensor"])
+        step_ids, worker_ids = table.column("step").to_pylist(), table.column("worker").to_pylist()
+        tensors = table.column("tensor").to_pylist()
+    records: dict[str, int] = {}
+    for t in tensors:
+        records[t] = records.get(t, 0) + 1
+    return {
+        "rank": rank,
+        "bytes": path.stat().st_size,
+        "sha256": file_sha256(path),
+        "steps": sorted({int(s) for s in step_ids}),
+        "workers": sorted({int(w) for w in worker_ids}),
+        "records": dict(sorted(records.items())),
+    }
+
+
+def collect_shards(directory: Path, world_size: int) -> dict[str, dict]:
+    """Every rank's shard list (``rank<r>-shards.json``, ``r < world_size``) merged, by file name: what a finished
+    run's manifest stores as ``shards``. Call it once every rank has closed its writer. A rank's list that is
+    missing or unreadable is a :class:`TraceError` naming it: a manifest that listed fewer shards than were written
+    would later pass a store with a rank's shards gone as complete."""
+    out: dict[str, dict] = {}
+    for rank in range(world_size):
+        path = Path(directory) / shard_list_name(rank)
+        try:
+            listing = json.loads(path.read_text())["shards"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise TraceError(
+                f"{path}: rank {rank}'s list of its trace shards cannot be read ({exc}); the store cannot record "
+                "which shards it holds (re-run the capture)"
+            ) from None
+        out.update(listing)
+    return dict(sorted(out.items()))
+
+
 class TraceWriter:
     """Buffers one rank's records and writes a shard every ``steps_per_shard`` captured steps."""
 
@@ -99,6 +157,9 @@ class TraceWriter:
         self.bytes_written = 0
         self.shards: dict[str, str] = {}
         """The sha256 of every shard this writer has written, by file name (what a checkpoint records)."""
+        self.listing: dict[str, dict] = {}
+        """:func:`shard_entry` of every shard this writer has written, by file name: ``rank<r>-shards.json``."""
+        self._write_listing()  # a rank that writes no shard still says so
 
     def add(self, rec: SparseGrad) -> None:
         if rec.kind not in KINDS:
@@ -155,10 +216,16 @@ class TraceWriter:
             ) as writer:
                 for recs in self._steps:
                     writer.write_table(_records_table(recs, schema, index_np), row_group_size=len(recs))
-        self.bytes_written += path.stat().st_size
-        self.shards[path.name] = file_sha256(path)
+        entry = shard_entry(path, rank=self.rank, steps=self._steps)
+        self.bytes_written += entry["bytes"]
+        self.shards[path.name] = entry["sha256"]
+        self.listing[path.name] = entry
         self._num_shards += 1
         self._steps = []
+        self._write_listing()
+
+    def _write_listing(self) -> None:
+        atomic_write_json(self.directory / shard_list_name(self.rank), {"rank": self.rank, "shards": self.listing})
 
     def close(self) -> None:
         self.flush()
@@ -167,7 +234,12 @@ class TraceWriter:
         """Where the writer stands, with nothing buffered (call :meth:`flush` first): its shards and their sha256."""
         if self._steps or self._current:
             raise RuntimeError("TraceWriter.state_dict() with records buffered: flush() first")
-        return {"num_shards": self._num_shards, "bytes_written": self.bytes_written, "shards": dict(self.shards)}
+        return {
+            "num_shards": self._num_shards,
+            "bytes_written": self.bytes_written,
+            "shards": dict(self.shards),
+            "listing": dict(self.listing),
+        }
 
     def load_state_dict(self, state: dict) -> list[str]:
         """Continue from ``state`` (:meth:`state_dict`): this rank's shards written after it are deleted (their
@@ -187,6 +259,12 @@ class TraceWriter:
                 dropped.append(path.name)
         self._num_shards, self.bytes_written = state["num_shards"], state["bytes_written"]
         self.shards = dict(state["shards"])
+        listing = state.get("listing", {})  # a checkpoint from before shard lists: read the kept shards back
+        self.listing = {
+            name: listing[name] if name in listing else shard_entry(self.directory / name, rank=self.rank)
+            for name in self.shards
+        }
+        self._write_listing()
         self._steps, self._current = [], []
         return dropped
 

@@ -31,7 +31,7 @@ import torch.distributed as dist
 from zen_analysis import paths
 from zen_analysis.atomic import atomic_path, atomic_write_json
 from zen_analysis.capture.hooks import GradientCapture
-from zen_analysis.capture.traces import TraceWriter, write_manifest
+from zen_analysis.capture.traces import TraceWriter, collect_shards, write_manifest
 from zen_analysis.config import ExperimentConfig
 from zen_analysis.ranks import env
 from zen_analysis.ranks.env import RankInfo
@@ -479,7 +479,9 @@ def _finish(run: _Run, sync: GradSync, *, loss: float, steps_done: int, t_start:
         if capture:
             if info.world_size > 1:  # every rank's shards are complete before the manifest says so
                 dist.barrier()
-            write_manifest(paths.trace_dir(cfg.run_id), {**run.manifest, "finished": True, "summary": summary})
+            tdir = paths.trace_dir(cfg.run_id)  # the ranks' shard lists, merged: a reader then knows every shard
+            shards = collect_shards(tdir, info.world_size)
+            write_manifest(tdir, {**run.manifest, "finished": True, "summary": summary, "shards": shards})
         run.log(f"done: loss {loss:.4f}, val loss {val_loss:.4f}, {summary['tokens_per_s']:.0f} tokens/s")
     elif capture and info.world_size > 1:
         dist.barrier()
