@@ -36,3 +36,42 @@ def test_holding_is_pruned_as_collectives_complete():
     assert inflight.pending() == 2
     backends.clear()
     assert inflight.pending() == 0
+
+
+_LATE_CALLBACK = """
+import sys, tempfile, time
+import torch, torch.distributed as dist
+from zen_analysis.wire import inflight
+dist.init_process_group("gloo", init_method="file://" + tempfile.mktemp(), rank=0, world_size=1)
+fut = dist.all_reduce(torch.ones(4), async_op=True).get_future()
+def late(f):  # gloo's thread runs it, then destroys it (GIL), after the main thread has gone on: as a hook's
+    time.sleep(0.3)
+    return f.value()[0]
+inflight.then(fut, late) if sys.argv[1] == "tracked" else fut.then(late)
+del late
+"""
+
+
+def test_a_callback_chained_on_a_gloo_future_is_waited_for_at_exit(tmp_path):
+    """The cause of the DDP hooks' exit aborts, made certain: a Python callback that gloo's thread runs and destroys
+    after the main thread has reached the interpreter's exit aborts the process ("terminate called without an
+    active exception"); chained through inflight.then, the exit waits for it and the process ends cleanly."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "late.py"
+    script.write_text(_LATE_CALLBACK)
+    run = {
+        how: subprocess.run([sys.executable, str(script), how], capture_output=True, text=True, timeout=120)
+        for how in ("untracked", "tracked")
+    }
+    assert run["untracked"].returncode != 0 and "terminate called" in run["untracked"].stderr  # torch's hazard
+    assert run["tracked"].returncode == 0, run["tracked"].stderr
+
+
+def test_a_chained_callback_is_pending_until_destroyed():
+    fut = torch.futures.Future()
+    chained = inflight.then(fut, lambda f: f.value() + 1)
+    assert inflight.pending() == 1  # the callback waits on the future
+    fut.set_result(torch.ones(1))  # runs and destroys it (here on this thread; in a DDP hook on gloo's)
+    assert inflight.pending() == 0 and torch.equal(chained.wait(), torch.full((1,), 2.0))

@@ -9,20 +9,37 @@ the GIL after finalization began is torn down mid-unwind. A DDP comm hook writte
 DDP script exited so on 2 runs in 35 here, always after printing its result.
 
 :func:`hold` keeps each tensor, with its count of C++ references before the call, until the count is back (the
-backend's release is then a plain decrement, no GIL); :func:`settle`, run at exit, waits for the last releases and
-lets the tensors go on the main thread. Every collective of :mod:`zen_analysis` passes its tensors through
-:func:`hold`."""
+backend's release is then a plain decrement, no GIL). Every collective of :mod:`zen_analysis` passes its tensors
+through :func:`hold`.
+
+A Python callback chained on a collective's future (``fut.then(fn)``, what a DDP comm hook must return) is the same
+hazard and a likelier one: torch runs it on gloo's thread and then destroys it there, taking the GIL, after the
+future DDP waits for is already complete; so the main thread may be past backward, past the user's teardown and
+into finalization before gloo's thread gets to it (an 8-rank ``sparse=True`` script on 2 cores aborted so in about
+1 run in 10 with the README's teardown). :func:`then` chains it and keeps track of it until it is gone, and keeps
+the chained future (DDP's last reference may go with the user's ``del model``) so that gloo's thread never drops the
+last one.
+
+:func:`settle`, run at exit (an ``atexit`` handler runs before finalization, the GIL free while it sleeps), waits for
+both, then keeps whatever it held to the end of the process instead of releasing it: a count that dropped for
+another reason (the user deleted the model, and with it DDP's references) would otherwise let a tensor go while
+gloo still holds it, and a leak at exit is harmless where an abort is not."""
 
 from __future__ import annotations
 
 import atexit
+import ctypes
 import threading
 import time
+import weakref
+from collections.abc import Callable
 
 import torch
 
 _LOCK = threading.Lock()
 _HELD: list[tuple[torch.Tensor, int]] = []
+_CHAINED: list[tuple[weakref.ref, object]] = []
+"""(the callback, weakly; the future :func:`then` returned) while torch still holds the callback."""
 
 
 def _released(t: torch.Tensor, before: int) -> bool:
@@ -37,22 +54,54 @@ def hold(*tensors: torch.Tensor) -> None:
         _HELD.extend((t, t._use_count()) for t in tensors)
 
 
+def then(fut: torch.futures.Future, fn: Callable) -> torch.futures.Future:
+    """``fut.then(fn)``, with ``fn`` and the future it returns kept track of until the thread that completes ``fut``
+    (gloo's) has destroyed ``fn``: :func:`settle` waits for that at exit. ``fn`` must be referenced by nothing else
+    (a lambda made for the call): its death is the sign."""
+    chained = fut.then(fn)
+    with _LOCK:
+        _CHAINED[:] = [(r, c) for r, c in _CHAINED if r() is not None]
+        _CHAINED.append((weakref.ref(fn), chained))
+    return chained
+
+
+def _busy() -> int:
+    return sum(not _released(t, n) for t, n in _HELD) + sum(r() is not None for r, _ in _CHAINED)
+
+
 def pending() -> int:
-    """How many held tensors a backend thread still references."""
+    """How many held tensors a backend thread still references, and chained callbacks it has not yet destroyed."""
     with _LOCK:
         _HELD[:] = [(t, n) for t, n in _HELD if not _released(t, n)]
-        return len(_HELD)
+        _CHAINED[:] = [(r, c) for r, c in _CHAINED if r() is not None]
+        return len(_HELD) + len(_CHAINED)
+
+
+_KEPT: list = []
 
 
 def settle(timeout: float = 5.0) -> bool:
-    """Wait (sleeping, the GIL free) until the backends have released every held tensor, then let them go; False if
-    some are still referenced after ``timeout`` seconds (they stay held: a leak at exit is harmless, an abort not)."""
+    """Wait (sleeping, the GIL free) until the backends have released every held tensor and destroyed every chained
+    callback; then keep all of it to the end of the process (never released: a count of references may also have
+    dropped because the user deleted what held them, and a tensor released by Python while gloo still holds it
+    would be freed later from gloo's thread). False if something was still busy after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
-    while pending():
+    done = True
+    while True:
+        with _LOCK:
+            busy = _busy()
+        if not busy:
+            break
         if time.monotonic() > deadline:
-            return False
+            done = False
+            break
         time.sleep(0.001)
-    return True
+    with _LOCK:
+        _KEPT.extend([*_HELD, *_CHAINED])
+        _HELD.clear()
+        _CHAINED.clear()
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(_KEPT))  # never freed, not even by finalization
+    return done
 
 
 atexit.register(settle)
