@@ -182,3 +182,19 @@ def test_a_capturing_run_killed_and_resumed_writes_the_uninterrupted_runs_traces
     assert [n for n in mine if mine[n] != theirs[n]] == []
     log = (paths.run_dir("ckpt-cap") / "logs" / "rank0.log").read_text()
     assert "dropped trace shards written after the checkpoint: rank000-shard00002.parquet" in log
+
+
+def test_a_resumed_run_does_not_echo_the_previous_attempts_errors(capsys):
+    cfg = _cfg("ckpt-echo")
+    with pytest.raises(RankFailedError, match="SIGKILL"):
+        _run(cfg, overwrite=True, target=_killed_at(3))
+    log = paths.run_dir("ckpt-echo") / "logs" / "rank0.log"
+    with open(log, "a") as f:  # what rank 0 writes when its peer dies under it
+        f.write("Traceback (most recent call last):\nRuntimeError: [gloo] Connection reset by peer\n")
+    capsys.readouterr()
+    launch(copy.deepcopy(cfg), resume=True, progress=False, echo=True)
+    echoed = capsys.readouterr().out
+    assert "[rank 0] resumed from step 2" in echoed and "Connection reset by peer" not in echoed
+    text = log.read_text()  # the log keeps both attempts, the boundary marked
+    marker = text.index("resumed from step 2; the lines above are earlier attempts'")
+    assert text.index("Connection reset by peer") < marker < text.index("resumed from step 2 (step-00000002)")

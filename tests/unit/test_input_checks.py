@@ -215,3 +215,101 @@ def test_an_unwritable_cache_falls_back_to_a_fresh_private_directory(tmp_path, m
     assert folder.name != "zen_analysis-native" and not folder.is_relative_to(blocker)
     b = build.build()
     assert b.parent != folder  # a new unpredictable directory every time, never a fixed shared name
+
+
+# ---- a run's own files, read back by --resume (issue 41, findings 4-6)
+
+
+def _stored_run(run_id: str, *, checkpoint_step: int | None = 2) -> tuple:
+    """A run directory as an interrupted launch leaves it: its config, metrics rows of steps 0-3, and a complete
+    checkpoint of ``checkpoint_step`` (no model files: the resume check reads only its meta.json)."""
+    from zen_analysis import paths
+
+    cfg = recipes.smoke()
+    cfg.run_id = run_id
+    run = paths.run_dir(run_id)
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(cfg.to_json())
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 5.0 - s}) + "\n" for s in range(4)))
+    if checkpoint_step is not None:
+        ckpt = run / "checkpoints" / f"step-{checkpoint_step:08d}"
+        ckpt.mkdir(parents=True)
+        (ckpt / "meta.json").write_text(json.dumps({"step": checkpoint_step, "world": 2, "files": {}}))
+    return cfg, run
+
+
+def _files(run) -> dict[str, bytes]:
+    """Every file of the run but its lock (which every launch of the id, refused or not, may create)."""
+    return {
+        str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file() and p.name != ".lock"
+    }
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda f: f.write_text(f.read_text()[:500]), r"config file \S+/config.json is not valid JSON \(Expecting"),
+        (
+            lambda f: f.write_text(f.read_text().replace('"num_steps": 6', '"num_steps": "many"')),
+            r"config file \S+/config.json: train.num_steps: expected int, got 'many'; correct that field",
+        ),
+        (lambda f: f.unlink(), r"has checkpoints \(\S+, the newest of step 2\) but its config file \S+ is missing"),
+    ],
+    ids=["truncated", "wrong-type", "deleted"],
+)
+def test_a_damaged_run_config_is_named_with_its_fix_and_nothing_is_touched(damage, message):
+    from zen_analysis.runs.rundir import claim_run
+
+    cfg, run = _stored_run(f"damaged-{len(message)}")
+    damage(run / "config.json")
+    before = _files(run)
+    with pytest.raises(ValueError, match=message) as err:
+        claim_run(cfg, overwrite=False, resume=True)
+    assert "--overwrite" in str(err.value) and "does not exist" not in str(err.value)
+    assert _files(run) == before
+
+
+def test_resuming_an_unknown_run_leaves_nothing_behind():
+    from zen_analysis import paths
+    from zen_analysis.runs.rundir import claim_run, list_runs
+
+    cfg = recipes.smoke()
+    cfg.run_id = "never-started"
+    with pytest.raises(ValueError, match="run never-started does not exist .*leave out --resume"):
+        claim_run(cfg, overwrite=False, resume=True)
+    assert not paths.run_dir("never-started").exists()
+    paths.run_dir("never-started").mkdir(parents=True)
+    (paths.run_dir("never-started") / ".lock").write_text("")  # what an earlier refused resume left
+    with pytest.raises(ValueError, match="does not exist"):
+        claim_run(cfg, overwrite=False, resume=True)
+    assert not paths.run_dir("never-started").exists()
+    assert "never-started" not in {r["run_id"] for r in list_runs()}
+
+
+def test_a_torn_last_metrics_row_is_dropped_saying_so_and_a_torn_middle_row_is_named(capsys):
+    from zen_analysis.runs.rundir import claim_run
+
+    cfg, run = _stored_run("torn-metrics")
+    metrics = run / "metrics.jsonl"
+    metrics.write_text(metrics.read_text() + '{"step": 4, "loss"')  # a crash in the middle of an append
+    with claim_run(cfg, overwrite=False, resume=True) as lock:
+        assert lock.resume_from[0] == 2
+    assert [json.loads(line)["step"] for line in metrics.read_text().splitlines()] == [0, 1]
+    assert f"{metrics}: dropped its last line, a row torn by the crash" in capsys.readouterr().out
+    metrics.write_text('{"step": 0, "loss": 5.0}\n{"step": 1, "lo\n{"step": 2, "loss": 3.0}\n')
+    before = _files(run)
+    with pytest.raises(ValueError, match=rf"{metrics} line 2 is not a metrics row .*delete that line"):
+        claim_run(cfg, overwrite=False, resume=True)
+    assert _files(run) == before
+
+
+def test_a_run_without_a_complete_checkpoint_is_refused_before_anything_changes():
+    from zen_analysis.runs.rundir import claim_run
+
+    cfg, run = _stored_run("no-checkpoint", checkpoint_step=None)
+    (run / "errors").mkdir()
+    (run / "errors" / "rank1.txt").write_text("the interrupted attempt's error")
+    before = _files(run)
+    with pytest.raises(ValueError, match="has no complete checkpoint to resume from .*--overwrite"):
+        claim_run(cfg, overwrite=False, resume=True)
+    assert _files(run) == before

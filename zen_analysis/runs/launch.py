@@ -23,6 +23,7 @@ import contextlib
 import copy
 import json
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -154,7 +155,7 @@ def launch(
         raise ValueError("under torchrun the target must be an importable module function, not a local one")
     watchers = observe.observers(on_metrics)
     try:
-        with claim_run(cfg, overwrite=overwrite, resume=resume), _network(cfg) as lab:  # held until ranks stop
+        with claim_run(cfg, overwrite=overwrite, resume=resume) as lock, _network(cfg) as lab:  # until ranks stop
             result = _launch_claimed(
                 cfg,
                 target=target,
@@ -163,7 +164,7 @@ def launch(
                 timeout_s=timeout_s,
                 on_metrics=watchers,
                 lab=lab,
-                resume=resume,
+                resumed_from=lock.resume_from[0] if lock.resume_from else None,
             )
     except BaseException as e:
         observe.finish(watchers, None, e)
@@ -172,16 +173,17 @@ def launch(
     return result
 
 
-def _prepare_resume(cfg: ExperimentConfig, run_dir: Path) -> int:
-    """The step the ranks will resume from (the newest good checkpoint, which they find the same way), with the
-    metrics rows from that step on dropped now, before the live view reads the file (its rows then count once)."""
-    from zen_analysis.train import checkpoint
-
-    found = checkpoint.newest(run_dir, cfg.dist.num_ranks, log=lambda _line: None)  # rank 0 logs what it skips
-    if found is None:
-        raise ValueError(f"run {cfg.run_id} has no complete checkpoint to resume from (train.checkpoint_every)")
-    checkpoint.trim_metrics(run_dir / "metrics.jsonl", found[0])
-    return found[0]
+def _mark_new_attempt(run_dir: Path, resumed_from: int) -> dict[Path, int]:
+    """Append a line to each rank's log saying that a resumed attempt starts here (the logs are appended to, so
+    the interrupted attempt's output, its traceback included, stays above it); returns each log's size after it,
+    where the live echo starts reading: the previous attempt's errors are not shown again as if they were new."""
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    ends = {}
+    for log in sorted((run_dir / "logs").glob("*.log")):
+        with open(log, "a") as f:
+            f.write(f"\n---- {stamp}: resumed from step {resumed_from}; the lines above are earlier attempts' ----\n")
+            ends[log] = f.tell()
+    return ends
 
 
 def _network(cfg: ExperimentConfig):
@@ -195,21 +197,24 @@ def _network(cfg: ExperimentConfig):
 
 
 def _launch_claimed(
-    cfg: ExperimentConfig, *, target, progress, echo, timeout_s, on_metrics, lab=None, resume: bool = False
+    cfg: ExperimentConfig, *, target, progress, echo, timeout_s, on_metrics, lab=None, resumed_from: int | None = None
 ) -> RunResult:
+    """Write the run, start the ranks and watch them. ``resumed_from``: the checkpoint's step (:func:`claim_run`
+    found it and dropped the metrics rows from it on, before the live view reads the file: its rows count once)."""
     from tqdm.auto import tqdm
 
-    run_dir = write_run(cfg, target, progress, resume=resume)
-    resumed_from = _prepare_resume(cfg, run_dir) if resume else None
+    run_dir = write_run(cfg, target, progress, resume=resumed_from is not None)
+    log_starts = _mark_new_attempt(run_dir, resumed_from) if resumed_from is not None else {}
     world = cfg.dist.num_ranks
     launcher = _resolve_launcher(cfg)
     group = _start_torchrun(cfg, run_dir, lab) if launcher == "torchrun" else _start_forked(cfg, run_dir, target, lab)
     pids = group.pids
     desc = cfg.run_id if resumed_from is None else f"{cfg.run_id} (resumed from step {resumed_from})"
     bar = tqdm(total=cfg.train.num_steps, desc=desc, unit="step", disable=not progress)
+    rank0_log = run_dir / "logs" / "rank0.log"
     metrics_tail, log_tail_ = (
         observe.LineTail(run_dir / "metrics.jsonl"),
-        observe.LineTail(run_dir / "logs" / "rank0.log"),
+        observe.LineTail(rank0_log, start=log_starts.get(rank0_log, 0)),
     )
 
     def pump() -> None:

@@ -23,11 +23,12 @@ NOT_SCALARS = ("step", "captured", "loss_is_rank0_only")
 
 
 class LineTail:
-    """The lines appended to a file (rank 0's ``metrics.jsonl`` or log) since the last call."""
+    """The lines appended to a file (rank 0's ``metrics.jsonl`` or log) since the last call; the first call reads
+    from byte ``start`` (a resumed run's log: where this attempt begins)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, start: int = 0) -> None:
         self.path = path
-        self.pos = 0
+        self.pos = start
         self.partial = ""
 
     def lines(self) -> list[str]:

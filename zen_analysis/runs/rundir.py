@@ -8,7 +8,9 @@ launch holds its lock (``.lock``, ``flock``ed by the launching process for the r
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import json
 import os
 import shutil
 from collections.abc import Callable
@@ -47,6 +49,9 @@ class RunLock:
         self.run_id = run_id
         self.path = paths.run_dir(run_id) / LOCK_NAME
         self._fd: int | None = None
+        self.resume_from: tuple[int, Path] | None = None
+        """Set by :func:`claim_run` with ``resume``: the step and directory of the checkpoint the run resumes
+        from."""
 
     def acquire(self) -> RunLock:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -88,10 +93,15 @@ def claim_run(cfg: ExperimentConfig, *, overwrite: bool, resume: bool = False) -
     if not cfg.run_id:
         cfg.run_id = paths.new_run_id(cfg.name)
     run_dir, trace_dir = paths.run_dir(cfg.run_id), paths.trace_dir(cfg.run_id)  # both check the id
+    if resume and not run_dir.is_dir():  # refused before the lock creates the directory: nothing left behind
+        raise ValueError(_NOTHING_TO_RESUME.format(run_id=cfg.run_id, run_dir=run_dir))
     lock = RunLock(cfg.run_id).acquire()
     try:
         if resume:
-            _check_resumable(cfg, run_dir)
+            from zen_analysis.train import checkpoint  # torch: only when resuming
+
+            lock.resume_from = _check_resumable(cfg, run_dir)
+            checkpoint.trim_metrics(run_dir / "metrics.jsonl", lock.resume_from[0])
             lock.mark_holder()
             for stale in ("errors", "results"):  # the interrupted launch's: this one writes its own
                 shutil.rmtree(run_dir / stale, ignore_errors=True)
@@ -113,17 +123,61 @@ def claim_run(cfg: ExperimentConfig, *, overwrite: bool, resume: bool = False) -
         if trace_dir.exists():
             shutil.rmtree(trace_dir)
     except BaseException:
+        if {p.name for p in run_dir.iterdir()} <= {LOCK_NAME}:  # a directory holding only our lock: leave no trace
+            lock.path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # another launch may have put something there since
+                run_dir.rmdir()
         lock.release()
         raise
     return lock
 
 
-def _check_resumable(cfg: ExperimentConfig, run_dir: Path) -> None:
-    """A resumed run continues the stored one: the same config in everything but ``train.num_steps``."""
+_NOTHING_TO_RESUME = (
+    "run {run_id} does not exist ({run_dir}): there is nothing to resume; leave out --resume (resume=True) to start "
+    "it, or give the id of a run `zen-analysis runs` lists"
+)
+
+
+def read_json(path: Path, what: str, fix: str) -> Any:
+    """The JSON in ``path``, one of a run's own files; a file that is missing, unreadable or not JSON (torn by a
+    crash, or edited) is a ValueError naming the file (``what`` it is), what is wrong with it and ``fix``."""
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{what} {path} is missing: {fix}") from None
+    except OSError as exc:
+        raise ValueError(f"{what} {path} cannot be read ({exc.strerror}): {fix}") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        raise ValueError(f"{what} {path} is not valid JSON ({exc}): it is damaged or was edited; {fix}") from None
+
+
+def _check_resumable(cfg: ExperimentConfig, run_dir: Path) -> tuple[int, Path]:
+    """A resumed run continues the stored one: the same config in everything but ``train.num_steps``, and a
+    complete checkpoint to start from. Returns (its step, its directory). Checked before anything of the run is
+    changed; every refusal names the file at fault and what to do."""
+    from zen_analysis.train import checkpoint
+
     stored_path = run_dir / "config.json"
+    newest_step = checkpoint.latest_step(run_dir)
+    write_back = (
+        f"write the config the run was started with back there (zen-analysis config <recipe> --set ... --run-id "
+        f"{cfg.run_id} > {stored_path}) and resume again, or start the run anew with --overwrite"
+    )
     if not stored_path.exists():
-        raise ValueError(f"run {cfg.run_id} does not exist ({run_dir}): there is nothing to resume")
-    stored = ExperimentConfig.from_json(stored_path.read_text()).to_dict()
+        if newest_step is None and not (run_dir / checkpoint.DIR).is_dir():
+            raise ValueError(_NOTHING_TO_RESUME.format(run_id=cfg.run_id, run_dir=run_dir))
+        raise ValueError(
+            f"run {cfg.run_id} has checkpoints ({run_dir / checkpoint.DIR}"
+            + (f", the newest of step {newest_step}" if newest_step is not None else "")
+            + f") but its config file {stored_path} is missing, so a resume cannot check that it continues with "
+            f"the same settings: {write_back}"
+        )
+    what = f"run {cfg.run_id}'s config file"
+    stored_json = read_json(stored_path, what, write_back)
+    try:
+        stored = ExperimentConfig.from_dict(stored_json).to_dict()
+    except ValueError as exc:
+        raise ValueError(f"{what} {stored_path}: {exc}; correct that field, or {write_back}") from None
     wanted = cfg.to_dict()
     stored["train"].pop("num_steps"), wanted["train"].pop("num_steps")
     differ = sorted(
@@ -140,6 +194,16 @@ def _check_resumable(cfg: ExperimentConfig, run_dir: Path) -> None:
             f"run {cfg.run_id} was started with another config; a resumed run may change train.num_steps only, "
             f"not {', '.join(differ)}"
         )
+    skipped: list[str] = []
+    found = checkpoint.newest(run_dir, cfg.dist.num_ranks, log=skipped.append)
+    if found is None:
+        raise ValueError(
+            f"run {cfg.run_id} has no complete checkpoint to resume from (train.checkpoint_every) in "
+            f"{run_dir / checkpoint.DIR}"
+            + (f" ({'; '.join(skipped)})" if skipped else "")
+            + ": start it anew with --overwrite"
+        )
+    return found
 
 
 def write_run(
@@ -188,7 +252,6 @@ def list_runs() -> list[dict]:
     workers per rank, steps, bytes on disk (run + traces + derived tables), whether it finished, when it started,
     its newest checkpoint's step and whether it can be resumed (unfinished, with a checkpoint)."""
     import datetime
-    import json
 
     from zen_analysis.train.checkpoint import latest_step
 

@@ -141,14 +141,34 @@ def newest(run_dir: Path, world: int, log=print) -> tuple[int, Path] | None:
     return None
 
 
-def trim_metrics(path: Path, step: int) -> None:
+def trim_metrics(path: Path, step: int, log=print) -> None:
     """Drop the rows of ``metrics.jsonl`` from ``step`` on (a resumed run writes them again); the file is replaced
-    whole, and only when it holds such rows."""
+    whole, and only when it holds such rows.
+
+    A last line that is not a whole row (not JSON) is what a crash in the middle of an append leaves:
+    it is dropped, with a line through ``log`` saying so. Any other bad line is damage this cannot repair: a
+    ValueError naming the file and the line."""
     if not path.exists():
         return
     lines = path.read_text().splitlines(keepends=True)
-    kept = [ln for ln in lines if ln.strip() and json.loads(ln)["step"] < step]
-    if len(kept) != len(lines):
+    kept = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row_step = json.loads(line)["step"]
+        except (ValueError, KeyError, TypeError) as exc:
+            if number == len(lines):
+                log(f"{path}: dropped its last line, a row torn by the crash ({line[:60].strip()!r}...)")
+                continue
+            raise ValueError(
+                f"{path} line {number} is not a metrics row ({type(exc).__name__}: {exc}): the file was damaged or "
+                f"edited; delete that line (rows from step {step} on are written again) and resume again, or start "
+                "the run anew with --overwrite"
+            ) from None
+        if row_step < step:
+            kept.append(line if line.endswith("\n") else line + "\n")  # a whole row whose newline was cut off
+    if kept != lines:
         atomic_write_text(path, "".join(kept))
 
 

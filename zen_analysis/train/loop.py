@@ -294,7 +294,7 @@ def _setup(
             if dropped:
                 log(f"rank {info.rank}: dropped trace shards written after the checkpoint: {', '.join(dropped)}")
         if info.is_main:
-            checkpoint.trim_metrics(run_dir / "metrics.jsonl", start)  # done already when launch() resumes
+            checkpoint.trim_metrics(run_dir / "metrics.jsonl", start, log=log)  # done already when launch() resumes
             log(f"resumed from step {start} ({path.name})")
     mode = "a" if resume_from is not None else "w"
     metrics_f = open(run_dir / "metrics.jsonl", mode, buffering=1) if info.is_main else None
