@@ -141,27 +141,38 @@ def cmd_prepare(args: argparse.Namespace) -> None:
 def cmd_traces(args: argparse.Namespace) -> None:
     from zen_analysis.capture.summary import describe_run
 
-    print(describe_run(args.run))
+    print(describe_run(args.run, allow_missing=args.allow_missing))
 
 
 def cmd_characterize(args: argparse.Namespace) -> None:
     from zen_analysis.sparsity.characterize import CharacterizeOptions, characterize
 
     opts = CharacterizeOptions(natural_granularity=args.natural_granularity, hash_seed=args.hash_seed)
-    out = characterize(args.run, options=opts, force=args.force)
+    out = characterize(args.run, options=opts, force=args.force, allow_missing=args.allow_missing)
     print(f"tables in {out}")
+    note = json.loads((out / "stamp.json").read_text()).get("missing")
+    if note:
+        print(f"INCOMPLETE ({note})")
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
     from zen_analysis.comm.evaluate import DEFAULT_TOPOLOGIES, crossover_report, evaluate, normalized
 
     topologies = args.topology or list(DEFAULT_TOPOLOGIES)
-    df = evaluate(args.run, topologies=topologies, max_workers=args.max_workers, force=args.force)
+    df = evaluate(
+        args.run,
+        topologies=topologies,
+        max_workers=args.max_workers,
+        force=args.force,
+        allow_missing=args.allow_missing,
+    )
     print(f"{len(df)} rows in {df.attrs['path']}")
+    if df.attrs["missing"]:
+        print(f"INCOMPLETE ({df.attrs['missing']})")
     print(f"modelled time / dense all-reduce on {topologies[0]} (mean over captured steps and tensors):")
     print(normalized(df, topology=topologies[0]).round(2).to_string())
     print("where dense all-reduce catches up (the crossover):")
-    for line in crossover_report(args.run):
+    for line in crossover_report(args.run, allow_missing=args.allow_missing):
         print(" ", line)
 
 
@@ -382,7 +393,16 @@ def _add_runs_parser(sub: argparse._SubParsersAction) -> None:
 def _add_traces_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("traces", help="summarise the captured traces of a run")
     p.add_argument("run", help="run id under data/traces (`zen-analysis runs` lists them), or a trace directory")
+    _add_allow_missing(p)
     p.set_defaults(func=cmd_traces)
+
+
+def _add_allow_missing(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--allow-missing",
+        action="store_true",
+        help="analyse what is left of a run missing some trace shards; the output names the missing workers and steps",
+    )
 
 
 def _add_characterize_parser(sub: argparse._SubParsersAction) -> None:
@@ -396,6 +416,7 @@ def _add_characterize_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--hash-seed", type=int, default=0, help="seed of Zen's h0 for the hash owner")
     p.add_argument("--force", action="store_true", help="recompute even if the tables are up to date")
+    _add_allow_missing(p)
     p.set_defaults(func=cmd_characterize)
 
 
@@ -407,6 +428,7 @@ def _add_evaluate_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--max-workers", type=int, default=128, help="largest n modelled (up to the run's virtual workers)")
     p.add_argument("--force", action="store_true", help="recompute even if the table is up to date")
+    _add_allow_missing(p)
     p.set_defaults(func=cmd_evaluate)
 
 

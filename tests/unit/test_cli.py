@@ -126,3 +126,32 @@ def test_bench_comm_still_works_as_measure_with_one_line_of_notice(capsys):
     with pytest.raises(SystemExit, match="measure needs a run id"):
         main(["bench-comm"])
     assert capsys.readouterr().err.count("`zen-analysis bench-comm` is now `zen-analysis measure`") == 1
+
+
+def test_a_missing_trace_shard_stops_the_analysis_unless_allowed_and_then_it_is_named(capsys):
+    """Issue 41: with a shard deleted, `traces` and `characterize` used to exit 0 on 19 of 20 shards, the table
+    still saying every step and worker."""
+    from tests.unit.test_traces import captured_run
+
+    tdir = captured_run("cli-missing")
+    main(["traces", "cli-missing"])
+    assert "4 of 4 shards" in capsys.readouterr().out
+    (tdir / "rank001-shard00000.parquet").unlink()  # workers 2-3 at steps 0-1
+    for command in ("traces", "characterize", "evaluate"):
+        with pytest.raises(SystemExit) as err:
+            main([command, "cli-missing"])
+        msg = str(err.value.code)
+        assert "rank001-shard00000.parquet: missing (rank 1: workers 2-3 at steps 0-1)" in msg
+        assert "--allow-missing" in msg and "delete" not in msg
+    capsys.readouterr()
+    main(["traces", "cli-missing", "--allow-missing"])
+    out = capsys.readouterr().out
+    assert "3 of 4 shards" in out
+    assert "INCOMPLETE (incomplete traces: 1 of 4 shards missing, so no records of workers 2-3 at steps 0-1" in out
+    header, *rows = out.splitlines()[-3:]
+    assert "records_missing" in header and all(row.split()[-1] == "4" for row in rows)  # 2 workers x 2 steps
+    main(["characterize", "cli-missing", "--allow-missing"])
+    assert "INCOMPLETE (incomplete traces: 1 of 4 shards missing" in capsys.readouterr().out
+    main(["evaluate", "cli-missing", "--allow-missing", "--topology", "paper-tcp25"])
+    out = capsys.readouterr().out
+    assert out.count("workers 2-3 at steps 0-1") == 2  # under the table and under the crossover lines

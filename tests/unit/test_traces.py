@@ -282,3 +282,80 @@ def test_bad_kind_is_refused(tmp_path):
     w = TraceWriter(tmp_path, rank=0, run_id="t", world_size=1, steps_per_shard=1)
     with pytest.raises(ValueError, match="kind"):
         w.add(SparseGrad(0, 0, 0, "x", "dense", (2,), torch.tensor([0]), torch.tensor([1.0])))
+
+
+def captured_run(run_id, *, workers=4, steps=4):
+    """A finished capture under data/traces as training leaves it (manifest with config, corpus and its shard
+    list): 2 ranks x ``workers // 2`` workers, an embedding and a top-k tensor, 2 steps a shard."""
+    from zen_analysis import paths
+
+    tdir = paths.trace_dir(run_id)
+    per_rank = workers // 2
+    writers = [TraceWriter(tdir, rank=r, run_id=run_id, world_size=2, steps_per_shard=2) for r in range(2)]
+    gen = torch.Generator().manual_seed(3)
+    for step in range(steps):
+        for w in range(workers):
+            rank = w // per_rank
+            rows = torch.unique(torch.randint(0, 32, (9,), generator=gen))
+            emb = torch.zeros(64, 4)
+            emb[rows] = 1.0
+            writers[rank].add(SparseGrad.from_dense(emb, step=step, worker=w, rank=rank, tensor="emb", kind="natural"))
+            idx = torch.unique(torch.randint(0, 50, (6,), generator=gen))
+            writers[rank].add(SparseGrad(step, w, rank, "lin", "topk", (10, 5), idx, torch.ones(idx.numel())))
+        for wr in writers:
+            wr.end_step()
+    for wr in writers:
+        wr.close()
+    tensors = {
+        "emb": {"kind": "natural", "shape": [64, 4], "numel": 256},
+        "lin": {"kind": "topk", "shape": [10, 5], "numel": 50},
+    }
+    corpus = {"corpus_name": "synthetic", "corpus_bytes": 1, "corpus_sha256": "0" * 64, "vocab_size": 64}
+    manifest = {
+        "run_id": run_id,
+        "tensors": tensors,
+        "config": {"model": {"arch": "synthetic"}},
+        "world_size": 2,
+        "workers_per_rank": per_rank,
+        "num_workers": workers,
+        "corpus": corpus,
+        "git_commit": "0" * 40,
+        "finished": True,
+        "shards": collect_shards(tdir, 2),
+    }
+    write_manifest(tdir, manifest)
+    return tdir
+
+
+def test_characterize_and_evaluate_of_an_incomplete_store_only_when_asked_and_saying_what_is_missing():
+    from zen_analysis.comm.evaluate import evaluate
+    from zen_analysis.sparsity.characterize import characterize, load_tables
+    from zen_analysis.sparsity.report import claims_table, to_markdown
+
+    tdir = captured_run("incomplete-analysis")
+    full = load_tables("incomplete-analysis")
+    assert all(df.attrs["missing"] == "" for df in full.values())
+    (tdir / "rank001-shard00000.parquet").unlink()  # workers 2-3 at steps 0-1
+    for analysis in (characterize, evaluate):
+        with pytest.raises(TraceError, match="rank001-shard00000.parquet: missing"):
+            analysis("incomplete-analysis", progress=False)
+    tables = load_tables("incomplete-analysis", allow_missing=True)
+    for df in tables.values():
+        assert "workers 2-3 at steps 0-1 (rank001-shard00000.parquet: missing)" in df.attrs["missing"]
+    density = tables["density"]
+    emb = density[density["tensor"] == "emb"]
+    assert sorted(emb[emb["step"] == 0]["worker"]) == [0, 1]  # the records' own ids, not positions
+    assert sorted(emb[emb["step"] == 2]["worker"]) == [0, 1, 2, 3]
+    assert (
+        emb[emb["step"] == 2]["nnz"].tolist() == full["density"].query("tensor == 'emb' and step == 2")["nnz"].tolist()
+    )
+    out = characterize("incomplete-analysis", progress=False, allow_missing=True)
+    meta = pq.read_schema(out / "density.parquet").metadata
+    assert b"workers 2-3 at steps 0-1" in meta[b"zen_analysis.missing"]
+    claims = claims_table({name: df.assign(workload=df["tensor"]) for name, df in tables.items()})
+    assert "workers 2-3 at steps 0-1" in claims.attrs["missing"] and "incomplete traces" in to_markdown(claims)
+    df = evaluate("incomplete-analysis", topologies=["paper-tcp25"], progress=False, allow_missing=True)
+    assert "workers 2-3 at steps 0-1" in df.attrs["missing"]
+    assert set(df[df["step"] == 0]["n"]) == {2} and set(df[df["step"] == 2]["n"]) == {2, 4}
+    again = evaluate("incomplete-analysis", topologies=["paper-tcp25"], progress=False, allow_missing=True)
+    assert again.attrs["missing"] == df.attrs["missing"]  # the cached table says it too

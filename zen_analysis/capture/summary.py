@@ -12,7 +12,9 @@ from zen_analysis.capture.reader import TraceReader
 
 def capture_table(reader: TraceReader) -> pd.DataFrame:
     """One row per captured tensor: kind, shape, numel, #steps, #workers and density statistics; a DDP-style
-    bucket also names the parameters it holds (``holds``)."""
+    bucket also names the parameters it holds (``holds``). Read with ``allow_missing`` from an incomplete store,
+    each row also says how many of the tensor's records the missing shards held (``records_missing``: its steps
+    and workers count only those present) and ``attrs["missing"]`` names them."""
     df = reader.summary()
     tensors = reader.manifest.get("tensors", {})
     rows = []
@@ -31,21 +33,34 @@ def capture_table(reader: TraceReader) -> pd.DataFrame:
                 "nnz_mean": g["nnz"].mean(),
             }
         )
+        if reader.missing:
+            rows[-1]["records_missing"] = sum(m["records"].get(tensor, 0) for m in reader.missing)
         if "params" in tensors.get(tensor, {}):
             rows[-1]["holds"] = describe(tensors[tensor]["params"])
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    out.attrs["missing"] = reader.missing_note()
+    return out
 
 
-def describe_run(run: str | Path) -> str:
-    """A short plain-text report of a run's traces (used by ``zen-analysis traces``)."""
-    reader = TraceReader(run)
+def describe_run(run: str | Path, *, allow_missing: bool = False) -> str:
+    """A short plain-text report of a run's traces (used by ``zen-analysis traces``); ``allow_missing``: of an
+    incomplete store, what is left, its second line naming what is missing."""
+    reader = TraceReader(run, allow_missing=allow_missing)
     m = reader.manifest
     cfg = m["config"]
     size = sum(f.stat().st_size for f in reader.files)
     lines = [
         f"run {m['run_id']} ({'finished' if m.get('finished') else 'unfinished'}): {cfg['model']['arch']}, "
         f"{m['world_size']} ranks x {m['workers_per_rank']} workers = {m['num_workers']} workers, "
-        f"steps {reader.steps()} captured, {len(reader.files)} shards, {size / 1e6:.1f} MB",
+        f"steps {reader.steps()} captured, "
+        + (f"{len(reader.files)} of {len(m['shards'])} shards" if reader.checked else f"{len(reader.files)} shards")
+        + f", {size / 1e6:.1f} MB",
+    ]
+    if reader.missing:
+        lines.append(f"INCOMPLETE ({reader.missing_note()})")
+    elif not reader.checked:
+        lines.append("shards unchecked: the manifest lists none, so a missing one would go unnoticed")
+    lines += [
         f"corpus {m['corpus']['corpus_name']} ({m['corpus']['corpus_bytes'] / 1e6:.1f} MB, sha256 "
         f"{m['corpus']['corpus_sha256'][:12]}), vocab {m['corpus']['vocab_size']}, git {m['git_commit'][:10]}",
     ]

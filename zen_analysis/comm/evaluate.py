@@ -7,7 +7,9 @@ workers' index sets and written to ``data/derived/<run_id>/schemes.parquet``, on
 of their own, ``schemes-<hash>.parquet``, never a silent replacement of the default one that ``make reproduce``'s
 figures read; each table is written atomically and stamped with its options (``zen_analysis.derived``).
 Schemes a configuration does not support (``check`` raises ValueError) are skipped. ``best_scheme`` picks the
-cheapest scheme by modelled time.
+cheapest scheme by modelled time. A store missing some of its shards is evaluated only when asked for
+(``allow_missing=True``, ``--allow-missing``): "the first n workers" are then the n smallest present, and the
+table's stamp and ``attrs["missing"]`` name the missing workers and steps.
 """
 
 from __future__ import annotations
@@ -95,11 +97,13 @@ def evaluate(
     steps: int | None = None,
     force: bool = False,
     progress: bool = True,
+    allow_missing: bool = False,
 ) -> pd.DataFrame:
     """Modelled bytes and time of every scheme on every captured (tensor, step) for n = 2..W; cached.
 
     ``max_workers`` caps n (raise it to 1024 for a capture with that many virtual workers: the scale mode);
-    ``steps`` keeps the first captured steps only. The table's path is in ``df.attrs["path"]``."""
+    ``steps`` keeps the first captured steps only. The table's path is in ``df.attrs["path"]``; ``allow_missing``
+    evaluates what is left of an incomplete store, ``df.attrs["missing"]`` naming what it lacks ("" if nothing)."""
     from tqdm.auto import tqdm
 
     if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 2:
@@ -115,15 +119,17 @@ def evaluate(
     if not topologies:
         raise ValueError("give at least one topology")
     topos = {name: preset(name) for name in topologies}  # an unknown preset fails here, before any work
-    reader = TraceReader(run)
+    reader = TraceReader(run, allow_missing=allow_missing)
     options = {"topologies": list(topologies), "schemes": names, "max_workers": max_workers, "steps": steps}
     defaults = {"topologies": list(DEFAULT_TOPOLOGIES), "schemes": list(SCHEMES), "max_workers": 128, "steps": None}
     out = reader.derived_dir / f"{variant('schemes', options, defaults)}.parquet"
     stamp = {"version": VERSION, **options, "files": reader.fingerprint()}
+    if reader.missing:  # only then: a complete store's table keeps its stamp
+        stamp["missing"] = reader.missing_note()
     if not force and same_stamp(stamp, read_stamp(out)):
         try:
             df = read_table(out)
-            df.attrs.update(run_id=reader.run_id, path=out)
+            df.attrs.update(run_id=reader.run_id, path=out, missing=reader.missing_note())
             return df
         except (OSError, pa.ArrowException):  # a damaged cache is a miss: recomputed below and replaced
             pass
@@ -138,7 +144,7 @@ def evaluate(
         raise ValueError(f"run {reader.run_id}: nothing to evaluate (no captured step with 2 or more workers)")
     df = pd.DataFrame(rows)
     write_table(out, df, stamp)
-    df.attrs.update(run_id=reader.run_id, path=out)
+    df.attrs.update(run_id=reader.run_id, path=out, missing=reader.missing_note())
     return df
 
 
@@ -319,15 +325,16 @@ def measured_crossover(sweep: pd.DataFrame, *, kind: str = "natural", ranks: int
     return None
 
 
-def crossover_report(run: str | Path, *, tensor: str | None = None) -> list[str]:
+def crossover_report(run: str | Path, *, tensor: str | None = None, allow_missing: bool = False) -> list[str]:
     """Lines for a person: per rank count n the run's tensor (default its natural one, first captured step) can be
     replayed on and the lab is calibrated at (``data/calibration/netlab-<n>.json`` and ``netlab-host-<n>.json``: it
     calibrates nothing), the link rate from which dense all-reduce is modelled faster than every sparse scheme
-    (:func:`crossover`, on ``netlab-<B>``)."""
+    (:func:`crossover`, on ``netlab-<B>``). ``allow_missing``: of an incomplete store, what is left, its last line
+    naming what is missing."""
     from zen_analysis.comm.calibrate import netlab, netlab_calibration_path, netlab_host_calibration_path
     from zen_analysis.wire.topology import load
 
-    reader = TraceReader(run)
+    reader = TraceReader(run, allow_missing=allow_missing)
     tensors = reader.manifest["tensors"]
     tensor = tensor or next((t for t, i in tensors.items() if i["kind"] == "natural"), next(iter(tensors)))
     step = reader.steps(tensor)[0]
@@ -352,4 +359,6 @@ def crossover_report(run: str | Path, *, tensor: str | None = None) -> list[str]
         )
     if not lines:
         lines.append("no lab calibration to model the crossover on: `zen-analysis bench netlab` (root) makes one")
+    if reader.missing:
+        lines.append(reader.missing_note())
     return lines

@@ -29,6 +29,11 @@ Documented choices:
 * **Owners for imbalance.** ``contiguous`` (even ranges, as Sparse PS / OmniReduce) and ``hash`` (Zen's h0 with
   ``hash_seed``).
 
+* **Incomplete traces.** Only when asked for (``allow_missing=True``, ``--allow-missing``) are the tables built
+  from a store missing some of its shards: worker ids are then the records' own (not positions), "the first n
+  workers" the n smallest present, and the stamp, every table's Parquet metadata (``zen_analysis.missing``) and
+  each DataFrame :func:`load_tables` returns (``attrs["missing"]``) name the missing workers and steps.
+
 Re-running reuses the tables unless the traces or this module's ``VERSION`` changed (``stamp.json``).
 """
 
@@ -90,19 +95,23 @@ def tables_dir(reader: TraceReader, options: CharacterizeOptions) -> Path:
     return reader.derived_dir / "characterize" / f"{options.natural_granularity}-seed{options.hash_seed}"
 
 
+MISSING_KEY = b"zen_analysis.missing"
+"""The Parquet metadata key of a table's note on missing traces (:meth:`TraceReader.missing_note`)."""
+
+
 def _stamp(reader: TraceReader, options: CharacterizeOptions) -> dict:
-    return {
-        "version": VERSION,
-        "options": asdict(options),
-        "files": reader.fingerprint(),
-    }
+    stamp = {"version": VERSION, "options": asdict(options), "files": reader.fingerprint()}
+    if reader.missing:  # only then: the tables of a complete store keep their stamp
+        stamp["missing"] = reader.missing_note()
+    return stamp
 
 
 class _TableWriters:
     """One Parquet writer per table in ``out`` (a temporary directory), each step appended as a row group."""
 
-    def __init__(self, out: Path) -> None:
+    def __init__(self, out: Path, *, missing: str = "") -> None:
         self.out = out
+        self.missing = missing
         self._writers: dict[str, pq.ParquetWriter] = {}
 
     def append(self, name: str, rows: list[dict]) -> None:
@@ -110,8 +119,9 @@ class _TableWriters:
             return
         table = pa.Table.from_pylist(rows)
         if name not in self._writers:
+            schema = table.schema.with_metadata({MISSING_KEY: self.missing.encode()}) if self.missing else table.schema
             self._writers[name] = pq.ParquetWriter(
-                self.out / f"{name}.parquet", table.schema, compression="zstd", write_page_checksum=True
+                self.out / f"{name}.parquet", schema, compression="zstd", write_page_checksum=True
             )
         self._writers[name].write_table(table.cast(self._writers[name].schema))
 
@@ -151,17 +161,23 @@ def _step_rows(tensor: str, gran: str, step: int, numel: int, sets: dict[int, to
 
 
 def characterize(
-    run: str | Path, *, options: CharacterizeOptions | None = None, force: bool = False, progress: bool = True
+    run: str | Path,
+    *,
+    options: CharacterizeOptions | None = None,
+    force: bool = False,
+    progress: bool = True,
+    allow_missing: bool = False,
 ) -> Path:
     """Compute (or reuse) the characterization tables of ``run``; returns their directory,
     ``data/derived/<run_id>/characterize/<granularity>-seed<hash_seed>/`` (:func:`tables_dir`).
 
     The tables are computed into a temporary directory that replaces the previous one only once all are
-    written: an error on the way (a corrupt shard, an interrupt) leaves the previous tables untouched."""
+    written: an error on the way (a corrupt shard, an interrupt) leaves the previous tables untouched.
+    ``allow_missing``: of a store missing some shards, the tables of what is left, saying so (module docstring)."""
     from tqdm.auto import tqdm
 
     opts = options or CharacterizeOptions()
-    reader = TraceReader(run)
+    reader = TraceReader(run, allow_missing=allow_missing)
     out = tables_dir(reader, opts)
     stamp = _stamp(reader, opts)
     stamp_path = out / "stamp.json"
@@ -175,15 +191,15 @@ def characterize(
 
 def _compute(reader: TraceReader, opts: CharacterizeOptions, out: Path, *, progress: bool, tqdm) -> None:
     tensors = reader.manifest["tensors"]
-    writers = _TableWriters(out)
+    writers = _TableWriters(out, missing=reader.missing_note())
     prev: dict[str, tuple[int, dict[int, torch.Tensor], torch.Tensor]] = {}
     try:
         for step in tqdm(reader.steps(), desc=f"characterize {reader.run_id}", unit="step", disable=not progress):
-            for tensor, ordered in reader.index_sets(step).items():  # stored sorted and unique
+            for tensor, sets in reader.worker_index_sets(step).items():  # stored sorted and unique
                 info = tensors[tensor]
                 row_level = info["kind"] == "natural" and opts.natural_granularity == "row"
                 width = int(info["shape"][-1])
-                by_worker = {w: rows_of(s, width) if row_level else s for w, s in enumerate(ordered)}
+                by_worker = {w: rows_of(s, width) if row_level else s for w, s in sets.items()}
                 gran = "row" if row_level else "element"
                 numel = int(info["shape"][0]) if row_level else int(info["numel"])
                 rows, union = _step_rows(tensor, gran, step, numel, by_worker, opts)
@@ -201,14 +217,19 @@ def _compute(reader: TraceReader, opts: CharacterizeOptions, out: Path, *, progr
 
 
 def load_tables(
-    run: str | Path, *, options: CharacterizeOptions | None = None, characterize_if_missing: bool = True
+    run: str | Path,
+    *,
+    options: CharacterizeOptions | None = None,
+    characterize_if_missing: bool = True,
+    allow_missing: bool = False,
 ) -> dict[str, pd.DataFrame]:
-    """The characterization tables of ``run`` as DataFrames (computing them first if needed)."""
+    """The characterization tables of ``run`` as DataFrames (computing them first if needed); with
+    ``allow_missing`` (of a store missing some shards) each one's ``attrs["missing"]`` names what it lacks."""
     opts = options or CharacterizeOptions()
     out = (
-        characterize(run, options=opts, progress=False)
+        characterize(run, options=opts, progress=False, allow_missing=allow_missing)
         if characterize_if_missing
-        else tables_dir(TraceReader(run), opts)
+        else tables_dir(TraceReader(run, allow_missing=allow_missing), opts)
     )
     for attempt in range(3):
         stamp = _read_text(out / "stamp.json")
@@ -221,9 +242,12 @@ def load_tables(
                 raise TraceError(
                     f"{out}: a table cannot be read ({exc}); run `zen-analysis characterize --force`"
                 ) from None
-            characterize(run, options=opts, force=True, progress=False)
+            characterize(run, options=opts, force=True, progress=False, allow_missing=allow_missing)
             continue
         if _read_text(out / "stamp.json") == stamp:  # not swapped for a newer set while we read
+            note = json.loads(stamp).get("missing", "") if stamp else ""
+            for df in tables.values():
+                df.attrs["missing"] = note
             return tables
     raise TraceError(f"{out}: the tables kept changing while being read (another characterize running?)")
 

@@ -25,7 +25,9 @@ def _sample_skewness(x: np.ndarray) -> float:
 
 
 def claims_table(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    """One row per (claim, workload): paper says / we measure / holds."""
+    """One row per (claim, workload): paper says / we measure / holds. Tables of incomplete traces
+    (``load_tables(..., allow_missing=True)``) pass their note on: ``attrs["missing"]``, which :func:`to_markdown`
+    prints under the table."""
     rows = []
     for wl, g in tables["overlap"].groupby("workload"):
         x = g["overlap"].dropna().to_numpy()
@@ -77,7 +79,9 @@ def claims_table(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
                 "holds": s > 70 if "lstm embedding" in wl else "n/a",
             }
         )
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    out.attrs["missing"] = "; ".join(sorted({t.attrs.get("missing", "") for t in tables.values()} - {""}))
+    return out
 
 
 def to_markdown(df: pd.DataFrame) -> str:
@@ -86,4 +90,6 @@ def to_markdown(df: pd.DataFrame) -> str:
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for _, r in df.iterrows():
         lines.append("| " + " | ".join(str(r[c]) for c in cols) + " |")
+    if df.attrs.get("missing"):
+        lines += ["", f"**{df.attrs['missing']}**"]
     return "\n".join(lines)
