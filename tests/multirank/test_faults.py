@@ -236,6 +236,10 @@ def test_indices_that_break_the_invariants_are_a_trace_error(lab, copy_of_victim
             pa.array(bad, type=table.schema.field("indices").type),
         )
         pq.write_table(t.replace_schema_metadata(table.schema.metadata), shard)
+        m = json.loads((d / "manifest.json").read_text())  # the writer's own list says so too: past the size check
+        digest = hashlib.sha256(shard.read_bytes()).hexdigest()
+        m["shards"][shard.name].update(bytes=shard.stat().st_size, sha256=digest)
+        (d / "manifest.json").write_text(json.dumps(m))
         with pytest.raises(TraceError, match=rf"{shard.name}.*(sorted|range)"):
             list(TraceReader("badidx").records())
 
@@ -497,3 +501,39 @@ def test_concurrent_writers_of_one_directory_never_share_a_temporary(tmp_path):
         t.join()
     assert not errors
     assert [p.name for p in tmp_path.iterdir()] == ["tables"] and (tmp_path / "tables" / "t.txt").read_text().isdigit()
+
+
+# ---- 9. a loss that turns NaN (issue 41, finding 7)
+
+
+def _nan_weights_on_rank_1_at(step_of_nan: int):
+    """Train, but rank 1's first parameter turns NaN as it starts ``step_of_nan`` (a diverging run)."""
+
+    def target(cfg, *, info, log, resume=False):
+        from zen_analysis.train import loop
+
+        real = loop._step
+
+        def step(run, sync, step, **kw):
+            if step == step_of_nan and info.rank == 1:
+                with torch.no_grad():
+                    next(run.model.parameters()).fill_(float("nan"))
+            return real(run, sync, step, **kw)
+
+        loop._step = step  # this forked rank's copy of the module only
+        return loop.train(cfg, info=info, log=log, resume=resume)
+
+    return target
+
+
+def test_a_loss_that_turns_nan_stops_the_run_naming_the_step_unless_allowed():
+    cfg = _smoke("nan-loss", train__num_steps=4, capture__enabled=False)
+    with pytest.raises(RankFailedError, match=r"the loss became nan at step 2 \(the mean over ranks"):
+        launch(cfg, target=_nan_weights_on_rank_1_at(2), progress=False, echo=False)
+    run = paths.run_dir("nan-loss")
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2] and rows[-1]["loss"] != rows[-1]["loss"]  # its row, NaN
+    assert not (run / "summary.json").exists() and not (run / "results").exists()
+    cfg.train.allow_nonfinite_loss = True  # asked for: it trains on to the end
+    result = launch(cfg, target=_nan_weights_on_rank_1_at(2), progress=False, echo=False, overwrite=True)
+    assert result.summary["steps_done"] == 4 and result.summary["final_loss"] != result.summary["final_loss"]

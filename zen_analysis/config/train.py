@@ -19,6 +19,10 @@ class TrainConfig:
     weight_decay: float = 0.1
     grad_clip: float = 1.0
     """Global-norm clipping of the synchronised gradient; 0 turns it off."""
+    allow_nonfinite_loss: bool = False
+    """Train on when a step's loss is NaN or infinite. By default the run stops at that step with an error naming
+    it (every rank at the same step: the loss is the mean over ranks; under local SGD the rank that sees it), so a
+    diverged run never ends as a success with a NaN loss."""
     embedding_update: str = "dense"
     """How the optimizer steps the input embedding: ``dense`` (AdamW over every row, as the rest of the model) or
     ``lazy`` (rows whose summed gradient is zero skip the step: their weights and moments stay, no weight decay;

@@ -47,6 +47,20 @@ from zen_analysis.workload.export import export_model
 from zen_analysis.workload.model import build_model, input_embedding_name, model_loss, to_device
 
 
+class NonFiniteLossError(FloatingPointError):
+    """A step's loss is NaN or infinite (``train.allow_nonfinite_loss`` off): the run stops at that step, before
+    its evaluation and checkpoint, so the newest checkpoint is still a finite one."""
+
+    def __init__(self, step: int, loss: float, *, local: bool) -> None:
+        whose = "this rank's own loss (local SGD)" if local else "the mean over ranks, so every rank stops here"
+        super().__init__(
+            f"the loss became {loss} at step {step} ({whose}); training stopped. Train again with a lower "
+            "train.lr or with train.grad_clip set (--overwrite), or set train.allow_nonfinite_loss=true to train on "
+            "regardless"
+        )
+        self.step, self.loss = step, loss
+
+
 def lr_at(cfg: ExperimentConfig, step: int) -> float:
     """Linear warm-up, then cosine decay to ``min_lr_ratio * lr``."""
     t = cfg.train
@@ -404,6 +418,10 @@ def _step(run: _Run, sync: GradSync, step: int, *, local_losses: bool, straggle:
         row["overlap_s"] = sync.overlap_seconds - overlap_s0
         row["hidden_s"] = sync.hidden_seconds - hidden_s0
         row["early_buckets"] = sync.early_buckets - early0
+    if not math.isfinite(loss) and not t.allow_nonfinite_loss:
+        if run.metrics_f:  # the step's row stays, with its loss: what the error names
+            run.metrics_f.write(json.dumps(row) + "\n")
+        raise NonFiniteLossError(step, loss, local=local_losses)
     if t.eval_every and (step + 1) % t.eval_every == 0 and step + 1 < t.num_steps:
         row["val_loss"] = evaluate(model, data, cfg, info)
     if local_losses:
