@@ -7,6 +7,9 @@
   (``wire.dtypes.positive_zeros``), equal to ``all_reduce`` in every other bit.
 """
 
+import contextlib
+from collections.abc import Iterator
+
 import torch
 import torch.distributed as dist
 
@@ -85,11 +88,12 @@ class Injected(RuntimeError):
     pass
 
 
-def _fail_after(k: int):
-    """Patch ``Exchange._count`` (called once after each collective) to raise after this rank's ``k``-th
-    collective: a peer lost mid-sum, as every rank sees it at the same call."""
-    original = exchange.Exchange._count
-    seen = [0]
+@contextlib.contextmanager
+def failing_after(k: int) -> Iterator[list[int]]:
+    """Inside it, ``Exchange._count`` (called once after each collective) raises :class:`Injected` after this
+    rank's ``k``-th collective (never for ``k`` 0): a peer lost mid-sum, as every rank sees it at the same call.
+    Yields ``[collectives so far]``."""
+    original, seen = exchange.Exchange._count, [0]
 
     def count(self, *args, **kwargs):
         original(self, *args, **kwargs)
@@ -98,7 +102,10 @@ def _fail_after(k: int):
             raise Injected(f"after collective {k}")
 
     exchange.Exchange._count = count
-    return original, seen
+    try:
+        yield seen
+    finally:
+        exchange.Exchange._count = original
 
 
 def _failures(rank, world):
@@ -111,11 +118,8 @@ def _failures(rank, world):
                 scheme = build_scheme(name)
                 return scheme.run(t) if how == "run" else scheme.run_rows(t)
 
-            original, seen = _fail_after(0)
-            try:
+            with failing_after(0) as seen:
                 call(x.clone())  # a dry run: how many collectives this rank makes
-            finally:
-                exchange.Exchange._count = original
             calls = seen[0]
             counts = torch.tensor([calls])
             every = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
@@ -125,14 +129,12 @@ def _failures(rank, world):
             ks = range(1, calls + 1) if same else sorted({1, calls})
             for k in ks:
                 before = _bits(x)
-                original, _ = _fail_after(k)
                 try:
-                    call(x)
+                    with failing_after(k):
+                        call(x)
                     raised = False
                 except Injected:
                     raised = True
-                finally:
-                    exchange.Exchange._count = original
                 out[(name, how, k, calls)] = (raised, torch.equal(_bits(x), before))
                 x.copy_(_values(rank).view(60, 10))
     return out

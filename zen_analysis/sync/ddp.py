@@ -37,6 +37,7 @@ from zen_analysis.comm import build_scheme
 from zen_analysis.comm.calibrate import planner_topology
 from zen_analysis.comm.planner import Planner
 from zen_analysis.sync.compressed import HookState, Stats, bucket_key, compress_and_sum
+from zen_analysis.wire.dtypes import positive_zeros
 from zen_analysis.wire.exchange import ring_bytes_sent
 from zen_analysis.wire.inflight import hold
 from zen_analysis.wire.rows import nonzero_rows, sparse_rows
@@ -156,6 +157,8 @@ def _sum_dense(state: NaturalState, p: nn.Parameter, grad_N: torch.Tensor) -> No
         rows = nonzero_rows(table) if state.planner is not None else None  # found once, for the sketch and the sum
         scheme = state._pick(name, indices=rows, numel=p.shape[0], width=p.shape[1], dtype=table.dtype)
         scheme.run_rows(table, rows=rows, group=state.group)
+        if rows is not None:  # rows it was not given run_rows leaves: a zero row is +0.0 on every rank (dtypes)
+            positive_zeros(table)
     else:
         scheme = state._pick(name, dense=grad_N, dtype=grad_N.dtype)
         scheme.run(grad_N, group=state.group)  # in place, over the non-zeros only
@@ -192,19 +195,28 @@ def natural_hook(state: NaturalState, bucket: dist.GradBucket) -> torch.futures.
         return work.get_future().then(lambda fut: fut.value()[0].div_(world))
 
     def mixed() -> torch.Tensor:
-        for p, s, e in parts:
-            if id(p) in state._ids:
-                _sum_dense(state, p, buffer[s:e])
+        # nothing is written into the bucket before its last collective, so a hook that raises leaves it as it was:
+        # the dense rest is summed in a packed copy first, every sparse gradient but the last in a copy of its own
+        # (a bucket rarely holds two), the last in place (a scheme writes after its own last collective)
         dense = [(s, e) for p, s, e in parts if id(p) not in state._ids]
+        packed = None
         if dense:  # the bucket's other gradients: one dense all-reduce of them packed together
             packed = torch.cat([buffer[s:e] for s, e in dense])
             hold(packed)
             dist.all_reduce(packed, group=state.group)
             state.allreduce_bytes_sent += _ring(packed.numel(), packed.element_size(), state.group)
-            at = 0
-            for s, e in dense:
-                buffer[s:e].copy_(packed[at : at + e - s])
-                at += e - s
+        sparse = [(p, s, e) for p, s, e in parts if id(p) in state._ids]
+        summed = []
+        for i, (p, s, e) in enumerate(sparse):
+            grad_N = buffer[s:e] if i == len(sparse) - 1 else buffer[s:e].clone()
+            _sum_dense(state, p, grad_N)
+            summed.append((s, e, grad_N))
+        for s, e, grad_N in summed[:-1]:
+            buffer[s:e].copy_(grad_N)
+        at = 0
+        for s, e in dense:
+            buffer[s:e].copy_(packed[at : at + e - s])
+            at += e - s
         return buffer.div_(world)
 
     return _completed(state, bucket, [p for p, _, _ in parts], buffer.numel(), mixed)
