@@ -250,3 +250,115 @@ def test_the_example_script_under_torchrun_matches_stock_ddp(tmp_path, model, fl
     assert all(s["sparse_bytes"] == 0 for s in results["off"]) != bool(flags)  # sparse=True: stock all-gathers rows
     losses = {zen: torch.tensor([s["loss"] for s in steps]) for zen, steps in results.items()}
     torch.testing.assert_close(losses["natural"], losses["off"], rtol=1e-4, atol=1e-5)
+
+
+def _tiny(family: str, tie: bool):
+    """A one-layer causal LM of the family from its transformers config, with the family's own embeddings (GPT-2's
+    and OPT's learned position tables), tied or not."""
+    import transformers as tf
+
+    common = {"vocab_size": 300, "num_hidden_layers": 1, "num_attention_heads": 2, "tie_word_embeddings": tie}
+    common |= {"bos_token_id": 0, "eos_token_id": 0}
+    if family == "gpt2":
+        cfg = tf.GPT2Config(n_embd=16, n_positions=32, **{k: v for k, v in common.items() if k != "num_hidden_layers"})
+        cfg.n_layer = 1
+        return tf.GPT2LMHeadModel(cfg)
+    common |= {"hidden_size": 16, "max_position_embeddings": 32}
+    if family == "llama":
+        return tf.LlamaForCausalLM(tf.LlamaConfig(intermediate_size=32, num_key_value_heads=2, **common))
+    if family == "opt":
+        return tf.OPTForCausalLM(tf.OPTConfig(ffn_dim=32, word_embed_proj_dim=16, **common))
+    return tf.Gemma2ForCausalLM(tf.Gemma2Config(intermediate_size=32, num_key_value_heads=2, head_dim=8, **common))
+
+
+DEFAULT_SELECTION = {
+    # family: (untied: what Zen sums, what is left dense), as the README's table says
+    "gpt2": ("transformer.wte.weight", ["transformer.wpe.weight"]),
+    "llama": ("model.embed_tokens.weight", []),
+    "opt": ("model.decoder.embed_tokens.weight", ["model.decoder.embed_positions.weight"]),
+    "gemma2": ("model.embed_tokens.weight", []),
+}
+
+
+@pytest.mark.parametrize("family", list(DEFAULT_SELECTION))
+def test_default_selection_sums_the_token_table_only_never_positions_or_a_tied_weight(family):
+    """Position tables (GPT-2's wpe, OPT's embed_positions) have every row the sequence reaches touched in every
+    batch: dense by nature, left to the all-reduce. A tied token table is dense too: named in a warning, and with
+    nothing left the selection is empty (register then steps aside)."""
+    import warnings
+
+    from zen_analysis.sync.ddp import select_sparse, sparse_parameters
+
+    token, positions = DEFAULT_SELECTION[family]
+    model = _tiny(family, tie=False)
+    names = {id(p): n for n, p in model.named_parameters()}
+    chosen, left = select_sparse(model)
+    assert [names[id(p)] for p in chosen] == [token]
+    assert sorted(left) == positions and all("dense by nature" in why for why in left.values())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert sparse_parameters(_tiny(family, tie=True)) == ()
+    assert [str(w.message) for w in caught if "tied" in str(w.message)][0].startswith(f"{token} is tied to")
+
+
+def _aside_and_report(rank, world):
+    import warnings
+
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from zen_analysis.sync.compressed import REPORT
+    from zen_analysis.sync.ddp import register
+
+    out = {}
+    for hook in ("stock", "aside"):
+        torch.manual_seed(0)
+        model = DDP(_LM(tie=True))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            state = register(model, mode="natural") if hook == "aside" else None
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        for step in range(2):
+            x = torch.randint(0, 600, (4, 5), generator=torch.Generator().manual_seed(10 * step + rank))
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x[:, :-1]).reshape(-1, 600), x[:, 1:].reshape(-1)).backward()
+            opt.step()
+        out[hook] = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+        if state is not None:
+            out["warnings"] = [str(w.message) for w in caught]
+            out["aside_report"] = state.summary()
+        del model, state
+        dist.barrier()
+    for mode in ("natural", "topk"):  # both states answer the same report
+        torch.manual_seed(0)
+        model = DDP(_LM())
+        state = register(model, mode=mode)
+        x = torch.randint(0, 600, (4, 5), generator=torch.Generator().manual_seed(rank))
+        nn.functional.cross_entropy(model(x[:, :-1]).reshape(-1, 600), x[:, 1:].reshape(-1)).backward()
+        out[mode] = ({k: hasattr(state, k) for k in REPORT}, state.summary())
+        del model, state
+        dist.barrier()
+    return out
+
+
+def test_a_tied_model_stays_stock_ddp_with_a_warning_and_both_states_report_alike():
+    """Before: register raised "natural mode found no untied nn.Embedding" (Lightning crashed with it), and the top-k
+    state had no allreduce_bytes_sent; what Zen sums was in no documented attribute."""
+    for r in fork_launch(_aside_and_report, 2):
+        torch.testing.assert_close(r["aside"], r["stock"], rtol=0, atol=0)  # stock DDP, bit for bit: no hook
+        tied, aside = r["warnings"]
+        assert tied.startswith("embed.weight is tied to ['head.weight']") and "stays stock DDP" in aside
+        report = r["aside_report"]
+        assert not report["hooked"] and report["sparse_names"] == () and report["bytes_sent"] == 0
+        assert report["step"] == 0 and "embed.weight" in report["left_dense"]
+        (has_nat, nat), (has_topk, topk) = r["natural"], r["topk"]
+        assert all(has_nat.values()) and all(has_topk.values()) and nat.keys() == topk.keys()
+        assert nat["mode"] == "natural" and nat["sparse_names"] == ("embed.weight",) and nat["bytes_sent"] > 0
+        assert nat["allreduce_bytes_sent"] > 0 and nat["step"] == 1 and nat["hooked"]
+        assert topk["mode"] == "topk" and topk["sparse_names"] == (
+            "embed.weight",
+            "hidden.weight",
+            "hidden.bias",
+            "head.weight",
+        )
+        assert topk["allreduce_bytes_sent"] == 0 and topk["bytes_sent"] > 0 and topk["step"] == 1

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 import torch
 import torch.distributed as dist
@@ -28,15 +28,58 @@ def _compressor(ratio: float, seed: int) -> TopKCompressor:
     return TopKCompressor(ratio=ratio, exact_below=65_536, sample_ratio=0.01, error_feedback=True, seed=seed)
 
 
+@dataclass(frozen=True)
+class Report:
+    """What a DDP hook did, as plain values: what :meth:`Stats.summary` returns, as an object (a spawned rank's,
+    brought back to the process that launched it: ``ZenDDPStrategy``). Read-only."""
+
+    mode: str
+    scheme: str
+    hooked: bool
+    sparse_names: tuple
+    left_dense: dict
+    step: int
+    bytes_sent: int
+    allreduce_bytes_sent: int
+    threshold_bytes_sent: int
+    sync_s: float
+    exposed_s: float
+
+    def summary(self) -> dict:
+        return {k: getattr(self, k) for k in REPORT}
+
+
+REPORT = tuple(f.name for f in fields(Report))
+"""What both DDP hooks' states report, alike (:meth:`Stats.summary`); ``last_step`` and ``decisions`` besides."""
+
+
 @dataclass
 class Stats:
-    """What a hook did, summed over steps, and its last step bucket by bucket."""
+    """What a hook did, summed over steps, and its last step bucket by bucket; the same attributes for both hooks
+    (:data:`REPORT`, :meth:`summary`)."""
 
     step: int = 0
+    """Steps (backward passes) the hook has summed."""
     bytes_sent: int = 0
+    """Bytes this rank sent through the sparse scheme (its measured bytes)."""
+    allreduce_bytes_sent: int = 0
+    """Bytes this rank sent in the hook's dense all-reduces, ring volume
+    (:func:`~zen_analysis.wire.exchange.ring_bytes_sent`): the gradients the natural hook leaves dense (whole buckets
+    and the rest of a mixed one); 0 for top-k, which sends every bucket through the scheme. Not what dense training
+    would have sent: that is every gradient's."""
+    threshold_bytes_sent: int = 0
+    """Bytes sent to agree on top-k's global threshold (``threshold="global"``); 0 otherwise."""
     sync_s: float = 0.0
     exposed_s: float = 0.0
     last_step: list = field(default_factory=list)
+    sparse_names: tuple = ()
+    """The parameters whose gradients go through the sparse scheme, by name: the natural hook's sparse parameters;
+    top-k's every trainable parameter. Empty when the hook stepped aside (``hooked`` False)."""
+    left_dense: dict = field(default_factory=dict)
+    """Natural mode's default selection: the embeddings it left to the dense all-reduce, with the reason (tied, or
+    a position table; :func:`~zen_analysis.sync.ddp.select_sparse`)."""
+    hooked: bool = True
+    """False when ``register`` found nothing to sum sparsely and left the model stock DDP (no hook)."""
     planner: object = field(default=None, repr=False)
     """With ``scheme="auto"``: the :class:`~zen_analysis.comm.planner.Planner` choosing each tensor's scheme."""
     _pending: list = field(default_factory=list, repr=False)
@@ -46,6 +89,11 @@ class Stats:
     def decisions(self) -> dict:
         """``scheme="auto"``: the planner's current choice per tensor (bucket key or parameter name) and its log."""
         return self.planner.decisions if self.planner is not None else {}
+
+    def summary(self) -> dict:
+        """What the hook did, as plain values (:data:`REPORT`: the same keys for both hooks; picklable, so a
+        launcher can bring a rank's back)."""
+        return {k: getattr(self, k) for k in REPORT}
 
     def _pick(self, tensor: str, *, group=None, **sketch):
         """The scheme instance to sum ``tensor`` with this step: the fixed one, or the planner's choice
@@ -80,7 +128,7 @@ class HookState(Stats):
     wire_dtype: torch.dtype | None = None
     """The dtype the kept values are summed in (None: the gradient's own); bf16 halves a float32 model's value
     bytes, and error feedback keeps what rounding to it left out."""
-    threshold_bytes_sent: int = 0
+    mode: str = "topk"
     names: dict = field(default_factory=dict, repr=False)
     compressor: TopKCompressor | None = field(default=None, repr=False)
     _residuals: dict = field(default_factory=dict, repr=False)
@@ -235,6 +283,7 @@ class CompressedSync(GradSync):
         if self._planner is not None and not hasattr(self._planner, "decide"):
             self.state.planner = self._planner(self._layout._world())
         self.state.names = {id(p): n for n, p in model.named_parameters()}
+        self.state.sparse_names = tuple(n for n, p in model.named_parameters() if p.requires_grad)
         self._parts = []
         for bucket in self._layout._buckets:
             parts, at = [], 0

@@ -2,22 +2,24 @@
 
 :func:`register` is the one public entry point for DDP (``state = register(ddp_model, mode="natural")``):
 
-* ``mode="natural"`` (the paper's main case, lossless): the gradients of the sparse parameters (by default every
-  untied ``nn.Embedding``'s weight) are summed with a sparse scheme (Zen by default) over their non-zeros; every
-  other gradient goes the stock all-reduce way, asynchronously, so dense buckets still overlap backward. Both kinds
-  of embedding gradient: dense ``.grad`` (the transformers default; a bucket holding it is summed inside the hook,
-  the rest of that bucket densely) and ``nn.Embedding(sparse=True)`` (DDP gives it a bucket of its own holding a
-  sparse COO tensor; the hook returns the summed rows as one: on NCCL, where a sparse all-reduce does not exist,
-  this is one).
+* ``mode="natural"`` (the paper's main case, lossless): the gradients of the sparse parameters (by default the untied
+  token tables, not position tables: :func:`select_sparse`) are summed with a sparse scheme (Zen by default) over
+  their non-zeros; every other gradient goes the stock all-reduce way, asynchronously, so dense buckets still overlap
+  backward. Both kinds of embedding gradient: dense ``.grad`` (the transformers default; a bucket holding it is summed
+  inside the hook, the rest of that bucket densely) and ``nn.Embedding(sparse=True)`` (DDP gives it a bucket of its
+  own holding a sparse COO tensor; the hook returns the summed rows as one: on NCCL, where a sparse all-reduce does
+  not exist, this is one).
 * ``mode="topk"``: DGC top-k of every bucket with error feedback, then the scheme (:func:`comm_hook`). Residuals
   are kept per parameter, so they follow their parameters when DDP rebuilds its buckets after the first step;
   the threshold is each rank's own (``threshold="local"``) or, as the paper does, one from every rank's samples
   (``"global"``); ``overlap=True`` runs the buckets' compression and sums on a worker thread over a process group of
   its own, so they proceed while backward computes the next buckets (the hook returns a pending future).
 
-Both states report what they did: ``bytes_sent`` (by the scheme), ``sync_s`` (seconds spent summing),
-``exposed_s`` (of those, seconds backward waited for), ``last_step`` (one row per bucket of the last step: its
-parameters, size, path and what it sent).
+Both states report what they did with the same attributes (``state.summary()``, the keys of
+:data:`~zen_analysis.sync.compressed.REPORT`): ``sparse_names`` (the parameters the scheme sums), ``bytes_sent`` (by
+the scheme), ``allreduce_bytes_sent`` (by the dense all-reduce), ``sync_s`` (seconds spent summing), ``exposed_s`` (of
+those, seconds backward waited for), and ``last_step`` (one row per bucket of the last step: its parameters, size,
+path and what it sent).
 
 The toolkit's own loop uses the same compression (:mod:`zen_analysis.sync.compressed`, ``sync.compress=topk``):
 fixed buckets of ``bucket_mb`` at the loop's synchronization point. Zen adds no loss beyond the sparsifier: for the same
@@ -39,7 +41,7 @@ from zen_analysis.comm.planner import Planner
 from zen_analysis.sync.compressed import HookState, Stats, bucket_key, compress_and_sum
 from zen_analysis.wire.dtypes import positive_zeros
 from zen_analysis.wire.exchange import ring_bytes_sent
-from zen_analysis.wire.inflight import hold
+from zen_analysis.wire.inflight import hold, then
 from zen_analysis.wire.rows import nonzero_rows, sparse_rows
 from zen_analysis.zen.bitmap import cache_limit, set_cache_limit
 
@@ -87,11 +89,7 @@ class NaturalState(Stats):
     granularity: str = "rows"
     """``rows``: a table's gradient summed by rows (one index and ``dim`` values per row touched); ``elements``: one
     index per non-zero element."""
-    allreduce_bytes_sent: int = 0
-    """Bytes this rank sent in the hook's dense all-reduces: of the gradients it does not sum sparsely (whole buckets
-    without a sparse tensor, and the rest of a mixed one; ring volume,
-    :func:`~zen_analysis.wire.exchange.ring_bytes_sent`). Not what dense training would have sent: that is every
-    gradient's."""
+    mode: str = "natural"
     sparse_buckets: int = 0
     dense_buckets: int = 0
     names: dict = field(default_factory=dict, repr=False)
@@ -110,6 +108,8 @@ class NaturalState(Stats):
             raise ValueError(f"a planner chooses the scheme: pass scheme='auto', not {self.scheme!r}")
         self._scheme = build_scheme("allreduce" if self.scheme == "auto" else self.scheme, seed=self.seed)
         self._ids = frozenset(id(p) for p in self.params)
+        if not self.sparse_names:
+            self.sparse_names = tuple(self.names.get(id(p), "?") for p in self.params)
 
 
 def _offsets(bucket: dist.GradBucket) -> list[tuple[torch.Tensor, int, int]]:
@@ -192,7 +192,8 @@ def natural_hook(state: NaturalState, bucket: dist.GradBucket) -> torch.futures.
         state.allreduce_bytes_sent += _ring(buffer.numel(), buffer.element_size(), state.group)
         hold(buffer)
         work = dist.all_reduce(buffer, group=state.group, async_op=True)
-        return work.get_future().then(lambda fut: fut.value()[0].div_(world))
+        # gloo's thread runs the callback and destroys it (GIL) after DDP's wait is over: then() tracks it to exit
+        return then(work.get_future(), lambda fut: fut.value()[0].div_(world))
 
     def mixed() -> torch.Tensor:
         # nothing is written into the bucket before its last collective, so a hook that raises leaves it as it was:
@@ -249,27 +250,86 @@ def _completed(state: NaturalState, bucket, params, numel: int, fn) -> torch.fut
     return fut
 
 
-def sparse_parameters(module: nn.Module) -> tuple[nn.Parameter, ...]:
-    """The parameters natural sparsity applies to: every ``nn.Embedding``'s weight whose gradient is row-sparse,
-    i.e. not also used elsewhere (a weight tied to an output layer gets a dense gradient: skipped, with a
-    warning naming it)."""
-    embeddings = [(name, m.weight) for name, m in module.named_modules() if isinstance(m, nn.Embedding)]
+_POSITION_NAMES = ("wpe", "pos", "position")
+"""How a model without ``get_input_embeddings`` names a position table: a module whose own name is ``wpe`` or starts
+with ``pos`` / contains ``position`` (``pos_emb``, ``position_embeddings``, ``embed_positions``)."""
+
+
+def _is_position_name(name: str) -> bool:
+    own = name.rsplit(".", 1)[-1].lower()
+    return own == "wpe" or own.startswith("pos") or "position" in own
+
+
+def _input_embedding(module: nn.Module) -> nn.Embedding | None:
+    """The model's token table as it names it itself (``get_input_embeddings()``: every transformers model, and the
+    toolkit's LSTM and DeepFM), or None."""
+    get = getattr(module, "get_input_embeddings", None)
+    if get is None:
+        return None
+    try:
+        emb = get()
+    except (NotImplementedError, AttributeError):  # transformers' base class, for a model that does not say
+        return None
+    return emb if isinstance(emb, nn.Embedding) else None
+
+
+def tied_names(module: nn.Module) -> dict[int, list[str]]:
+    """Every parameter (by identity) used under more than one name: a weight tied to another layer (GPT-2's
+    ``wte`` and ``lm_head``), with its names."""
     owners: dict[int, list[str]] = {}
     for name, m in module.named_modules():
         for pname, p in m.named_parameters(recurse=False):
             owners.setdefault(id(p), []).append(f"{name}.{pname}" if name else pname)
-    out = []
-    for name, w in embeddings:
-        if len(owners.get(id(w), [])) > 1:
-            warnings.warn(
-                f"{name}.weight is tied to {[o for o in owners[id(w)] if o != name + '.weight']}: its gradient "
-                "is dense, so it goes the dense way",
-                stacklevel=3,
-            )
+    return {k: v for k, v in owners.items() if len(v) > 1}
+
+
+def select_sparse(module: nn.Module) -> tuple[tuple[nn.Parameter, ...], dict[str, str]]:
+    """The default selection of natural sparsity, and what it left to the dense all-reduce with the reason.
+
+    Zen pays where a gradient's rows are few of the table's: a token table. So it takes every ``nn.Embedding``
+    whose weight trains and is used by it alone, except:
+
+    * a tied weight (also an output layer's): its gradient is dense. Left out, reason ``tied to <names>``.
+    * a table whose rows are positions (or token types): every row the sequence reaches is touched in every batch,
+      so its gradient is dense by nature, and Zen's index per row is pure overhead. A model that names its token
+      table (``get_input_embeddings()``: every transformers model) has that one table summed sparsely and its
+      other tables (GPT-2's ``wpe``, OPT's ``embed_positions``) left dense, reason ``not the input embedding (a
+      position or type table)``; a model that does not has every table summed except those named as positions
+      (:data:`_POSITION_NAMES`), reason ``a position table (by its name)``.
+
+    Returns the chosen weights and ``{parameter name: reason}`` of the embeddings left out."""
+    tied = tied_names(module)
+    token = _input_embedding(module)
+    chosen, left = [], {}
+    for name, m in module.named_modules():
+        if not isinstance(m, nn.Embedding) or not m.weight.requires_grad:
             continue
-        if w.requires_grad:
-            out.append(w)
-    return tuple(out)
+        w, pname = m.weight, f"{name}.weight" if name else "weight"
+        if any(w is c for c in chosen) or pname in left:
+            continue
+        if id(w) in tied:
+            left[pname] = f"tied to {[o for o in tied[id(w)] if o != pname]}: its gradient is dense"
+        elif token is not None and m is not token:
+            left[pname] = "not the input embedding (a position or type table): its gradient is dense by nature"
+        elif token is None and _is_position_name(name):
+            left[pname] = "a position table (by its name): its gradient is dense by nature"
+        else:
+            chosen.append(w)
+    return tuple(chosen), left
+
+
+def sparse_parameters(module: nn.Module) -> tuple[nn.Parameter, ...]:
+    """The parameters natural sparsity applies to by default (:func:`select_sparse`: the untied token tables); a
+    tied embedding is skipped with a warning naming it."""
+    chosen, left = select_sparse(module)
+    _warn_tied(left)
+    return chosen
+
+
+def _warn_tied(left: dict[str, str]) -> None:
+    for name, why in left.items():
+        if why.startswith("tied"):
+            warnings.warn(f"{name} is {why}, so it goes the dense way (stock all-reduce), not Zen", stacklevel=4)
 
 
 def model_group(ddp_model: nn.Module, group=None):
@@ -347,11 +407,18 @@ def register(
     or ``auto``, this machine calibrated at the group's size (``local-<n>``; calibrate it once before the ranks
     start: ``zen_analysis.comm.calibrate.local(n)``). Its choices: ``state.decisions``.
 
-    At the end, delete the DDP model (and the state) before ``dist.destroy_process_group()``
-    (``scripts/ddp_transformers.py``): a Python hook's last asynchronous gloo all-reduce may still be releasing its
-    tensors on gloo's worker thread, which needs the GIL; a process group whose last reference is the model's
-    Reducer joins that thread from the model's destructor, GIL held, and the process hangs at exit (2 runs in 5
-    here before the script did so)."""
+    What the hook does is in the state's report, the same for both modes (:meth:`~.compressed.Stats.summary`):
+    ``sparse_names`` (what goes through the scheme), ``left_dense`` (the embeddings natural mode's default left dense,
+    and why: tied, or a position table; :func:`select_sparse`), ``hooked``, ``step``, ``bytes_sent``,
+    ``allreduce_bytes_sent``, ``threshold_bytes_sent``, ``sync_s``, ``exposed_s``; ``last_step`` bucket by bucket.
+    Natural mode with nothing to sum sparsely (a tied embedding, positions only) warns and leaves the model stock DDP:
+    the state says ``hooked=False`` and counts nothing.
+
+    The exit needs nothing of the user: the hook's asynchronous all-reduces go through
+    :mod:`zen_analysis.wire.inflight`, which at exit waits for gloo's thread to let go of their tensors and
+    callbacks before the interpreter finalizes (a thread that takes the GIL after that aborts the process,
+    "terminate called without an active exception"). Deleting the DDP model before ``destroy_process_group()``
+    (``scripts/ddp_transformers.py``) stays good practice."""
     module = getattr(ddp_model, "module", None)
     if module is None:
         raise ValueError("register() takes a torch.nn.parallel.DistributedDataParallel model")
@@ -365,18 +432,37 @@ def register(
         "planner": _planner(scheme, group, topology, planner_every, hysteresis),
     }
     if mode == "natural":
-        chosen = tuple(params) if params is not None else sparse_parameters(module)
+        if params is not None:
+            chosen, left = tuple(params), {}
+            tied = tied_names(module)
+            for p in chosen:
+                if id(p) in tied:
+                    warnings.warn(
+                        f"params: {tied[id(p)][0]} is tied to {tied[id(p)][1:]}: its gradient is dense, so Zen "
+                        "sums every element of it (leave it out: stock DDP's all-reduce is cheaper)",
+                        stacklevel=2,
+                    )
+        else:
+            chosen, left = select_sparse(module)
+            _warn_tied(left)
         if not chosen:
-            raise ValueError("natural mode found no untied nn.Embedding to sum sparsely; pass params=[...]")
+            warnings.warn(
+                "natural mode: nothing to sum sparsely (no untied token embedding; left dense: "
+                f"{left or 'no nn.Embedding at all'}): the model stays stock DDP, no hook registered "
+                "(state.hooked is False, its counters stay 0)",
+                stacklevel=2,
+            )
+            return NaturalState(params=(), granularity=granularity, left_dense=left, hooked=False, **common)
         _reserve_hash_sets(scheme, sum(p.numel() for p in chosen))
-        state = NaturalState(params=chosen, granularity=granularity, **common)
+        state = NaturalState(params=chosen, granularity=granularity, left_dense=left, **common)
         ddp_model.register_comm_hook(state, natural_hook)
         return state
     if mode == "topk":
         if any(getattr(m, "sparse", False) for m in module.modules() if isinstance(m, nn.Embedding)):
             raise ValueError("mode='topk' needs dense gradients; nn.Embedding(sparse=True) goes with mode='natural'")
         _reserve_hash_sets(scheme, sum(p.numel() for p in module.parameters() if p.requires_grad))
-        state = HookState(ratio=ratio, threshold=threshold, overlap=overlap, **common)
+        trainable = tuple(n for n, p in module.named_parameters() if p.requires_grad)
+        state = HookState(ratio=ratio, threshold=threshold, overlap=overlap, sparse_names=trainable, **common)
         ddp_model.register_comm_hook(state, comm_hook)
         return state
     raise ValueError(f"mode must be 'natural' or 'topk', got {mode!r}")
