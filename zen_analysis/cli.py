@@ -16,8 +16,10 @@ Configs come from a recipe name or a JSON file, edited only with ``--set section
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -100,16 +102,26 @@ def cmd_runs(args: argparse.Namespace) -> None:
         f"{'run id':40s} {'recipe':12s} {'ranks x w':>9s} {'steps':>5s} {'size':>9s} {'finished':>8s} "
         f"{'checkpoint':>10s}  started"
     )
+    built_in_code = False
     for r in rows:
         ckpt = "-" if r["checkpoint"] is None else f"{r['checkpoint']}" + (" resume" if r["resumable"] else "")
+        recipe = r["recipe"]
+        if recipe not in recipes.RECIPES and recipe != "?":  # `config` would refuse the name: say it is none
+            recipe, built_in_code = f"{recipe}*", True
         print(
-            f"{r['run_id']:40s} {r['recipe']:12s} {r['ranks_x_workers']:>9s} "
+            f"{r['run_id']:40s} {recipe:12s} {r['ranks_x_workers']:>9s} "
             f"{r['steps'] if r['steps'] is not None else '?':>5} "
             f"{r['bytes'] / 1e6:>7.1f}MB {'yes' if r['finished'] else 'no':>8s} {ckpt:>10s}  {r['started']}"
         )
+    if built_in_code:
+        print(
+            f"'*': a name, not a recipe (the run's config was built in code, e.g. a parity run); its config is "
+            f"{paths.runs_dir()}/<run id>/config.json, which config and train take in place of a recipe"
+        )
     if any(r["resumable"] for r in rows):
         print(
-            "'resume': unfinished with a checkpoint; continue it with zen-analysis train <recipe> --run-id R --resume"
+            "'resume': unfinished with a checkpoint; continue it with zen-analysis train <recipe or its config.json> "
+            "--run-id R --resume"
         )
     print(f"{len(rows)} runs, {sum(r['bytes'] for r in rows) / 1e6:.1f} MB under {paths.data_dir()}")
 
@@ -287,6 +299,20 @@ def cmd_netlab(args: argparse.Namespace) -> None:
     print()
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser with a "did you mean" on an invalid choice (a subcommand typo, an unknown option value):
+    Python 3.11's argparse has no ``suggest_on_error``. Subcommands' parsers are of this class too."""
+
+    def error(self, message: str):
+        bad = re.search(r"invalid choice: '([^']*)'", message)
+        if bad:
+            choices = [str(c) for a in self._actions if a.choices for c in a.choices]
+            close = difflib.get_close_matches(bad[1], choices, n=3, cutoff=0.6)
+            if close:
+                message += f"; did you mean {' or '.join(repr(c) for c in close)}?"
+        super().error(message)
+
+
 class _Help(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
     """Every option's default in --help (unless it is None, False or already written), examples kept as written."""
 
@@ -324,7 +350,7 @@ EXAMPLES = {
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``zen-analysis`` parser: one subcommand per ``cmd_*`` function, each with its examples."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="zen-analysis",
         description="Sparse gradient synchronization toolkit.",
         epilog="examples:\n  " + "\n  ".join(v.split("\n")[0] for v in EXAMPLES.values()),

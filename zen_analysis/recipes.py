@@ -11,6 +11,7 @@ Derive a recipe by calling another and editing fields; a notebook does the same:
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 
 from zen_analysis.config import (
@@ -142,7 +143,7 @@ def lstm_words() -> ExperimentConfig:
 
 
 def lstm_words_smoke() -> ExperimentConfig:
-    """``lstm_smoke`` with ``lstm_words``'s word vocabulary (capped at 4,096 on the 2 MB corpus)."""
+    """``lstm-smoke`` with ``lstm-words``'s word vocabulary (capped at 4,096 on the 2 MB corpus)."""
     cfg = lstm_smoke()
     cfg.name = "lstm-words-smoke"
     cfg.data.tokenizer = "words"
@@ -237,8 +238,11 @@ RECIPES: dict[str, Callable[[], ExperimentConfig]] = {
 
 
 def get(name: str) -> ExperimentConfig:
-    """Build the recipe called ``name``; raises ``ValueError`` listing the known names."""
+    """Build the recipe called ``name``; raises ``ValueError`` listing the known names (and the closest ones: a
+    function's name, ``lstm_smoke``, finds ``lstm-smoke``)."""
     try:
         return RECIPES[name]()
     except KeyError:
-        raise ValueError(f"unknown recipe {name!r}; known recipes: {', '.join(RECIPES)}") from None
+        close = difflib.get_close_matches(name.replace("_", "-"), RECIPES, n=3)
+        maybe = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+        raise ValueError(f"unknown recipe {name!r}; {maybe}known recipes: {', '.join(RECIPES)}") from None

@@ -155,3 +155,52 @@ def test_a_missing_trace_shard_stops_the_analysis_unless_allowed_and_then_it_is_
     main(["evaluate", "cli-missing", "--allow-missing", "--topology", "paper-tcp25"])
     out = capsys.readouterr().out
     assert out.count("workers 2-3 at steps 0-1") == 2  # under the table and under the crossover lines
+
+
+# ---- names a user reads and types back (issue 41, finding 11)
+
+
+def test_a_subcommand_or_choice_typo_gets_a_did_you_mean(capsys):
+    for argv, suggestion in [
+        (["trian", "smoke"], "did you mean 'train'?"),
+        (["runz"], "did you mean 'runs'?"),
+        (["characterize", "x", "--natural-granularity", "rows"], "did you mean 'row'?"),
+    ]:
+        with pytest.raises(SystemExit):
+            main(argv)
+        assert suggestion in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="did you mean 'lstm-smoke'"):
+        main(["config", "lstm_smoke"])
+
+
+def test_recipe_descriptions_name_recipes_as_the_cli_takes_them():
+    import re
+
+    from zen_analysis import recipes
+
+    functions = {fn.__name__ for fn in recipes.RECIPES.values()}
+    for name, fn in recipes.RECIPES.items():
+        for quoted in re.findall(r"``([\w-]+)``", fn.__doc__):
+            if quoted in functions or quoted.replace("_", "-") in recipes.RECIPES:
+                assert quoted in recipes.RECIPES, f"{name}'s description names {quoted!r}, which is no recipe"
+
+
+def test_every_recipe_runs_shows_resolves_in_config(capsys):
+    _fake_run("smoke-listed", finished=True)
+    _fake_run("parity-listed", finished=True)
+    stored = paths.run_dir("parity-listed") / "config.json"
+    cfg = json.loads(stored.read_text())
+    stored.write_text(json.dumps({**cfg, "name": "default-parity"}))
+    capsys.readouterr()
+    main(["runs"])
+    out = capsys.readouterr().out
+    shown = {line.split()[0]: line.split()[1] for line in out.splitlines() if line.startswith(("smoke-", "parity-"))}
+    assert shown["smoke-listed"] == "smoke" and shown["parity-listed"] == "default-parity*"
+    assert "'*': a name, not a recipe" in out and f"{paths.runs_dir()}/<run id>/config.json" in out
+    for name in shown.values():
+        if not name.endswith("*"):
+            main(["config", name])
+    capsys.readouterr()
+    main(["config", str(stored)])  # what the footer says the starred run's config is
+    assert json.loads(capsys.readouterr().out)["name"] == "default-parity"
+    main(["runs", "--delete", "smoke-listed", "parity-listed"])
