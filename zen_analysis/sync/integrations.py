@@ -15,12 +15,22 @@ once, before the first backward, in the rank's own process.
   cannot do it: its ``model`` argument is the unwrapped ``trainer.model``. With more than one rank and no DDP
   model (FSDP, DeepSpeed) it raises.
 
-``lightning`` / ``transformers`` are imported only when :class:`ZenDDPStrategy` / :class:`ZenTrainer` is first
-looked up (the extra ``integrations``), so importing this module needs neither.
+Both behave alike where the model gives Zen nothing to do: a tied embedding is named in a warning, and with nothing
+left to sum sparsely (GPT-2's tied ``wte``; its position table ``wpe`` is dense by nature and never chosen) the model
+stays stock DDP with a warning, its state saying ``hooked=False`` (:func:`~zen_analysis.sync.ddp.register`). Both
+states report alike (``zen_state.summary()``). Under ``ZenDDPStrategy(start_method="spawn")`` (or ``"fork"``) the
+state lives in the ranks; the launching process gets rank 0's report back as ``zen_state``
+(:class:`~zen_analysis.sync.compressed.Report`: the same attributes, read-only). The exit needs no teardown of the
+user's (:mod:`zen_analysis.wire.inflight`).
+
+Public names (``__all__``): ``ZenDDPStrategy``, ``ZenTrainer``, ``ZenTrainerMixin``, ``find_ddp``. ``lightning`` /
+``transformers`` are imported only when :class:`ZenDDPStrategy` / :class:`ZenTrainer` is first looked up (the extra
+``integrations``), so importing this module needs neither; ``dir()`` lists them when their framework is installed.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import warnings
 import weakref
 from typing import Any
@@ -29,6 +39,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from zen_analysis.sync.compressed import Report
 from zen_analysis.sync.ddp import register
 
 __all__ = ["ZenDDPStrategy", "ZenTrainer", "ZenTrainerMixin", "find_ddp"]  # noqa: F822
@@ -131,12 +142,31 @@ def _zen_strategy_class() -> type:
     except ImportError as e:
         raise ImportError(f"ZenDDPStrategy needs PyTorch Lightning (lightning.pytorch): {_INSTALL}") from e
 
+    from lightning.pytorch.strategies.launchers.multiprocessing import _MultiProcessingLauncher
+
+    class _ZenLauncher(_MultiProcessingLauncher):
+        """Lightning's launcher of ``start_method="spawn"`` / ``"fork"`` ranks, bringing rank 0's hook report back
+        with the results it already returns (Lightning's own hooks for that: ``get_extra_results`` in the rank,
+        ``update_main_process_results`` in the launching process)."""
+
+        def get_extra_results(self, trainer) -> dict[str, Any]:
+            extra = super().get_extra_results(trainer)
+            state = getattr(trainer.strategy, "zen_state", None)
+            extra["zen_report"] = None if state is None else state.summary()
+            return extra
+
+        def update_main_process_results(self, trainer, extra: dict[str, Any]) -> None:
+            super().update_main_process_results(trainer, extra)
+            report = extra.get("zen_report")
+            self._strategy.zen_state = None if report is None else Report(**report)
+
     class ZenDDPStrategy(DDPStrategy):
         """Lightning's ``DDPStrategy`` with Zen's DDP hook: ``ZenDDPStrategy(mode="natural", scheme="zen",
         zen_options=None, **ddp_strategy_kwargs)``; ``zen_options`` go to :func:`~zen_analysis.sync.ddp.register`,
         the other keywords to ``DDPStrategy`` (and through it to ``DistributedDataParallel``: ``bucket_cap_mb``...).
         ``zen_state`` is the hook's state once ``fit`` has wrapped the model (each ``fit`` wraps anew: a new
-        state)."""
+        state); in the process that launched ``start_method="spawn"`` / ``"fork"`` ranks, rank 0's report after
+        ``fit`` (:class:`~zen_analysis.sync.compressed.Report`: the state lived in the rank)."""
 
         def __init__(
             self, mode: str = "natural", scheme: str = "zen", *, zen_options: dict | None = None, **kwargs: Any
@@ -159,21 +189,39 @@ def _zen_strategy_class() -> type:
                 )
             self.zen_state = register(ddp, mode=self.zen_mode, scheme=self.zen_scheme, **self.zen_options)
 
+        def _configure_launcher(self) -> None:
+            super()._configure_launcher()
+            if type(self._launcher) is _MultiProcessingLauncher:
+                self._launcher = _ZenLauncher(self, start_method=self._start_method)
+
         def teardown(self) -> None:
             close = getattr(self.zen_state, "close", None)  # the top-k state's worker thread (overlap=True)
             if close is not None:
                 close()
             super().teardown()
 
+    _ZenLauncher.__module__, _ZenLauncher.__qualname__ = __name__, "_ZenLauncher"
+    globals()["_ZenLauncher"] = _ZenLauncher  # pickled to spawned ranks with the strategy: found here by name
     return ZenDDPStrategy
 
 
 _BUILDERS = {"ZenTrainer": _zen_trainer_class, "ZenDDPStrategy": _zen_strategy_class}
+_FRAMEWORK = {"ZenTrainer": "transformers", "ZenDDPStrategy": "lightning"}
+
+
+def __dir__() -> list[str]:
+    # the lazy classes too, where their framework is installed (found without importing it): help() and
+    # tab completion show them, and help() never fails on a missing extra
+    lazy = [name for name, pkg in _FRAMEWORK.items() if importlib.util.find_spec(pkg) is not None]
+    return sorted({*globals(), *lazy})
 
 
 def __getattr__(name: str) -> Any:
     # The framework classes are built on first use (PEP 562), once: pickle finds them here by name, as a launcher
     # that spawns ranks needs.
+    if name == "_ZenLauncher":  # a spawned rank unpickling the launcher: building the strategy defines it
+        __getattr__("ZenDDPStrategy")
+        return globals()[name]
     if name in _BUILDERS:
         cls = _BUILDERS[name]()
         cls.__module__, cls.__qualname__ = __name__, name
