@@ -313,3 +313,17 @@ def test_a_run_without_a_complete_checkpoint_is_refused_before_anything_changes(
     with pytest.raises(ValueError, match="has no complete checkpoint to resume from .*--overwrite"):
         claim_run(cfg, overwrite=False, resume=True)
     assert _files(run) == before
+
+
+def test_a_damaged_manifest_or_checkpoint_meta_is_named_not_a_crash():
+    from zen_analysis import paths
+    from zen_analysis.runs.rundir import claim_run, list_runs
+
+    cfg, run = _stored_run("damaged-meta")
+    (run / "checkpoints" / "step-00000002" / "meta.json").write_text(json.dumps({"step": 2, "world": 2}))
+    with pytest.raises(ValueError, match=r"no complete checkpoint .*\(checkpoint step-00000002 is incomplete \(no "):
+        claim_run(cfg, overwrite=False, resume=True)
+    paths.trace_dir("damaged-meta").mkdir(parents=True)
+    (paths.trace_dir("damaged-meta") / "manifest.json").write_text('{"finished": tr')  # torn
+    (row,) = [r for r in list_runs() if r["run_id"] == "damaged-meta"]
+    assert row["finished"] is False and row["recipe"] == "smoke"

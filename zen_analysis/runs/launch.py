@@ -326,8 +326,12 @@ def ensure_run(cfg: ExperimentConfig, **launch_kwargs: Any) -> str:
     cfg.run_id = cfg.run_id or cfg.name
     manifest = paths.trace_dir(cfg.run_id) / "manifest.json"
     if manifest.exists():
-        m = json.loads(manifest.read_text())
-        if m.get("finished") and m.get("config") == json.loads(cfg.to_json()):
+        try:
+            m = json.loads(manifest.read_text())
+        except (OSError, ValueError):  # torn or edited: not a finished run to reuse; the launch replaces it
+            print(f"{manifest} is damaged (not JSON): training run {cfg.run_id} again")
+            m = {}
+        if isinstance(m, dict) and m.get("finished") and m.get("config") == json.loads(cfg.to_json()):
             print(f"reusing run {cfg.run_id}: it finished with this config (delete it to train it again)")
             return cfg.run_id
     launch(cfg, overwrite=True, **launch_kwargs)

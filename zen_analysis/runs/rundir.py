@@ -279,15 +279,22 @@ def list_runs() -> list[dict]:
                 "ranks_x_workers": f"{dist_cfg.get('num_ranks', '?')} x {train.get('workers_per_rank', '?')}",
                 "steps": train.get("num_steps"),
                 "bytes": _size(run) + _size(traces) + _size(paths.derived_run_dir(run_id)),
-                "finished": (run / "results" / "rank0.json").exists()
-                or (traces / "manifest.json").exists()
-                and json.loads((traces / "manifest.json").read_text()).get("finished", False),
+                "finished": (run / "results" / "rank0.json").exists() or _manifest_finished(traces),
                 "started": datetime.datetime.fromtimestamp(started).strftime("%Y-%m-%d %H:%M"),
                 "checkpoint": latest_step(run),
             }
         )
         rows[-1]["resumable"] = not rows[-1]["finished"] and rows[-1]["checkpoint"] is not None
     return sorted(rows, key=lambda r: r["started"], reverse=True)
+
+
+def _manifest_finished(traces: Path) -> bool:
+    """Whether the trace manifest says the run finished; a missing or damaged one (listing must not fail on it:
+    reading the traces names it) says no."""
+    try:
+        return json.loads((traces / "manifest.json").read_text()).get("finished", False) is True
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def delete_run(run_id: str) -> int:

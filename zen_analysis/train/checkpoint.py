@@ -127,17 +127,18 @@ def newest(run_dir: Path, world: int, log=print) -> tuple[int, Path] | None:
         meta_path = path / "meta.json"
         try:
             meta = json.loads(meta_path.read_text())
-        except (OSError, ValueError):
-            log(f"checkpoint {path.name} is incomplete (no readable meta.json): skipped")
+            step, files, written_by = int(meta["step"]), dict(meta["files"]), meta.get("world")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            log(f"checkpoint {path.name} is incomplete (no readable meta.json with its step and files): skipped")
             continue
-        if meta.get("world") != world:
-            log(f"checkpoint {path.name} was written by {meta.get('world')} ranks, not {world}: skipped")
+        if written_by != world:
+            log(f"checkpoint {path.name} was written by {written_by} ranks, not {world}: skipped")
             continue
-        bad = [n for n, digest in meta["files"].items() if not (path / n).exists() or file_sha256(path / n) != digest]
+        bad = [n for n, digest in files.items() if not (path / n).exists() or file_sha256(path / n) != digest]
         if bad:
             log(f"checkpoint {path.name} is damaged ({', '.join(bad)} do not match their checksums): skipped")
             continue
-        return int(meta["step"]), path
+        return step, path
     return None
 
 
