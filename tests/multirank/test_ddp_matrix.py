@@ -1,9 +1,10 @@
-"""Both DDP hooks against stock DDP, configuration by configuration: dense and ``sparse=True`` embeddings,
-``find_unused_parameters``, ``no_sync`` accumulation, ``static_graph``, ``gradient_as_bucket_view``, tiny buckets,
-fp16, bf16 and float64 models on 2 ranks, and a DDP subgroup (two replicas of 2 ranks) on 4. The natural hook and
-the top-k hook at ratio 1 (nothing held back) give stock DDP's parameters after every step, bit for bit: on two
-ranks a sum then a halving is the same rounding as halves summed (fp16 aside: a halved small gradient is subnormal
-there, so a few elements are one unit in the last place apart); a bf16 model's values travel at 2 bytes."""
+"""Both DDP hooks against stock DDP, configuration by configuration: dense and ``sparse=True`` embeddings (the latter
+also under SGD momentum and Adagrad, which keep sparse state), ``find_unused_parameters``, ``no_sync`` accumulation,
+``static_graph``, ``gradient_as_bucket_view``, tiny buckets, fp16, bf16 and float64 models on 2 ranks, and a DDP
+subgroup (two replicas of 2 ranks) on 4. The natural hook and the top-k hook at ratio 1 (nothing held back) give
+stock DDP's parameters after every step, bit for bit: on two ranks a sum then a halving is the same rounding as
+halves summed (fp16 aside: a halved small gradient is subnormal there, so a few elements are one unit in the last
+place apart); a bf16 model's values travel at 2 bytes."""
 
 import pytest
 import torch
@@ -29,6 +30,10 @@ class _LM(nn.Module):
 CONFIGS = {
     "dense": {},
     "sparse_embedding": {"sparse": True},
+    # the hook's summed rows come back coalesced, as stock's: an optimizer merges them into its sparse state rather
+    # than appending them (before: SGD momentum's buffer appended rows, 2.4e-7 from stock from step 2 on)
+    "sparse_momentum": {"sparse": True, "optim": {"momentum": 0.9}},
+    "sparse_adagrad": {"sparse": True, "optim": {"name": "adagrad"}},
     "find_unused_parameters": {"unused": True, "ddp": {"find_unused_parameters": True}},
     "no_sync": {"accumulate": 2},
     "static_graph": {"ddp": {"static_graph": True}},
@@ -56,7 +61,11 @@ def _trajectory(rank, config: dict, hook: str, group, steps: int = 3):
         state = register(model, mode="natural")
     elif hook == "topk":
         state = register(model, mode="topk", ratio=1.0)
-    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    optim = dict(config.get("optim", {}))
+    if optim.pop("name", "sgd") == "adagrad":
+        opt = torch.optim.Adagrad(model.parameters(), lr=0.1, **optim)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=0.5, **optim)
     params, payload = [], []
     for step in range(steps):
         opt.zero_grad()

@@ -135,7 +135,11 @@ def _sum_sparse_rows(state: NaturalState, param: nn.Parameter, grad: torch.Tenso
         scheme = state._pick(name, indices=rows_K, numel=grad.shape[0], width=values_KD.shape[1], dtype=values_KD.dtype)
         u_rows, u_values = scheme.sum_rows(rows_K, values_KD, grad.shape[0], group=state.group)
         state.bytes_sent += int(scheme.last_measured()["bytes_sent"].sum())
-        return torch.sparse_coo_tensor(u_rows[None], (u_values / world).reshape(-1, *grad.shape[1:]), grad.shape)
+        # coalesced, as stock DDP's sum is: the union's rows are distinct, so this only sorts them (the values keep
+        # their bits), and an optimizer then adds sparse tensors by merging rows, not by appending them (SGD's
+        # momentum buffer: appended rows are summed into the parameter one by one, another rounding)
+        values = (u_values / world).reshape(-1, *grad.shape[1:])
+        return torch.sparse_coo_tensor(u_rows[None], values, grad.shape, check_invariants=False).coalesce()
     flat_N = torch.zeros(grad.shape.numel(), dtype=grad.dtype, device=grad.device)  # summed in its own dtype
     flat_N.view(grad.shape[0], -1).index_copy_(0, rows_K, values_KD)  # coalesced: each row once
     scheme = state._pick(name, dense=flat_N, dtype=flat_N.dtype)
