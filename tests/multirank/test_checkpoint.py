@@ -8,6 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from zen_analysis import paths, recipes
+from zen_analysis.capture.reader import TraceReader
 from zen_analysis.ranks.procs import RankFailedError
 from zen_analysis.runs.launch import launch
 from zen_analysis.runs.rundir import list_runs
@@ -180,6 +181,12 @@ def test_a_capturing_run_killed_and_resumed_writes_the_uninterrupted_runs_traces
     mine, theirs = _shards("ckpt-cap"), _shards("ckpt-cap-full")
     assert list(mine) == list(theirs) and len(mine) == 2 * 4  # per rank: steps 0-1, 2, 3-4, 5
     assert [n for n in mine if mine[n] != theirs[n]] == []
+    listed = TraceReader("ckpt-cap").manifest["shards"]  # every shard checked against it: the kept and the rerun
+    full_listed = TraceReader("ckpt-cap-full").manifest["shards"]
+    assert list(listed) == list(mine)
+    assert [(e["steps"], e["workers"], e["records"]) for e in listed.values()] == [
+        (e["steps"], e["workers"], e["records"]) for e in full_listed.values()
+    ]
     log = (paths.run_dir("ckpt-cap") / "logs" / "rank0.log").read_text()
     assert "dropped trace shards written after the checkpoint: rank000-shard00002.parquet" in log
 
