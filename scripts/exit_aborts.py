@@ -1,0 +1,185 @@
+"""Count the runs whose exit aborts: a torchrun of a small Zen DDP program, R times, and how many ended non-zero.
+
+    .venv/bin/python scripts/exit_aborts.py plain --ranks 8 --runs 100      # the README's script, sparse=True
+    .venv/bin/python scripts/exit_aborts.py trainer --ranks 2 --runs 100    # ZenTrainer (transformers)
+    .venv/bin/python scripts/exit_aborts.py lightning --ranks 2 --runs 100  # ZenDDPStrategy (Lightning)
+
+Each run is ``torchrun --standalone --nproc-per-node <ranks> scripts/exit_aborts.py --worker <case>``: ``plain`` is
+the README's complete script with an ``nn.Embedding(sparse=True)`` and ``register(model, mode="natural")``, ending
+as the README says (``del model, state, opt``, then ``destroy_process_group()``); ``--teardown none`` ends it with
+nothing at all (the process group left to the interpreter's exit). ``trainer`` trains a 1-layer Llama with
+``ZenTrainer`` and ``lightning`` a small LM with ``ZenDDPStrategy``, each ending as a user's script would, with no
+teardown of its own. A run counts as an abort when torchrun exits non-zero; its stderr is searched for
+``terminate called`` (the C++ runtime's message before SIGABRT) and ``SIGABRT``. Prints one line per failed run and
+a summary line: ``case ranks runs failed terminate sigabrt seconds``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+VOCAB = 1000
+
+
+def _plain(teardown: str) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from zen_analysis.sync.ddp import register
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = DDP(nn.Sequential(nn.Embedding(VOCAB, 32, sparse=True), nn.Linear(32, VOCAB)))
+    state = register(model, mode="natural")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = torch.Generator().manual_seed(rank)
+    for _ in range(10):
+        tokens = torch.randint(0, VOCAB, (8, 17), generator=data)
+        loss = nn.functional.cross_entropy(model(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    if rank == 0:
+        print(f"loss {loss.item():.3f}; Zen sent {state.bytes_sent:,} bytes", flush=True)
+    if teardown == "readme":
+        del model, state, opt
+        dist.destroy_process_group()
+
+
+def _trainer() -> None:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, TrainingArguments
+
+    from zen_analysis.sync.integrations import ZenTrainer
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=32,
+        tie_word_embeddings=False,
+    )
+    tokens = torch.randint(0, VOCAB, (64, 9), generator=torch.Generator().manual_seed(1))
+    args = TrainingArguments(
+        output_dir=tempfile.mkdtemp(prefix="zen-exit-"),
+        use_cpu=True,
+        report_to=[],
+        save_strategy="no",
+        max_steps=5,
+        per_device_train_batch_size=4,
+        disable_tqdm=True,
+        dataloader_pin_memory=False,
+        remove_unused_columns=False,
+    )
+    trainer = ZenTrainer(
+        model=LlamaForCausalLM(cfg), args=args, train_dataset=[{"input_ids": x, "labels": x} for x in tokens]
+    )
+    trainer.train()
+    if args.process_index == 0:
+        print(f"Zen sent {trainer.zen_state.bytes_sent:,} bytes", flush=True)
+
+
+def _lightning() -> None:
+    import lightning.pytorch as pl
+    import torch
+    from torch import nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from zen_analysis.sync.integrations import ZenDDPStrategy
+
+    torch.set_num_threads(1)
+
+    class LitLM(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(VOCAB, 16)
+            self.head = nn.Linear(16, VOCAB)
+
+        def training_step(self, batch, batch_idx):
+            (x,) = batch
+            logits = self.head(self.embed(x[:, :-1]))
+            return nn.functional.cross_entropy(logits.reshape(-1, VOCAB), x[:, 1:].reshape(-1))
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    torch.manual_seed(0)
+    tokens = torch.randint(0, VOCAB, (64, 9), generator=torch.Generator().manual_seed(1))
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=int(os.environ["WORLD_SIZE"]),  # torchrun's ranks: Lightning joins them, starts none
+        strategy=ZenDDPStrategy(mode="natural"),
+        max_steps=5,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(LitLM(), train_dataloaders=DataLoader(TensorDataset(tokens), batch_size=4))
+    if trainer.global_rank == 0:
+        print(f"Zen sent {trainer.strategy.zen_state.bytes_sent:,} bytes", flush=True)
+
+
+def _count(case: str, ranks: int, runs: int, teardown: str, timeout_s: float) -> None:
+    torchrun = Path(sys.executable).with_name("torchrun")
+    cmd = [str(torchrun), "--standalone", f"--nproc-per-node={ranks}", __file__, "--worker", case]
+    cmd += ["--teardown", teardown]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    failed = terminate = sigabrt = 0
+    t0 = time.perf_counter()
+    for i in range(runs):
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s)
+            code, err = p.returncode, p.stderr
+        except subprocess.TimeoutExpired as e:
+            code, err = "timeout", (e.stderr or b"").decode(errors="replace") if isinstance(e.stderr, bytes) else ""
+        if code != 0:
+            failed += 1
+            terminate += "terminate called" in err
+            sigabrt += "SIGABRT" in err
+            tail = " | ".join(line for line in err.splitlines()[-200:] if "terminate" in line or "Signal" in line)
+            print(f"run {i}: exit {code}: {tail[:400]}", flush=True)
+    seconds = time.perf_counter() - t0
+    print(
+        f"case={case} teardown={teardown} ranks={ranks} runs={runs} failed={failed} terminate={terminate} "
+        f"sigabrt={sigabrt} seconds={seconds:.0f}",
+        flush=True,
+    )
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("case", nargs="?", choices=["plain", "trainer", "lightning"], default="plain")
+    p.add_argument("--ranks", type=int, default=8)
+    p.add_argument("--runs", type=int, default=100)
+    p.add_argument("--teardown", choices=["readme", "none"], default="readme", help="plain: how the script ends")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds one run may take")
+    p.add_argument("--worker", choices=["plain", "trainer", "lightning"], help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker == "plain":
+        _plain(args.teardown)
+    elif args.worker == "trainer":
+        _trainer()
+    elif args.worker == "lightning":
+        _lightning()
+    else:
+        _count(args.case, args.ranks, args.runs, args.teardown, args.timeout)
+
+
+if __name__ == "__main__":
+    main()
