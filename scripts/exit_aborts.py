@@ -10,8 +10,8 @@ as the README says (``del model, state, opt``, then ``destroy_process_group()``)
 nothing at all (the process group left to the interpreter's exit). ``trainer`` trains a 1-layer Llama with
 ``ZenTrainer`` and ``lightning`` a small LM with ``ZenDDPStrategy``, each ending as a user's script would, with no
 teardown of its own. A run counts as an abort when torchrun exits non-zero; its stderr is searched for
-``terminate called`` (the C++ runtime's message before SIGABRT) and ``SIGABRT``. Prints one line per failed run and
-a summary line: ``case ranks runs failed terminate sigabrt seconds``.
+``terminate called`` (the C++ runtime's message before SIGABRT) and ``SIGABRT``. Prints one line per run (a failed
+one with what its stderr says) and a summary line: ``case ranks runs failed terminate sigabrt seconds``.
 """
 
 from __future__ import annotations
@@ -75,8 +75,9 @@ def _trainer() -> None:
         tie_word_embeddings=False,
     )
     tokens = torch.randint(0, VOCAB, (64, 9), generator=torch.Generator().manual_seed(1))
+    out = tempfile.TemporaryDirectory(prefix="zen-exit-")  # removed at exit: the Trainer writes nothing there
     args = TrainingArguments(
-        output_dir=tempfile.mkdtemp(prefix="zen-exit-"),
+        output_dir=out.name,
         use_cpu=True,
         report_to=[],
         save_strategy="no",
@@ -154,6 +155,8 @@ def _count(case: str, ranks: int, runs: int, teardown: str, timeout_s: float) ->
             sigabrt += "SIGABRT" in err
             tail = " | ".join(line for line in err.splitlines()[-200:] if "terminate" in line or "Signal" in line)
             print(f"run {i}: exit {code}: {tail[:400]}", flush=True)
+        else:
+            print(f"run {i}: ok ({failed} failed so far)", flush=True)
     seconds = time.perf_counter() - t0
     print(
         f"case={case} teardown={teardown} ranks={ranks} runs={runs} failed={failed} terminate={terminate} "

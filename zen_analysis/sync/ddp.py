@@ -451,9 +451,9 @@ def register(
             _warn_tied(left)
         if not chosen:
             warnings.warn(
-                "natural mode: nothing to sum sparsely (no untied token embedding; left dense: "
-                f"{left or 'no nn.Embedding at all'}): the model stays stock DDP, no hook registered "
-                "(state.hooked is False, its counters stay 0)",
+                "natural mode: nothing to sum sparsely ("
+                + ("params=[] is empty" if params is not None else f"left dense: {left or 'no nn.Embedding at all'}")
+                + "): the model stays stock DDP, no hook registered (state.hooked is False, its counters stay 0)",
                 stacklevel=2,
             )
             return NaturalState(params=(), granularity=granularity, left_dense=left, hooked=False, **common)
