@@ -6,8 +6,9 @@
 
 Each run is ``torchrun --standalone --nproc-per-node <ranks> scripts/exit_aborts.py --worker <case>``: ``plain`` is
 the README's complete script with an ``nn.Embedding(sparse=True)`` and ``register(model, mode="natural")``, ending
-as the README says (``del model, state, opt``, then ``destroy_process_group()``); ``--teardown none`` ends it with
-nothing at all (the process group left to the interpreter's exit). ``trainer`` trains a 1-layer Llama with
+as the README says (``del model, state, opt``, then ``destroy_process_group()``); ``--teardown destroy`` only calls
+``destroy_process_group()`` (the model still holding the group), ``--teardown none`` nothing at all (the process
+group left to the interpreter's exit). ``trainer`` trains a 1-layer Llama with
 ``ZenTrainer`` and ``lightning`` a small LM with ``ZenDDPStrategy``, each ending as a user's script would, with no
 teardown of its own. A run counts as an abort when torchrun exits non-zero; its stderr is searched for
 ``terminate called`` (the C++ runtime's message before SIGABRT) and ``SIGABRT``. Prints one line per run (a failed
@@ -53,6 +54,8 @@ def _plain(teardown: str) -> None:
         print(f"loss {loss.item():.3f}; Zen sent {state.bytes_sent:,} bytes", flush=True)
     if teardown == "readme":
         del model, state, opt
+        dist.destroy_process_group()
+    elif teardown == "destroy":  # the process group destroyed while the DDP model still holds it
         dist.destroy_process_group()
 
 
@@ -170,7 +173,9 @@ def main() -> None:
     p.add_argument("case", nargs="?", choices=["plain", "trainer", "lightning"], default="plain")
     p.add_argument("--ranks", type=int, default=8)
     p.add_argument("--runs", type=int, default=100)
-    p.add_argument("--teardown", choices=["readme", "none"], default="readme", help="plain: how the script ends")
+    p.add_argument(
+        "--teardown", choices=["readme", "destroy", "none"], default="readme", help="plain: how the script ends"
+    )
     p.add_argument("--timeout", type=float, default=300.0, help="seconds one run may take")
     p.add_argument("--worker", choices=["plain", "trainer", "lightning"], help=argparse.SUPPRESS)
     args = p.parse_args()
