@@ -77,7 +77,7 @@ class Stats:
     top-k's every trainable parameter. Empty when the hook stepped aside (``hooked`` False)."""
     left_dense: dict = field(default_factory=dict)
     """Natural mode's default selection: the embeddings it left to the dense all-reduce, with the reason (tied, or
-    a position table; :func:`~zen_analysis.sync.ddp.select_sparse`)."""
+    a position table; :func:`~zen_analysis.sync.selection.select_sparse`)."""
     hooked: bool = True
     """False when ``register`` found nothing to sum sparsely and left the model stock DDP (no hook)."""
     planner: object = field(default=None, repr=False)

@@ -24,6 +24,9 @@ path and what it sent).
 The toolkit's own loop uses the same compression (:mod:`zen_analysis.sync.compressed`, ``sync.compress=topk``):
 fixed buckets of ``bucket_mb`` at the loop's synchronization point. Zen adds no loss beyond the sparsifier: for the same
 masks the result equals AGsparse's and a dense all-reduce of the sparsified tensors (tested).
+
+``select_sparse`` and ``sparse_parameters`` live in :mod:`zen_analysis.sync.selection` and are importable from
+here as before.
 """
 
 # no ``from __future__ import annotations`` here: DDP checks the hook's annotations at runtime
@@ -39,6 +42,12 @@ from zen_analysis.comm import build_scheme
 from zen_analysis.comm.calibrate import planner_topology
 from zen_analysis.comm.planner import Planner
 from zen_analysis.sync.compressed import HookState, Stats, bucket_key, compress_and_sum
+from zen_analysis.sync.selection import (  # sparse_parameters: importable from here, as before the split
+    select_sparse,
+    sparse_parameters,  # noqa: F401
+    tied_names,
+    warn_tied,
+)
 from zen_analysis.wire.dtypes import positive_zeros
 from zen_analysis.wire.exchange import ring_bytes_sent
 from zen_analysis.wire.inflight import hold, then
@@ -254,88 +263,6 @@ def _completed(state: NaturalState, bucket, params, numel: int, fn) -> torch.fut
     return fut
 
 
-_POSITION_NAMES = ("wpe", "pos", "position")
-"""How a model without ``get_input_embeddings`` names a position table: a module whose own name is ``wpe`` or starts
-with ``pos`` / contains ``position`` (``pos_emb``, ``position_embeddings``, ``embed_positions``)."""
-
-
-def _is_position_name(name: str) -> bool:
-    own = name.rsplit(".", 1)[-1].lower()
-    return own == "wpe" or own.startswith("pos") or "position" in own
-
-
-def _input_embedding(module: nn.Module) -> nn.Embedding | None:
-    """The model's token table as it names it itself (``get_input_embeddings()``: every transformers model, and the
-    toolkit's LSTM and DeepFM), or None."""
-    get = getattr(module, "get_input_embeddings", None)
-    if get is None:
-        return None
-    try:
-        emb = get()
-    except (NotImplementedError, AttributeError):  # transformers' base class, for a model that does not say
-        return None
-    return emb if isinstance(emb, nn.Embedding) else None
-
-
-def tied_names(module: nn.Module) -> dict[int, list[str]]:
-    """Every parameter (by identity) used under more than one name: a weight tied to another layer (GPT-2's
-    ``wte`` and ``lm_head``), with its names."""
-    owners: dict[int, list[str]] = {}
-    for name, m in module.named_modules():
-        for pname, p in m.named_parameters(recurse=False):
-            owners.setdefault(id(p), []).append(f"{name}.{pname}" if name else pname)
-    return {k: v for k, v in owners.items() if len(v) > 1}
-
-
-def select_sparse(module: nn.Module) -> tuple[tuple[nn.Parameter, ...], dict[str, str]]:
-    """The default selection of natural sparsity, and what it left to the dense all-reduce with the reason.
-
-    Zen pays where a gradient's rows are few of the table's: a token table. So it takes every ``nn.Embedding``
-    whose weight trains and is used by it alone, except:
-
-    * a tied weight (also an output layer's): its gradient is dense. Left out, reason ``tied to <names>``.
-    * a table whose rows are positions (or token types): every row the sequence reaches is touched in every batch,
-      so its gradient is dense by nature, and Zen's index per row is pure overhead. A model that names its token
-      table (``get_input_embeddings()``: every transformers model) has that one table summed sparsely and its
-      other tables (GPT-2's ``wpe``, OPT's ``embed_positions``) left dense, reason ``not the input embedding (a
-      position or type table)``; a model that does not has every table summed except those named as positions
-      (:data:`_POSITION_NAMES`), reason ``a position table (by its name)``.
-
-    Returns the chosen weights and ``{parameter name: reason}`` of the embeddings left out."""
-    tied = tied_names(module)
-    token = _input_embedding(module)
-    chosen, left = [], {}
-    for name, m in module.named_modules():
-        if not isinstance(m, nn.Embedding) or not m.weight.requires_grad:
-            continue
-        w, pname = m.weight, f"{name}.weight" if name else "weight"
-        if any(w is c for c in chosen) or pname in left:
-            continue
-        if id(w) in tied:
-            left[pname] = f"tied to {[o for o in tied[id(w)] if o != pname]}: its gradient is dense"
-        elif token is not None and m is not token:
-            left[pname] = "not the input embedding (a position or type table): its gradient is dense by nature"
-        elif token is None and _is_position_name(name):
-            left[pname] = "a position table (by its name): its gradient is dense by nature"
-        else:
-            chosen.append(w)
-    return tuple(chosen), left
-
-
-def sparse_parameters(module: nn.Module) -> tuple[nn.Parameter, ...]:
-    """The parameters natural sparsity applies to by default (:func:`select_sparse`: the untied token tables); a
-    tied embedding is skipped with a warning naming it."""
-    chosen, left = select_sparse(module)
-    _warn_tied(left)
-    return chosen
-
-
-def _warn_tied(left: dict[str, str]) -> None:
-    for name, why in left.items():
-        if why.startswith("tied"):
-            warnings.warn(f"{name} is {why}, so it goes the dense way (stock all-reduce), not Zen", stacklevel=4)
-
-
 def model_group(ddp_model: nn.Module, group=None):
     """The process group the hook sums over: the DDP model's own (``ddp_model.process_group``: DDP averages its
     gradients over it, so a sum over any other set of ranks would be wrong), or ``group`` when it spans the same
@@ -448,7 +375,7 @@ def register(
                     )
         else:
             chosen, left = select_sparse(module)
-            _warn_tied(left)
+            warn_tied(left)
         if not chosen:
             warnings.warn(
                 "natural mode: nothing to sum sparsely ("
