@@ -4,9 +4,10 @@ forms.
 ``phase_times(traffic, topology)``: for each phase and rank, its latency (alpha per call) plus the time to push its
 outgoing bytes or take in its incoming bytes over the links of the topology, whichever is larger; the phase
 takes as long as its slowest (bottleneck) rank. Dense ring all-reduce phases use the ring formula,
-2 (n - 1) steps of alpha + chunk / bandwidth on the slowest link of the ring. ``local_time``: on a topology
-calibrated on this machine, each rank's own work per scheme (per dense element scanned, byte moved, non-zero
-written), which on loopback outweighs the wire for large tensors.
+2 (n - 1) steps of alpha + chunk / bandwidth on the slowest link of the ring; gloo's ring all-gathers (stock
+DDP's sparse path, :func:`~zen_analysis.wire.traffic.ddp_sparse`) step by step, each step as long as its slowest
+link. ``local_time``: on a topology calibrated on this machine, each rank's own work per scheme (per dense
+element scanned, byte moved, non-zero written), which on loopback outweighs the wire for large tensors.
 
 Closed forms (section 3.4 of the digest; bandwidth-only, M elements, 4-byte words, COO = 2 words per non-zero,
 b in bytes per second, gamma(k) the densification ratio of k workers):
@@ -51,7 +52,12 @@ def phase_times(traffic: Traffic, topology: Topology) -> pd.DataFrame:
         chunk = math.ceil(numel / W) * width
         seconds = 2 * (W - 1) * (ring_alpha + chunk / ring_bw) if W > 1 else 0.0
         rows.append({"phase": phase, "seconds": seconds, "bottleneck_rank": 0})
+    for phase, gathers in traffic.ring_gathers.items():
+        seconds, r = ring_gather_seconds(gathers, topo)
+        rows.append({"phase": phase, "seconds": seconds, "bottleneck_rank": r})
     for phase, M in traffic.pairs.items():
+        if phase in traffic.ring_gathers:
+            continue
         calls = traffic.calls.get(phase, 0)
         calibrated = topo.primitive_link(traffic.primitive.get(phase))
         if calibrated:  # fitted per call at this rank count
@@ -69,6 +75,34 @@ def phase_times(traffic: Traffic, topology: Topology) -> pd.DataFrame:
         r = int(per_rank.argmax())
         rows.append({"phase": phase, "seconds": float(per_rank[r]), "bottleneck_rank": r})
     return pd.DataFrame(rows, columns=["phase", "seconds", "bottleneck_rank"])
+
+
+def ring_gather_seconds(gathers, topo: Topology) -> tuple[float, int]:
+    """(seconds, the rank whose send bounds the most steps) of gloo ring all-gathers (:meth:`Traffic.ring_all_gather`;
+    ``gathers``: their (block bytes, segments, kind)) on ``topo`` placed for the blocks' W ranks.
+
+    Step by step: at step s every rank r sends block (r - s) mod W to r + 1 and waits for its own send and receive
+    before the next, so a step lasts as long as its slowest link: max over r of segments x alpha + block / bandwidth
+    of the link r -> r + 1 (unshared: a ring crosses each node boundary once). A calibrated topology prices a step as
+    one step of its fitted ring all-reduce (``all_reduce``: gloo's ring, per step alpha and bandwidth). Lock-step is a
+    slight overestimate where the blocks differ: a rank may start its next send while a slower link still works."""
+    W = topo.num_ranks
+    if W < 2:
+        return 0.0, 0
+    links = [topo.link(i, (i + 1) % W, shared=False) for i in range(W)]
+    alpha_W, bw_W = np.array([a for a, _ in links]), np.array([b for _, b in links])
+    calibrated = topo.primitive_link("all_reduce")
+    if calibrated:
+        alpha_W, bw_W = np.full(W, calibrated[0]), np.full(W, calibrated[1])
+    ranks = np.arange(W)
+    steps = (ranks[None, :] - np.arange(W - 1)[:, None]) % W  # (W - 1, W): the block rank r sends at step s
+    seconds, bound = 0.0, np.zeros(W, dtype=np.int64)
+    for sizes, segments, _ in gathers:
+        per_step = segments * alpha_W[None, :] + sizes[steps] / bw_W[None, :]  # (W - 1, W)
+        slowest = per_step.argmax(1)
+        seconds += float(per_step[np.arange(W - 1), slowest].sum())
+        bound += np.bincount(slowest, minlength=W)
+    return seconds, int(bound.argmax())
 
 
 def local_time(traffic: Traffic, topology: Topology, scheme: str) -> tuple[float, int] | None:
@@ -103,7 +137,13 @@ def phase_features(traffic: Traffic) -> pd.DataFrame:
         rows.append(
             {"phase": phase, "primitive": "all_reduce", "calls": steps, "bytes": steps * math.ceil(numel / W) * width}
         )
+    for phase, gathers in traffic.ring_gathers.items():
+        steps = sum(segments * (W - 1) for _, segments, _ in gathers)
+        largest = sum((W - 1) * int(sizes.max(initial=0)) for sizes, _, _ in gathers)
+        rows.append({"phase": phase, "primitive": "all_reduce", "calls": steps, "bytes": largest})
     for phase, M in traffic.pairs.items():
+        if phase in traffic.ring_gathers:
+            continue
         rows.append(
             {
                 "phase": phase,

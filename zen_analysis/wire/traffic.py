@@ -47,6 +47,9 @@ class Traffic:
         """(phase, kind) -> (W,) calls each rank makes: what ``Exchange`` counts in ``PhaseRecord.calls``."""
         self.work: dict[str, np.ndarray] = {}
         """Local work per rank, by :data:`WORK_FEATURES` (empty for a scheme that does none of its own)."""
+        self.ring_gathers: dict[str, list[tuple[np.ndarray, int, str]]] = {}
+        """phase -> one ((W,) block bytes, segments per step, kind) per gloo ring all-gather call
+        (:meth:`ring_all_gather`): timed step by step around the ring, not by the all-to-all rule."""
 
     def local_work(self, numel: int, union: int) -> None:
         """Record each rank's own work: it scans ``numel`` dense elements for its non-zeros, encodes, decodes and
@@ -128,6 +131,20 @@ class Traffic:
         np.fill_diagonal(add, 0)
         self._matrix(phase, kind)[...] += add
 
+    def ring_all_gather(self, phase: str, sizes, *, kind: str = "payload", segments: int = 1) -> None:
+        """One gloo all-gather around the ring 0 -> 1 -> ... -> W-1 -> 0 (``gloo::allgather``,
+        ``gloo::allgatherv``): rank i's block is ``sizes[i]`` bytes; at step s (W - 1 steps) rank r passes block
+        (r - s) mod W on to rank r + 1, so every rank sends every block but its successor's and receives every block
+        but its own, all of it to or from one neighbour. ``segments``: messages per step (``gloo::allgather`` sends
+        each block in two halves; ``allgatherv`` in one), each paying alpha."""
+        self._call(phase, "ring_all_gather", kind)
+        sizes = np.asarray(sizes, dtype=np.int64).reshape(self.world)
+        m = self._matrix(phase, kind)
+        if self.world > 1:
+            succ = (np.arange(self.world) + 1) % self.world
+            m[np.arange(self.world), succ] += sizes.sum() - sizes[succ]
+        self.ring_gathers.setdefault(phase, []).append((sizes.copy(), segments, kind))
+
     def ring_all_reduce(self, phase: str, numel: int, element_bytes: int) -> None:
         """One dense all-reduce call (timed by the ring formula, not by ``calls``)."""
         self.rank_calls.setdefault((phase, "payload"), np.zeros(self.world, dtype=np.int64))[:] += 1
@@ -150,6 +167,10 @@ class Traffic:
         out.primitive = dict(self.primitive)
         out.rank_calls = {k: v.copy() for k, v in self.rank_calls.items()}
         out.work = {f: v * factor for f, v in self.work.items()}
+        out.ring_gathers = {
+            p: [(s if k == "control" else np.rint(s * factor).astype(np.int64), g, k) for s, g, k in calls]
+            for p, calls in self.ring_gathers.items()
+        }
         return out
 
     def sent(self) -> np.ndarray:
@@ -201,3 +222,49 @@ def _every_pair(m: np.ndarray, nbytes: int) -> None:
     """Add ``nbytes`` from every rank to every other rank (not to itself) to the (W, W) matrix ``m``."""
     m += nbytes
     np.fill_diagonal(m, m.diagonal() - nbytes)
+
+
+DDP_SPARSE = "ddp_sparse"
+"""Stock DDP's sparse all-gather: what ``DistributedDataParallel`` does with an ``nn.Embedding(sparse=True)``'s
+gradient on gloo (:func:`ddp_sparse`). A priced baseline, not a scheme of ``comm.schemes``."""
+DDP_SPARSE_METADATA_BYTES = 9 * 8
+"""Its per-rank metadata record: 9 int64 (4 sparse sizes, 4 dense sizes, nnz)."""
+DDP_SPARSE_INDEX_BYTES = 8
+"""Its index width: a sparse COO tensor's indices are int64, one per row of an embedding (sparse_dim 1)."""
+
+
+def ddp_sparse(rows_W, width: int, *, value_bytes: int = 4, union: int | None = None) -> Traffic:
+    """Stock DDP's sum of a sparse embedding gradient on gloo, for ranks holding ``rows_W[i]`` distinct rows of
+    ``width`` values of ``value_bytes`` each (4: float32; 2: fp16/bf16): its three calls and their exact bytes.
+
+    What torch 2.13 runs (``ProcessGroupGloo`` -> ``AsyncSparseAllreduceWork``, ProcessGroupGlooDetail.hpp; DDP's
+    reducer gives each sparse gradient a bucket of its own and calls ``allreduce`` on it after dividing it by the
+    world size): the rank's gradient is coalesced (so nnz is its distinct rows), then
+
+    * ``metadata``: ``gloo::allgather`` of a 9-int64 record per rank (:data:`DDP_SPARSE_METADATA_BYTES`);
+    * ``indices``: ``gloo::allgatherv`` of each rank's nnz int64 row indices (:data:`DDP_SPARSE_INDEX_BYTES`);
+    * ``values``: ``gloo::allgatherv`` of each rank's nnz x ``width`` values at the gradient's dtype;
+
+    then every rank adds the W sparse tensors and coalesces the result (the local work: the W blocks received and
+    sorted by row, ``union`` rows written; without ``union``, none recorded). Both gloo all-gathers are rings
+    (:meth:`Traffic.ring_all_gather`), so a rank sends every block but its successor's and receives every block but
+    its own: its received bytes grow with W while Zen's do not. There is no count exchange and no agreement check
+    of the toolkit's kind; the metadata carries the sizes (and a check that the ranks' shapes agree).
+
+    On NCCL stock DDP cannot sum a sparse gradient at all: ``ProcessGroupNCCL::allreduce_sparse`` raises "NCCL does
+    not support all_reduce with sparse tensors. Please use dense tensors instead." (outside Meta's NCCLX builds).
+    A CUDA sparse gradient on gloo is copied to the host and back around this same path
+    (``AsyncSparseAllreduceCUDAWork``)."""
+    rows = np.asarray(rows_W, dtype=np.int64).reshape(-1)
+    if width < 1:
+        raise ValueError(f"ddp_sparse sums an embedding's rows: width must be >= 1 values per row, got {width}")
+    if (rows < 0).any():
+        raise ValueError(f"row counts must be non-negative, got {rows.tolist()}")
+    W = rows.size
+    t = Traffic(W, value_bytes=value_bytes * width, width=width)
+    t.ring_all_gather("metadata", np.full(W, DDP_SPARSE_METADATA_BYTES), kind="control", segments=2)
+    t.ring_all_gather("indices", rows * DDP_SPARSE_INDEX_BYTES)
+    t.ring_all_gather("values", rows * value_bytes * width)
+    if union is not None:
+        t.local_work(0, union)  # the rows are given (a sparse gradient): nothing dense is scanned
+    return t
