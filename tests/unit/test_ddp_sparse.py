@@ -55,3 +55,36 @@ def test_scaling_keeps_the_metadata_and_scales_the_blocks():
     t = ddp_sparse([10, 20], 3).scaled(2.0)
     assert [s.tolist() for s, _, _ in t.ring_gathers["indices"]] == [[160, 320]]
     assert [s.tolist() for s, _, _ in t.ring_gathers["metadata"]] == [[72, 72]]
+
+
+def test_zen_leads_stock_where_ranks_hold_the_same_rows_and_the_crossover_is_read_off_the_grid():
+    import torch
+
+    from zen_analysis.comm.evaluate import stock_crossover
+
+    R, D, K = 4096, 8, 200
+    same = [torch.arange(0, 2 * K, 2)] * 8  # every rank the same K rows: the union stays K, stock's bytes grow with n
+    flat = lambda rate, n: _topo(1, inter=rate * 1.25e8, alpha=0.0)  # noqa: E731 - bandwidth only
+    c = stock_crossover(same, R, D, flat, ranks=(2, 4, 8), rates=(1.0, 10.0))
+    g = c["grid"].set_index(["n", "rate_gbps"])
+    for n in (2, 4, 8):  # the ring by hand: n - 1 steps of a block of K rows (int64 + D float32) and the metadata
+        want = (n - 1) * (K * (8 + 4 * D) + 2 * 0 + 72) / (10 * 1.25e8)
+        assert g.loc[(n, 10.0), "ddp_sparse_s"] == pytest.approx(want)
+    lead = g["lead"].xs(10.0, level="rate_gbps")
+    assert lead.is_monotonic_increasing and lead[8] > 1  # more ranks, more of stock's bytes per rank
+    assert np.allclose(g["lead"].xs(1.0, level="rate_gbps"), lead)  # no latency: the rate cancels
+    first = int(lead[lead > 1].index.min())
+    assert c["by_rate"].set_index("rate_gbps")["min_ranks"].tolist() == [first, first]
+    # with latency, stock's 4 (n - 1) ring steps pay alpha each: a fast link turns the lead the other way or back
+    slow = lambda rate, n: _topo(1, inter=rate * 1.25e8, alpha=2e-3)  # noqa: E731
+    c = stock_crossover(same, R, D, slow, ranks=(2, 8), rates=(0.01, 0.1, 1.0, 10.0, 100.0))
+    for _, row in c["by_ranks"].iterrows():
+        d = c["grid"][c["grid"]["n"] == row["n"]].set_index("rate_gbps")["lead"]
+        if row["zen_leads"] in ("below", "above"):
+            lo, hi = d[d.index < row["crossover_gbps"]], d[d.index > row["crossover_gbps"]]
+            assert (lo.iloc[-1] > 1) != (hi.iloc[0] > 1)  # the lead changes side between the rates around it
+            assert (lo.iloc[0] > 1) == (row["zen_leads"] == "below")
+        else:
+            assert (d > 1).all() == (row["zen_leads"] == "always")
+    with pytest.raises(ValueError, match="rank count"):
+        stock_crossover(same[:1], R, D, flat)

@@ -36,6 +36,7 @@ from zen_analysis.sparsity.characterize import worker_counts
 from zen_analysis.sparsity.metrics import union_of
 from zen_analysis.wire.cost import phase_times, total_seconds
 from zen_analysis.wire.topology import Topology
+from zen_analysis.wire.traffic import ddp_sparse
 
 VERSION = 3  # 2: sparcml on any n (fold), matrix traffic; 3: alpha per message of an all_to_all
 DEFAULT_TOPOLOGIES = ("paper-tcp25", "paper-efa100", "h200-node")
@@ -362,3 +363,77 @@ def crossover_report(run: str | Path, *, tensor: str | None = None, allow_missin
     if reader.missing:
         lines.append(reader.missing_note())
     return lines
+
+
+def stock_seconds(rows_W, width: int, topology: Topology, *, value_bytes: int = 4) -> float:
+    """Modelled seconds of stock DDP's sparse all-gather (:func:`~zen_analysis.wire.traffic.ddp_sparse`) for ranks
+    holding ``rows_W[i]`` distinct rows of ``width`` values, on ``topology`` placed for them: its three ring
+    all-gathers alone. Its local sum (W sparse tensors added, then coalesced) is not priced: no calibration fits it,
+    and another scheme's fitted costs do not stand in (AGsparse's row costs priced it 4-8x over a measured loopback
+    run), so on a calibrated topology, where Zen's local work is priced, this flatters stock DDP."""
+    t = ddp_sparse(rows_W, width, value_bytes=value_bytes)
+    return float(phase_times(t, topology.for_ranks(len(t.sent())))["seconds"].sum())
+
+
+def stock_crossover(
+    row_sets: Sequence[torch.Tensor],
+    num_rows: int,
+    width: int,
+    topology_at,
+    *,
+    ranks: Sequence[int] = (2, 4, 8, 16, 32, 64, 128),
+    rates: Sequence[float] = (0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 100.0),
+    dtype: torch.dtype = torch.float32,
+) -> dict:
+    """Where Zen's row sum (:meth:`~zen_analysis.comm.schemes.base.CommScheme.sum_rows`, what its drop-in sums a
+    sparse embedding with) starts to lead stock DDP's sparse all-gather, for ranks holding the first n of
+    ``row_sets`` (each a rank's distinct rows of a ``num_rows`` x ``width`` table), n in ``ranks`` (those up to
+    ``len(row_sets)``), on ``topology_at(rate_gbps, n)`` at each of ``rates``.
+
+    Returns ``grid`` (one row per (n, rate): ``zen_s`` with Zen's local work where the topology prices it,
+    ``ddp_sparse_s`` from :func:`stock_seconds`, ``lead`` = ddp_sparse_s / zen_s, above 1 where Zen leads),
+    ``by_ranks`` (per n: ``crossover_gbps``, the first rate where ``lead`` crosses 1, interpolated log-log between
+    the two grid rates around it, NaN where it never does, and ``zen_leads``: "below" / "above" that rate, "always"
+    or "never" on the grid) and ``by_rate`` (per rate: ``min_ranks``, the smallest n from which Zen leads at every
+    larger n of the grid, NaN where it does not lead at the largest). Both directions happen: more ranks and slower
+    links raise stock's bytes (a rank receives every other rank's rows), faster links leave its 3 (n - 1) ring steps'
+    latencies."""
+    from zen_analysis.comm.schemes import build_scheme
+
+    vb = torch.empty(0, dtype=dtype).element_size()
+    ns = [n for n in sorted(set(ranks)) if 2 <= n <= len(row_sets)]
+    if not ns:
+        raise ValueError(f"no rank count of {list(ranks)} fits {len(row_sets)} row sets: give n >= 2 sets")
+    grid_rates = sorted(set(float(r) for r in rates))
+    if not grid_rates or grid_rates[0] <= 0:
+        raise ValueError(f"rates must be positive Gbit/s, got {list(rates)}")
+    rows = []
+    for n in ns:
+        sets = row_sets[:n]
+        zen = build_scheme("zen").model(sets, num_rows, dtype=dtype, width=width)
+        counts = [torch.unique(torch.as_tensor(s)).numel() for s in sets]
+        for rate in grid_rates:
+            topo = topology_at(rate, n).for_ranks(n)
+            z = total_seconds(zen, topo, "zen")
+            s = stock_seconds(counts, width, topo, value_bytes=vb)
+            rows.append({"n": n, "rate_gbps": rate, "zen_s": z, "ddp_sparse_s": s, "lead": s / z})
+    grid = pd.DataFrame(rows)
+    by_ranks = []
+    for n, d in grid.groupby("n"):
+        lead = d["lead"].to_numpy()
+        wins = lead > 1
+        where = "always" if wins.all() else "never" if not wins.any() else ("below" if wins[0] else "above")
+        rate = float("nan")
+        if where in ("below", "above"):
+            k = int(np.nonzero(wins != wins[0])[0][0]) - 1
+            lr0, lr1 = np.log(grid_rates[k]), np.log(grid_rates[k + 1])
+            q0, q1 = np.log(lead[k]), np.log(lead[k + 1])
+            rate = float(np.exp(lr0 + (lr1 - lr0) * (0 - q0) / (q1 - q0)))
+        by_ranks.append({"n": n, "crossover_gbps": rate, "zen_leads": where})
+    by_rate = []
+    for rate, d in grid.groupby("rate_gbps"):
+        wins = (d.sort_values("n")["lead"] > 1).to_numpy()
+        losing = np.nonzero(~wins)[0]
+        first = 0 if not len(losing) else int(losing[-1]) + 1
+        by_rate.append({"rate_gbps": rate, "min_ranks": float(ns[first]) if first < len(ns) else float("nan")})
+    return {"grid": grid, "by_ranks": pd.DataFrame(by_ranks), "by_rate": pd.DataFrame(by_rate)}
