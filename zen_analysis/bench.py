@@ -25,7 +25,7 @@ from typing import NamedTuple
 from zen_analysis import recipes
 from zen_analysis.bench_local_sgd import bench_pseudo_claims, bench_pseudo_density, bench_stragglers
 from zen_analysis.bench_net import bench_ddp, bench_netlab
-from zen_analysis.bench_options import CONFIG, floats, ints, parse_sets
+from zen_analysis.bench_options import CONFIG, floats, ints, names, parse_sets
 from zen_analysis.bench_train import bench_train
 from zen_analysis.config import apply_overrides
 
@@ -289,6 +289,62 @@ def bench_zen(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     return {"table": table, "summary": summ, "model": check}
 
 
+def bench_paper(overrides: list[str] | tuple[str, ...] = ()) -> dict:
+    """The Zen paper's Fig. 11-14 at its scale, modelled (:func:`~zen_analysis.experiments.paper_scale.
+    paper_throughput`): samples/s per scheme on 16 machines x 8 V100 at 25 Gbit/s from the captured traces of
+    ``make reproduce``'s LSTM (word level), DeepFM and OPT top-k runs, at the captured model's size and at the
+    paper's, with the paper's speedups beside them. A run not captured is skipped with a line saying so. Writes
+    ``data/derived/paper/fig11_14_modelled.csv``. ``--set runs=<run id>,... device=a100 machines=8 overlap=0.3``."""
+    import pandas as pd
+
+    from zen_analysis import paths
+    from zen_analysis.atomic import atomic_write_text
+    from zen_analysis.experiments.paper_scale import paper_throughput
+    from zen_analysis.reproduce import reproduce_run_id
+
+    defaults = {
+        "runs": [reproduce_run_id(r) for r in ("lstm-words", "deepfm", "opt")],
+        "topology": "paper-tcp25",
+        "machines": 16,
+        "device": "v100",
+        "overlap": 0.5,
+        "sizes": ["trace", "paper"],
+    }
+    opts = parse_sets("paper", overrides, defaults, {"runs": names, "sizes": names})
+    frames = []
+    for run in opts["runs"]:
+        if not (paths.trace_dir(run) / "manifest.json").exists():
+            print(f"{run}: skipped, not captured (`zen-analysis reproduce --only train` captures it)")
+            continue
+        for size in opts["sizes"]:
+            df = paper_throughput(
+                run,
+                topology=opts["topology"],
+                machines=opts["machines"],
+                device=opts["device"],
+                overlap=opts["overlap"],
+                size=size,
+            )
+            frames.append(df.assign(run=run, size=size, device=df.attrs["device"], overlap=opts["overlap"]))
+    if not frames:
+        print("no captured run to model: nothing written")
+        return {"table": pd.DataFrame()}
+    table = pd.concat(frames, ignore_index=True)
+    out = paths.derived_dir() / "paper" / "fig11_14_modelled.csv"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out, table.to_csv(index=False))
+    cols = ["run", "size", "scheme", "compute_s", "dense_comm_s", "hidden_s", "sparse_comm_s", "step_s"]
+    cols += ["samples_per_s", "speedup", "paper", "reason"]
+    with pd.option_context("display.width", 250, "display.max_colwidth", 200, "display.float_format", "{:.4g}".format):
+        print(
+            f"modelled at {opts['machines']} machines of {opts['topology']}, {frames[0].attrs['device']}, "
+            f"dense buckets hidden behind at most {opts['overlap']:g} x backward, the embedding's sum after it:"
+        )
+        print(table[cols].to_string(index=False))
+    print(f"written to {out}")
+    return {"table": table, "path": out}
+
+
 class Benchmark(NamedTuple):
     run: Callable[[Sequence[str]], object]
     """Runs it with its ``--set key=value`` options."""
@@ -311,6 +367,7 @@ BENCHMARKS = {
     "netlab": Benchmark(bench_netlab, "schemes, hierarchical Zen and training on the emulated network", True),
     "ddp": Benchmark(bench_ddp, "the example DDP script, stock vs Zen, on loopback and shaped links", True),
     "train": Benchmark(bench_train, "training throughput of the paper's workloads across schemes and ranks", True),
+    "paper": Benchmark(bench_paper, "Fig. 11-14 modelled at 16 x 8 V100, 25 Gbit/s, from the captured traces"),
 }
 """Every benchmark by its name on the command line (``zen-analysis bench <name>``): the one list of them; the CLI's
 choices and help and ``make bench`` (:func:`default_benchmarks`) come from here."""
