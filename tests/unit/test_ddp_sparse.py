@@ -88,3 +88,36 @@ def test_zen_leads_stock_where_ranks_hold_the_same_rows_and_the_crossover_is_rea
             assert (d > 1).all() == (row["zen_leads"] == "always")
     with pytest.raises(ValueError, match="rank count"):
         stock_crossover(same[:1], R, D, flat)
+
+
+def test_evaluate_prices_stock_ddp_on_natural_tables_when_asked(tmp_path, monkeypatch):
+    import torch
+
+    from zen_analysis import paths
+    from zen_analysis.capture.traces import SparseGrad, TraceWriter, write_manifest
+    from zen_analysis.comm.evaluate import evaluate
+    from zen_analysis.wire.topology import PRESETS
+
+    R, D, rid = 300, 4, "synthetic-ddp-sparse"
+    wr = TraceWriter(paths.trace_dir(rid), rank=0, run_id=rid, world_size=1, steps_per_shard=1)
+    rows = [torch.arange(0, 40 + 10 * w, 1 + w) for w in range(4)]
+    for w, r in enumerate(rows):
+        idx = (r[:, None] * D + torch.arange(D)).reshape(-1)
+        wr.add(SparseGrad(0, w, 0, "emb", "natural", (R, D), idx, torch.ones(idx.numel())))
+        wr.add(SparseGrad(0, w, 0, "flat", "topk", (R * D,), idx, torch.ones(idx.numel())))
+    wr.end_step()
+    wr.close()
+    tensors = {
+        "emb": {"kind": "natural", "shape": [R, D], "numel": R * D},
+        "flat": {"kind": "topk", "shape": [R * D], "numel": R * D},
+    }
+    write_manifest(paths.trace_dir(rid), {"run_id": rid, "tensors": tensors})
+    df = evaluate(rid, topologies=("paper-tcp25",), schemes=["zen", "ddp_sparse"], progress=False)
+    stock = df[df["scheme"] == "ddp_sparse"]
+    assert set(stock["tensor"]) == {"emb"} and sorted(stock["n"]) == [2, 4]  # no stock path for a flat top-k tensor
+    row = stock[stock["n"] == 4].iloc[0]
+    t = ddp_sparse([r.numel() for r in rows], D)
+    assert row["seconds"] == pytest.approx(phase_times(t, PRESETS["paper-tcp25"])["seconds"].sum())
+    assert row["bytes_sent_total"] == t.sent().sum()
+    with pytest.raises(ValueError, match="ddp_sparse"):
+        evaluate(rid, schemes=["nope"], progress=False)

@@ -36,7 +36,7 @@ from zen_analysis.sparsity.characterize import worker_counts
 from zen_analysis.sparsity.metrics import union_of
 from zen_analysis.wire.cost import phase_times, total_seconds
 from zen_analysis.wire.topology import Topology
-from zen_analysis.wire.traffic import ddp_sparse
+from zen_analysis.wire.traffic import DDP_SPARSE, ddp_sparse
 
 VERSION = 3  # 2: sparcml on any n (fold), matrix traffic; 3: alpha per message of an all_to_all
 DEFAULT_TOPOLOGIES = ("paper-tcp25", "paper-efa100", "h200-node")
@@ -54,16 +54,23 @@ def best_scheme(index_sets: Sequence[torch.Tensor], numel: int, topology: Topolo
 
 
 def evaluate_step(
-    tensor: str, kind: str, step: int, numel: int, sets: list[torch.Tensor], topologies, schemes
+    tensor: str, kind: str, step: int, numel: int, sets: list[torch.Tensor], topologies, schemes, *, width: int = 0
 ) -> list[dict]:
     """One captured step of one tensor (``sets``: each worker's index set) modelled by every scheme on every
-    topology: the rows :func:`evaluate` writes for it."""
+    topology: the rows :func:`evaluate` writes for it. ``ddp_sparse`` (stock DDP's sparse all-gather,
+    :func:`~zen_analysis.wire.traffic.ddp_sparse`) is priced where the tensor is a table of rows of ``width``
+    values (a natural 2-D tensor): by the workers' distinct rows, its wire alone (:func:`stock_seconds`)."""
     rows = []
     union = union_of(sets, numel)
     mean_nnz = sum(s.numel() for s in sets) / len(sets)
     for name in schemes:
         try:
-            traffic = build_scheme(name).model(sets, numel)
+            if name == DDP_SPARSE:
+                if width < 1:
+                    continue  # stock DDP sums an embedding's rows; a flat or top-k tensor has no such path
+                traffic = ddp_sparse([torch.unique(s // width).numel() for s in sets], width)
+            else:
+                traffic = build_scheme(name).model(sets, numel)
         except ValueError:
             continue
         frame = traffic.frame()
@@ -102,6 +109,8 @@ def evaluate(
 ) -> pd.DataFrame:
     """Modelled bytes and time of every scheme on every captured (tensor, step) for n = 2..W; cached.
 
+    ``schemes`` may name ``ddp_sparse`` too, stock DDP's sparse all-gather, priced on natural 2-D tensors only (not
+    in the default table, whose figures plot the seven schemes);
     ``max_workers`` caps n (raise it to 1024 for a capture with that many virtual workers: the scale mode);
     ``steps`` keeps the first captured steps only. The table's path is in ``df.attrs["path"]``; ``allow_missing``
     evaluates what is left of an incomplete store, ``df.attrs["missing"]`` naming what it lacks ("" if nothing)."""
@@ -114,9 +123,11 @@ def evaluate(
     if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
         raise ValueError(f"steps must be None (all captured steps) or an integer >= 1, got {steps!r}")
     names = list(schemes or SCHEMES)
-    unknown = sorted(set(names) - set(SCHEMES))
+    unknown = sorted(set(names) - set(SCHEMES) - {DDP_SPARSE})
     if unknown or not names:
-        raise ValueError(f"unknown schemes {unknown or '(none given)'}; choose from {sorted(SCHEMES)}")
+        raise ValueError(
+            f"unknown schemes {unknown or '(none given)'}; choose from {sorted(SCHEMES)} or {DDP_SPARSE!r} (stock DDP)"
+        )
     if not topologies:
         raise ValueError("give at least one topology")
     topos = {name: preset(name) for name in topologies}  # an unknown preset fails here, before any work
@@ -140,7 +151,11 @@ def evaluate(
         for tensor, ordered in reader.index_sets(step).items():
             for n in (k for k in worker_counts(len(ordered)) if k <= max_workers):
                 info = tensors[tensor]
-                rows += evaluate_step(tensor, info["kind"], step, int(info["numel"]), ordered[:n], topos, names)
+                shape = info["shape"]
+                width = shape[1] if info["kind"] == "natural" and len(shape) == 2 else 0
+                rows += evaluate_step(
+                    tensor, info["kind"], step, int(info["numel"]), ordered[:n], topos, names, width=width
+                )
     if not rows:
         raise ValueError(f"run {reader.run_id}: nothing to evaluate (no captured step with 2 or more workers)")
     df = pd.DataFrame(rows)
