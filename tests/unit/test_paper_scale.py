@@ -111,3 +111,18 @@ def test_bad_options_are_errors(run_id):
         paper_throughput(run_id, device="tpu")
     with pytest.raises(ValueError, match="overlap"):
         paper_throughput(run_id, overlap=1.5)
+
+
+def test_the_crossover_at_the_papers_rows_is_stock_crossover_on_the_merged_rows(run_id):
+    from dataclasses import replace
+
+    from zen_analysis.comm.evaluate import stock_crossover
+    from zen_analysis.experiments.paper_scale import paper_crossover
+    from zen_analysis.wire.topology import GBPS
+
+    got = paper_crossover(run_id, ranks=(8, 16), rates=(1.0, 100.0))
+    pool = [_worker_rows(s, w) for s in range(STEPS) for w in range(WORKERS)]
+    sets = gpu_row_sets(pool, R, 128 / recipes.lstm_words_smoke().train.batch_per_worker, 16, seed=0)
+    at = lambda rate, n: replace(PRESETS["paper-tcp25"], inter_bandwidth=rate * GBPS)  # noqa: E731
+    want = stock_crossover(sets, R, D, at, ranks=(8, 16), rates=(1.0, 100.0))
+    assert got["grid"].equals(want["grid"]) and got["run_id"] == run_id

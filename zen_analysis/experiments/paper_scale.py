@@ -17,10 +17,10 @@ import torch
 
 from zen_analysis.capture.reader import TraceReader
 from zen_analysis.comm.calibrate import preset
-from zen_analysis.comm.evaluate import stock_seconds
+from zen_analysis.comm.evaluate import stock_crossover, stock_seconds
 from zen_analysis.comm.schemes import build_scheme
 from zen_analysis.wire.cost import phase_times, total_seconds
-from zen_analysis.wire.topology import Topology
+from zen_analysis.wire.topology import GBPS, Topology
 from zen_analysis.wire.traffic import DDP_SPARSE, Traffic
 
 
@@ -211,11 +211,7 @@ def paper_throughput(
         topo = topo_t.for_ranks(n)
         R, D = table
         batch = PAPER_BATCH.get(workload, per_worker)
-        pool = []
-        for step in reader.steps(natural[0]):
-            for idx in reader.index_sets(step)[natural[0]]:
-                pool.append(torch.unique(idx.long() // D))
-        sets = gpu_row_sets(pool, R, batch / per_worker, n, seed=seed)
+        sets = gpu_row_sets(_row_pool(reader, natural[0], D), R, batch / per_worker, n, seed=seed)
         paper = PAPER_SIZE.get(workload, {})
         factor = paper.get("table", R * D) / (R * D) if size == "paper" else 1.0
         params = paper.get("dense", dense) if size == "paper" else dense
@@ -276,3 +272,44 @@ def _reason(row, workload: str, compute_share: float, params: float, size: str) 
         f"{side} the paper: with {sized} compute is {compute_share:.0%} of dense's step, and the captured density "
         "and skew (not the paper's One Billion Word / Criteo / RedPajama) set the sparse bytes"
     )
+
+
+def _row_pool(reader: TraceReader, tensor: str, width: int) -> list[torch.Tensor]:
+    """Every captured (step, worker) record's distinct rows of a ``width``-wide table."""
+    return [
+        torch.unique(idx.long() // width) for step in reader.steps(tensor) for idx in reader.index_sets(step)[tensor]
+    ]
+
+
+def paper_crossover(
+    run,
+    *,
+    topology: str = "paper-tcp25",
+    ranks=(8, 16, 32, 64, 128),
+    rates=(1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0),
+    seed: int = 0,
+) -> dict:
+    """Where Zen's row sum starts to lead stock DDP's sparse all-gather for the natural workload captured in ``run``,
+    at the paper's rows per GPU (:data:`PAPER_BATCH`, :func:`gpu_row_sets`): :func:`~zen_analysis.comm.evaluate.
+    stock_crossover` on ``topology`` with its links between nodes at each of ``rates`` Gbit/s (the NVLink inside a
+    node as it is), for n of ``ranks`` GPUs placed node by node."""
+    from dataclasses import replace
+
+    reader = TraceReader(run)
+    tensors = reader.manifest["tensors"]
+    natural = next((t for t, i in tensors.items() if i["kind"] == "natural" and len(i["shape"]) == 2), None)
+    if natural is None:
+        raise ValueError(f"run {reader.run_id}: no natural 2-D table captured: stock DDP has no sparse path to price")
+    R, D = tensors[natural]["shape"]
+    cfg = reader.manifest.get("config", {})
+    arch = cfg.get("model", {}).get("arch", "")
+    per_worker = int(cfg.get("train", {}).get("batch_per_worker", 1))
+    sets = gpu_row_sets(
+        _row_pool(reader, natural, D), R, PAPER_BATCH.get(arch, per_worker) / per_worker, max(ranks), seed=seed
+    )
+    base = preset(topology)
+    out = stock_crossover(
+        sets, R, D, lambda rate, n: replace(base, inter_bandwidth=rate * GBPS), ranks=ranks, rates=rates
+    )
+    out["run_id"] = reader.run_id
+    return out
