@@ -143,7 +143,10 @@ LAYERS = (
         "zen.bitmap capture.schema capture.buckets capture.topk",
     ),
     ("stores, collectives, processes", "capture capture.traces capture.reader capture.summary wire comm.formats ranks"),
-    ("algorithms", "sync sync.base sync.selection zen.sparse_allreduce local_sgd.collective local_sgd.penalty"),
+    (
+        "algorithms",
+        "sync sync.base sync.selection sync.lookups zen.sparse_allreduce local_sgd.collective local_sgd.penalty",
+    ),
     ("schemes", "comm comm.schemes comm.planner"),
     ("measurement", "comm.measure comm.calibrate comm.replay"),
     ("sync registry", "sync.sparse sync.compressed sync.ddp sync.integrations local_sgd train.registry"),

@@ -5,6 +5,7 @@
 * :mod:`~zen_analysis.sync.sparse`: natural sparsity, the embedding summed by a sparse scheme (Zen by default);
 * :mod:`~zen_analysis.sync.compressed`: compression sparsity, DGC top-k of every bucket summed by a sparse scheme;
 * :mod:`~zen_analysis.sync.ddp`: the same two for a user's own ``DistributedDataParallel`` model (comm hooks).
+* :mod:`~zen_analysis.sync.lookups`: the rows an embedding's forward looked up (a dense gradient's rows, for free).
 
 With ``scheme="auto"`` each of them asks the planner (:mod:`zen_analysis.comm.planner`) which scheme sums a tensor.
 

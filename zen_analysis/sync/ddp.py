@@ -42,6 +42,7 @@ from zen_analysis.comm import build_scheme
 from zen_analysis.comm.calibrate import planner_topology
 from zen_analysis.comm.planner import Planner
 from zen_analysis.sync.compressed import HookState, Stats, bucket_key, compress_and_sum
+from zen_analysis.sync.lookups import LookedUp
 from zen_analysis.sync.selection import (  # sparse_parameters: importable from here, as before the split
     select_sparse,
     sparse_parameters,  # noqa: F401
@@ -98,12 +99,16 @@ class NaturalState(Stats):
     granularity: str = "rows"
     """``rows``: a table's gradient summed by rows (one index and ``dim`` values per row touched); ``elements``: one
     index per non-zero element."""
+    row_source: str = "ids"
+    """By rows, for a dense ``.grad``: ``ids``, the ids the embedding's forward looked up (:mod:`.lookups`: checked
+    against a row-wise pass on the first step), or ``scan``, a row-wise pass over the table every step."""
     mode: str = "natural"
     sparse_buckets: int = 0
     dense_buckets: int = 0
     names: dict = field(default_factory=dict, repr=False)
     _scheme: object = field(default=None, repr=False)
     _ids: frozenset = field(default=frozenset(), repr=False)
+    _lookups: dict = field(default_factory=dict, repr=False)
 
     @property
     def dense_bytes_sent(self) -> int:
@@ -113,6 +118,8 @@ class NaturalState(Stats):
     def __post_init__(self) -> None:
         if self.granularity not in ("rows", "elements"):
             raise ValueError(f"granularity must be 'rows' or 'elements', got {self.granularity!r}")
+        if self.row_source not in ("ids", "scan"):
+            raise ValueError(f"row_source must be 'ids' or 'scan', got {self.row_source!r}")
         if self.planner is not None and self.scheme != "auto":
             raise ValueError(f"a planner chooses the scheme: pass scheme='auto', not {self.scheme!r}")
         self._scheme = build_scheme("allreduce" if self.scheme == "auto" else self.scheme, seed=self.seed)
@@ -161,21 +168,49 @@ def _sum_sparse_rows(state: NaturalState, param: nn.Parameter, grad: torch.Tenso
     return torch.sparse_coo_tensor(rows[None], values, grad.shape, is_coalesced=True, check_invariants=False)
 
 
-def _sum_dense(state: NaturalState, p: nn.Parameter, grad_N: torch.Tensor) -> None:
-    """A sparse parameter's dense gradient (its slice of the bucket) summed in place: by rows for a table (rows
-    found by one row-wise pass), by elements otherwise."""
+def _sum_dense(state: NaturalState, p: nn.Parameter, grad_N: torch.Tensor, world: int) -> None:
+    """A sparse parameter's dense gradient (its slice of the bucket) summed and averaged in place: by rows for a
+    table (the rows its forward looked up, :mod:`.lookups`, or those a row-wise pass finds), by elements
+    otherwise. With the looked-up rows nothing scans or writes the whole table: the union's rows are written,
+    already averaged, and every other row keeps its +0.0."""
     name = state.names.get(id(p), "?")
     if state.granularity == "rows" and p.dim() == 2:
         table = grad_N.view(p.shape)
-        rows = nonzero_rows(table) if state.planner is not None else None  # found once, for the sketch and the sum
+        rows = _looked_up(state, p, table)
+        if rows is None and state.planner is not None:
+            rows = nonzero_rows(table)  # found once, for the sketch and the sum
         scheme = state._pick(name, indices=rows, numel=p.shape[0], width=p.shape[1], dtype=table.dtype)
-        scheme.run_rows(table, rows=rows, group=state.group)
-        if rows is not None:  # rows it was not given run_rows leaves: a zero row is +0.0 on every rank (dtypes)
-            positive_zeros(table)
+        if rows is None:
+            scheme.run_rows(table, group=state.group)
+            table.div_(world)
+        else:
+            u_rows, u_values = scheme.sum_rows(rows, table[rows], p.shape[0], group=state.group)
+            table.index_fill_(0, rows, 0)  # a row this rank held that the union does not carry (allreduce) is zero
+            table[u_rows.to(table.device)] = positive_zeros(u_values.to(table.device) / world)
+        if id(p) in state._lookups:
+            state._lookups[id(p)].last_union = None if rows is None else u_rows.to(table.device)
     else:
         scheme = state._pick(name, dense=grad_N, dtype=grad_N.dtype)
         scheme.run(grad_N, group=state.group)  # in place, over the non-zeros only
+        grad_N.div_(world)
     state.bytes_sent += int(scheme.last_measured()["bytes_sent"].sum())
+
+
+def _looked_up(state: NaturalState, p: nn.Parameter, table_RD: torch.Tensor) -> torch.Tensor | None:
+    """The rows ``p``'s gradient can be non-zero in this step, or None (scan): the ids its embedding looked up
+    (checked against a row-wise pass on the first step), plus any row of the last step's union still non-zero (a
+    gradient not zeroed between steps keeps it)."""
+    look = state._lookups.get(id(p))
+    rows = look.take(table_RD.device) if look is not None else None
+    if rows is None or (not look.checked and not look.check(rows, table_RD)):
+        return None
+    last = look.last_union
+    if last is not None and last.numel():
+        stale = last[~torch.isin(last, rows)]
+        kept = stale[table_RD[stale].ne(0).any(dim=1)]
+        if kept.numel():
+            rows = torch.unique(torch.cat([rows, kept]))
+    return rows
 
 
 def natural_hook(state: NaturalState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -223,15 +258,17 @@ def natural_hook(state: NaturalState, bucket: dist.GradBucket) -> torch.futures.
         summed = []
         for i, (p, s, e) in enumerate(sparse):
             grad_N = buffer[s:e] if i == len(sparse) - 1 else buffer[s:e].clone()
-            _sum_dense(state, p, grad_N)
+            _sum_dense(state, p, grad_N, world)  # averaged too: by rows, over the union's rows alone
             summed.append((s, e, grad_N))
         for s, e, grad_N in summed[:-1]:
             buffer[s:e].copy_(grad_N)
+        if packed is not None:
+            packed.div_(world)
         at = 0
         for s, e in dense:
             buffer[s:e].copy_(packed[at : at + e - s])
             at += e - s
-        return buffer.div_(world)
+        return buffer
 
     return _completed(state, bucket, [p for p, _, _ in parts], buffer.numel(), mixed)
 
@@ -261,6 +298,21 @@ def _completed(state: NaturalState, bucket, params, numel: int, fn) -> torch.fut
     fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
     fut.set_result(out)
     return fut
+
+
+def _lookups(module: nn.Module, params, names: dict) -> dict:
+    """A :class:`~.lookups.LookedUp` per dense-gradient table among ``params`` that one ``nn.Embedding`` holds
+    (by the parameter's id); any other table is found by a row-wise pass."""
+    holders: dict[int, list] = {}
+    for m in module.modules():
+        for q in m.parameters(recurse=False):
+            holders.setdefault(id(q), []).append(m)
+    out = {}
+    for p in params:
+        (m, *more) = holders.get(id(p), [None])
+        if not more and isinstance(m, nn.Embedding) and not m.sparse and p.dim() == 2:
+            out[id(p)] = LookedUp(m, name=names.get(id(p), "embedding"))
+    return out
 
 
 def model_group(ddp_model: nn.Module, group=None):
@@ -313,6 +365,7 @@ def register(
     threshold: str = "local",
     overlap: bool = False,
     granularity: str = "rows",
+    row_source: str = "ids",
     topology="auto",
     planner_every: int = 50,
     hysteresis: float = 0.1,
@@ -326,7 +379,9 @@ def register(
 
     ``mode="natural"``: the gradients of ``params`` (default :func:`sparse_parameters`: the untied embeddings, dense
     or ``sparse=True``) are summed losslessly by ``scheme``, everything else by DDP's own all-reduce; a 2-D table by
-    rows (``granularity="rows"``, :mod:`zen_analysis.wire.rows`) or by elements (``"elements"``).
+    rows (``granularity="rows"``, :mod:`zen_analysis.wire.rows`) or by elements (``"elements"``). A dense ``.grad``'s
+    rows are the ids its ``nn.Embedding`` looked up (``row_source="ids"``, :mod:`~zen_analysis.sync.lookups`:
+    checked against a pass over the table on the first step) or a pass over the table every step (``"scan"``).
     ``mode="topk"``: DGC top-``ratio`` of every bucket with error feedback per parameter, then ``scheme`` (lossy as
     the sparsifier is; :func:`comm_hook`); ``threshold="local" | "global"``; ``overlap=True`` sums on a worker
     thread while backward goes on (creates a process group: call ``register`` on every rank).
@@ -385,7 +440,9 @@ def register(
             )
             return NaturalState(params=(), granularity=granularity, left_dense=left, hooked=False, **common)
         _reserve_hash_sets(scheme, sum(p.numel() for p in chosen))
-        state = NaturalState(params=chosen, granularity=granularity, left_dense=left, **common)
+        state = NaturalState(params=chosen, granularity=granularity, row_source=row_source, left_dense=left, **common)
+        if granularity == "rows" and row_source == "ids":
+            state._lookups = _lookups(module, chosen, names)
         ddp_model.register_comm_hook(state, natural_hook)
         return state
     if mode == "topk":

@@ -15,6 +15,7 @@ from torch import nn
 
 from zen_analysis.comm import build_scheme
 from zen_analysis.sync.base import DenseAllReduce, GradSync
+from zen_analysis.sync.lookups import LookedUp
 from zen_analysis.wire.dtypes import on_wire
 from zen_analysis.wire.inflight import hold
 from zen_analysis.wire.rows import nonzero_rows, sparse_rows
@@ -65,7 +66,7 @@ class SparseSync(GradSync):
         self.row_source = row_source
         """``ids`` (the looked-up token ids: the rows an untied embedding's gradient can be non-zero in; a tied
         embedding, whose output use touches every row, falls back to ``scan`` at ``attach``) or ``scan``."""
-        self._ids: list[torch.Tensor | None] = []
+        self._looked: LookedUp | None = None
         self.union_rows: torch.Tensor | None = None
         """By rows: the rows of the last summed gradient that some rank touched (sorted or in the scheme's order);
         every other row of the averaged gradient is zero. What a lazy row update (``train.embedding_update``)
@@ -104,7 +105,7 @@ class SparseSync(GradSync):
             if _holders(model, named[name]) > 1:  # tied to an output layer: every row gets a gradient
                 self.row_source = "scan"
             else:
-                model.get_input_embeddings().register_forward_pre_hook(self._record_ids, with_kwargs=True)
+                self._looked = LookedUp(model.get_input_embeddings(), name=name)
         others = [p for n, p in named.items() if p.requires_grad and n != name]
         self.dense.attach(model, others)
         world = self.dense._world()
@@ -189,19 +190,10 @@ class SparseSync(GradSync):
             self.sparse_bytes_sent += int(measured["bytes_sent"].sum())
             self.sparse_seconds += float(measured["seconds"].sum())
 
-    def _record_ids(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
-        """The embedding's forward pre-hook: keep the ids of every training forward (not evaluation's); a forward
-        whose ids it cannot see turns this step's rows into a row-wise pass."""
-        if module.training and torch.is_grad_enabled():
-            ids = args[0] if args else kwargs.get("input")
-            self._ids.append(ids.detach().reshape(-1) if isinstance(ids, torch.Tensor) else None)
-
     def _rows_seen(self, device: torch.device) -> torch.Tensor | None:
-        """This step's looked-up rows (sorted, distinct), or None for a row-wise pass; clears the record."""
-        ids, self._ids = self._ids, []
-        if self.row_source != "ids" or any(i is None for i in ids):
-            return None
-        return torch.unique(torch.cat(ids)).to(device) if ids else torch.zeros(0, dtype=torch.long, device=device)
+        """This step's looked-up rows (sorted, distinct; :class:`~.lookups.LookedUp`), or None for a row-wise pass;
+        clears the record."""
+        return self._looked.take(device) if self.row_source == "ids" and self._looked is not None else None
 
     def _sum_by_rows(self, p: nn.Parameter, world: int, rows: torch.Tensor | None) -> None:
         """The embedding's gradient summed by rows and averaged over the union's rows alone (the others are zero);
