@@ -315,14 +315,19 @@ def _bandwidths(value: str) -> list[float | None]:
 
 def bench_ddp(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     """A user's own DDP training (``scripts/ddp_transformers.py``, the default Llama under torchrun) as stock DDP,
-    with Zen's natural hook and with top-k + Zen, inline and overlapped
-    (:func:`~zen_analysis.experiments.netlab.ddp_script_sweep`): median step time and bytes per step of rank 0, on
-    loopback and, as root, behind 1 Gbit/s links. ``--set ranks=4 bandwidths=loopback,1 steps=12 rounds=2
-    bucket_mb=25 variants=...``. Table in ``data/derived/ddp/ddp_script.txt``."""
+    with Zen's natural hook, with top-k + Zen, and with what a DDP user already has (torch's fp16 / bf16 / PowerSGD
+    hooks, a ``sparse=True`` embedding) (:func:`~zen_analysis.experiments.netlab.ddp_script_sweep`): median step
+    time and bytes per step of rank 0, on loopback and, as root, behind 1 Gbit/s links; the lossy variants' time to
+    stock DDP's loss at ``target_step`` and their loss gap at stock's time, the lossless ones' loss difference from
+    their baseline. ``--set ranks=4 bandwidths=loopback,1 steps=12 rounds=2 bucket_mb=25 optimizer=sgd lr=0.1
+    target_step=7 variants=...`` (default :data:`~zen_analysis.experiments.netlab.DDP_DEFAULT_VARIANTS`, all of
+    ``DDP_VARIANTS`` selectable). Table in ``data/derived/ddp/ddp_script.txt``."""
+    import pandas as pd
+
     from zen_analysis import paths
     from zen_analysis.atomic import atomic_write_text
     from zen_analysis.derived import write_table
-    from zen_analysis.experiments.netlab import DDP_VARIANTS, ddp_script_sweep
+    from zen_analysis.experiments.netlab import DDP_DEFAULT_VARIANTS, ddp_script_sweep
     from zen_analysis.ranks import netlab
 
     defaults = {
@@ -333,10 +338,15 @@ def bench_ddp(overrides: list[str] | tuple[str, ...] = ()) -> dict:
         "warmup": 2,
         "batch": 8,
         "size": "default",
-        "variants": list(DDP_VARIANTS),
-        "bucket_mb": 25.0,
+        "variants": list(DDP_DEFAULT_VARIANTS),
+        "bucket_mb": None,  # the script's: DDP's 25 MB, PowerSGD on gloo in one bucket
+        "optimizer": "adamw",
+        "lr": None,  # the script's
+        "target_step": None,  # two thirds into the run
+        "window": 5,
     }
-    opts = parse_sets("ddp", overrides, defaults, {"bandwidths": _bandwidths, "variants": names})
+    types = {"bandwidths": _bandwidths, "variants": names, "bucket_mb": float, "lr": float, "target_step": int}
+    opts = parse_sets("ddp", overrides, defaults, types)
     if any(b is not None for b in opts["bandwidths"]):
         ok, why = netlab.available()
         if not ok:
@@ -356,8 +366,15 @@ def bench_ddp(overrides: list[str] | tuple[str, ...] = ()) -> dict:
         "sync_s_median",
         "exposed_s_median",
         "loss_max_diff_vs_stock",
+        "lossless_baseline",
+        "loss_max_diff_vs_baseline",
+        "target_loss",
+        "time_to_stock_loss_s",
+        "loss_gap_at_equal_time",
+        "status",
     ]
-    text = summary[cols].round(4).to_string(index=False)
+    with pd.option_context("display.width", 250, "display.max_columns", 30, "display.max_colwidth", 400):
+        text = summary[cols].round(4).to_string(index=False)
     atomic_write_text(out_dir / "ddp_script.txt", text + "\n")
     print(text)
     return {"ddp": summary}

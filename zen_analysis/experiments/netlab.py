@@ -10,8 +10,9 @@
   4 ranks share 2 cores here, so ranks finish their micro-batches tens of ms apart), tokens/s and the per-step
   losses (equal to a loopback run's: the network changes time, not numbers).
 * :func:`ddp_script_sweep`: a user's own DDP training — ``scripts/ddp_transformers.py`` (torchrun, DDP, a
-  transformers Llama) as stock DDP, with Zen's natural hook and with top-k + Zen (inline and overlapped) — on
-  loopback and behind shaped links: step time and bytes per step.
+  transformers Llama) as stock DDP, with Zen's natural hook and with top-k + Zen (inline and overlapped), and against
+  what a DDP user already has (a ``sparse=True`` embedding, torch's fp16/bf16 and PowerSGD hooks) — on loopback and
+  behind shaped links: step time, bytes per step, and for the lossy ones the time to stock DDP's loss.
 """
 
 from __future__ import annotations
@@ -187,9 +188,67 @@ DDP_VARIANTS = {
     "natural": ["--zen", "natural"],
     "topk": ["--zen", "topk"],
     "topk-overlap": ["--zen", "topk", "--overlap"],
+    "stock-sparse": ["--zen", "off", "--sparse-embedding"],
+    "natural-sparse": ["--zen", "natural", "--sparse-embedding"],
+    "fp16": ["--zen", "off", "--hook", "fp16"],
+    "bf16": ["--zen", "off", "--hook", "bf16"],
+    **{f"powersgd-{r}": ["--zen", "off", "--hook", "powersgd", "--powersgd-rank", str(r)] for r in (1, 2, 4)},
 }
-"""What :func:`ddp_script_sweep` runs by default: name -> the example script's flags (stock DDP; Zen's natural
-hook; DGC top-5% + Zen inline; the same on the hook's worker thread)."""
+"""What :func:`ddp_script_sweep` can run: name -> the example script's flags (stock DDP; Zen's natural hook; DGC
+top-5% + Zen inline; the same on the hook's worker thread; with ``nn.Embedding(sparse=True)``, stock DDP, which
+all-gathers its rows on gloo, and the natural hook; torch's fp16 and bf16 compression hooks; torch's PowerSGD at
+rank 1, 2 and 4)."""
+
+DDP_DEFAULT_VARIANTS = ("stock", "natural", "topk", "fp16", "powersgd-2")
+"""What :func:`ddp_script_sweep` (and ``bench ddp``) runs unless told: Zen, its top-k, and the two stock DDP
+compressions a user reaches for first; ``topk-overlap``, the sparse embedding, bf16 and the other PowerSGD ranks are
+a ``variants=`` away."""
+
+LOSSLESS_BASELINE = {"natural": "stock", "natural-sparse": "stock-sparse", "stock-sparse": "natural-sparse"}
+"""The lossless variants and the run each one's losses must equal up to float noise: the natural hook sums what stock
+DDP sums; with a ``sparse=True`` embedding stock DDP (rows all-gathered) and the natural hook (rows summed by Zen)
+compare to each other (a sparse embedding trains differently from a dense one under AdamW + SparseAdam). Every other
+variant but ``stock`` is lossy and judged by time to stock's loss."""
+
+UNABLE = "unable to run here: "
+"""What ``scripts/ddp_transformers.py`` prints before exit 3 for a variant this backend cannot run (PowerSGD on gloo
+in more than one bucket); the sweep reports the line instead of failing."""
+
+
+def time_to_quality(
+    losses: Sequence[float],
+    step_times: Sequence[float],
+    stock_losses: Sequence[float],
+    stock_times: Sequence[float],
+    target_step: int,
+    *,
+    window: int = 5,
+) -> dict[str, float]:
+    """A lossy run judged against fp32 stock DDP: ``target_loss`` (stock's mean loss over the ``window`` steps ending
+    at ``target_step``), ``time_to_stock_loss_s`` / ``steps_to_stock_loss`` (:func:`time_to_loss` of this run to that
+    loss: nan / -1 if it never got there) and ``loss_gap_at_equal_time`` (this run's trailing mean at its last step
+    ended within the seconds stock took to ``target_step``, less ``target_loss``: positive is worse; nan if it had not
+    done ``window`` steps by then). Both, because a variant faster per step but worse per step can win either way."""
+    if not window - 1 <= target_step < len(stock_losses):
+        raise ValueError(
+            f"target_step {target_step} is outside stock's {len(stock_losses)} steps with a window of {window}: "
+            f"choose {window - 1} <= target_step < {len(stock_losses)}"
+        )
+    target = sum(stock_losses[target_step - window + 1 : target_step + 1]) / window
+    seconds, steps = time_to_loss(losses, step_times, target, window=window)
+    budget, elapsed, gap = sum(stock_times[: target_step + 1]), 0.0, float("nan")
+    for k, t in enumerate(step_times):
+        elapsed += t
+        if elapsed > budget:
+            break
+        if k >= window - 1:
+            gap = sum(losses[k - window + 1 : k + 1]) / window - target
+    return {
+        "target_loss": target,
+        "time_to_stock_loss_s": seconds,
+        "steps_to_stock_loss": steps,
+        "loss_gap_at_equal_time": gap,
+    }
 
 
 def example_script() -> Path:
@@ -206,21 +265,31 @@ def ddp_script_sweep(
     *,
     ranks: int = 4,
     bandwidths: Sequence[float | None] = (None, 1.0),
-    variants: Sequence[str] = tuple(DDP_VARIANTS),
+    variants: Sequence[str] = DDP_DEFAULT_VARIANTS,
     steps: int = 12,
     warmup: int = 2,
     rounds: int = 1,
     size: str = "default",
     batch: int = 8,
-    bucket_mb: float = 25.0,
+    bucket_mb: float | None = None,
+    optimizer: str = "adamw",
+    lr: float | None = None,
+    target_step: int | None = None,
+    window: int = 5,
     progress: bool = True,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The example DDP script per variant and link rate (``None``: loopback, one ``torchrun --standalone``; a rate:
-    one torchrun per lab node, :func:`~zen_analysis.ranks.procs.run_in_lab`), ``rounds`` times interleaved. One row
-    per (network, variant): rank 0's median step time and bytes per step (the hooks' measured sparse bytes + the
-    dense all-reduces' ring volume) after ``warmup`` steps, the sum's seconds and the part backward waited for
-    (top-k), and the largest per-step loss difference from stock DDP's (natural: float noise only). Returns that
-    summary and every measured step."""
+    """The example DDP script per variant (:data:`DDP_VARIANTS`) and link rate (``None``: loopback, one ``torchrun
+    --standalone``; a rate: one torchrun per lab node, :func:`~zen_analysis.ranks.procs.run_in_lab`), ``rounds``
+    times interleaved, every variant with the same ``optimizer`` (``sgd``: one plain SGD, the sparse embedding's
+    too), ``lr`` (None: the script's) and ``bucket_mb`` (None: the script's, DDP's 25 MB; PowerSGD on gloo one
+    bucket). One row per (network, variant): rank 0's median step time and bytes per step (the hooks' measured sparse
+    bytes + the dense all-reduces' ring volume; torch's hooks' from their shapes) after ``warmup`` steps, the sum's
+    seconds and the part backward waited for (top-k), ``speedup_vs_stock``, the largest per-step loss difference from
+    stock DDP's and, for the lossless variants, from their baseline (:data:`LOSSLESS_BASELINE`: float noise only),
+    and against fp32 stock's loss at ``target_step`` (default two thirds in, so a slower-learning variant has steps
+    left to get there) :func:`time_to_quality`'s columns (medians over rounds). A variant the backend cannot run
+    (the script's "unable to run here: ..."; exit 3) is a row whose ``status`` says why, its numbers NaN; the rest
+    say ``ok``. Returns that summary and every measured step."""
     import json
     import subprocess
     import sys
@@ -231,13 +300,23 @@ def ddp_script_sweep(
     unknown = set(variants) - set(DDP_VARIANTS)
     if unknown:
         raise ValueError(f"unknown variants {sorted(unknown)}; choose from {list(DDP_VARIANTS)}")
-    script, rows, losses = example_script(), [], {}
+    if optimizer not in ("adamw", "sgd"):
+        raise ValueError(f"optimizer {optimizer!r}: the script trains with adamw or sgd")
+    target_step = (2 * steps) // 3 - 1 if target_step is None else target_step
+    if not window - 1 <= target_step < steps:
+        raise ValueError(
+            f"target_step {target_step} with {steps} steps and a window of {window}: choose "
+            f"{window - 1} <= target_step < {steps} (or more steps)"
+        )
+    script, rows, runs, unable = example_script(), [], {}, {}
     with tempfile.TemporaryDirectory(prefix="zen-ddp-sweep-") as tmp:
         for bw in bandwidths:
             network = "loopback" if bw is None else f"{bw:g} Gbit/s"
             for rnd in range(rounds):
                 for variant in variants:
-                    out = Path(tmp) / f"{len(rows)}.json"
+                    if (network, variant) in unable:
+                        continue
+                    out = Path(tmp) / f"{len(rows)}-{variant}-{rnd}.json"
                     program = [
                         str(script),
                         "--size",
@@ -248,8 +327,10 @@ def ddp_script_sweep(
                         str(batch),
                         "--out",
                         str(out),
-                        "--bucket-mb",
-                        str(bucket_mb),
+                        "--optimizer",
+                        optimizer,
+                        *(["--bucket-mb", str(bucket_mb)] if bucket_mb is not None else []),
+                        *(["--lr", str(lr)] if lr is not None else []),
                         *DDP_VARIANTS[variant],
                     ]
                     if progress:
@@ -267,38 +348,77 @@ def ddp_script_sweep(
                             capture_output=True,
                             text=True,
                         )
-                        code, tail = proc.returncode, (proc.stdout + proc.stderr)[-3000:]
+                        code, text = proc.returncode, proc.stdout + proc.stderr
+                        tail = text[-3000:]
                     else:
-                        log = Path(tmp) / f"logs-{len(rows)}"
-                        code, tail = (
-                            run_in_lab(program, nodes=ranks, bandwidth_gbps=bw, log_dir=log),
-                            f"(logs in {log})",
-                        )
+                        log = Path(tmp) / f"logs-{len(rows)}-{variant}-{rnd}"
+                        code = run_in_lab(program, nodes=ranks, bandwidth_gbps=bw, log_dir=log)
+                        text = "".join(f.read_text(errors="replace") for f in sorted(log.glob("*"))) if code else ""
+                        tail = f"(logs in {log})"
+                    if code and UNABLE in text:
+                        reason = text[text.index(UNABLE) :].splitlines()[0]
+                        unable[(network, variant)] = reason
+                        if progress:
+                            print(f"[ddp sweep] {network}: {variant}: {reason}", flush=True)
+                        continue
                     if code:
                         raise RuntimeError(f"{variant} at {network} exited with {code}:\n{tail}")
                     result = json.loads(out.read_text())
-                    losses.setdefault((network, variant), []).append([s["loss"] for s in result["steps"]])
+                    runs.setdefault((network, variant), []).append(
+                        ([s["loss"] for s in result["steps"]], [s["step_s"] for s in result["steps"]])
+                    )
                     for s in result["steps"][warmup:]:
                         rows.append({"network": network, "bandwidth_gbps": bw, "variant": variant, "round": rnd, **s})
     steps_df = pd.DataFrame(rows)
-    summary = (
-        steps_df.groupby(["network", "variant"], sort=False)
-        .agg(
-            step_s_median=("step_s", "median"),
-            bytes_per_step=("bytes", "median"),
-            sparse_bytes=("sparse_bytes", "median"),
-            dense_bytes=("dense_bytes", "median"),
-            sync_s_median=("sync_s", "median"),
-            exposed_s_median=("exposed_s", "median"),
-            bandwidth_gbps=("bandwidth_gbps", "first"),
+    if steps_df.empty:
+        summary = pd.DataFrame(columns=["network", "variant", "bandwidth_gbps", "step_s_median"])
+    else:
+        summary = (
+            steps_df.groupby(["network", "variant"], sort=False)
+            .agg(
+                step_s_median=("step_s", "median"),
+                bytes_per_step=("bytes", "median"),
+                sparse_bytes=("sparse_bytes", "median"),
+                dense_bytes=("dense_bytes", "median"),
+                sync_s_median=("sync_s", "median"),
+                exposed_s_median=("exposed_s", "median"),
+                bandwidth_gbps=("bandwidth_gbps", "first"),
+            )
+            .reset_index()
         )
-        .reset_index()
-    )
-    diffs = []
-    for network, variant in zip(summary["network"], summary["variant"]):
-        mine, stock = losses[(network, variant)][0], losses.get((network, "stock"), [None])[0]
-        diffs.append(max(abs(a - b) for a, b in zip(mine, stock)) if stock is not None else float("nan"))
-    summary["loss_max_diff_vs_stock"] = diffs
+    summary["status"] = "ok"
+    missing = [
+        {"network": n, "variant": v, "bandwidth_gbps": None if n == "loopback" else float(n.split()[0]), "status": why}
+        for (n, v), why in unable.items()
+    ]
+    if missing:
+        summary = pd.concat([summary, pd.DataFrame(missing)], ignore_index=True)
+    order = {v: k for k, v in enumerate(variants)}
+    nets = {("loopback" if b is None else f"{b:g} Gbit/s"): k for k, b in enumerate(bandwidths)}
+    summary = summary.sort_values(
+        ["network", "variant"], key=lambda c: c.map(nets if c.name == "network" else order)
+    ).reset_index(drop=True)
+
+    def max_diff(network: str, variant: str, other: str | None) -> float:
+        mine, theirs = runs.get((network, variant)), runs.get((network, other))
+        if mine is None or theirs is None:
+            return float("nan")
+        return max(abs(a - b) for a, b in zip(mine[0][0], theirs[0][0]))
+
+    pairs = list(zip(summary["network"], summary["variant"]))
+    summary["loss_max_diff_vs_stock"] = [max_diff(n, v, "stock") for n, v in pairs]
+    summary["lossless_baseline"] = [LOSSLESS_BASELINE.get(v, "") for _, v in pairs]
+    summary["loss_max_diff_vs_baseline"] = [max_diff(n, v, LOSSLESS_BASELINE.get(v)) for n, v in pairs]
+    quality = []
+    for network, variant in pairs:
+        mine, stock = runs.get((network, variant), []), runs.get((network, "stock"), [])
+        per_round = [
+            time_to_quality(losses, times, s_losses, s_times, target_step, window=window)
+            for (losses, times), (s_losses, s_times) in zip(mine, stock)
+        ]
+        keys = ("target_loss", "time_to_stock_loss_s", "steps_to_stock_loss", "loss_gap_at_equal_time")
+        quality.append({k: pd.Series([q[k] for q in per_round], dtype=float).median() for k in keys})
+    summary = pd.concat([summary, pd.DataFrame(quality, index=summary.index)], axis=1)
     stock = summary[summary["variant"] == "stock"].set_index("network")["step_s_median"]
     summary["speedup_vs_stock"] = summary["network"].map(stock) / summary["step_s_median"]
     return summary, steps_df
