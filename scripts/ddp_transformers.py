@@ -2,8 +2,10 @@
 
     torchrun --nproc-per-node 4 scripts/ddp_transformers.py --zen natural           # default size
     torchrun --nproc-per-node 2 scripts/ddp_transformers.py --size smoke --steps 5  # seconds
+    torchrun --nproc-per-node 4 scripts/ddp_transformers.py --model lstm --size lstm-words  # the paper's LSTM
 
-The model is a Llama (or ``--model gpt2``) built from config with an untied input embedding (its gradient is
+The model is a Llama (or ``--model gpt2``; or ``--model lstm``, a word-level LSTM LM in plain PyTorch on the
+``lstm-words`` recipe's word vocabulary) built from config with an untied input embedding (its gradient is
 row-sparse), the data the toolkit's default corpus (the Python standard library's source, tokenized locally: no
 download). Everything here is stock PyTorch + transformers except ``register``: ``--zen natural`` sums the
 embedding's gradient losslessly with Zen (the rest stays DDP's own all-reduce), ``--zen topk`` compresses every
@@ -44,7 +46,39 @@ from zen_analysis.sync.ddp import register
 from zen_analysis.wire.exchange import ring_bytes_sent
 from zen_analysis.workload.data import TokenData, prepare
 
-SIZES = {"smoke": recipes.smoke, "default": recipes.default}
+SIZES = {"smoke": recipes.smoke, "default": recipes.default, "lstm-words": recipes.lstm_words}
+
+
+class WordLSTM(torch.nn.Module):
+    """``--model lstm``: a word-level LSTM LM as a user writes it in plain PyTorch, the Zen paper's natural-sparsity
+    workload: an embedding of the vocabulary, a 2-layer LSTM and an adaptive softmax (its cutoffs from the recipe;
+    a full softmax without). ``model(input_ids=x, targets=y)`` returns the mean loss."""
+
+    def __init__(self, vocab_size: int, m) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab_size, m.hidden_size)
+        self.lstm = torch.nn.LSTM(m.hidden_size, m.hidden_size, num_layers=m.num_layers, batch_first=True)
+        cutoffs = [c for c in m.adaptive_cutoffs if c < vocab_size]
+        self.adaptive = bool(cutoffs)
+        if self.adaptive:
+            self.head = torch.nn.AdaptiveLogSoftmaxWithLoss(m.hidden_size, vocab_size, cutoffs, div_value=4.0)
+        else:  # a recipe without cutoffs (--size smoke): a full softmax
+            self.head = torch.nn.Linear(m.hidden_size, vocab_size)
+
+    def get_input_embeddings(self) -> torch.nn.Embedding:
+        return self.embed
+
+    def set_input_embeddings(self, embedding: torch.nn.Embedding) -> None:
+        self.embed = embedding
+
+    def forward(self, input_ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        h, _ = self.lstm(self.embed(input_ids))
+        h = h.reshape(-1, h.shape[-1])
+        if self.adaptive:
+            return self.head(h, targets.reshape(-1)).loss
+        return torch.nn.functional.cross_entropy(self.head(h), targets.reshape(-1))
+
+
 UNABLE = "unable to run here: "
 """The line a variant that cannot run on this backend prints (then exit 3): the sweep reports it instead of a crash."""
 UNABLE_EXIT = 3
@@ -120,6 +154,8 @@ class HookBytes:
 
 def build(family: str, vocab_size: int, m, seq_len: int) -> torch.nn.Module:
     """A causal LM of the recipe's size, from config, with untied input and output embeddings."""
+    if family == "lstm":
+        return WordLSTM(vocab_size, m)
     if family == "gpt2":
         return GPT2LMHeadModel(
             GPT2Config(
@@ -150,7 +186,7 @@ def build(family: str, vocab_size: int, m, seq_len: int) -> torch.nn.Module:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--zen", choices=["natural", "topk", "off"], default="natural")
-    p.add_argument("--model", choices=["llama", "gpt2"], default="llama")
+    p.add_argument("--model", choices=["llama", "gpt2", "lstm"], default="llama", help="lstm: with --size lstm-words")
     p.add_argument("--sparse-embedding", action="store_true", help="nn.Embedding(sparse=True) as input embedding")
     p.add_argument("--threshold", choices=["local", "global"], default="local", help="--zen topk: DGC threshold")
     p.add_argument("--overlap", action="store_true", help="--zen topk: sum on a worker thread during backward")
@@ -239,8 +275,13 @@ def main() -> None:
         t0 = time.perf_counter()
         for opt in opts:
             opt.zero_grad(set_to_none=True)
-        logits = model(input_ids=x.to(device), use_cache=False).logits
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), y.to(device).reshape(-1))
+        if args.model == "lstm":
+            loss = model(input_ids=x.to(device), targets=y.to(device))
+        else:
+            logits = model(input_ids=x.to(device), use_cache=False).logits
+            loss = torch.nn.functional.cross_entropy(
+                logits.reshape(-1, logits.size(-1)).float(), y.to(device).reshape(-1)
+            )
         try:
             loss.backward()
         except RuntimeError as exc:  # the hook's UnableHere, re-raised by DDP's reducer as a RuntimeError

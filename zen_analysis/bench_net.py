@@ -317,10 +317,12 @@ def bench_ddp(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     """A user's own DDP training (``scripts/ddp_transformers.py``, the default Llama under torchrun) as stock DDP,
     with Zen's natural hook, with top-k + Zen, and with what a DDP user already has (torch's fp16 / bf16 / PowerSGD
     hooks, a ``sparse=True`` embedding) (:func:`~zen_analysis.experiments.netlab.ddp_script_sweep`): median step
-    time and bytes per step of rank 0, on loopback and, as root, behind 1 Gbit/s links; the lossy variants' time to
-    stock DDP's loss at ``target_step`` and their loss gap at stock's time, the lossless ones' loss difference from
-    their baseline. ``--set ranks=4 bandwidths=loopback,1 steps=12 rounds=2 bucket_mb=25 optimizer=sgd lr=0.1
-    target_step=7 variants=...`` (default :data:`~zen_analysis.experiments.netlab.DDP_DEFAULT_VARIANTS`, all of
+    time and bytes per step of rank 0, on loopback and, as root, behind 1 Gbit/s links (``model=lstm
+    size=lstm-words``: the paper's word-level LSTM in plain PyTorch instead, in a table of its own,
+    ``ddp_script-lstm-lstm-words``); the lossy variants' time to stock DDP's loss at ``target_step`` and their loss
+    gap at stock's time, the lossless ones' loss difference from their baseline. ``--set ranks=4
+    bandwidths=loopback,1 steps=12 rounds=2 bucket_mb=25 optimizer=sgd lr=0.1 target_step=7 variants=...``
+    (default :data:`~zen_analysis.experiments.netlab.DDP_DEFAULT_VARIANTS`, all of
     ``DDP_VARIANTS`` selectable). Table in ``data/derived/ddp/ddp_script.txt``."""
     import pandas as pd
 
@@ -338,6 +340,7 @@ def bench_ddp(overrides: list[str] | tuple[str, ...] = ()) -> dict:
         "warmup": 2,
         "batch": 8,
         "size": "default",
+        "model": "llama",
         "variants": list(DDP_DEFAULT_VARIANTS),
         "bucket_mb": None,  # the script's: DDP's 25 MB, PowerSGD on gloo in one bucket
         "optimizer": "adamw",
@@ -355,8 +358,12 @@ def bench_ddp(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     summary, steps = ddp_script_sweep(**opts)
     out_dir = paths.derived_dir() / "ddp"
     stamp = {"options": {k: str(v) for k, v in opts.items()}}
-    write_table(out_dir / "ddp_script.parquet", summary, stamp)
-    write_table(out_dir / "ddp_script_steps.parquet", steps, stamp)
+    # the default workload keeps its table's name; another model or size writes a table of its own beside it
+    stem = "ddp_script" + (
+        "" if (opts["model"], opts["size"]) == ("llama", "default") else f"-{opts['model']}-{opts['size']}"
+    )
+    write_table(out_dir / f"{stem}.parquet", summary, stamp)
+    write_table(out_dir / f"{stem}_steps.parquet", steps, stamp)
     cols = [
         "network",
         "variant",
@@ -375,7 +382,7 @@ def bench_ddp(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     ]
     with pd.option_context("display.width", 250, "display.max_columns", 30, "display.max_colwidth", 400):
         text = summary[cols].round(4).to_string(index=False)
-    atomic_write_text(out_dir / "ddp_script.txt", text + "\n")
+    atomic_write_text(out_dir / f"{stem}.txt", text + "\n")
     print(text)
     return {"ddp": summary}
 

@@ -202,10 +202,11 @@ def test_sparse_parameters_skip_a_tied_embedding_with_a_warning():
         assert sparse_parameters(_LM(tie=True)) == ()
 
 
-@pytest.mark.parametrize("model, flags", [("llama", []), ("gpt2", ["--sparse-embedding"])])
+@pytest.mark.parametrize("model, flags", [("llama", []), ("gpt2", ["--sparse-embedding"]), ("lstm", [])])
 def test_the_example_script_under_torchrun_matches_stock_ddp(tmp_path, model, flags):
     """scripts/ddp_transformers.py, as a user runs it: torchrun, 2 gloo ranks, a transformers Llama (dense embedding
-    gradient) or GPT-2 with an nn.Embedding(sparse=True) (stock DDP all-gathers it; the hook sums it with Zen)."""
+    gradient, its rows the ids its embedding looked up), GPT-2 with an nn.Embedding(sparse=True) (stock DDP
+    all-gathers it; the hook sums it with Zen), or the plain-PyTorch word LSTM (an adaptive softmax)."""
     import json
     import subprocess
     import sys
