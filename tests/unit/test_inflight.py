@@ -55,7 +55,8 @@ del late
 def test_a_callback_chained_on_a_gloo_future_is_waited_for_at_exit(tmp_path):
     """The cause of the DDP hooks' exit aborts, made certain: a Python callback that gloo's thread runs and destroys
     after the main thread has reached the interpreter's exit aborts the process ("terminate called without an
-    active exception", or a fatal error on the GIL); chained through inflight.then, the exit waits for it and the process ends cleanly."""
+    active exception", or a fatal error on the GIL); chained through inflight.then, the exit waits for it and the
+    process ends cleanly."""
     import subprocess
     import sys
 
