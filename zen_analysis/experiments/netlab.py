@@ -304,7 +304,9 @@ def ddp_script_sweep(
         raise ValueError(f"unknown variants {sorted(unknown)}; choose from {list(DDP_VARIANTS)}")
     if optimizer not in ("adamw", "sgd"):
         raise ValueError(f"optimizer {optimizer!r}: the script trains with adamw or sgd")
-    target_step = (2 * steps) // 3 - 1 if target_step is None else target_step
+    if target_step is None:  # two thirds in; a short run (a notebook's 4 steps) trails over what it has
+        target_step = max(0, (2 * steps) // 3 - 1)
+        window = min(window, target_step + 1)
     if not window - 1 <= target_step < steps:
         raise ValueError(
             f"target_step {target_step} with {steps} steps and a window of {window}: choose "
