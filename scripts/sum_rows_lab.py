@@ -3,6 +3,7 @@ rank behind a shaped link of the network lab (root).
 
     .venv/bin/python scripts/sum_rows_lab.py --ranks 8 --tokens 512            # one lstm-words micro-batch a rank
     .venv/bin/python scripts/sum_rows_lab.py --ranks 16 --tokens 4096          # the recipe's 8 micro-batches
+    .venv/bin/python scripts/sum_rows_lab.py --ranks 16 --trace reproduce-lstm-words   # captured rows, replayed
 
 Each rank draws ``--tokens`` ids from a Zipf law (exponent ``--zipf``) over ``--rows`` rows (default the lstm-words
 vocabulary, 69,071 words; ids by frequency, as its vocabulary is ordered), keeps the distinct ones as its rows, gives
@@ -11,6 +12,14 @@ each). Printed per scheme, rank 0's: the median seconds of the repeats after the
 sent in its last run, the rows the rank held, and the scheme's phases' seconds. It is what ``bench train``'s README
 discussion quotes: where a step touches a few hundred rows per rank, the number of collective calls decides, not the
 bytes.
+
+With ``--trace RUN`` the rows and values are a captured run's instead (its natural tensor, ``--tensor`` to choose):
+lab rank r holds one of the run's rank-steps, the union of the ``--workers-per-rank`` micro-batches one training rank
+summed at one captured step, with their summed captured values. A run captured on fewer ranks than ``--ranks`` lends
+its other captured steps: rank r takes training rank ``r % R`` at the ``r // R``-th captured step (R: the run's
+training ranks), so 16 lab ranks replay a 4-rank run's first 4 captured steps; each lab rank's rows are then one real
+rank's rows per step (the lstm-words recipe's 8 micro-batches x 4 x 128 tokens: about 1% of its table, the paper's
+LSTM density per GPU, 1.13%), while the overlap between ranks of different steps is that of later batches.
 """
 
 from __future__ import annotations
@@ -19,8 +28,61 @@ import argparse
 import time
 
 
+def _written() -> int:
+    """Bytes this process has passed to write-like system calls (gloo's sockets included; Linux)."""
+    for line in open("/proc/self/io"):
+        if line.startswith("wchar:"):
+            return int(line.split()[1])
+    return -1
+
+
+def trace_rows(run: str, tensor: str | None, world: int, rank: int, per_rank: int | None):
+    """Lab rank ``rank``'s rows and summed values from ``run``'s capture (see the module's docstring): returns
+    (rows_K, values_KD, table rows, dim)."""
+    import torch
+
+    from zen_analysis.capture.reader import TraceReader
+
+    reader = TraceReader(run)
+    tensors = reader.manifest["tensors"]
+    name = tensor or next((t for t, i in tensors.items() if i["kind"] == "natural"), None)
+    if name not in tensors:
+        raise SystemExit(f"run {reader.run_id} has no captured tensor {name!r}; it has {sorted(tensors)}")
+    shape = tensors[name].get("shape")
+    dim = int(shape[-1]) if shape else 256
+    numel = int(tensors[name]["numel"])
+    per_rank = per_rank or int(reader.manifest.get("workers_per_rank", 1))
+    trained = int(reader.manifest["num_workers"]) // per_rank
+    steps = reader.steps(name)
+    step_index, source = divmod(rank, trained)
+    if step_index >= len(steps):
+        raise SystemExit(
+            f"run {reader.run_id} has {len(steps)} captured steps x {trained} ranks = {len(steps) * trained} "
+            f"rank-steps; {world} lab ranks need {world}: use fewer ranks or --workers-per-rank"
+        )
+    workers = range(source * per_rank, (source + 1) * per_rank)
+    summed, held = torch.zeros(numel), []
+    for rec in reader.records(tensor=name, step=steps[step_index]):
+        if rec.worker in workers:
+            summed.index_add_(0, rec.indices_K.long(), rec.values_K.float())
+            held.append(rec.indices_K.long() // dim)
+    if not held:
+        raise SystemExit(f"run {reader.run_id} captured no worker of {list(workers)} at step {steps[step_index]}")
+    rows_K = torch.unique(torch.cat(held))
+    values_KD = summed.view(-1, dim)[rows_K].clone()
+    return rows_K, values_KD, numel // dim, dim
+
+
 def _ranks(
-    rank: int, world: int, schemes: list[str], rows: int, dim: int, tokens: int, zipf: float, repeats: int
+    rank: int,
+    world: int,
+    schemes: list[str],
+    rows: int,
+    dim: int,
+    tokens: int,
+    zipf: float,
+    repeats: int,
+    trace: tuple | None = None,
 ) -> dict:
     import numpy as np
     import torch
@@ -28,24 +90,33 @@ def _ranks(
 
     from zen_analysis.comm import build_scheme
 
-    p = 1.0 / np.arange(1, rows + 1) ** zipf
-    rows_K = torch.unique(torch.from_numpy(np.random.default_rng(rank).choice(rows, size=tokens, p=p / p.sum())))
-    values_KD = torch.randn(rows_K.numel(), dim, generator=torch.Generator().manual_seed(rank))
-    out = {}
-    for name in schemes:
+    if trace is not None:
+        run, tensor, per_rank = trace
+        rows_K, values_KD, rows, dim = trace_rows(run, tensor, world, rank, per_rank)
+    else:
+        p = 1.0 / np.arange(1, rows + 1) ** zipf
+        rows_K = torch.unique(torch.from_numpy(np.random.default_rng(rank).choice(rows, size=tokens, p=p / p.sum())))
+        values_KD = torch.randn(rows_K.numel(), dim, generator=torch.Generator().manual_seed(rank))
+    out, reference = {}, None
+    for name in sorted(schemes, key=lambda n: n != "stock"):  # stock first: the others are checked against it
         if name == "stock":  # stock DDP's own path: gloo's sparse all-reduce of the COO gradient (all-gathers)
-            grad = torch.sparse_coo_tensor(rows_K[None], values_KD, (rows, dim))
+            grad = torch.sparse_coo_tensor(rows_K[None], values_KD, (rows, dim), check_invariants=True)
             times = []
             for _ in range(repeats):
+                summed = grad.clone()
                 dist.barrier()
-                t0 = time.perf_counter()
-                dist.all_reduce(grad.clone())
+                t0, w0 = time.perf_counter(), _written()
+                dist.all_reduce(summed)
                 times.append(time.perf_counter() - t0)
+                written = _written() - w0
+            summed = summed.coalesce()
+            reference = (summed.indices()[0], summed.values())
             out[name] = {
                 "median_s": float(np.median(times[2:])),
-                "bytes_sent": -1,
+                "bytes_sent": written,  # what the process wrote (gloo's sockets; its message headers too)
                 "rows": rows_K.numel(),
                 "phases_s": {},
+                "max_diff_vs_stock": 0.0,
             }
             continue
         scheme = build_scheme(name, seed=0)
@@ -53,14 +124,21 @@ def _ranks(
         for _ in range(repeats):
             dist.barrier()
             t0 = time.perf_counter()
-            scheme.sum_rows(rows_K, values_KD, rows)
+            got_rows, got_values = scheme.sum_rows(rows_K, values_KD, rows)
             times.append(time.perf_counter() - t0)
         m = scheme.last_measured()
+        diff = float("nan")
+        if reference is not None:  # the same sum as stock's, up to float order
+            order = torch.argsort(got_rows)
+            if not torch.equal(got_rows[order], reference[0]):
+                raise AssertionError(f"{name}: its rows differ from stock's all_reduce of the sparse gradient")
+            diff = float((got_values[order] - reference[1]).abs().max())
         out[name] = {
             "median_s": float(np.median(times[2:])),
             "bytes_sent": int(m["bytes_sent"].sum()),
             "rows": rows_K.numel(),
             "phases_s": m.groupby("phase")["seconds"].sum().round(4).to_dict(),
+            "max_diff_vs_stock": diff,
         }
     return out
 
@@ -75,6 +153,11 @@ def main() -> None:
     ap.add_argument("--schemes", default="stock,zen,agsparse,sparcml", help="stock: all_reduce of a sparse tensor")
     ap.add_argument("--bandwidth-gbps", type=float, default=1.0)
     ap.add_argument("--repeats", type=int, default=12)
+    ap.add_argument("--trace", help="replay this captured run's rows and values instead of Zipf draws")
+    ap.add_argument("--tensor", help="--trace: the captured tensor (default: the run's natural one)")
+    ap.add_argument(
+        "--workers-per-rank", type=int, help="--trace: micro-batches summed per lab rank (default: the run's)"
+    )
     args = ap.parse_args()
     from zen_analysis.ranks.netlab import NetLab
     from zen_analysis.ranks.procs import fork_launch
@@ -89,13 +172,15 @@ def main() -> None:
             args.tokens,
             args.zipf,
             args.repeats,
+            (args.trace, args.tensor, args.workers_per_rank) if args.trace else None,
             lab=lab,
         )
-    print(f"{args.ranks} ranks x {args.tokens} tokens behind {args.bandwidth_gbps:g} Gbit/s, rank 0:")
+    what = f"{args.trace}'s captured rows" if args.trace else f"{args.tokens} tokens"
+    print(f"{args.ranks} ranks x {what} behind {args.bandwidth_gbps:g} Gbit/s, rank 0:")
     for name, r in res[0].items():
         print(
             f"  {name:10s} {1e3 * r['median_s']:8.1f} ms  {r['bytes_sent']:>11,} bytes  {r['rows']} rows  "
-            f"{r['phases_s']}"
+            f"max |diff| vs stock {r['max_diff_vs_stock']:.2g}  {r['phases_s']}"
         )
 
 

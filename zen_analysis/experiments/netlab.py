@@ -293,6 +293,7 @@ def ddp_script_sweep(
     (the script's "unable to run here: ..."; exit 3) is a row whose ``status`` says why, its numbers NaN; the rest
     say ``ok``. Returns that summary and every measured step."""
     import json
+    import shutil
     import subprocess
     import sys
     import tempfile
@@ -359,8 +360,15 @@ def ddp_script_sweep(
                     else:
                         log = Path(tmp) / f"logs-{len(rows)}-{variant}-{rnd}"
                         code = run_in_lab(program, nodes=ranks, bandwidth_gbps=bw, log_dir=log)
-                        text = "".join(f.read_text(errors="replace") for f in sorted(log.glob("*"))) if code else ""
-                        tail = f"(logs in {log})"
+                        text = (
+                            "".join(f"--- {f.name}\n{f.read_text(errors='replace')}" for f in sorted(log.glob("*")))
+                            if code
+                            else ""
+                        )
+                        if code:  # the sweep's folder goes at the end: keep this run's logs where the error says
+                            kept = Path(tempfile.mkdtemp(prefix=f"zen-ddp-failed-{variant}-"))
+                            shutil.copytree(log, kept, dirs_exist_ok=True)
+                            tail = f"{text[-3000:]}\n(every rank's log in {kept})"
                     if code and UNABLE in text:
                         reason = text[text.index(UNABLE) :].splitlines()[0]
                         unable[(network, variant)] = reason
