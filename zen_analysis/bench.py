@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 from zen_analysis import recipes
 from zen_analysis.bench_local_sgd import bench_pseudo_claims, bench_pseudo_density, bench_stragglers
-from zen_analysis.bench_net import bench_ddp, bench_netlab
+from zen_analysis.bench_net import bench_ddp, bench_exchange, bench_netlab
 from zen_analysis.bench_options import CONFIG, floats, ints, names, parse_sets
 from zen_analysis.bench_train import bench_train
 from zen_analysis.config import apply_overrides
@@ -386,6 +386,9 @@ BENCHMARKS = {
     "netlab": Benchmark(bench_netlab, "schemes, hierarchical Zen and training on the emulated network", True),
     "ddp": Benchmark(bench_ddp, "the example DDP script, stock vs Zen, on loopback and shaped links", True),
     "train": Benchmark(bench_train, "training throughput of the paper's workloads across schemes and ranks", True),
+    "exchange": Benchmark(
+        bench_exchange, "a captured run's embedding rows summed by stock DDP's sparse path and by Zen, in the lab", True
+    ),
     "paper": Benchmark(bench_paper, "Fig. 11-14 modelled at 16 x 8 V100, 25 Gbit/s, from the captured traces"),
 }
 """Every benchmark by its name on the command line (``zen-analysis bench <name>``): the one list of them; the CLI's

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from zen_analysis import recipes
-from zen_analysis.bench_options import floats, ints, names, parse_sets
+from zen_analysis.bench_options import flag, floats, ints, names, parse_sets
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -319,11 +319,11 @@ def bench_ddp(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     hooks, a ``sparse=True`` embedding) (:func:`~zen_analysis.experiments.netlab.ddp_script_sweep`): median step
     time and bytes per step of rank 0, on loopback and, as root, behind 1 Gbit/s links (``model=lstm
     size=lstm-words``: the paper's word-level LSTM in plain PyTorch instead, in a table of its own,
-    ``ddp_script-lstm-lstm-words``); the lossy variants' time to stock DDP's loss at ``target_step`` and their loss
-    gap at stock's time, the lossless ones' loss difference from their baseline. ``--set ranks=4
-    bandwidths=loopback,1 steps=12 rounds=2 bucket_mb=25 optimizer=sgd lr=0.1 target_step=7 variants=...``
-    (default :data:`~zen_analysis.experiments.netlab.DDP_DEFAULT_VARIANTS`, all of
-    ``DDP_VARIANTS`` selectable). Table in ``data/derived/ddp/ddp_script.txt``."""
+    ``ddp_script-lstm-lstm-words``; other ranks or batch add ``-r<ranks>-b<batch>``); the lossy variants' time to
+    stock DDP's loss at ``target_step`` and their loss gap at stock's time, the lossless ones' loss difference
+    from their baseline. ``--set ranks=4 bandwidths=loopback,1 steps=12 rounds=2 bucket_mb=25 optimizer=sgd
+    lr=0.1 target_step=7 variants=...`` (default :data:`~zen_analysis.experiments.netlab.DDP_DEFAULT_VARIANTS`,
+    all of ``DDP_VARIANTS`` selectable). Table in ``data/derived/ddp/ddp_script.txt``."""
     import pandas as pd
 
     from zen_analysis import paths
@@ -362,6 +362,8 @@ def bench_ddp(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     stem = "ddp_script" + (
         "" if (opts["model"], opts["size"]) == ("llama", "default") else f"-{opts['model']}-{opts['size']}"
     )
+    if (opts["ranks"], opts["batch"]) != (defaults["ranks"], defaults["batch"]):  # another shape: a table of its own
+        stem += f"-r{opts['ranks']}-b{opts['batch']}"
     write_table(out_dir / f"{stem}.parquet", summary, stamp)
     write_table(out_dir / f"{stem}_steps.parquet", steps, stamp)
     cols = [
@@ -412,3 +414,36 @@ def draw_figure(fig, figure: str) -> None:
 
     style.savefig(fig, figure)
     plt.close(fig)
+
+
+def bench_exchange(overrides: list[str] | tuple[str, ...] = ()) -> dict:
+    """The gradient exchange alone against stock DDP's own sparse path
+    (:func:`~zen_analysis.experiments.exchange.exchange_sweep`): a captured run's rank-steps of its embedding (each
+    lab rank one real rank's rows per step) summed by stock DDP's sparse all-reduce and by the toolkit's row sums,
+    each rank behind a shaped link, measured beside the lab's model. ``--set run=reproduce-lstm-words ranks=4,8,16
+    bandwidths=1 schemes=stock,zen,agsparse,sparcml repeats=12 workers_per_rank=8 model=true``. Table in
+    ``data/derived/exchange/<run>.txt``."""
+    from zen_analysis import paths
+    from zen_analysis.experiments.exchange import EXCHANGE_SCHEMES, exchange_sweep
+    from zen_analysis.ranks import netlab
+
+    defaults = {
+        "run": "reproduce-lstm-words",
+        "ranks": [4, 8, 16],
+        "bandwidths": [1.0],
+        "schemes": list(EXCHANGE_SCHEMES),
+        "repeats": 12,
+        "workers_per_rank": None,  # the run's: one training rank's micro-batches
+        "model": True,
+    }
+    types = {"ranks": ints, "bandwidths": floats, "schemes": names, "workers_per_rank": int, "model": flag}
+    opts = parse_sets("exchange", overrides, defaults, types)
+    ok, why = netlab.available()
+    if not ok:
+        raise RuntimeError(f"bench exchange runs every rank behind a shaped link: no network lab here ({why})")
+    df = exchange_sweep(**opts)
+    cols = ["ranks", "bandwidth_gbps", "scheme", "measured_s", "modelled_s", "lead_vs_stock"]
+    cols += ["lead_vs_stock_modelled", "written_bytes", "rows_mean", "rows_union", "max_diff_vs_stock"]
+    shown = df[cols].round({"measured_s": 4, "modelled_s": 4, "lead_vs_stock": 2, "lead_vs_stock_modelled": 2})
+    publish(df, paths.derived_dir() / "exchange" / str(opts["run"]), shown, {k: str(v) for k, v in opts.items()})
+    return {"exchange": df}

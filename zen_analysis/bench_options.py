@@ -19,6 +19,16 @@ def ints(value: str) -> list[int]:
     return [int(v) for v in split_list(value)]
 
 
+def flag(value: str) -> bool:
+    """``true`` / ``false`` (``1`` / ``0``, ``yes`` / ``no``) -> a bool; anything else raises a ValueError."""
+    lowered = value.strip().lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise ValueError(f"{value!r} is not true or false")
+
+
 def floats(value: str) -> list[float]:
     """``0.5,1`` -> ``[0.5, 1.0]``; an empty value is an empty list."""
     return [float(v) for v in split_list(value)]
