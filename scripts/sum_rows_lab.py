@@ -13,13 +13,9 @@ sent in its last run, the rows the rank held, and the scheme's phases' seconds. 
 discussion quotes: where a step touches a few hundred rows per rank, the number of collective calls decides, not the
 bytes.
 
-With ``--trace RUN`` the rows and values are a captured run's instead (its natural tensor, ``--tensor`` to choose):
-lab rank r holds one of the run's rank-steps, the union of the ``--workers-per-rank`` micro-batches one training rank
-summed at one captured step, with their summed captured values. A run captured on fewer ranks than ``--ranks`` lends
-its other captured steps: rank r takes training rank ``r % R`` at the ``r // R``-th captured step (R: the run's
-training ranks), so 16 lab ranks replay a 4-rank run's first 4 captured steps; each lab rank's rows are then one real
-rank's rows per step (the lstm-words recipe's 8 micro-batches x 4 x 128 tokens: about 1% of its table, the paper's
-LSTM density per GPU, 1.13%), while the overlap between ranks of different steps is that of later batches.
+With ``--trace RUN`` the rows and values are a captured run's instead (its natural tensor, ``--tensor`` to choose),
+lab rank r holding one real rank-step (``zen_analysis.experiments.exchange.rank_step_rows``); ``zen-analysis bench
+exchange`` is that replay as a benchmark, at several rank counts and rates, beside the model.
 """
 
 from __future__ import annotations
@@ -34,43 +30,6 @@ def _written() -> int:
         if line.startswith("wchar:"):
             return int(line.split()[1])
     return -1
-
-
-def trace_rows(run: str, tensor: str | None, world: int, rank: int, per_rank: int | None):
-    """Lab rank ``rank``'s rows and summed values from ``run``'s capture (see the module's docstring): returns
-    (rows_K, values_KD, table rows, dim)."""
-    import torch
-
-    from zen_analysis.capture.reader import TraceReader
-
-    reader = TraceReader(run)
-    tensors = reader.manifest["tensors"]
-    name = tensor or next((t for t, i in tensors.items() if i["kind"] == "natural"), None)
-    if name not in tensors:
-        raise SystemExit(f"run {reader.run_id} has no captured tensor {name!r}; it has {sorted(tensors)}")
-    shape = tensors[name].get("shape")
-    dim = int(shape[-1]) if shape else 256
-    numel = int(tensors[name]["numel"])
-    per_rank = per_rank or int(reader.manifest.get("workers_per_rank", 1))
-    trained = int(reader.manifest["num_workers"]) // per_rank
-    steps = reader.steps(name)
-    step_index, source = divmod(rank, trained)
-    if step_index >= len(steps):
-        raise SystemExit(
-            f"run {reader.run_id} has {len(steps)} captured steps x {trained} ranks = {len(steps) * trained} "
-            f"rank-steps; {world} lab ranks need {world}: use fewer ranks or --workers-per-rank"
-        )
-    workers = range(source * per_rank, (source + 1) * per_rank)
-    summed, held = torch.zeros(numel), []
-    for rec in reader.records(tensor=name, step=steps[step_index]):
-        if rec.worker in workers:
-            summed.index_add_(0, rec.indices_K.long(), rec.values_K.float())
-            held.append(rec.indices_K.long() // dim)
-    if not held:
-        raise SystemExit(f"run {reader.run_id} captured no worker of {list(workers)} at step {steps[step_index]}")
-    rows_K = torch.unique(torch.cat(held))
-    values_KD = summed.view(-1, dim)[rows_K].clone()
-    return rows_K, values_KD, numel // dim, dim
 
 
 def _ranks(
@@ -91,8 +50,10 @@ def _ranks(
     from zen_analysis.comm import build_scheme
 
     if trace is not None:
+        from zen_analysis.experiments.exchange import rank_step_rows
+
         run, tensor, per_rank = trace
-        rows_K, values_KD, rows, dim = trace_rows(run, tensor, world, rank, per_rank)
+        rows_K, values_KD, rows, dim = rank_step_rows(run, world, rank, tensor=tensor, workers_per_rank=per_rank)
     else:
         p = 1.0 / np.arange(1, rows + 1) ** zipf
         rows_K = torch.unique(torch.from_numpy(np.random.default_rng(rank).choice(rows, size=tokens, p=p / p.sum())))
