@@ -174,3 +174,40 @@ def test_pseudo_gradient_capture_records_the_kinds_its_mode_names_one_store_step
     assert all(r.indices_K.tolist() == [1, 3, 6] and r.values_K.tolist() == [1.5, -2.0, 3.0] for r in recs)
     with pytest.raises(ValueError, match="sent or all"):
         PseudoGradientCapture(writer, rank=1, mode="off", compress=compress, topk_ratio=0.25, layout=layout)
+
+
+def _sparse_model():
+    torch.manual_seed(0)
+    cfg = ModelConfig(hidden_size=32, num_heads=2, sparse_embedding=True)
+    return build_model(cfg, vocab_size=300, max_seq_len=16)
+
+
+@pytest.mark.parametrize("scope", ["tensor", "bucket"])
+def test_a_sparse_embedding_gradient_is_captured_as_the_dense_one(tmp_path, scope):
+    """``model.sparse_embedding``: the natural records of the sparse COO gradient (coalesced) hold the dense run's
+    indices, and its values up to the order backward summed a row's repeated ids in; the gradient training sees is
+    the dense one's, still sparse; the top-k buckets read it placed densely."""
+    V = 3
+    cfg = CaptureConfig(every=1, topk_scope=scope, topk_tensors=("*layers.0.mlp.down_proj.weight",), bucket_mb=0.05)
+    runs = {}
+    for label, build in (("dense", _model), ("sparse", _sparse_model)):
+        model = build()
+        writer = TraceWriter(tmp_path / label, rank=0, run_id="t", world_size=1, steps_per_shard=1)
+        cap = GradientCapture(cfg, model, writer, rank=0, seed=0)
+        for v, x in enumerate(_batches(V)):
+            with cap.worker(step=0, worker=v):
+                (lm_loss(model, x, x) / V).backward()
+        cap.end_step()
+        cap.close()
+        write_manifest(tmp_path / label, {"run_id": "t", "tensors": cap.tensor_info()})
+        runs[label] = (model, {(r.worker, r.tensor): r for r in TraceReader(tmp_path / label).records()})
+    (dense, dense_recs), (sparse, sparse_recs) = runs["dense"], runs["sparse"]
+    emb = "model.embed_tokens.weight"
+    assert sparse.model.embed_tokens.weight.grad.is_sparse
+    assert dense_recs.keys() == sparse_recs.keys() and (0, emb) in dense_recs
+    for key, rec in dense_recs.items():
+        other = sparse_recs[key]
+        assert torch.equal(rec.indices_K, other.indices_K), key
+        torch.testing.assert_close(other.values_K, rec.values_K, rtol=1e-6, atol=1e-9, msg=str(key))
+    for (name, p), q in zip(dense.named_parameters(), sparse.parameters()):
+        torch.testing.assert_close(q.grad.to_dense(), p.grad, rtol=1e-6, atol=1e-9, msg=name)

@@ -4,7 +4,7 @@ import re
 import pytest
 import torch
 
-from zen_analysis.train.optim import LazyRowAdamW
+from zen_analysis.train.optim import LazyRowAdamW, densify_sparse_grads
 from zen_analysis.wire.rows import nonzero_rows
 
 STATE_KEYS = ("step", "exp_avg", "exp_avg_sq")
@@ -105,6 +105,31 @@ def test_sparse_embedding_grads_give_the_parameters_of_dense_ones():
         assert torch.equal(nonzero_rows(dense.weight.grad), ids.unique())
     assert torch.equal(sparse.weight, dense.weight)
     assert same_state(opt_s.state[sparse.weight], opt_d.state[dense.weight])
+
+
+def test_a_sparse_embedding_made_dense_steps_as_adamw_on_a_dense_embedding():
+    """``model.sparse_embedding`` with ``train.embedding_update=dense``: the sparse gradient (repeated ids included)
+    made dense gives AdamW the dense embedding's gradient and so its step, bit for bit here (integer upstream
+    gradients: every sum exact whatever its order); ``keep`` (the lazy update's table) stays sparse."""
+    gen = torch.Generator().manual_seed(4)
+    V, D = 60, 8
+    sparse = torch.nn.Embedding(V, D, sparse=True)
+    dense = torch.nn.Embedding(V, D, sparse=False)
+    dense.load_state_dict(sparse.state_dict())
+    opt_s = torch.optim.AdamW(sparse.parameters(), lr=1e-2, weight_decay=0.1)
+    opt_d = torch.optim.AdamW(dense.parameters(), lr=1e-2, weight_decay=0.1)
+    for _ in range(3):
+        ids = torch.randint(0, V // 2, (16, 5), generator=gen)
+        up = torch.randint(1, 9, (16, 5, D), generator=gen).float()
+        for emb, opt in ((sparse, opt_s), (dense, opt_d)):
+            opt.zero_grad()
+            (emb(ids) * up).sum().backward()
+        assert densify_sparse_grads(sparse.parameters(), keep=sparse.weight) == 0 and sparse.weight.grad.is_sparse
+        assert densify_sparse_grads([*sparse.parameters(), *dense.parameters()]) == 1
+        assert not sparse.weight.grad.is_sparse and torch.equal(sparse.weight.grad, dense.weight.grad)
+        opt_s.step()
+        opt_d.step()
+    assert torch.equal(sparse.weight, dense.weight)
 
 
 def test_explicit_rows_equal_found_rows_and_may_add_zero_gradient_rows():

@@ -8,7 +8,8 @@ the isolated gradient is added back into the accumulated ``.grad``.
 What is recorded per (step, worker, tensor):
 
 * ``natural``: the non-zeros of the input-embedding gradient (element granularity; a row with a gradient has all
-  its ``hidden_size`` elements non-zero).
+  its ``hidden_size`` elements non-zero). A sparse COO gradient (``model.sparse_embedding``) is read coalesced: the
+  same indices, and values up to the order backward summed a row's repeated ids in.
 * ``topk``: the DGC top-k selection (after error feedback) of each DDP-style gradient bucket
   (``capture.topk_scope=bucket``, the default: every trainable parameter, :mod:`zen_analysis.capture.buckets`;
   records named ``bucket00``, ... with shape ``(numel,)``), or of each matched dense tensor (``tensor``).
@@ -53,6 +54,12 @@ def match_tensors(model: nn.Module, patterns: tuple[str, ...]) -> list[str]:
             raise ValueError(f"capture.topk_tensors pattern {pat!r} matches no parameter; parameters are: {names}")
         out.extend(h for h in hits if h not in out)
     return out
+
+
+def _dense(grad: torch.Tensor) -> torch.Tensor:
+    """``grad`` as a dense tensor: a sparse COO one (``nn.Embedding(sparse=True)``) coalesced and placed, for the
+    top-k selections, which read every element."""
+    return grad.coalesce().to_dense() if grad.is_sparse else grad
 
 
 class GradientCapture:
@@ -140,9 +147,10 @@ class GradientCapture:
         self.seconds += time.perf_counter() - t0
         yield
         t0 = time.perf_counter()
+        got = {name: p.grad for name, p in self.params.items()}
         micro = {}
         for name, p in self.params.items():
-            micro[name] = p.grad if p.grad is not None else torch.zeros_like(p)  # unused by this micro-batch: zero
+            micro[name] = got[name] if got[name] is not None else torch.zeros_like(p)  # unused by it: zero
         for name in self.natural:
             self.writer.add(
                 SparseGrad.from_dense(
@@ -150,17 +158,20 @@ class GradientCapture:
                 )
             )
         for name in self.topk:
-            idx_K, val_K = self.compressor.compress(micro[name], worker=worker, tensor=name, step=step)
+            idx_K, val_K = self.compressor.compress(_dense(micro[name]), worker=worker, tensor=name, step=step)
             self._add_topk(step, worker, name, tuple(micro[name].shape), idx_K, val_K)
         for b in self.buckets:
-            flat_N = torch.cat([micro[n].reshape(-1) for n, _, _ in b.parts])
+            flat_N = torch.cat([_dense(micro[n]).reshape(-1) for n, _, _ in b.parts])
             if self.cfg.topk_threshold == "global":
                 self._held.append((step, worker, b, self.compressor.accumulate(flat_N, worker=worker, tensor=b.name)))
             else:
                 idx_K, val_K = self.compressor.compress(flat_N, worker=worker, tensor=b.name, step=step)
                 self._add_topk(step, worker, b.name, (b.numel,), idx_K, val_K)
-        for name, p in self.params.items():
-            p.grad = micro[name] if stash[name] is None else stash[name].add_(micro[name])
+        for name, p in self.params.items():  # a sparse gradient accumulates as autograd would accumulate it
+            if stash[name] is None:
+                p.grad = micro[name]
+            else:
+                p.grad = stash[name] if got[name] is None else stash[name].add_(got[name])
         self.seconds += time.perf_counter() - t0
 
     def _add_topk(

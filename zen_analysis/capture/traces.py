@@ -84,9 +84,29 @@ class SparseGrad:
 
     @classmethod
     def from_dense(cls, grad: torch.Tensor, *, step: int, worker: int, rank: int, tensor: str, kind: str) -> SparseGrad:
+        """The non-zero elements of ``grad``, in flat row-major order. A sparse COO row gradient
+        (``nn.Embedding(sparse=True)``: rows of ``dim`` values) is coalesced and read row by row, with no dense copy
+        of the table: the indices its dense form would give, in the same order."""
+        if grad.is_sparse:
+            return cls._from_sparse_rows(grad, step=step, worker=worker, rank=rank, tensor=tensor, kind=kind)
         flat_N = grad.detach().reshape(-1)
         idx_K = torch.nonzero(flat_N, as_tuple=True)[0]
         return cls(step, worker, rank, tensor, kind, tuple(grad.shape), idx_K.cpu(), flat_N[idx_K].float().cpu())
+
+    @classmethod
+    def _from_sparse_rows(
+        cls, grad: torch.Tensor, *, step: int, worker: int, rank: int, tensor: str, kind: str
+    ) -> SparseGrad:
+        g = grad.detach().coalesce()
+        if g.sparse_dim() != 1 or g.dim() != 2:  # not rows of a table: placed densely, as the dense path reads it
+            return cls.from_dense(g.to_dense(), step=step, worker=worker, rank=rank, tensor=tensor, kind=kind)
+        rows_R, values_RD = g.indices()[0], g.values()
+        dim = values_RD.shape[1]
+        flat_RD = rows_R.unsqueeze(1) * dim + torch.arange(dim, device=rows_R.device)
+        keep_RD = values_RD != 0  # sorted distinct rows, columns in order: row-major, as nonzero() of the table
+        return cls(
+            step, worker, rank, tensor, kind, tuple(g.shape), flat_RD[keep_RD].cpu(), values_RD[keep_RD].float().cpu()
+        )
 
 
 def shard_name(rank: int, shard: int) -> str:

@@ -20,7 +20,7 @@ from torch.optim.adamw import adamw
 
 from zen_analysis.wire.rows import row_mask, sparse_rows
 
-__all__ = ["LazyRowAdamW", "clip_grad_norm_by_rows", "embedding_rows"]
+__all__ = ["LazyRowAdamW", "clip_grad_norm_by_rows", "densify_sparse_grads", "embedding_rows"]
 
 
 def _grad_rows(grad: torch.Tensor, rows_K: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, bool]:
@@ -178,6 +178,25 @@ def embedding_rows(grad: torch.Tensor, union_rows: torch.Tensor | None = None) -
         return row_mask(grad).nonzero().squeeze(1)
     rows_K = torch.sort(union_rows.to(grad.device)).values
     return rows_K[row_mask(grad[rows_K])]
+
+
+@torch.no_grad()
+def densify_sparse_grads(params: Iterable[torch.Tensor], keep: torch.Tensor | None = None) -> int:
+    """Make every sparse COO gradient among ``params`` dense (coalesced first: duplicate rows summed as the sparse
+    path sums them), all but ``keep``'s (the lazy update's embedding, which steps the rows it holds); returns how
+    many it made dense.
+
+    Why: ``model.sparse_embedding`` with ``train.embedding_update=dense``: backward gives the embedding's rows with
+    no (vocabulary x hidden) table to zero and fill, the sync sums those rows, and AdamW, which takes no sparse
+    gradient, then steps the summed rows placed in a dense gradient, zero elsewhere: the gradient a dense embedding
+    would have had, so the step is AdamW's own (equal up to the order duplicate rows were summed in backward)."""
+    made = 0
+    for p in params:
+        if p is keep or p.grad is None or not p.grad.is_sparse:
+            continue
+        p.grad = p.grad.coalesce().to_dense()
+        made += 1
+    return made
 
 
 @torch.no_grad()
