@@ -7,10 +7,11 @@ one from the command line is ``--set section.field=value`` (see :func:`apply_ove
 User mistakes raise ``ValueError`` with the fix in the message; ``assert`` is kept for internal invariants.
 
 One module per section (``model``, ``data``, ``train``, ``capture``, ``dist``, ``sync``, ``local_sgd``,
-``perturb``); ``names`` holds the scheme and method names as enums, ``experiment`` the composed config and its
-cross-section checks, ``overrides`` dict loading, ``--set`` overrides and JSON. This package is the lowest layer:
-it imports the standard library and ``zen_analysis.paths`` only. Import from here (``zen_analysis.config``);
-the submodules are its layout, not its interface.
+``perturb``); ``names`` holds the scheme and method names as enums (and ``Switch``, the type of the settings that
+take ``auto``), ``experiment`` the composed config and its cross-section checks, ``overrides`` dict loading,
+``--set`` overrides and JSON. This package is the lowest layer: it imports the standard library and
+``zen_analysis.paths`` only. Import from here (``zen_analysis.config``); the submodules are its layout, not its
+interface.
 """
 
 from zen_analysis.config.capture import CaptureConfig
@@ -19,7 +20,7 @@ from zen_analysis.config.dist import BACKENDS, LAUNCHERS, NETWORKS, DistConfig
 from zen_analysis.config.experiment import ExperimentConfig
 from zen_analysis.config.local_sgd import EDIT_CLIP, LocalSGDSection
 from zen_analysis.config.model import ARCHS, ModelConfig
-from zen_analysis.config.names import METHODS, SYNC_SCHEMES, MethodName, PlannerName, SchemeName
+from zen_analysis.config.names import AUTO, METHODS, SYNC_SCHEMES, MethodName, PlannerName, SchemeName, Switch
 from zen_analysis.config.overrides import apply_overrides
 from zen_analysis.config.perturb import PerturbConfig
 from zen_analysis.config.sync import SyncConfig
@@ -27,6 +28,7 @@ from zen_analysis.config.train import TrainConfig
 
 __all__ = [
     "ARCHS",
+    "AUTO",
     "BACKENDS",
     "CTR_SOURCES",
     "DATA_SOURCES",
@@ -47,6 +49,7 @@ __all__ = [
     "PlannerName",
     "SchemeName",
     "SyncConfig",
+    "Switch",
     "TrainConfig",
     "apply_overrides",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import numbers
@@ -15,11 +16,16 @@ from zen_analysis.config.data import CTR_SOURCES, DataConfig
 from zen_analysis.config.dist import DistConfig
 from zen_analysis.config.local_sgd import LocalSGDSection
 from zen_analysis.config.model import ModelConfig
-from zen_analysis.config.names import MethodName
+from zen_analysis.config.names import AUTO, MethodName
 from zen_analysis.config.perturb import PerturbConfig
 from zen_analysis.config.sync import SyncConfig
 from zen_analysis.config.train import TrainConfig
 from zen_analysis.paths import check_run_id
+
+
+def _on(switch: object) -> bool:
+    """Whether a :data:`~zen_analysis.config.names.Switch` is set on explicitly (``auto`` is not: it resolves)."""
+    return switch != AUTO and bool(switch)
 
 
 @dataclass(kw_only=True)
@@ -62,23 +68,17 @@ class ExperimentConfig:
                 "gives every embedding row a gradient. Set model.tie_embeddings=false or capture.natural=false."
             )
         self._check_ctr()
-        if self.model.sparse_embedding:
-            needs = {
-                "train.embedding_update=lazy": self.train.embedding_update == "lazy",
-                "model.tie_embeddings=false": not self.model.tie_embeddings,
-                "capture.enabled=false": not self.capture.enabled,
-                "sync.compress=none": self.sync.compress == "none",
-            }
-            missing = [k for k, ok in needs.items() if not ok]
-            if missing:
-                raise ValueError(
-                    f"model.sparse_embedding=true gives the embedding a sparse gradient: set {', '.join(missing)}"
-                )
-        if self.sync.overlap and (self.sync.scheme in tuple(MethodName) or self.perturb.bandwidth_gbps > 0):
+        missing = self._sparse_embedding_missing()
+        if _on(self.model.sparse_embedding) and missing:
+            raise ValueError(
+                f"model.sparse_embedding=true gives the embedding a sparse gradient: set {', '.join(missing)}, or "
+                "model.sparse_embedding=auto (on where it applies)"
+            )
+        if _on(self.sync.overlap) and not self._overlap_applies():
             raise ValueError(
                 "sync.overlap overlaps a per-step sum with backward on a real link: not with a local SGD "
                 "method (no per-step sum) nor perturb.bandwidth_gbps (its emulated delay sleeps after "
-                "backward); use dist.network=netlab for a slow link"
+                "backward); use dist.network=netlab for a slow link, or sync.overlap=auto (on where it applies)"
             )
         scheme = self.sync.scheme  # a_edit, or another local SGD method given a sync time
         time_based = scheme == MethodName.A_EDIT or (scheme in tuple(MethodName) and self.local_sgd.sync_time_s > 0)
@@ -103,6 +103,34 @@ class ExperimentConfig:
                 "capture is enabled but records nothing: set capture.natural, capture.topk_scope=bucket, "
                 "capture.topk_scope=tensor with capture.topk_tensors, or capture.pseudo (local SGD)"
             )
+
+    def _sparse_embedding_missing(self) -> list[str]:
+        """The settings a sparse embedding gradient needs that this config lacks (empty: it applies). Tied embeddings
+        give every row a gradient through the LM head; the top-k sync compresses dense buckets."""
+        needs = {
+            "model.tie_embeddings=false": not self.model.tie_embeddings,
+            "sync.compress=none": self.sync.compress == "none",
+        }
+        return [k for k, ok in needs.items() if not ok]
+
+    def _overlap_applies(self) -> bool:
+        """Whether there is a per-step sum to start during backward on a real link: not under a local SGD method,
+        not with ``perturb.bandwidth_gbps`` (its emulated delay sleeps after backward)."""
+        return self.sync.scheme not in tuple(MethodName) and self.perturb.bandwidth_gbps <= 0
+
+    def resolved(self) -> ExperimentConfig:
+        """A copy with every ``auto`` switch (:data:`~zen_analysis.config.names.Switch`) made the bool it comes to:
+        ``model.sparse_embedding`` on with untied embeddings and ``sync.compress=none``, ``sync.overlap`` on where a
+        per-step sum runs on a real link. What a run builds its model and sync from (:func:`zen_analysis.train.loop.
+        train`); the config itself keeps ``auto``, so ``--set`` over a recipe, a stored config, a resume and a reused
+        run all see the setting as given. Both are lossless (the same numbers up to summation order), so ``auto``
+        turns on only what keeps the run's meaning."""
+        out = copy.deepcopy(self)
+        if out.model.sparse_embedding == AUTO:
+            out.model.sparse_embedding = not self._sparse_embedding_missing()
+        if out.sync.overlap == AUTO:
+            out.sync.overlap = self._overlap_applies()
+        return out
 
     def _check_finite(self) -> None:
         """Every float setting of every section is a finite number, checked before the sections' own range checks

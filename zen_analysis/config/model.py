@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from zen_analysis.config.names import AUTO, Switch
+
 ARCHS = ("llama", "opt", "gemma2", "gpt2", "lstm", "deepfm")
 DEEPFM_MLP = (400, 400, 400)
 """DeepFM's hidden layers as in its paper (Guo et al., IJCAI'17: 400-400-400 on Criteo)."""
@@ -25,10 +27,12 @@ class ModelConfig:
     4 x, Gemma 2's gated, as Gemma2-2B's 9216 = 4 x 2304)."""
     tie_embeddings: bool = False
     """Tied input/output embeddings give every embedding row a gradient: natural sparsity disappears."""
-    sparse_embedding: bool = False
+    sparse_embedding: Switch = False
     """``nn.Embedding(sparse=True)`` for the input embedding: backward gives the rows touched as a sparse COO
-    gradient, with no dense (vocabulary x hidden) gradient to zero and fill every step. Needs
-    ``train.embedding_update=lazy`` (AdamW takes no sparse gradient), untied embeddings and the capture off."""
+    gradient, with no dense (vocabulary x hidden) gradient to zero and fill every step; the sync sums its rows, and
+    with ``train.embedding_update=dense`` the summed gradient is made dense for AdamW (the same step as without it).
+    Needs untied embeddings and ``sync.compress=none``. ``auto`` (the natural-sparsity recipes' default): on where
+    those hold, off otherwise (:meth:`~zen_analysis.config.experiment.ExperimentConfig.resolved`)."""
     dropout: float = 0.0
     """0 keeps ranks bit-identical and runs reproducible."""
     adaptive_cutoffs: tuple[int, ...] = ()
@@ -38,6 +42,8 @@ class ModelConfig:
     features to the one logit."""
 
     def __post_init__(self) -> None:
+        if self.sparse_embedding not in (True, False, AUTO):
+            raise ValueError(f"model.sparse_embedding must be true, false or 'auto', got {self.sparse_embedding!r}")
         if self.adaptive_cutoffs and self.arch != "lstm":
             raise ValueError("model.adaptive_cutoffs applies to model.arch=lstm only")
         if list(self.adaptive_cutoffs) != sorted(set(self.adaptive_cutoffs)) or any(

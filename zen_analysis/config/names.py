@@ -3,11 +3,13 @@
 ``StrEnum`` members are ``str`` and compare (and hash) equal to their values, so a config keeps holding the plain
 string (``cfg.sync.scheme == "zen"``, ``"zen" == SchemeName.ZEN``) and JSON is unchanged. Tuples that end up in
 messages are built from the ``.value`` s, so they print as they always did (``('allreduce', 'zen', ...)``).
+Beside them, :data:`Switch`: the type of the on/off settings that also take ``auto``.
 """
 
 from __future__ import annotations
 
 import enum
+from typing import Literal
 
 
 class SchemeName(enum.StrEnum):
@@ -46,3 +48,13 @@ METHODS: tuple[str, ...] = tuple(m.value for m in MethodName)
 SYNC_SCHEMES: tuple[str, ...] = tuple(n.value for n in (*SchemeName, *PlannerName, *MethodName))
 """Every ``sync.scheme`` (checked here, before any rank starts; a test keeps it equal to the registries in
 ``train.registry``, ``comm.schemes`` and ``local_sgd``)."""
+
+
+AUTO = "auto"
+"""The third value of a switch (:data:`Switch`): on where the rest of the config lets it apply, off elsewhere."""
+
+Switch = bool | Literal["auto"]
+"""A setting that is ``true``, ``false`` or ``auto`` (``model.sparse_embedding``, ``sync.overlap``). The field keeps
+``"auto"`` as given (stored configs and ``--set`` over a recipe see it unchanged); what it comes to depends on other
+sections, so :meth:`~zen_analysis.config.experiment.ExperimentConfig.resolved` turns it into a bool where a run
+starts. An explicit ``true`` is checked as given: a setting it cannot go with is an error saying which."""

@@ -7,10 +7,12 @@ calls these), so the two modules do not import each other.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
 import numbers
+import types
 import typing
 from typing import Any, TypeVar
 
@@ -64,9 +66,39 @@ def from_dict(cls: type[C], d: Any, prefix: str = "") -> C:
     return cls(**kwargs)
 
 
+def _choices(tp: Any) -> tuple[tuple, list] | None:
+    """A union's (literal values, other types), e.g. :data:`~zen_analysis.config.names.Switch`'s ``(("auto",),
+    [bool])``; None for a plain type."""
+    if typing.get_origin(tp) not in (typing.Union, types.UnionType):
+        return None
+    args = typing.get_args(tp)
+    literals = tuple(v for a in args if typing.get_origin(a) is typing.Literal for v in typing.get_args(a))
+    return literals, [a for a in args if typing.get_origin(a) is not typing.Literal]
+
+
+def _expected(tp: Any) -> str:
+    """What a value of ``tp`` looks like, for messages: ``bool``, or ``true, false or 'auto'`` for a switch."""
+    choices = _choices(tp)
+    if choices is None:
+        return tp.__name__
+    literals, others = choices
+    words = ["true, false" if t is bool else t.__name__ for t in others] + [repr(v) for v in literals]
+    return ", ".join(words[:-1]) + " or " + words[-1]
+
+
 def _typed(value: Any, tp: type, key: str) -> Any:
     """``value`` as ``tp`` if it is a value of that type (numpy scalars too; an int is a float, a whole float an
-    int; a float finite), else a ValueError naming ``key``. Booleans are never numbers here."""
+    int; a float finite), else a ValueError naming ``key``. Booleans are never numbers here. A union
+    (:data:`~zen_analysis.config.names.Switch`) takes one of its literal values or a value of one of its types."""
+    choices = _choices(tp)
+    if choices is not None:
+        literals, others = choices
+        if isinstance(value, str) and value in literals:
+            return value
+        for other in others:
+            with contextlib.suppress(ValueError):
+                return _typed(value, other, key)
+        raise ValueError(f"{key}: expected {_expected(tp)}, got {value!r}")
     is_bool = isinstance(value, bool) or type(value).__name__ == "bool_"
     if tp is bool and is_bool:
         return bool(value)
@@ -105,6 +137,16 @@ def split_list(text: str) -> list[str]:
 
 
 def _parse_value(text: str, tp: Any, key: str) -> Any:
+    choices = _choices(tp)
+    if choices is not None:  # a switch: ``auto`` as written, else true/false
+        literals, others = choices
+        low = text.strip().lower()
+        if low in literals:
+            return low
+        for other in others:
+            with contextlib.suppress(ValueError):
+                return _parse_value(text, other, key)
+        raise ValueError(f"{key}: expected {_expected(tp)}, got {text!r}")
     if tp is bool:
         low = text.strip().lower()
         if low in ("1", "true", "yes", "on"):

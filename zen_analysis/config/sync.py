@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from zen_analysis.config.names import SYNC_SCHEMES, MethodName
+from zen_analysis.config.names import AUTO, SYNC_SCHEMES, MethodName, Switch
 
 WIRE_DTYPES = ("model", "bfloat16", "float16")
 """``sync.wire_dtype``'s values: the gradients' own dtype, or a 2-byte float they are summed in."""
@@ -52,13 +52,15 @@ class SyncConfig:
     row_source: str = "ids"
     """By rows: where this rank's rows come from: ``ids``, the token ids its forward passes looked up this step
     (free), or ``scan``, a row-wise pass over the gradient."""
-    overlap: bool = False
+    overlap: Switch = False
     """Start summing each gradient bucket while backward still runs (DDP's overlap): as soon as backward has produced
     every gradient of a bucket (``bucket_mb``; DDP's reverse registration order), its dense all-reduce is launched
     asynchronously, or with ``compress=topk`` a worker thread compresses and sums it over a process group of its own;
     the loop waits for what is left after backward (the natural path sums the embedding meanwhile). The same buckets
     in the same order as without it: the same numbers, bit for bit. Not on capture steps (the capture edits gradients
-    after backward). Pays where a sum waits on the network while a core is free for backward."""
+    after backward). Pays where a sum waits on the network while a core is free for backward. Not with a local SGD
+    method (no per-step sum) nor ``perturb.bandwidth_gbps``; ``auto`` (the natural-sparsity recipes' default): on
+    where it applies, off otherwise (:meth:`~zen_analysis.config.experiment.ExperimentConfig.resolved`)."""
     wire_dtype: str = "model"
     """The dtype gradients are summed in: ``model`` (their own), or ``bfloat16`` / ``float16``: cast before the sum
     and back after, every scheme and dense all-reduce alike (DDP's ``bf16_compress_hook``; LLM training's usual
@@ -72,6 +74,8 @@ class SyncConfig:
     third to a lstm-words rank's RSS without it (about 800 MB), inside a 1.5x budget."""
 
     def __post_init__(self) -> None:
+        if self.overlap not in (True, False, AUTO):
+            raise ValueError(f"sync.overlap must be true, false or 'auto', got {self.overlap!r}")
         if self.planner_every < 1:
             raise ValueError("sync.planner_every must be >= 1")
         if not 0 <= self.planner_hysteresis < 1:

@@ -25,7 +25,8 @@ class TrainConfig:
     diverged run never ends as a success with a NaN loss."""
     embedding_update: str = "dense"
     """How the optimizer steps the input embedding: ``dense`` (AdamW over every row, as the rest of the model) or
-    ``lazy`` (rows whose summed gradient is zero skip the step: their weights and moments stay, no weight decay;
+    ``lazy``, which is not AdamW's dense update and changes the numbers: rows no batch touched this step keep their
+    weights and moments, with no weight decay and no momentum step (rows whose summed gradient is zero skip the step;
     ``torch.optim.SparseAdam``'s and LazyAdam's semantics, ``zen_analysis.train.optim``). ``lazy`` clips by the
     embedding's non-zero rows too, and applies the same way whatever the sync, so dense vs sparse schemes stay a
     same-optimizer comparison."""

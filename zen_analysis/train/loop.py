@@ -20,7 +20,7 @@ import platform
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import IO, Any
@@ -32,12 +32,12 @@ from zen_analysis import paths
 from zen_analysis.atomic import atomic_path, atomic_write_json
 from zen_analysis.capture.hooks import GradientCapture
 from zen_analysis.capture.traces import TraceWriter, collect_shards, write_manifest
-from zen_analysis.config import ExperimentConfig
+from zen_analysis.config import AUTO, ExperimentConfig
 from zen_analysis.ranks import env
 from zen_analysis.ranks.env import RankInfo
 from zen_analysis.sync.base import GradSync
 from zen_analysis.train import checkpoint
-from zen_analysis.train.optim import LazyRowAdamW, clip_grad_norm_by_rows, embedding_rows
+from zen_analysis.train.optim import LazyRowAdamW, clip_grad_norm_by_rows, densify_sparse_grads, embedding_rows
 from zen_analysis.train.perturb import network_delay, network_seconds, spiked, straggler
 from zen_analysis.train.registry import build_sync
 from zen_analysis.wire.inflight import hold
@@ -166,6 +166,8 @@ class _Run:
     checkpoint_every: int = 0
     """``train.checkpoint_every``, or 0 where checkpoints do not cover the run (:func:`checkpoint.unsupported`)."""
     """Rank 0's open ``metrics.jsonl`` (line-buffered); ``None`` on the other ranks."""
+    autos: dict[str, bool] = field(default_factory=dict)
+    """The switches set to ``auto`` and what each came to (``model.sparse_embedding``: on), the summary's ``auto``."""
 
 
 def train(
@@ -230,10 +232,17 @@ def _setup(
     prepared = prepared_for_run(cfg.data, run_dir)
     data = open_data(prepared, seq_len=t.seq_len, seed=t.seed)
     torch.manual_seed(t.seed)
-    model = build_model(cfg.model, vocab_size=data.vocab_size, max_seq_len=t.seq_len, **data.input_dims).to(info.device)
+    built = cfg.resolved()  # model.sparse_embedding and sync.overlap: auto made on or off
+    autos = {
+        f"{section}.{name}": getattr(getattr(built, section), name)
+        for section, name in (("model", "sparse_embedding"), ("sync", "overlap"))
+        if getattr(getattr(cfg, section), name) == AUTO
+    }
+    model = build_model(built.model, vocab_size=data.vocab_size, max_seq_len=t.seq_len, **data.input_dims)
+    model = model.to(info.device)
     model.train()
     network = {k: getattr(cfg.dist, k) for k in ("network", "bandwidth_gbps", "ranks_per_node")}
-    sync = sync or build_sync(cfg.sync, cfg.local_sgd, network=network)
+    sync = sync or build_sync(built.sync, cfg.local_sgd, network=network)
     if cfg.perturb.bandwidth_gbps > 0:  # every cross-worker all-reduce of the sync also pays a slow link
         sync.set_link(
             lambda nbytes: network_delay(cfg, nbytes, info.world_size),
@@ -290,6 +299,8 @@ def _setup(
             f"{info.world_size} ranks x {V} workers, global batch {cfg.global_batch} x {t.seq_len} tokens, "
             f"{t.num_steps} steps on {info.device}"
         )
+        if autos:
+            log(", ".join(f"{key}=auto: {'on' if on else 'off'}" for key, on in autos.items()))
         if capture:
             log(
                 f"capturing every {cfg.capture.every} steps: "
@@ -327,6 +338,7 @@ def _setup(
         manifest=manifest,
         metrics_f=metrics_f,
         checkpoint_every=0 if no_checkpoints else t.checkpoint_every,
+        autos=autos,
     )
     return run, sync
 
@@ -371,6 +383,7 @@ def _step(run: _Run, sync: GradSync, step: int, *, local_losses: bool, straggle:
     stats = None if local_losses else _start_step_stats(local_loss, compute_s, info)
     t_clip = time.perf_counter()
     sync_s = t_clip - t_sync
+    densify_sparse_grads(model.parameters(), keep=run.embedding)  # AdamW's: a sparse=True embedding's summed rows
     rows = {}  # lazy: the embedding's non-zero rows, what the clip reads and the row update steps
     if run.embedding is not None and run.embedding.grad is not None:
         rows = {run.embedding: embedding_rows(run.embedding.grad, sync.union_rows)}
@@ -474,6 +487,8 @@ def _finish(run: _Run, sync: GradSync, *, loss: float, steps_done: int, t_start:
         "trace_bytes_rank0": capture.writer.bytes_written if capture else 0,
         "param_sha256": parameter_digest(model),
     }
+    if run.autos:  # what each auto switch came to on this run
+        summary["auto"] = run.autos
     if sync.decisions:  # Zen's planner: what it chose per tensor, and why
         summary["planner"] = sync.decisions
     described = sync.describe()

@@ -29,7 +29,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from zen_analysis.config import ModelConfig
+from zen_analysis.config import AUTO, ModelConfig
 
 
 class LSTMLanguageModel(nn.Module):
@@ -250,10 +250,13 @@ def build_model(
     cfg: ModelConfig, *, vocab_size: int, max_seq_len: int, num_fields: int = 0, num_dense: int = 0
 ) -> nn.Module:
     """A freshly initialised model; seed torch beforehand for identical weights on every rank. With
-    ``cfg.sparse_embedding`` the input embedding's backward gives sparse COO gradients (the same weights).
+    ``cfg.sparse_embedding`` the input embedding's backward gives sparse COO gradients (the same weights); ``auto``,
+    read here without the rest of its experiment (a training run resolves it first:
+    :meth:`~zen_analysis.config.experiment.ExperimentConfig.resolved`), builds the dense one: only backward differs.
 
     DeepFM's ``num_fields`` and ``num_dense`` come from its data (``CTRData.input_dims``), the one place they are
     known; ``vocab_size`` is then the rows of its table."""
+    sparse = cfg.sparse_embedding != AUTO and bool(cfg.sparse_embedding)
     if cfg.arch == "deepfm":
         if num_fields < 1 or num_dense < 1:
             raise ValueError(
@@ -267,7 +270,7 @@ def build_model(
             mlp_sizes=tuple(cfg.mlp_sizes),
             dropout=cfg.dropout,
         )
-        model.embed.sparse = cfg.sparse_embedding
+        model.embed.sparse = sparse
         return model
     if cfg.arch == "lstm":
         model = LSTMLanguageModel(
@@ -277,11 +280,11 @@ def build_model(
             dropout=cfg.dropout,
             adaptive_cutoffs=cfg.adaptive_cutoffs,
         )
-        model.embed.sparse = cfg.sparse_embedding
+        model.embed.sparse = sparse
         return model
     builders = {"llama": _llama, "gpt2": _gpt2, "opt": _opt, "gemma2": _gemma2}
     model = builders[cfg.arch](cfg, vocab_size, max_seq_len)  # ModelConfig validates arch
-    model.get_input_embeddings().sparse = cfg.sparse_embedding  # nn.Embedding reads it in every forward
+    model.get_input_embeddings().sparse = sparse  # nn.Embedding reads it in every forward
     tied = model.get_input_embeddings().weight is model.get_output_embeddings().weight
     assert tied == cfg.tie_embeddings, f"{cfg.arch}: tie_embeddings={cfg.tie_embeddings} but model tied={tied}"
     pad = model.get_input_embeddings().padding_idx
