@@ -241,7 +241,16 @@ def main() -> None:
         bucket_mb = sum(q.numel() * q.element_size() for q in model.parameters()) / 2**20 + 1
         if rank == 0:
             print(f"gloo: PowerSGD in one DDP bucket ({bucket_mb:.1f} MB cap; --bucket-mb overrides)", flush=True)
-    model = DDP(model.to(device), device_ids=[device.index] if cuda else None, bucket_cap_mb=bucket_mb)
+    # an adaptive softmax leaves a tail cluster without gradient on a rank whose batch has no target in it (8 ranks
+    # x 512 tokens do): DDP must then look for unused parameters, or that rank skips the cluster's bucket and the
+    # ranks' collectives no longer match (gloo: "Received data size doesn't match expected size")
+    unused = args.model == "lstm" and model.adaptive
+    model = DDP(
+        model.to(device),
+        device_ids=[device.index] if cuda else None,
+        bucket_cap_mb=bucket_mb,
+        find_unused_parameters=unused,
+    )
     kw = {"threshold": args.threshold, "overlap": args.overlap} if args.zen == "topk" else {}
     state = register(model, mode=args.zen, **kw) if args.zen != "off" else None
     hook = None
