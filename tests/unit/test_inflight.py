@@ -45,7 +45,7 @@ from zen_analysis.wire import inflight
 dist.init_process_group("gloo", init_method="file://" + tempfile.mktemp(), rank=0, world_size=1)
 fut = dist.all_reduce(torch.ones(4), async_op=True).get_future()
 def late(f):  # gloo's thread runs it, then destroys it (GIL), after the main thread has gone on: as a hook's
-    time.sleep(0.3)
+    time.sleep(2.0)  # longer than the interpreter's exit takes, even on a loaded machine (0.3 s was not, once)
     return f.value()[0]
 inflight.then(fut, late) if sys.argv[1] == "tracked" else fut.then(late)
 del late
