@@ -21,15 +21,6 @@ exchange`` is that replay as a benchmark, at several rank counts and rates, besi
 from __future__ import annotations
 
 import argparse
-import time
-
-
-def _written() -> int:
-    """Bytes this process has passed to write-like system calls (gloo's sockets included; Linux)."""
-    for line in open("/proc/self/io"):
-        if line.startswith("wchar:"):
-            return int(line.split()[1])
-    return -1
 
 
 def _ranks(
@@ -45,9 +36,6 @@ def _ranks(
 ) -> dict:
     import numpy as np
     import torch
-    import torch.distributed as dist
-
-    from zen_analysis.comm import build_scheme
 
     if trace is not None:
         from zen_analysis.experiments.exchange import rank_step_rows
@@ -58,49 +46,12 @@ def _ranks(
         p = 1.0 / np.arange(1, rows + 1) ** zipf
         rows_K = torch.unique(torch.from_numpy(np.random.default_rng(rank).choice(rows, size=tokens, p=p / p.sum())))
         values_KD = torch.randn(rows_K.numel(), dim, generator=torch.Generator().manual_seed(rank))
-    out, reference = {}, None
-    for name in sorted(schemes, key=lambda n: n != "stock"):  # stock first: the others are checked against it
-        if name == "stock":  # stock DDP's own path: gloo's sparse all-reduce of the COO gradient (all-gathers)
-            grad = torch.sparse_coo_tensor(rows_K[None], values_KD, (rows, dim), check_invariants=True)
-            times = []
-            for _ in range(repeats):
-                summed = grad.clone()
-                dist.barrier()
-                t0, w0 = time.perf_counter(), _written()
-                dist.all_reduce(summed)
-                times.append(time.perf_counter() - t0)
-                written = _written() - w0
-            summed = summed.coalesce()
-            reference = (summed.indices()[0], summed.values())
-            out[name] = {
-                "median_s": float(np.median(times[2:])),
-                "bytes_sent": written,  # what the process wrote (gloo's sockets; its message headers too)
-                "rows": rows_K.numel(),
-                "phases_s": {},
-                "max_diff_vs_stock": 0.0,
-            }
-            continue
-        scheme = build_scheme(name, seed=0)
-        times = []
-        for _ in range(repeats):
-            dist.barrier()
-            t0 = time.perf_counter()
-            got_rows, got_values = scheme.sum_rows(rows_K, values_KD, rows)
-            times.append(time.perf_counter() - t0)
-        m = scheme.last_measured()
-        diff = float("nan")
-        if reference is not None:  # the same sum as stock's, up to float order
-            order = torch.argsort(got_rows)
-            if not torch.equal(got_rows[order], reference[0]):
-                raise AssertionError(f"{name}: its rows differ from stock's all_reduce of the sparse gradient")
-            diff = float((got_values[order] - reference[1]).abs().max())
-        out[name] = {
-            "median_s": float(np.median(times[2:])),
-            "bytes_sent": int(m["bytes_sent"].sum()),
-            "rows": rows_K.numel(),
-            "phases_s": m.groupby("phase")["seconds"].sum().round(4).to_dict(),
-            "max_diff_vs_stock": diff,
-        }
+    from zen_analysis.experiments.exchange import sum_every_way
+
+    out = sum_every_way(rows_K, values_KD, rows, dim, schemes, repeats)
+    for r in out.values():
+        r["rows"] = rows_K.numel()
+        r["phases_s"] = {k: round(v, 4) for k, v in r["phases_s"].items()}
     return out
 
 

@@ -20,8 +20,8 @@ def _batches(V):
     return [torch.randint(0, 300, (2, 16), generator=gen) for _ in range(V)]
 
 
-def _capture_step(cfg, tmp_path, V=3):
-    model = _model()
+def _capture_step(cfg, tmp_path, V=3, build=None):
+    model = (build or _model)()
     writer = TraceWriter(tmp_path, rank=0, run_id="t", world_size=1, steps_per_shard=1)
     cap = GradientCapture(cfg, model, writer, rank=0, seed=0)
     for v, x in enumerate(_batches(V)):
@@ -191,16 +191,8 @@ def test_a_sparse_embedding_gradient_is_captured_as_the_dense_one(tmp_path, scop
     cfg = CaptureConfig(every=1, topk_scope=scope, topk_tensors=("*layers.0.mlp.down_proj.weight",), bucket_mb=0.05)
     runs = {}
     for label, build in (("dense", _model), ("sparse", _sparse_model)):
-        model = build()
-        writer = TraceWriter(tmp_path / label, rank=0, run_id="t", world_size=1, steps_per_shard=1)
-        cap = GradientCapture(cfg, model, writer, rank=0, seed=0)
-        for v, x in enumerate(_batches(V)):
-            with cap.worker(step=0, worker=v):
-                (lm_loss(model, x, x) / V).backward()
-        cap.end_step()
-        cap.close()
-        write_manifest(tmp_path / label, {"run_id": "t", "tensors": cap.tensor_info()})
-        runs[label] = (model, {(r.worker, r.tensor): r for r in TraceReader(tmp_path / label).records()})
+        model, _, reader = _capture_step(cfg, tmp_path / label, V, build)
+        runs[label] = (model, {(r.worker, r.tensor): r for r in reader.records()})
     (dense, dense_recs), (sparse, sparse_recs) = runs["dense"], runs["sparse"]
     emb = "model.embed_tokens.weight"
     assert sparse.model.embed_tokens.weight.grad.is_sparse

@@ -73,16 +73,25 @@ def _written() -> int:
 
 
 def _exchange_rank(rank: int, world: int, run, tensor, per_rank, schemes, repeats) -> dict:
-    """One lab rank: every scheme of ``schemes`` sums this rank's rank-step ``repeats`` times (a barrier before
-    each), stock first; the others' sums are checked against stock's (same rows; values within float order)."""
+    """One lab rank: its rank-step (:func:`rank_step_rows`) through :func:`sum_every_way`, with its rows."""
+    rows_K, values_KD, num_rows, width = rank_step_rows(run, world, rank, tensor=tensor, workers_per_rank=per_rank)
+    return {"_rows": rows_K, **sum_every_way(rows_K, values_KD, num_rows, width, schemes, repeats)}
+
+
+def sum_every_way(rows_K, values_KD, num_rows: int, width: int, schemes, repeats: int) -> dict:
+    """On every rank of the default group: each of ``schemes`` sums this rank's ``rows_K`` / ``values_KD`` of a
+    ``num_rows`` x ``width`` table ``repeats`` times (a barrier before each), ``stock`` first (stock DDP's path:
+    ``dist.all_reduce`` of the sparse COO tensor), the others' sums checked against stock's (the same rows; the
+    values' largest difference kept). Per scheme: ``median_s`` (after two warm-up repeats), ``written_bytes`` (what
+    the process wrote in the last repeat, gloo's headers too), ``bytes_sent`` (the scheme's own count; stock's:
+    the written bytes), ``max_diff_vs_stock`` and ``phases_s``."""
     import numpy as np
     import torch
     import torch.distributed as dist
 
     from zen_analysis.comm import build_scheme
 
-    rows_K, values_KD, num_rows, width = rank_step_rows(run, world, rank, tensor=tensor, workers_per_rank=per_rank)
-    out, reference = {"_rows": rows_K}, None
+    out, reference = {}, None
     for name in sorted(schemes, key=lambda n: n != "stock"):
         times, written, phases = [], -1, {}
         if name == "stock":
@@ -96,7 +105,7 @@ def _exchange_rank(rank: int, world: int, run, tensor, per_rank, schemes, repeat
                 written = _written() - w0
             summed = summed.coalesce()
             reference = (summed.indices()[0], summed.values())
-            diff = 0.0
+            diff, sent = 0.0, written
         else:
             scheme = build_scheme(name, seed=0)
             for _ in range(repeats):
@@ -106,7 +115,7 @@ def _exchange_rank(rank: int, world: int, run, tensor, per_rank, schemes, repeat
                 times.append(time.perf_counter() - t0)
                 written = _written() - w0
             m = scheme.last_measured()
-            phases = m.groupby("phase")["seconds"].sum().to_dict()
+            phases, sent = m.groupby("phase")["seconds"].sum().to_dict(), int(m["bytes_sent"].sum())
             diff = float("nan")
             if reference is not None:
                 order = torch.argsort(got_rows)
@@ -116,6 +125,7 @@ def _exchange_rank(rank: int, world: int, run, tensor, per_rank, schemes, repeat
         out[name] = {
             "median_s": float(np.median(times[min(2, repeats - 1) :])),
             "written_bytes": written,
+            "bytes_sent": sent,
             "max_diff_vs_stock": diff,
             "phases_s": phases,
         }
