@@ -18,6 +18,9 @@ TRAIN_SCHEMES = ("allreduce", "zen", "agsparse", "sparcml", "omnireduce", "spars
 """The natural part's variants: every scheme and ``auto`` (the planner on the lab's calibrated model)."""
 TOPK_SCHEMES = ("zen", "agsparse", "omnireduce", "sparcml")
 """Top-k's schemes (the paper's Fig. 13 baselines, with AGsparse, DDP's own sparse sum)."""
+DEFAULTS = " (recipe defaults)"
+"""The suffix of the natural part's variants that set the scheme and nothing else: what ``zen-analysis train
+<workload> --set sync.scheme=<scheme>`` runs (the recipe's ``auto`` switches, AdamW's dense step)."""
 REFERENCE = "allreduce-adamw"
 """``bench train``'s reference variant: dense all-reduce with the plain step (AdamW over every embedding row, a
 dense embedding gradient), what the toolkit's loop did before the lazy row update."""
@@ -35,8 +38,10 @@ def bench_train(overrides: list[str] | tuple[str, ...] = ()) -> dict:
       ``sparse_embedding`` gradient (dense all-reduce sums it densified, as Horovod's ``sparse_as_dense``), the
       other gradients in buckets of ``bucket_mb`` whose sums start during backward with ``overlap``; with
       ``reference`` the plain step too (:data:`REFERENCE`). At more than 8 ranks only ``wide_schemes`` run.
-      ``speedup``: tokens/s over ``allreduce``'s. Table ``bench_train``, figures ``train_vs_ranks`` (and
-      ``train_vs_rate`` with several rates).
+      ``speedup``: tokens/s over ``allreduce``'s. At ``default_ranks`` each of ``default_schemes`` also runs with
+      the recipe's own settings (:data:`DEFAULTS`: only the scheme set), and :func:`defaults_verdict` sets Zen's
+      ratio over dense all-reduce's there against the best lossless variant's. Table ``bench_train``, figures
+      ``train_vs_ranks`` (and ``train_vs_rate`` with several rates).
     * ``topk``: ``topk_workload`` (the default Llama) on ``topk_ranks`` ranks at ``topk_rate`` Gbit/s: dense
       all-reduce for ``topk_steps`` steps, then DGC top-``topk_ratio`` of every bucket + each of ``topk_schemes``
       for up to ``topk_extra`` x as many, all at a constant learning rate after warm-up (so a longer run follows
@@ -62,6 +67,8 @@ def bench_train(overrides: list[str] | tuple[str, ...] = ()) -> dict:
         "wide_schemes": ["allreduce", "zen", "agsparse", "sparcml", "auto"],
         "bf16_schemes": ["allreduce", "zen"],
         "own_ranks": [4, 16],
+        "default_schemes": ["allreduce", "zen"],
+        "default_ranks": [8],
         "update": "lazy",
         "sparse_embedding": "true",
         "reference": "false",
@@ -93,6 +100,8 @@ def bench_train(overrides: list[str] | tuple[str, ...] = ()) -> dict:
         "topk_schemes": names,
         "bf16_schemes": names,
         "own_ranks": ints,
+        "default_schemes": names,
+        "default_ranks": ints,
     }
     opts = parse_sets("train", overrides, defaults, types)
     unknown = set(opts["parts"]) - set(TRAIN_PARTS)
@@ -137,6 +146,8 @@ def _train_natural(opts: dict):
                     if not wide
                 }
             )
+            if not wide and ranks in opts["default_ranks"]:  # what `train <workload> --set sync.scheme=s` runs
+                variants.update({f"{s}{DEFAULTS}": {"sync.scheme": s} for s in opts["default_schemes"]})
             if opts["reference"] == "true":  # the toolkit's plain step: AdamW over every row, a dense gradient
                 variants[REFERENCE] = {
                     **common,
@@ -182,6 +193,12 @@ def _train_natural(opts: dict):
         verdict = auto_training_verdict(table)
         print(verdict)
         atomic_write_text(out_dir / "auto_verdict.txt", verdict + "\n")
+    defaults = defaults_verdict(table)
+    if defaults:
+        from zen_analysis.atomic import atomic_write_text
+
+        print(defaults)
+        atomic_write_text(out_dir / "defaults_verdict.txt", defaults + "\n")
     if table["bandwidth_gbps"].nunique() > 1:
         draw_figure(comm_figs.training_vs_rate(table), "train_vs_rate")
     return table
@@ -201,6 +218,30 @@ def auto_training_verdict(table) -> str:
         lines.append(
             f"{workload} {ranks} ranks {rate:g} Gbit/s: auto {a['tokens_per_s']:,.0f} tokens/s, best fixed "
             f"{best['variant']} {best['tokens_per_s']:,.0f}: {a['tokens_per_s'] / best['tokens_per_s']:.1%}"
+        )
+    return "\n".join(lines)
+
+
+def defaults_verdict(table, scheme: str = "zen", target: float = 0.9) -> str:
+    """The recipe's defaults against the bench's best, in each (workload, ranks, rate) where both ran: ``scheme``'s
+    tokens/s over dense all-reduce's, each with only the scheme set (:data:`DEFAULTS`), beside the best lossless
+    fixed variant's ratio (its tokens/s over ``allreduce``'s, both with the bench's settings; bf16 is lossy and
+    ``auto`` not fixed), and the first as a fraction of the second (``target``: issue 42's acceptance 4)."""
+    lines = []
+    fixed = set(TRAIN_SCHEMES) - {"auto"}
+    for (workload, ranks, rate), cell in table.groupby(["workload", "ranks", "bandwidth_gbps"]):
+        tps = cell.set_index("variant")["tokens_per_s"]
+        ours, dense = f"{scheme}{DEFAULTS}", f"allreduce{DEFAULTS}"
+        bench = cell[cell["variant"].isin(fixed)].sort_values("tokens_per_s", ascending=False)
+        if ours not in tps or dense not in tps or "allreduce" not in tps or bench.empty:
+            continue
+        ratio, best = tps[ours] / tps[dense], bench.iloc[0]
+        best_ratio = best["tokens_per_s"] / tps["allreduce"]
+        met = "met" if ratio >= target * best_ratio else "missed"
+        lines.append(
+            f"{workload} {ranks} ranks {rate:g} Gbit/s: {scheme} with the recipe's defaults {ratio:.2f}x dense "
+            f"all-reduce's tokens/s ({tps[ours]:,.0f} against {tps[dense]:,.0f}); the bench's best, {best['variant']}, "
+            f"{best_ratio:.2f}x: {ratio / best_ratio:.1%} (target {target:.0%}: {met})"
         )
     return "\n".join(lines)
 

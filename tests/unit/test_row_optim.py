@@ -4,7 +4,7 @@ import re
 import pytest
 import torch
 
-from zen_analysis.train.optim import LazyRowAdamW, densify_sparse_grads
+from zen_analysis.train.optim import LazyRowAdamW, densify_sparse_grads, fused_adamw
 from zen_analysis.wire.rows import nonzero_rows
 
 STATE_KEYS = ("step", "exp_avg", "exp_avg_sq")
@@ -130,6 +130,41 @@ def test_a_sparse_embedding_made_dense_steps_as_adamw_on_a_dense_embedding():
         opt_s.step()
         opt_d.step()
     assert torch.equal(sparse.weight, dense.weight)
+
+
+def test_densify_with_buffers_reuses_one_table_and_equals_a_fresh_one_every_step():
+    """The loop's reused dense table (``buffers``): the gradient each step equals a fresh ``to_dense`` one, bit for
+    bit, with last step's rows zeroed (the batches' ids move between halves of the table, so a stale row would
+    show), through a clip that scales the table in place and ``zero_grad(set_to_none=True)``; one table throughout,
+    and the fused AdamW the loop picks steps it as the single-tensor AdamW steps a fresh one, to the last bit or
+    one."""
+    gen = torch.Generator().manual_seed(5)
+    V, D = 50, 4
+    reused = torch.nn.Embedding(V, D, sparse=True)
+    fresh = torch.nn.Embedding(V, D, sparse=True)
+    fresh.load_state_dict(reused.state_dict())
+    assert fused_adamw(reused.parameters()) is True and fused_adamw([torch.zeros(2, dtype=torch.long)]) is None
+    opt_r = torch.optim.AdamW(reused.parameters(), lr=1e-2, fused=fused_adamw(reused.parameters()))
+    opt_f = torch.optim.AdamW(fresh.parameters(), lr=1e-2, foreach=False)
+    buffers, tables = {}, set()
+    for step in range(4):
+        half = (step % 2) * (V // 2)
+        ids = torch.randint(half, half + V // 2, (8, 3), generator=gen)
+        up = torch.randint(1, 9, (8, 3, D), generator=gen).float()
+        for emb, opt in ((reused, opt_r), (fresh, opt_f)):
+            opt.zero_grad(set_to_none=True)
+            (emb(ids) * up).sum().backward()
+        assert densify_sparse_grads(reused.parameters(), buffers=buffers) == 1
+        assert densify_sparse_grads(fresh.parameters()) == 1
+        assert torch.equal(reused.weight.grad, fresh.weight.grad)
+        assert torch.equal(nonzero_rows(reused.weight.grad), ids.unique())
+        tables.add(reused.weight.grad.data_ptr())
+        for emb in (reused, fresh):
+            torch.nn.utils.clip_grad_norm_(emb.parameters(), 1.0)
+        opt_r.step()
+        opt_f.step()
+    assert len(tables) == 1
+    torch.testing.assert_close(reused.weight, fresh.weight, rtol=0, atol=1e-6)
 
 
 def test_explicit_rows_equal_found_rows_and_may_add_zero_gradient_rows():

@@ -37,7 +37,13 @@ from zen_analysis.ranks import env
 from zen_analysis.ranks.env import RankInfo
 from zen_analysis.sync.base import GradSync
 from zen_analysis.train import checkpoint
-from zen_analysis.train.optim import LazyRowAdamW, clip_grad_norm_by_rows, densify_sparse_grads, embedding_rows
+from zen_analysis.train.optim import (
+    LazyRowAdamW,
+    clip_grad_norm_by_rows,
+    densify_sparse_grads,
+    embedding_rows,
+    fused_adamw,
+)
 from zen_analysis.train.perturb import network_delay, network_seconds, spiked, straggler
 from zen_analysis.train.registry import build_sync
 from zen_analysis.wire.inflight import hold
@@ -163,11 +169,13 @@ class _Run:
     manifest: dict[str, Any]
     """The trace manifest as written at the start (``finished: False``); :func:`_finish` completes it."""
     metrics_f: IO[str] | None
+    """Rank 0's open ``metrics.jsonl`` (line-buffered); ``None`` on the other ranks."""
     checkpoint_every: int = 0
     """``train.checkpoint_every``, or 0 where checkpoints do not cover the run (:func:`checkpoint.unsupported`)."""
-    """Rank 0's open ``metrics.jsonl`` (line-buffered); ``None`` on the other ranks."""
     autos: dict[str, bool] = field(default_factory=dict)
     """The switches set to ``auto`` and what each came to (``model.sparse_embedding``: on), the summary's ``auto``."""
+    dense_grads: dict = field(default_factory=dict)
+    """:func:`densify_sparse_grads`'s buffers: a ``sparse_embedding`` gradient's dense table, reused every step."""
 
 
 def train(
@@ -258,6 +266,7 @@ def _setup(
         [{"params": decay, "weight_decay": t.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
         lr=t.lr,
         betas=(0.9, 0.95),
+        fused=fused_adamw(model.parameters()),
     )
     row_optimizer = None
     if embedding is not None:
@@ -383,7 +392,7 @@ def _step(run: _Run, sync: GradSync, step: int, *, local_losses: bool, straggle:
     stats = None if local_losses else _start_step_stats(local_loss, compute_s, info)
     t_clip = time.perf_counter()
     sync_s = t_clip - t_sync
-    densify_sparse_grads(model.parameters(), keep=run.embedding)  # AdamW's: a sparse=True embedding's summed rows
+    densify_sparse_grads(model.parameters(), keep=run.embedding, buffers=run.dense_grads)  # AdamW's: a sparse=True embedding's summed rows
     rows = {}  # lazy: the embedding's non-zero rows, what the clip reads and the row update steps
     if run.embedding is not None and run.embedding.grad is not None:
         rows = {run.embedding: embedding_rows(run.embedding.grad, sync.union_rows)}
