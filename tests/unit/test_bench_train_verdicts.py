@@ -7,7 +7,10 @@ from zen_analysis.bench_train import DEFAULTS, defaults_verdict
 
 def _table(rows):
     return pd.DataFrame(
-        [{"workload": "lstm-words", "ranks": 8, "bandwidth_gbps": 1.0, "variant": v, "tokens_per_s": t} for v, t in rows]
+        [
+            {"workload": "lstm-words", "ranks": 8, "bandwidth_gbps": 1.0, "variant": v, "tokens_per_s": t}
+            for v, t in rows
+        ]
     )
 
 

@@ -392,7 +392,8 @@ def _step(run: _Run, sync: GradSync, step: int, *, local_losses: bool, straggle:
     stats = None if local_losses else _start_step_stats(local_loss, compute_s, info)
     t_clip = time.perf_counter()
     sync_s = t_clip - t_sync
-    densify_sparse_grads(model.parameters(), keep=run.embedding, buffers=run.dense_grads)  # AdamW's: a sparse=True embedding's summed rows
+    # AdamW's: a sparse=True embedding's summed rows, in a dense table kept from step to step
+    densify_sparse_grads(model.parameters(), keep=run.embedding, buffers=run.dense_grads)
     rows = {}  # lazy: the embedding's non-zero rows, what the clip reads and the row update steps
     if run.embedding is not None and run.embedding.grad is not None:
         rows = {run.embedding: embedding_rows(run.embedding.grad, sync.union_rows)}
