@@ -3,11 +3,14 @@
     torchrun --nproc-per-node 4 scripts/ddp_transformers.py --zen natural           # default size
     torchrun --nproc-per-node 2 scripts/ddp_transformers.py --size smoke --steps 5  # seconds
     torchrun --nproc-per-node 4 scripts/ddp_transformers.py --model lstm --size lstm-words  # the paper's LSTM
+    torchrun --nproc-per-node 4 scripts/ddp_transformers.py --model deepfm --size deepfm --batch 1024  # its DeepFM
 
 The model is a Llama (or ``--model gpt2``; or ``--model lstm``, a word-level LSTM LM in plain PyTorch on the
 ``lstm-words`` recipe's word vocabulary) built from config with an untied input embedding (its gradient is
 row-sparse), the data the toolkit's default corpus (the Python standard library's source, tokenized locally: no
-download). Everything here is stock PyTorch + transformers except ``register``: ``--zen natural`` sums the
+download). ``--model deepfm`` trains the paper's recommendation workload instead: the toolkit's DeepFM (one 1M x 17
+table of field embeddings) on its generated Criteo-like clicks, ``--batch`` samples a rank (the paper's is 1,024),
+as a user trains a CTR model with a library's model class and their own DDP loop. Everything here is stock PyTorch + transformers except ``register``: ``--zen natural`` sums the
 embedding's gradient losslessly with Zen (the rest stays DDP's own all-reduce), ``--zen topk`` compresses every
 bucket (DGC top-5%) and sums with Zen, ``--zen off`` is stock DDP. ``--sparse-embedding`` makes the input embedding
 an ``nn.Embedding(sparse=True)`` (trained by ``SparseAdam``, or by the one ``SGD`` with ``--optimizer sgd``; stock DDP
@@ -44,9 +47,19 @@ from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausa
 from zen_analysis import recipes
 from zen_analysis.sync.ddp import register
 from zen_analysis.wire.exchange import ring_bytes_sent
+from zen_analysis.workload import ctr as ctr_data
 from zen_analysis.workload.data import TokenData, prepare
+from zen_analysis.workload.model import CTRInputs, DeepFM
 
-SIZES = {"smoke": recipes.smoke, "default": recipes.default, "lstm-words": recipes.lstm_words}
+SIZES = {
+    "smoke": recipes.smoke,
+    "default": recipes.default,
+    "lstm-words": recipes.lstm_words,
+    "deepfm": recipes.deepfm,
+    "deepfm-smoke": recipes.deepfm_smoke,
+}
+FAMILIES = {"llama": "llama", "gpt2": "llama", "lstm": "lstm", "deepfm": "deepfm"}
+"""Each ``--model``'s recipe architecture: its ``--size`` must be a recipe of that kind (an LM's or DeepFM's)."""
 
 
 class WordLSTM(torch.nn.Module):
@@ -186,7 +199,12 @@ def build(family: str, vocab_size: int, m, seq_len: int) -> torch.nn.Module:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--zen", choices=["natural", "topk", "off"], default="natural")
-    p.add_argument("--model", choices=["llama", "gpt2", "lstm"], default="llama", help="lstm: with --size lstm-words")
+    p.add_argument(
+        "--model",
+        choices=sorted(FAMILIES),
+        default="llama",
+        help="lstm: with --size lstm-words; deepfm: with --size deepfm or deepfm-smoke",
+    )
     p.add_argument("--sparse-embedding", action="store_true", help="nn.Embedding(sparse=True) as input embedding")
     p.add_argument("--threshold", choices=["local", "global"], default="local", help="--zen topk: DGC threshold")
     p.add_argument("--overlap", action="store_true", help="--zen topk: sum on a worker thread during backward")
@@ -209,6 +227,9 @@ def main() -> None:
         p.error(f"--hook {args.hook} is stock DDP's own compression: use it with --zen off (got --zen {args.zen})")
     if args.hook != "none" and args.sparse_embedding:
         p.error(f"--hook {args.hook} compresses dense buckets; a sparse=True embedding's bucket is sparse: drop one")
+    deepfm_size = SIZES[args.size]().model.arch == "deepfm"
+    if (args.model == "deepfm") != deepfm_size:
+        p.error(f"--model {args.model} with --size {args.size}: DeepFM takes --size deepfm or deepfm-smoke, an LM the rest")
     if args.hook == "powersgd" and (args.powersgd_rank < 1 or args.powersgd_start < 2):
         p.error("--powersgd-rank must be >= 1 and --powersgd-start >= 2 (torch's error feedback needs one plain step)")
 
@@ -222,19 +243,30 @@ def main() -> None:
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
 
     recipe = SIZES[args.size]()
-    if rank == 0:  # tokenize once; the others read the cache
-        prepare(recipe.data, progress=False)
+    ctr = args.model == "deepfm"
+    load = ctr_data.prepare if ctr else prepare
+    if rank == 0:  # tokenize (or generate the clicks) once; the others read the cache
+        load(recipe.data, progress=False)
     dist.barrier()
-    data = TokenData(prepare(recipe.data, progress=False), seq_len=recipe.train.seq_len, seed=recipe.train.seed)
+    if ctr:
+        data = ctr_data.CTRData(load(recipe.data, progress=False), seed=recipe.train.seed)
+    else:
+        data = TokenData(load(recipe.data, progress=False), seq_len=recipe.train.seq_len, seed=recipe.train.seed)
 
     m = recipe.model
     torch.manual_seed(0)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
-    model = build(args.model, data.vocab_size, m, recipe.train.seq_len)
+    if ctr:
+        model = DeepFM(num_rows=data.vocab_size, **data.input_dims, dim=m.hidden_size, mlp_sizes=m.mlp_sizes)
+    else:
+        model = build(args.model, data.vocab_size, m, recipe.train.seq_len)
     if args.sparse_embedding:
         dense = model.get_input_embeddings()
         sparse = torch.nn.Embedding(dense.num_embeddings, dense.embedding_dim, sparse=True)
         sparse.weight.data.copy_(dense.weight.data)
-        model.set_input_embeddings(sparse)
+        if ctr:
+            model.embed = sparse
+        else:
+            model.set_input_embeddings(sparse)
     gloo = not cuda
     bucket_mb = 25.0 if args.bucket_mb is None else args.bucket_mb
     if args.hook == "powersgd" and gloo and args.bucket_mb is None:  # PowerSGD's collectives in one order: 1 bucket
@@ -284,7 +316,10 @@ def main() -> None:
         t0 = time.perf_counter()
         for opt in opts:
             opt.zero_grad(set_to_none=True)
-        if args.model == "lstm":
+        if ctr:  # a click model: the logits of the batch's samples, their binary cross-entropy
+            logits = model(CTRInputs(*(t.to(device) for t in x)))
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, y.to(device))
+        elif args.model == "lstm":
             loss = model(input_ids=x.to(device), targets=y.to(device))
         else:
             logits = model(input_ids=x.to(device), use_cache=False).logits
@@ -317,7 +352,8 @@ def main() -> None:
         before = now
         if state is None and hook is None:
             dense_b = stock_bytes
-            sparse_b = (world - 1) * row_bytes * int(x.unique().numel()) if args.sparse_embedding else 0
+            ids = x.ids_BF if ctr else x
+            sparse_b = (world - 1) * row_bytes * int(ids.unique().numel()) if args.sparse_embedding else 0
         rows.append(
             {
                 "step": step,

@@ -68,3 +68,37 @@ def test_powersgd_in_several_buckets_on_gloo_stops_with_the_reason():
     status = summary["status"].iloc[0]
     assert status.startswith("unable to run here: torch's powerSGD_hook on gloo with ") and "buckets" in status
     assert summary["step_s_median"].isna().all()
+
+
+@pytest.mark.timeout(240)
+def test_the_sweep_trains_deepfm_as_a_users_ctr_script():
+    """``model=deepfm``: the paper's recommendation workload in the example script (the toolkit's DeepFM on its
+    generated clicks, a user's own DDP loop) at smoke size; with plain SGD stock DDP on a dense table, its
+    ``sparse=True`` all-gather and Zen's natural hook on the sparse rows train alike (float noise), and the sparse
+    runs send rows, not the table."""
+    from zen_analysis.experiments.netlab import ddp_script_sweep
+
+    variants = ["stock", "stock-sparse", "natural-sparse"]
+    summary, steps = ddp_script_sweep(
+        ranks=2,
+        bandwidths=[None],
+        variants=variants,
+        steps=3,
+        warmup=1,
+        size="deepfm-smoke",
+        model="deepfm",
+        batch=256,
+        optimizer="sgd",
+        lr=0.1,
+        window=2,
+        progress=False,
+    )
+    s = summary.set_index("variant")
+    assert list(summary["variant"]) == variants and (summary["status"] == "ok").all()
+    assert s.loc["stock-sparse", "loss_max_diff_vs_stock"] < 1e-5
+    assert s.loc["natural-sparse", "loss_max_diff_vs_baseline"] < 1e-5
+    table_bytes = 20_000 * 9 * 4  # deepfm-smoke: 20k rows of 8 + 1 floats
+    assert s.loc["stock", "bytes_per_step"] > table_bytes
+    assert 0 < s.loc["stock-sparse", "sparse_bytes"] < table_bytes / 4
+    assert s.loc["natural-sparse", "sparse_bytes"] > 0
+    assert (steps.groupby("variant")["loss"].count() == 2).all()  # the steps after the warm-up one

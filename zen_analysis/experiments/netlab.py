@@ -281,7 +281,8 @@ def ddp_script_sweep(
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The example DDP script per variant (:data:`DDP_VARIANTS`) and link rate (``None``: loopback, one ``torchrun
     --standalone``; a rate: one torchrun per lab node, :func:`~zen_analysis.ranks.procs.run_in_lab`), ``rounds``
-    times interleaved, the script's ``model`` (``llama``, ``gpt2``, ``lstm``: with ``size="lstm-words"``) at the
+    times interleaved, the script's ``model`` (``llama``, ``gpt2``, ``lstm``: with ``size="lstm-words"``; ``deepfm``: with ``size="deepfm"``, ``batch``
+    samples a rank) at the
     recipe ``size``, every variant with the same ``optimizer`` (``sgd``: one plain SGD, the sparse embedding's
     too), ``lr`` (None: the script's) and ``bucket_mb`` (None: the script's, DDP's 25 MB; PowerSGD on gloo one
     bucket). One row per (network, variant): rank 0's median step time and bytes per step (the hooks' measured sparse

@@ -392,15 +392,18 @@ def _step(run: _Run, sync: GradSync, step: int, *, local_losses: bool, straggle:
     stats = None if local_losses else _start_step_stats(local_loss, compute_s, info)
     t_clip = time.perf_counter()
     sync_s = t_clip - t_sync
-    # AdamW's: a sparse=True embedding's summed rows, in a dense table kept from step to step
-    densify_sparse_grads(model.parameters(), keep=run.embedding, buffers=run.dense_grads)
     rows = {}  # lazy: the embedding's non-zero rows, what the clip reads and the row update steps
     if run.embedding is not None and run.embedding.grad is not None:
         rows = {run.embedding: embedding_rows(run.embedding.grad, sync.union_rows)}
-    if t.grad_clip > 0 and rows:
-        clip_grad_norm_by_rows(model.parameters(), t.grad_clip, rows)
+    # a sparse=True gradient AdamW's dense step takes is clipped on its rows too, then placed in its dense table:
+    # the clip's norm and scaling read the rows, not the table
+    sparse = {p: embedding_rows(p.grad) for p in model.parameters() if p.grad is not None and p.grad.is_sparse}
+    if t.grad_clip > 0 and (rows or sparse):
+        clip_grad_norm_by_rows(model.parameters(), t.grad_clip, {**sparse, **rows})
     elif t.grad_clip > 0:
         torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
+    # AdamW's: a sparse=True embedding's summed rows, in a dense table kept from step to step
+    densify_sparse_grads(model.parameters(), keep=run.embedding, buffers=run.dense_grads)
     t_opt = time.perf_counter()
     run.optimizer.step()
     if run.row_optimizer is not None:

@@ -191,9 +191,9 @@ def fused_adamw(params: Iterable[torch.Tensor]) -> bool | None:
     point, on CPU or CUDA), else ``None`` (torch's own choice).
 
     Why: on CPU torch's default is the single-tensor loop, which reads and writes each parameter and both moments in
-    several passes; the fused kernel does one. On the word LSTM's 20M parameters, one thread: 15 ms a step against
-    147 ms (``foreach`` 87 ms), and with 8 ranks on 2 cores that is most of a dense-update step. The numbers differ
-    from the loop's in the last bit of some elements (the fused kernel rounds its intermediate terms once)."""
+    several passes; the fused kernel does one, and with a large embedding table under AdamW's dense step that is
+    most of the optimizer's time (``scripts/embedding_grad_cost.py`` measures both). The numbers differ from the
+    single-tensor loop's in the last bit of some elements (the fused kernel rounds its intermediate terms once)."""
     supported = ("cpu", "cuda")
     ps = list(params)
     return bool(ps) and all(p.is_floating_point() and p.device.type in supported for p in ps) or None
@@ -216,7 +216,7 @@ def densify_sparse_grads(
 
     ``buffers`` (a dict the caller keeps across steps): each parameter's dense gradient is one table reused from
     step to step, where only last step's rows are zeroed and this step's copied in, instead of a new zeroed table
-    a step (on the word LSTM's 69k x 256 table: under 1 ms against 43 ms, one CPU thread). The same numbers: the
+    a step (whose cost follows the vocabulary, not the batch). The same numbers: the
     rows of a coalesced gradient are distinct, and nothing writes the table but this (the clip scales it, zeros
     stay zero; ``zero_grad(set_to_none=True)`` drops the reference, not the buffer)."""
     made = 0
