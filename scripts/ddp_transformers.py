@@ -6,16 +6,16 @@
     torchrun --nproc-per-node 4 scripts/ddp_transformers.py --model deepfm --size deepfm --batch 1024  # its DeepFM
 
 The model is a Llama (or ``--model gpt2``; or ``--model lstm``, a word-level LSTM LM in plain PyTorch on the
-``lstm-words`` recipe's word vocabulary) built from config with an untied input embedding (its gradient is
-row-sparse), the data the toolkit's default corpus (the Python standard library's source, tokenized locally: no
-download). ``--model deepfm`` trains the paper's recommendation workload instead: the toolkit's DeepFM (one 1M x 17
-table of field embeddings) on its generated Criteo-like clicks, ``--batch`` samples a rank (the paper's is 1,024),
-as a user trains a CTR model with a library's model class and their own DDP loop. Everything here is stock PyTorch + transformers except ``register``: ``--zen natural`` sums the
-embedding's gradient losslessly with Zen (the rest stays DDP's own all-reduce), ``--zen topk`` compresses every
-bucket (DGC top-5%) and sums with Zen, ``--zen off`` is stock DDP. ``--sparse-embedding`` makes the input embedding
-an ``nn.Embedding(sparse=True)`` (trained by ``SparseAdam``, or by the one ``SGD`` with ``--optimizer sgd``; stock DDP
-all-gathers it on gloo and cannot sum it on NCCL). gloo on CPU, NCCL when every rank sees a GPU. ``--out`` writes
-rank 0's per-step losses, step times, bytes and seconds as JSON.
+``lstm-words`` recipe's word vocabulary) built from config with an untied input embedding (its gradient is row-sparse),
+the data the toolkit's default corpus (the Python standard library's source, tokenized locally: no download). ``--model
+deepfm`` trains the paper's recommendation workload instead: the toolkit's DeepFM (one 1M x 17 table of field
+embeddings) on its generated Criteo-like clicks, ``--batch`` samples a rank (the paper's is 1,024), as a user trains a
+CTR model with a library's model class and their own DDP loop. Everything here is stock PyTorch + transformers except
+``register``: ``--zen natural`` sums the embedding's gradient losslessly with Zen (the rest stays DDP's own all-reduce),
+``--zen topk`` compresses every bucket (DGC top-5%) and sums with Zen, ``--zen off`` is stock DDP.
+``--sparse-embedding`` makes the input embedding an ``nn.Embedding(sparse=True)`` (trained by ``SparseAdam``, or by the
+one ``SGD`` with ``--optimizer sgd``; stock DDP all-gathers it on gloo and cannot sum it on NCCL). gloo on CPU, NCCL
+when every rank sees a GPU. ``--out`` writes rank 0's per-step losses, step times, bytes and seconds as JSON.
 
 What a DDP user already has, with ``--zen off``: ``--hook fp16`` / ``--hook bf16`` (torch's ``fp16_compress_hook`` /
 ``bf16_compress_hook``: every bucket cast to half width, divided by the ranks, all-reduced, cast back; DDP refuses to
@@ -229,7 +229,7 @@ def main() -> None:
         p.error(f"--hook {args.hook} compresses dense buckets; a sparse=True embedding's bucket is sparse: drop one")
     deepfm_size = SIZES[args.size]().model.arch == "deepfm"
     if (args.model == "deepfm") != deepfm_size:
-        p.error(f"--model {args.model} with --size {args.size}: DeepFM takes --size deepfm or deepfm-smoke, an LM the rest")
+        p.error(f"--model {args.model} with --size {args.size}: DeepFM takes deepfm or deepfm-smoke, an LM the others")
     if args.hook == "powersgd" and (args.powersgd_rank < 1 or args.powersgd_start < 2):
         p.error("--powersgd-rank must be >= 1 and --powersgd-start >= 2 (torch's error feedback needs one plain step)")
 

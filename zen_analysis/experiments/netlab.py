@@ -281,18 +281,18 @@ def ddp_script_sweep(
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The example DDP script per variant (:data:`DDP_VARIANTS`) and link rate (``None``: loopback, one ``torchrun
     --standalone``; a rate: one torchrun per lab node, :func:`~zen_analysis.ranks.procs.run_in_lab`), ``rounds``
-    times interleaved, the script's ``model`` (``llama``, ``gpt2``, ``lstm``: with ``size="lstm-words"``; ``deepfm``: with ``size="deepfm"``, ``batch``
-    samples a rank) at the
-    recipe ``size``, every variant with the same ``optimizer`` (``sgd``: one plain SGD, the sparse embedding's
-    too), ``lr`` (None: the script's) and ``bucket_mb`` (None: the script's, DDP's 25 MB; PowerSGD on gloo one
-    bucket). One row per (network, variant): rank 0's median step time and bytes per step (the hooks' measured sparse
-    bytes + the dense all-reduces' ring volume; torch's hooks' from their shapes) after ``warmup`` steps, the sum's
-    seconds and the part backward waited for (top-k), ``speedup_vs_stock``, the largest per-step loss difference from
-    stock DDP's and, for the lossless variants, from their baseline (:data:`LOSSLESS_BASELINE`: float noise only),
-    and against fp32 stock's loss at ``target_step`` (default two thirds in, so a slower-learning variant has steps
-    left to get there) :func:`time_to_quality`'s columns (medians over rounds). A variant the backend cannot run
-    (the script's "unable to run here: ..."; exit 3) is a row whose ``status`` says why, its numbers NaN; the rest
-    say ``ok``. Returns that summary and every measured step."""
+    times interleaved, the script's ``model`` (``llama``, ``gpt2``, ``lstm``: with ``size="lstm-words"``;
+    ``deepfm``: with ``size="deepfm"``, ``batch`` samples a rank) at the recipe ``size``, every variant with the
+    same ``optimizer`` (``sgd``: one plain SGD, the sparse embedding's too), ``lr`` (None: the script's) and
+    ``bucket_mb`` (None: the script's, DDP's 25 MB; PowerSGD on gloo one bucket). One row per (network, variant):
+    rank 0's median step time and bytes per step (the hooks' measured sparse bytes + the dense all-reduces' ring
+    volume; torch's hooks' from their shapes) after ``warmup`` steps, the sum's seconds and the part backward waited
+    for (top-k), ``speedup_vs_stock``, the largest per-step loss difference from stock DDP's and, for the lossless
+    variants, from their baseline (:data:`LOSSLESS_BASELINE`: float noise only), and against fp32 stock's loss at
+    ``target_step`` (default two thirds in, so a slower-learning variant has steps left to get there)
+    :func:`time_to_quality`'s columns (medians over rounds). A variant the backend cannot run (the script's "unable
+    to run here: ..."; exit 3) is a row whose ``status`` says why, its numbers NaN; the rest say ``ok``. Returns
+    that summary and every measured step."""
     import json
     import shutil
     import subprocess
