@@ -34,7 +34,7 @@ def bench_train(overrides: list[str] | tuple[str, ...] = ()) -> dict:
 
     * ``natural``: each of ``workloads`` x ``ranks`` x ``rates`` x ``schemes`` (the natural path: the embedding's
       gradient summed by the scheme, by rows; ``allreduce`` everything dense), ``steps`` steps; every variant
-      runs the same step: the embedding stepped by ``update`` (``lazy``: the same optimizer for all) with a
+      runs the same step (``rounds`` times interleaved, medians over rounds): the embedding stepped by ``update`` (``lazy``: the same optimizer for all) with a
       ``sparse_embedding`` gradient (dense all-reduce sums it densified, as Horovod's ``sparse_as_dense``), the
       other gradients in buckets of ``bucket_mb`` whose sums start during backward with ``overlap``; with
       ``reference`` the plain step too (:data:`REFERENCE`). At more than 8 ranks only ``wide_schemes`` run.
@@ -76,6 +76,7 @@ def bench_train(overrides: list[str] | tuple[str, ...] = ()) -> dict:
         "bucket_mb": 4.0,
         "steps": 10,
         "warmup": 2,
+        "rounds": 1,
         "workers_per_rank": 1,
         "topk_workload": "default",
         "topk_ranks": 8,
@@ -161,6 +162,7 @@ def _train_natural(opts: dict):
                 variants=variants,
                 steps=opts["steps"],
                 warmup=opts["warmup"],
+                rounds=opts["rounds"],
                 progress=True,
             )
             rows.append(sweep.assign(workload=label))

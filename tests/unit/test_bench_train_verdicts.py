@@ -1,4 +1,5 @@
-"""``bench train``'s verdicts, on tables made up here: the recipe defaults' ratio against the bench's best."""
+"""``bench train``'s verdicts and rounds, on tables made up here: the recipe defaults' ratio against the bench's best,
+and the median over interleaved rounds."""
 
 import pandas as pd
 
@@ -35,3 +36,30 @@ def test_defaults_verdict_sets_zens_default_ratio_against_the_best_lossless_fixe
 
 def test_defaults_verdict_is_empty_where_the_defaults_did_not_run():
     assert defaults_verdict(_table([("allreduce", 1000.0), ("zen", 3000.0)])) == ""
+
+
+def test_rounds_give_each_variant_the_median_of_its_rounds():
+    """Three rounds of two variants: each measured number the median over rounds, tokens/s from the median step
+    (not the median of the tokens/s), the losses of the first round."""
+    from zen_analysis.experiments.netlab import _median_over_rounds
+
+    rows = []
+    for r, (a, b) in enumerate([(1.0, 2.0), (3.0, 1.9), (2.0, 1.0)]):
+        for variant, step in (("a", a), ("b", b)):
+            rows.append(
+                {
+                    "round": r,
+                    "bandwidth_gbps": 1.0,
+                    "variant": variant,
+                    "step_s": step,
+                    "sync_s": step / 2,
+                    "exchange_s": step / 4,
+                    "compute_s": step / 3,
+                    "tokens_per_s": 120 / step,
+                    "losses": [float(r)],
+                }
+            )
+    out = _median_over_rounds(pd.DataFrame(rows)).set_index("variant")
+    assert out.loc["a", "step_s"] == 2.0 and out.loc["b", "step_s"] == 1.9
+    assert out.loc["a", "tokens_per_s"] == 60.0 and out.loc["b", "compute_s"] == 1.9 / 3
+    assert out.loc["a", "losses"] == [0.0] and (out["rounds"] == 3).all()

@@ -112,10 +112,13 @@ def training_sweep(
     variants: dict[str, dict[str, object]] | None = None,
     steps: int = 12,
     warmup: int = 2,
+    rounds: int = 1,
     progress: bool = False,
 ) -> pd.DataFrame:
     """Train ``base`` for ``steps`` steps in the lab at each bandwidth with each variant (name -> overrides, which
-    may set ``train.num_steps`` of their own; default :data:`TRAINING_VARIANTS`), capture off. One row per
+    may set ``train.num_steps`` of their own; default :data:`TRAINING_VARIANTS`), capture off, the variants
+    interleaved ``rounds`` times (each round runs every variant once; the machine's drift then falls on all of them
+    alike, and a row's times are the median over rounds of each round's medians). One row per
     (bandwidth, variant): medians over the steps after ``warmup`` of rank 0's step, compute, sync (its time in
     ``synchronize``) and exchange (sync less the wait for the slowest rank's compute, ``wait_s``) seconds, the step's
     other parts (:data:`PARTS`; ``rest_s``: the medians of :data:`REST` added), tokens/s at the median step, and the
@@ -124,8 +127,10 @@ def training_sweep(
     from zen_analysis.config import apply_overrides
     from zen_analysis.runs.launch import launch
 
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
     rows = []
-    for gbps in bandwidths:
+    for rnd, gbps in ((r, g) for r in range(rounds) for g in bandwidths):
         for name, sets in (variants or TRAINING_VARIANTS).items():
             cfg = apply_overrides(
                 copy.deepcopy(base),
@@ -146,6 +151,7 @@ def training_sweep(
             step_s = float(timed["step_s"].median())
             rows.append(
                 {
+                    "round": rnd,
                     "bandwidth_gbps": gbps,
                     "variant": name,
                     "scheme": cfg.sync.scheme,
@@ -165,9 +171,24 @@ def training_sweep(
                     **{c: float(timed[c].median()) for c in PARTS if c in timed},
                 }
             )
-    out = pd.DataFrame(rows)
+    out = _median_over_rounds(pd.DataFrame(rows))
     out["wait_s"] = out["sync_s"] - out["exchange_s"]  # waiting for the slowest rank's compute, inside the sync
     out["rest_s"] = out[[c for c in REST if c in out]].sum(1)
+    return out
+
+
+def _median_over_rounds(rounds: pd.DataFrame) -> pd.DataFrame:
+    """One row per (bandwidth, variant) of :func:`training_sweep`'s rounds: every measured number the median over
+    rounds (tokens/s from the median step), the losses, step times and the rest from the first round, ``rounds``
+    how many ran."""
+    key = ["bandwidth_gbps", "variant"]
+    timed = [c for c in ("step_s", "sync_s", "exchange_s", "compute_s", "planner_stats_s", *PARTS) if c in rounds]
+    tokens_per_step = rounds["tokens_per_s"] * rounds["step_s"]
+    first = rounds.assign(tokens_per_step=tokens_per_step)[rounds["round"] == 0]
+    first = first.drop(columns=["round", "tokens_per_s", *timed]).set_index(key)
+    out = first.join(rounds.groupby(key, sort=False)[timed].median()).reset_index()
+    out["tokens_per_s"] = out.pop("tokens_per_step") / out["step_s"]
+    out["rounds"] = int(rounds["round"].max()) + 1
     return out
 
 
