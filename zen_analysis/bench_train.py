@@ -33,15 +33,15 @@ def bench_train(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     the sparse path's seconds, the overlapped sums', and the rest (clip, optimizer, zero_grad, the loss mean).
 
     * ``natural``: each of ``workloads`` x ``ranks`` x ``rates`` x ``schemes`` (the natural path: the embedding's
-      gradient summed by the scheme, by rows; ``allreduce`` everything dense), ``steps`` steps; every variant
-      runs the same step (``rounds`` times interleaved, medians over rounds): the embedding stepped by ``update`` (``lazy``: the same optimizer for all) with a
-      ``sparse_embedding`` gradient (dense all-reduce sums it densified, as Horovod's ``sparse_as_dense``), the
-      other gradients in buckets of ``bucket_mb`` whose sums start during backward with ``overlap``; with
-      ``reference`` the plain step too (:data:`REFERENCE`). At more than 8 ranks only ``wide_schemes`` run.
-      ``speedup``: tokens/s over ``allreduce``'s. At ``default_ranks`` each of ``default_schemes`` also runs with
-      the recipe's own settings (:data:`DEFAULTS`: only the scheme set), and :func:`defaults_verdict` sets Zen's
-      ratio over dense all-reduce's there against the best lossless variant's. Table ``bench_train``, figures
-      ``train_vs_ranks`` (and ``train_vs_rate`` with several rates).
+      gradient summed by the scheme, by rows; ``allreduce`` everything dense), ``steps`` steps; every variant runs
+      the same step (``rounds`` times interleaved, medians over rounds): the embedding stepped by ``update``
+      (``lazy``: the same optimizer for all) with a ``sparse_embedding`` gradient (dense all-reduce sums it
+      densified, as Horovod's ``sparse_as_dense``), the other gradients in buckets of ``bucket_mb`` whose sums start
+      during backward with ``overlap``; with ``reference`` the plain step too (:data:`REFERENCE`). At more than 8
+      ranks only ``wide_schemes`` run. ``speedup``: tokens/s over ``allreduce``'s. At ``default_ranks`` each of
+      ``default_schemes`` also runs with the recipe's own settings (:data:`DEFAULTS`: only the scheme set), and
+      :func:`defaults_verdict` sets Zen's ratio over dense all-reduce's there against the best lossless variant's.
+      Table ``bench_train``, figures ``train_vs_ranks`` (and ``train_vs_rate`` with several rates).
     * ``topk``: ``topk_workload`` (the default Llama) on ``topk_ranks`` ranks at ``topk_rate`` Gbit/s: dense
       all-reduce for ``topk_steps`` steps, then DGC top-``topk_ratio`` of every bucket + each of ``topk_schemes``
       for up to ``topk_extra`` x as many, all at a constant learning rate after warm-up (so a longer run follows
