@@ -6,24 +6,18 @@ import pandas as pd
 import pytest
 
 
-@pytest.mark.timeout(300)
-def test_the_sweep_runs_what_users_have_and_judges_it(tmp_path):
+def _sgd_sweep(variants: list[str], **kw):
+    """The DDP sweep on 2 gloo ranks on loopback, 3 steps after 1 warm-up, one plain SGD for every variant."""
     from zen_analysis.experiments.netlab import ddp_script_sweep
 
+    common = {"ranks": 2, "bandwidths": [None], "steps": 3, "warmup": 1, "optimizer": "sgd", "lr": 0.1, "window": 2}
+    return ddp_script_sweep(variants=variants, progress=False, **common, **kw)
+
+
+@pytest.mark.timeout(300)
+def test_the_sweep_runs_what_users_have_and_judges_it(tmp_path):
     variants = ["stock", "fp16", "bf16", "powersgd-2", "stock-sparse"]  # natural-sparse: test_ddp_natural.py
-    summary, steps = ddp_script_sweep(
-        ranks=2,
-        bandwidths=[None],
-        variants=variants,
-        steps=3,
-        warmup=1,
-        size="smoke",
-        batch=4,
-        optimizer="sgd",
-        lr=0.1,
-        window=2,
-        progress=False,
-    )
+    summary, steps = _sgd_sweep(variants, size="smoke", batch=4)
     s = summary.set_index("variant")
     assert list(summary["variant"]) == variants and (summary["status"] == "ok").all()
     for col in ("time_to_stock_loss_s", "loss_gap_at_equal_time", "target_loss", "loss_max_diff_vs_baseline"):
@@ -76,23 +70,8 @@ def test_the_sweep_trains_deepfm_as_a_users_ctr_script():
     generated clicks, a user's own DDP loop) at smoke size; with plain SGD stock DDP on a dense table, its
     ``sparse=True`` all-gather and Zen's natural hook on the sparse rows train alike (float noise), and the sparse
     runs send rows, not the table."""
-    from zen_analysis.experiments.netlab import ddp_script_sweep
-
     variants = ["stock", "stock-sparse", "natural-sparse"]
-    summary, steps = ddp_script_sweep(
-        ranks=2,
-        bandwidths=[None],
-        variants=variants,
-        steps=3,
-        warmup=1,
-        size="deepfm-smoke",
-        model="deepfm",
-        batch=256,
-        optimizer="sgd",
-        lr=0.1,
-        window=2,
-        progress=False,
-    )
+    summary, steps = _sgd_sweep(variants, size="deepfm-smoke", model="deepfm", batch=256)
     s = summary.set_index("variant")
     assert list(summary["variant"]) == variants and (summary["status"] == "ok").all()
     assert s.loc["stock-sparse", "loss_max_diff_vs_stock"] < 1e-5
