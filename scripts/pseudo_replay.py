@@ -13,7 +13,7 @@ import argparse
 
 import pandas as pd
 
-from zen_analysis.experiments.netlab import scheme_sweep
+from zen_analysis.experiments.lab_sweeps import scheme_sweep
 
 
 def main() -> None:

@@ -154,8 +154,8 @@ LAYERS = (
     ("training", "train train.loop capture.hooks runs.rundir"),
     ("launch", "runs runs.launch"),
     ("plots", "plots"),
-    ("experiments", "experiments reproduce bench bench_net bench_train bench_options bench_local_sgd"),
-    ("interface", "cli explore __main__"),
+    ("experiments", "experiments"),
+    ("interface", "interface __main__"),
 )
 """The package's layers, lowest first (module names under ``zen_analysis``; a name covers its submodules unless a
 longer name is listed too). A module imports only from its own layer or below — at the top of the file or inside a

@@ -1,3 +1,3 @@
-from zen_analysis.cli import main
+from zen_analysis.interface.cli import main
 
 main()

@@ -62,7 +62,7 @@ def test_calibration_replay_and_synthetic_cli(capsys):
     # end to end, as training runs each scheme: measured and modelled for every scheme
     assert (summary["measured_s_median"] > 0).all() and (summary["modelled_s"] > 0).all()
 
-    from zen_analysis.cli import main
+    from zen_analysis.interface.cli import main
 
     main(["measure", "--synthetic", "--ranks", "2", "--numel", "5000", "--density", "0.05", "--repeats", "1"])
     out = capsys.readouterr().out

@@ -113,7 +113,7 @@ def test_without_privileges_the_lab_says_why():
 
 
 def test_the_cli_reports_the_lab(capsys):
-    from zen_analysis.cli import main
+    from zen_analysis.interface.cli import main
 
     if not OK:
         with pytest.raises(SystemExit, match="unavailable"):
@@ -165,9 +165,9 @@ def test_schemes_replayed_in_the_lab_are_lossless_with_the_modelled_bytes(capsys
 
     import pandas as pd
 
-    from zen_analysis.cli import main
     from zen_analysis.comm.calibrate import calibrate, netlab_calibration_path, netlab_host_calibration_path, preset
     from zen_analysis.comm.measure import SUMMARY_COLUMNS
+    from zen_analysis.interface.cli import main
     from zen_analysis.wire.topology import GBPS
 
     # alpha fitted inside the lab, the bandwidth the link's payload rate (a small calibration: the model's numbers

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from zen_analysis import paths
-from zen_analysis.cli import EXAMPLES, build_parser, main
+from zen_analysis.interface.cli import EXAMPLES, build_parser, main
 
 
 def _fake_run(run_id, *, finished, trace_bytes=1000):
@@ -55,7 +55,7 @@ def test_runs_lists_deletes_and_prunes_but_keeps_reproduce_runs(capsys):
 
 
 def test_reproduce_names_its_stages():
-    from zen_analysis.reproduce import STAGES
+    from zen_analysis.experiments.reproduce import STAGES
 
     assert list(STAGES) == ["train", "characterize", "schemes", "netlab", "zen", "edit", "scale"]
     with pytest.raises(SystemExit, match="unknown stages \\['tran'\\]; the stages are train, characterize"):
@@ -75,7 +75,7 @@ def test_reproduce_names_its_stages():
     ],
 )
 def test_make_reproduce_leaves_edit_and_scale_to_full(monkeypatch, capsys, argv, ran):
-    from zen_analysis import reproduce
+    from zen_analysis.experiments import reproduce
 
     calls = []
     monkeypatch.setattr(
@@ -89,7 +89,7 @@ def test_make_reproduce_leaves_edit_and_scale_to_full(monkeypatch, capsys, argv,
 def test_set_reaches_the_stages_that_train_and_only_those():
     import inspect
 
-    from zen_analysis.reproduce import STAGES
+    from zen_analysis.experiments.reproduce import STAGES
 
     takes = [name for name, stage in STAGES.items() if inspect.signature(stage).parameters]
     assert takes == ["train", "zen", "edit", "scale"]
@@ -100,19 +100,17 @@ def test_benchmark_names_have_one_source(monkeypatch, capsys):
     take make reproduce's run ids from reproduce_run_ids, not copies."""
     from pathlib import Path
 
-    from zen_analysis import bench
+    from zen_analysis.experiments import benchmarks
 
     parser = build_parser()
     text = next(a for a in parser._actions if a.dest == "command").choices["bench"].format_help()
-    assert all(f"{name}:" in " ".join(text.split()) for name in bench.BENCHMARKS)
+    assert all(f"{name}:" in " ".join(text.split()) for name in benchmarks.BENCHMARKS)
     with pytest.raises(SystemExit, match="unknown benchmark nope; the benchmarks are capture, characterize"):
         main(["bench", "nope"])
     ran = []
-    monkeypatch.setattr(
-        bench, "BENCHMARKS", {n: b._replace(run=lambda o, n=n: ran.append(n)) for n, b in bench.BENCHMARKS.items()}
-    )
+    monkeypatch.setattr(benchmarks, "run", lambda name, overrides=(): ran.append(name))
     main(["bench"])
-    assert ran == bench.default_benchmarks() and "train" not in ran and "capture" in ran
+    assert ran == benchmarks.default_benchmarks() and "train" not in ran and "capture" in ran
     root = Path(__file__).parents[2]
     make_bench = (root / "Makefile").read_text().split("\nbench: venv\n", 1)[1].split("\n\n", 1)[0]
     assert make_bench.strip() == "$(PY) -m zen_analysis bench"
@@ -204,3 +202,24 @@ def test_every_recipe_runs_shows_resolves_in_config(capsys):
     main(["config", str(stored)])  # what the footer says the starred run's config is
     assert json.loads(capsys.readouterr().out)["name"] == "default-parity"
     main(["runs", "--delete", "smoke-listed", "parity-listed"])
+
+
+def test_the_benchmark_registry_is_data_that_resolves_and_the_cli_parses_without_importing_a_benchmark():
+    """Every registry entry names a function that exists; building the parser and listing the benchmarks imports
+    neither a benchmark module nor torch (checked in a fresh interpreter)."""
+    import subprocess
+    import sys
+
+    from zen_analysis.experiments import benchmarks
+
+    for name in benchmarks.BENCHMARKS:
+        assert callable(benchmarks.resolve(name)), name
+    code = (
+        "import sys\n"
+        "from zen_analysis.interface.cli import build_parser\n"
+        "build_parser().parse_args(['bench', 'zen'])\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith('zen_analysis.experiments.bench_') or m == 'torch')\n"
+        "print(loaded)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out

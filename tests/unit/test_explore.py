@@ -6,7 +6,7 @@ import torch
 
 from zen_analysis import paths
 from zen_analysis.capture.traces import SparseGrad, TraceWriter, write_manifest
-from zen_analysis.explore import DensityExplorer, explore_stats
+from zen_analysis.interface.explore import DensityExplorer, explore_stats
 from zen_analysis.sparsity import densification_ratio
 
 R, D, W = 32, 4, 6
@@ -112,7 +112,7 @@ def test_every_action_redraws_once_and_the_title_matches_the_controls(run_id, ot
 
 
 def test_many_workers_are_grouped_on_screen_and_overlap_is_sampled_among_the_first(other_run):
-    from zen_analysis.explore import MAX_MAP_ROWS, MAX_OVERLAP_WORKERS, draw
+    from zen_analysis.interface.explore import MAX_MAP_ROWS, MAX_OVERLAP_WORKERS, draw
 
     s = explore_stats(other_run, "emb", 0, 200, 8, "row")
     assert s["map_group"] == 4 and s["density_map"].shape == (50 + 1, 128)  # 200 workers in 50 rows, + the union

@@ -165,7 +165,7 @@ def model_vs_measured(measured: pd.DataFrame) -> plt.Figure:
 def measured_speedup_vs_bandwidth(sweep: pd.DataFrame) -> plt.Figure:
     """The measured Fig. 15: speedup over dense all-reduce (end to end, median of the slowest rank) per scheme vs
     the lab's link rate, one panel per (tensor kind, ranks); the model's prediction beside each bar (hatched).
-    ``sweep``: :func:`zen_analysis.experiments.netlab.scheme_sweep`."""
+    ``sweep``: :func:`zen_analysis.experiments.lab_sweeps.scheme_sweep`."""
     style.apply()
     d = sweep[sweep["scheme"] != "allreduce"]
     panels = d[["kind", "ranks"]].drop_duplicates().sort_values(["kind", "ranks"]).itertuples(index=False)
@@ -228,7 +228,7 @@ def measured_speedup_vs_bandwidth(sweep: pd.DataFrame) -> plt.Figure:
 def training_vs_bandwidth(sweep: pd.DataFrame) -> plt.Figure:
     """The measured analogue of Fig. 11-14: per variant vs link rate, the exchange per step (what the network
     changes; left) and the training throughput (middle), and each median step split into compute, waiting for the
-    slowest rank and the exchange (right). ``sweep``: :func:`zen_analysis.experiments.netlab.training_sweep`."""
+    slowest rank and the exchange (right). ``sweep``: :func:`zen_analysis.experiments.lab_sweeps.training_sweep`."""
     style.apply()
     fig, (ax, cx, bx) = plt.subplots(1, 3, figsize=(17, 4.6), gridspec_kw={"width_ratios": [1, 1, 1.3]})
     rates = sorted(sweep["bandwidth_gbps"].unique())
@@ -384,7 +384,7 @@ def crossover(sweep: pd.DataFrame, predicted: dict, *, kind: str = "natural", ra
     """Where dense all-reduce catches up: the fastest sparse scheme's time over dense all-reduce's against the link
     rate, measured (a point per rate of the scheme sweep, and ``auto``'s) and modelled (the line: the model's rate
     curve, :func:`zen_analysis.comm.evaluate.crossover`), with both crossovers marked.
-    ``sweep``: :func:`zen_analysis.experiments.netlab.scheme_sweep`; ``predicted``: ``crossover``'s result."""
+    ``sweep``: :func:`zen_analysis.experiments.lab_sweeps.scheme_sweep`; ``predicted``: ``crossover``'s result."""
     from zen_analysis.comm.evaluate import measured_crossover
 
     style.apply()

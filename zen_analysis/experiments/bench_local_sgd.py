@@ -1,11 +1,21 @@
 """The local-SGD benchmarks (EDiT, A-EDiT and sparse pseudo-gradients): ``zen-analysis bench stragglers``,
-``pseudo_density`` and ``pseudo_claims`` (registered in :data:`zen_analysis.bench.BENCHMARKS`)."""
+``pseudo_density`` and ``pseudo_claims`` (registered in :mod:`zen_analysis.experiments.benchmarks`)."""
 
 from __future__ import annotations
 
-from zen_analysis import recipes
-from zen_analysis.bench_options import CONFIG, ints, names, parse_sets
+import pandas as pd
+
+from zen_analysis import paths, recipes
+from zen_analysis.comm.evaluate import evaluate_runs, speedups
 from zen_analysis.config import apply_overrides
+from zen_analysis.experiments.bench_options import CONFIG, ints, names, parse_sets, publish
+from zen_analysis.experiments.local_sgd import EDIT_TUNED, straggler_table
+from zen_analysis.experiments.pseudo_gradients import (
+    SHORT_SYNC,
+    pseudo_gradient_claims,
+    pseudo_gradient_density,
+    short_base,
+)
 
 
 def bench_stragglers(overrides: list[str] | tuple[str, ...] = ()) -> dict:
@@ -13,9 +23,6 @@ def bench_stragglers(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     the default Llama, one worker per rank, 60 steps per rank (the same total step budget), sync every 8 steps
     (EDiT) or every 8 steps' worth of time (A-EDiT, measured without the straggler); tokens/s of the whole run
     and of the local phase after the synchronous warm-up. ``--set ranks=4`` runs one world size."""
-    import pandas as pd
-
-    from zen_analysis.experiments.local_sgd import straggler_table
 
     opts = parse_sets("stragglers", overrides, {"ranks": [2, 4]}, {"ranks": ints}, config=True)
     worlds = opts["ranks"]
@@ -54,10 +61,6 @@ def bench_pseudo_density(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     28 steps (warm-up 4, a sync every 8: 3 outer syncs), under AdamW with and without weight decay and the lazy
     embedding update; how much of the embedding's pseudo-gradient is exactly zero. Table
     ``data/derived/pseudo_density/pseudo_density``."""
-    from zen_analysis import paths
-    from zen_analysis.bench_net import publish
-    from zen_analysis.experiments.local_sgd import EDIT_TUNED
-    from zen_analysis.experiments.pseudo_gradients import SHORT_SYNC, pseudo_gradient_density, short_base
 
     opts = parse_sets(
         "pseudo_density",
@@ -84,13 +87,6 @@ def bench_pseudo_claims(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     outer sync (``--set mode=all`` adds the before-selection records: about 8 bytes per parameter per worker and
     sync). Tables ``data/derived/pseudo_claims/pseudo_claims-<ranks>ranks`` and ``pseudo_claims_schemes-<ranks>ranks``:
     every scheme's modelled speed-up over the dense all-reduce on the same traces (paper-tcp25), per workload."""
-    import pandas as pd
-
-    from zen_analysis import paths
-    from zen_analysis.bench_net import publish
-    from zen_analysis.comm.evaluate import evaluate_runs, speedups
-    from zen_analysis.experiments.local_sgd import EDIT_TUNED
-    from zen_analysis.experiments.pseudo_gradients import SHORT_SYNC, pseudo_gradient_claims, short_base
 
     opts = parse_sets(
         "pseudo_claims",

@@ -25,6 +25,8 @@ from pathlib import Path
 
 from zen_analysis import recipes
 from zen_analysis.config import ExperimentConfig, apply_overrides
+from zen_analysis.experiments import benchmarks
+from zen_analysis.experiments.benchmarks import BENCHMARKS, default_benchmarks
 
 
 def _config(args: argparse.Namespace) -> ExperimentConfig:
@@ -189,7 +191,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> None:
-    from zen_analysis.reproduce import reproduce
+    from zen_analysis.experiments.reproduce import reproduce
 
     reproduce(args.set or [], only=_stages(args.only), skip=_stages(args.skip), full=args.full)
 
@@ -257,8 +259,6 @@ def cmd_measure(args: argparse.Namespace) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> None:
-    from zen_analysis.bench import BENCHMARKS, default_benchmarks
-
     unknown = [n for n in args.what if n not in BENCHMARKS]
     if unknown:
         raise SystemExit(
@@ -267,7 +267,7 @@ def cmd_bench(args: argparse.Namespace) -> None:
     if args.set and len(args.what) != 1:
         raise SystemExit("zen-analysis bench: --set options belong to one benchmark; name exactly one")
     for name in args.what or default_benchmarks():
-        BENCHMARKS[name].run(args.set or [])
+        benchmarks.run(name, args.set or [])
 
 
 def cmd_netlab(args: argparse.Namespace) -> None:
@@ -518,8 +518,6 @@ def _add_measure_parser(sub: argparse._SubParsersAction) -> None:
 
 def _add_bench_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="benchmarks (ratios measured side by side, medians)")
-    from zen_analysis.bench import BENCHMARKS  # a light import: the registry's names and lines
-
     p.add_argument(
         "what",
         nargs="*",

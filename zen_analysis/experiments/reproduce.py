@@ -34,35 +34,18 @@ from collections.abc import Sequence
 from zen_analysis import paths, recipes
 from zen_analysis.atomic import atomic_write_text
 from zen_analysis.config import apply_overrides
+from zen_analysis.experiments.run_ids import (
+    EVALUATE_STEPS,
+    REPLAY_RANKS,
+    REPRODUCE_RUNS,
+    RUN_OVERRIDES,
+    SCALE_RUN,
+    reproduce_run_id,
+    reproduce_run_ids,
+)
 
-REPRODUCE_RUNS = ("default", "lstm-words", "workers128", "opt", "gemma2", "deepfm")
-"""Recipes trained and characterized by ``make reproduce``; their run ids are ``reproduce-<recipe>``."""
-RUN_OVERRIDES = {
-    "opt": ("train.num_steps=30", "train.workers_per_rank=4"),
-    "gemma2": ("train.num_steps=30", "train.workers_per_rank=4"),
-    "deepfm": ("train.num_steps=30", "train.workers_per_rank=4"),
-}
-"""Trims of the reproduction runs, to keep ``make reproduce`` in its budget: OPT, Gemma 2 and DeepFM (for the
-characterization only) train 30 steps with 16 workers, captured at steps 0, 10 and 20."""
-EVALUATE_STEPS = 3
-"""Captured steps per run the scheme evaluation models (bucket traces are large: modelling all seven schemes on
-every bucket of every captured step would take most of ``make reproduce``'s budget for the default run alone)."""
 FULL_ONLY = ("edit", "scale")
 """Stages run by ``--full`` (``make reproduce-full``) or by naming them in ``--only``."""
-SCALE_RUN = "workers1024"
-"""Trained by the scale stage, for the scheme evaluation's scale mode only (n up to 1024)."""
-REPLAY_RANKS = 4
-
-
-def reproduce_run_id(recipe: str) -> str:
-    """The run id ``make reproduce`` gives a recipe's run."""
-    return f"reproduce-{recipe}"
-
-
-def reproduce_run_ids() -> list[str]:
-    """The runs ``make reproduce`` trains and characterizes (:data:`REPRODUCE_RUNS`), by run id: the list the
-    notebooks read, so a workload added here shows up in every one of them."""
-    return [reproduce_run_id(name) for name in REPRODUCE_RUNS]
 
 
 def _stage_netlab() -> None:
@@ -81,7 +64,7 @@ def _stage_netlab() -> None:
         f"== the emulated network: {run_id} replayed on {REPLAY_RANKS} ranks behind 1 Gbit/s links; flat vs "
         "hierarchical Zen on 2 nodes x 2 ranks (the full sweep: `zen-analysis bench netlab`)"
     )
-    from zen_analysis.experiments.netlab import node_comparison, scheme_sweep
+    from zen_analysis.experiments.lab_sweeps import node_comparison, scheme_sweep
     from zen_analysis.plots import comm as comm_figs
     from zen_analysis.plots import style
 

@@ -6,9 +6,16 @@ passed on to :func:`~zen_analysis.config.apply_overrides` where the benchmark tr
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
+import pandas as pd
+from matplotlib import pyplot as plt
+
+from zen_analysis.atomic import atomic_write_text
 from zen_analysis.config.overrides import split_list, split_set
+from zen_analysis.derived import write_table
+from zen_analysis.plots import style
 
 CONFIG = "config"
 """The key of :func:`parse_sets`'s result that holds the dotted (config field) overrides, in order."""
@@ -73,3 +80,23 @@ def parse_sets(
     if config:
         opts[CONFIG] = fields
     return opts
+
+
+def publish(table: pd.DataFrame, stem: Path, shown: pd.DataFrame, opts: dict, draw=None, figure: str = "") -> None:
+    """A benchmark's results: ``table`` as ``<stem>.parquet`` (stamped with the options), ``shown`` as
+    ``<stem>.txt`` and on stdout, and ``draw(table)`` (if given) as figure ``figure``."""
+
+    write_table(stem.with_suffix(".parquet"), table, {"options": opts})
+    text = shown.to_string(index=False)
+    atomic_write_text(stem.with_suffix(".txt"), text + "\n")
+    with pd.option_context("display.width", 250, "display.max_columns", 30):
+        print(text)
+    if draw is not None:
+        draw_figure(draw(table), figure)
+
+
+def draw_figure(fig, figure: str) -> None:
+    """Save ``fig`` as ``figures/<figure>.png`` / ``.pdf`` and close it."""
+
+    style.savefig(fig, figure)
+    plt.close(fig)

@@ -1,19 +1,27 @@
-"""The benchmarks on the emulated network (``zen-analysis bench netlab`` / ``bench ddp``; registered in
-:data:`zen_analysis.bench.BENCHMARKS`): schemes, hierarchical Zen, training and a user's DDP script behind shaped
-links. Tables in ``data/derived/netlab/`` and ``data/derived/ddp/``. Training throughput across the paper's
-workloads is :mod:`zen_analysis.bench_train`; :func:`publish` is how both write a benchmark's table and figure."""
+"""The benchmark on the emulated network (``zen-analysis bench netlab``; registered in
+:mod:`zen_analysis.experiments.benchmarks`): schemes, flat vs hierarchical Zen, training, loopback twins, EDiT and
+sparse pseudo-gradients, each rank behind a shaped link. Tables in ``data/derived/netlab/``."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from zen_analysis import recipes
-from zen_analysis.bench_options import flag, floats, ints, names, parse_sets
+import pandas as pd
+from matplotlib import pyplot as plt
 
-if TYPE_CHECKING:
-    import pandas as pd
-
+from zen_analysis import paths, recipes
+from zen_analysis.atomic import atomic_write_text
+from zen_analysis.derived import read_table, write_table
+from zen_analysis.experiments.bench_options import draw_figure, floats, ints, names, parse_sets, publish
+from zen_analysis.experiments.lab_sweeps import loopback_twins, node_comparison, scheme_sweep, training_sweep
+from zen_analysis.experiments.local_sgd import EDIT_TUNED, slow_network_check
+from zen_analysis.experiments.pseudo_gradients import SHORT_SYNC, pseudo_gradient_sweep, short_base
+from zen_analysis.experiments.run_ids import reproduce_run_id
+from zen_analysis.plots import comm as comm_figs
+from zen_analysis.plots import style
+from zen_analysis.plots.local_sgd import pseudo_gradients
+from zen_analysis.ranks import netlab
+from zen_analysis.runs.launch import ensure_run
 
 NETLAB_DEFAULTS = {
     "parts": ["schemes", "nodes", "train"],
@@ -38,7 +46,7 @@ NETLAB_DEFAULTS = {
 
 
 def bench_netlab(overrides: list[str] | tuple[str, ...] = ()) -> dict:
-    """Measured on the emulated network (root; :mod:`zen_analysis.experiments.netlab`), on the default run (trained
+    """Measured on the emulated network (root; :mod:`zen_analysis.experiments.lab_sweeps`), on the default run (trained
     first if ``make reproduce`` has not): ``schemes``, every scheme replaying its natural and top-k tensors at
     ``ranks`` x ``bandwidths`` (figure ``netlab_speedup``); ``nodes``, flat vs hierarchical Zen vs all-reduce on
     2 nodes x 2 ranks at ``node_bandwidths``; ``train``, the default recipe trained for ``train_steps`` steps per
@@ -46,10 +54,6 @@ def bench_netlab(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     emulation; ``pseudo``, sparse pseudo-gradients against dense local SGD (:func:`_netlab_pseudo`).
     ``--set parts=schemes,nodes,train ranks=4,8
     bandwidths=0.5,1,2.5,10 train_bandwidths=1 train_steps=12 repeats=10``. Tables in ``data/derived/netlab/``."""
-    from zen_analysis import paths
-    from zen_analysis.ranks import netlab
-    from zen_analysis.reproduce import reproduce_run_id
-    from zen_analysis.runs.launch import ensure_run
 
     ok, why = netlab.available()
     if not ok:
@@ -93,9 +97,6 @@ def bench_netlab(overrides: list[str] | tuple[str, ...] = ()) -> dict:
 def _netlab_schemes(run: str, opts: dict, out_dir: Path) -> pd.DataFrame:
     """``schemes``: the scheme sweep, its table (printed wide) and figure ``netlab_speedup``."""
 
-    from zen_analysis.experiments.netlab import scheme_sweep
-    from zen_analysis.plots import comm as comm_figs
-
     sweep = scheme_sweep(run, ranks=opts["ranks"], bandwidths=opts["bandwidths"], repeats=opts["repeats"])
     cols = [
         "kind",
@@ -122,7 +123,6 @@ def _netlab_schemes(run: str, opts: dict, out_dir: Path) -> pd.DataFrame:
     )
     verdict = auto_verdict(sweep)
     print(verdict)
-    from zen_analysis.atomic import atomic_write_text
 
     atomic_write_text(out_dir / "auto_verdict.txt", verdict + "\n")
     return sweep
@@ -164,10 +164,6 @@ def auto_verdict(sweep: pd.DataFrame) -> str:
 
 def _netlab_nodes(run: str, opts: dict, out_dir: Path) -> pd.DataFrame:
     """``nodes``: flat vs hierarchical Zen vs all-reduce at each of ``node_bandwidths``; every sum must be equal."""
-    import pandas as pd
-
-    from zen_analysis.atomic import atomic_write_text
-    from zen_analysis.experiments.netlab import node_comparison
 
     nodes = pd.concat(
         [node_comparison(run, bandwidth_gbps=b, repeats=opts["repeats"]) for b in opts["node_bandwidths"]],
@@ -184,13 +180,6 @@ def _netlab_nodes(run: str, opts: dict, out_dir: Path) -> pd.DataFrame:
 def _netlab_train(run: str, opts: dict, out_dir: Path) -> pd.DataFrame:
     """``train``: the default recipe trained per variant at ``train_bandwidths``; table and figure
     ``netlab_training`` (``-w<N>`` appended unless the recipe's workers per rank)."""
-    from matplotlib import pyplot as plt
-
-    from zen_analysis.atomic import atomic_write_text
-    from zen_analysis.derived import write_table
-    from zen_analysis.experiments.netlab import training_sweep
-    from zen_analysis.plots import comm as comm_figs
-    from zen_analysis.plots import style
 
     base = recipes.default()
     workers = opts["train_workers_per_rank"]
@@ -210,11 +199,6 @@ def _netlab_train(run: str, opts: dict, out_dir: Path) -> pd.DataFrame:
 
 def _netlab_figures(run: str, opts: dict, out_dir: Path) -> None:
     """``figures``: redraw the figures from the stored tables."""
-    from matplotlib import pyplot as plt
-
-    from zen_analysis.derived import read_table
-    from zen_analysis.plots import comm as comm_figs
-    from zen_analysis.plots import style
 
     for table, draw, name in (
         ("scheme_sweep", comm_figs.measured_speedup_vs_bandwidth, "netlab_speedup"),
@@ -230,9 +214,6 @@ def _netlab_figures(run: str, opts: dict, out_dir: Path) -> None:
 
 def _netlab_twins(run: str, opts: dict, out_dir: Path) -> pd.DataFrame:
     """``twins``: the trainings at 1 Gbit/s again on loopback: the same losses?"""
-    from zen_analysis.atomic import atomic_write_text
-    from zen_analysis.derived import read_table
-    from zen_analysis.experiments.netlab import loopback_twins
 
     suffix = "" if opts["train_workers_per_rank"] == 8 else f"-w{opts['train_workers_per_rank']}"
     trained = read_table(out_dir / f"training{suffix}.parquet")
@@ -245,9 +226,6 @@ def _netlab_twins(run: str, opts: dict, out_dir: Path) -> pd.DataFrame:
 
 def _netlab_edit(run: str, opts: dict, out_dir: Path) -> pd.DataFrame:
     """``edit``: EDiT with every rank behind an ``edit_bandwidth`` link, sleep emulation vs the lab."""
-    from zen_analysis.atomic import atomic_write_text
-    from zen_analysis.experiments.local_sgd import slow_network_check
-    from zen_analysis.experiments.pseudo_gradients import SHORT_SYNC, short_base
 
     base = short_base("default", "bench-netlab-edit", steps=opts["edit_steps"])
     check = slow_network_check(base, bandwidth_gbps=opts["edit_bandwidth"], **SHORT_SYNC)
@@ -267,11 +245,6 @@ def _netlab_pseudo(run: str, opts: dict, out_dir: Path) -> pd.DataFrame:
     every 8; the short runs' outer optimizer, plain averaging); every variant at 4 ranks (``pseudo_variants``, empty:
     all), ``pseudo_wide_variants`` at ``pseudo_wide_bandwidths`` above 4 (8 ranks on 2 cores: a run takes twice as
     long). Table ``pseudo_gradients``, figure ``netlab_pseudo_gradients`` (loss against time)."""
-    import pandas as pd
-
-    from zen_analysis.experiments.local_sgd import EDIT_TUNED
-    from zen_analysis.experiments.pseudo_gradients import SHORT_SYNC, pseudo_gradient_sweep, short_base
-    from zen_analysis.plots.local_sgd import pseudo_gradients
 
     recipe = opts["pseudo_recipe"]
     name = "bench-netlab-pseudo" + ("" if recipe == "default" else f"-{recipe}")
@@ -306,144 +279,3 @@ def _pseudo_suffix(opts: dict) -> str:
     ranks = "-".join(str(n) for n in opts["pseudo_ranks"])
     rates = sorted({*opts["pseudo_bandwidths"], *opts["pseudo_wide_bandwidths"]})
     return f"-{opts['pseudo_recipe']}-r{ranks}-" + "-".join(f"{g:g}g".replace(".", "p") for g in rates)  # no dots
-
-
-def _bandwidths(value: str) -> list[float | None]:
-    """``loopback,1`` -> ``[None, 1.0]`` (None: loopback, no shaped link)."""
-    return [None if v == "loopback" else float(v) for v in value.split(",")]
-
-
-def bench_ddp(overrides: list[str] | tuple[str, ...] = ()) -> dict:
-    """A user's own DDP training (``scripts/ddp_transformers.py``, the default Llama under torchrun) as stock DDP,
-    with Zen's natural hook, with top-k + Zen, and with what a DDP user already has (torch's fp16 / bf16 / PowerSGD
-    hooks, a ``sparse=True`` embedding) (:func:`~zen_analysis.experiments.netlab.ddp_script_sweep`): median step
-    time and bytes per step of rank 0, on loopback and, as root, behind 1 Gbit/s links (``model=lstm
-    size=lstm-words``: the paper's word-level LSTM in plain PyTorch instead, in a table of its own,
-    ``ddp_script-lstm-lstm-words``; other ranks or batch add ``-r<ranks>-b<batch>``); the lossy variants' time to
-    stock DDP's loss at ``target_step`` and their loss gap at stock's time, the lossless ones' loss difference
-    from their baseline. ``--set ranks=4 bandwidths=loopback,1 steps=12 rounds=2 bucket_mb=25 optimizer=sgd
-    lr=0.1 target_step=7 variants=...`` (default :data:`~zen_analysis.experiments.netlab.DDP_DEFAULT_VARIANTS`,
-    all of ``DDP_VARIANTS`` selectable). Table in ``data/derived/ddp/ddp_script.txt``."""
-    import pandas as pd
-
-    from zen_analysis import paths
-    from zen_analysis.atomic import atomic_write_text
-    from zen_analysis.derived import write_table
-    from zen_analysis.experiments.netlab import DDP_DEFAULT_VARIANTS, ddp_script_sweep
-    from zen_analysis.ranks import netlab
-
-    defaults = {
-        "ranks": 4,
-        "bandwidths": [None, 1.0],
-        "steps": 12,
-        "rounds": 2,
-        "warmup": 2,
-        "batch": 8,
-        "size": "default",
-        "model": "llama",
-        "variants": list(DDP_DEFAULT_VARIANTS),
-        "bucket_mb": None,  # the script's: DDP's 25 MB, PowerSGD on gloo in one bucket
-        "optimizer": "adamw",
-        "lr": None,  # the script's
-        "target_step": None,  # two thirds into the run
-        "window": 5,
-    }
-    types = {"bandwidths": _bandwidths, "variants": names, "bucket_mb": float, "lr": float, "target_step": int}
-    opts = parse_sets("ddp", overrides, defaults, types)
-    if any(b is not None for b in opts["bandwidths"]):
-        ok, why = netlab.available()
-        if not ok:
-            print(f"no network lab here ({why}): loopback only")
-            opts["bandwidths"] = [b for b in opts["bandwidths"] if b is None]
-    summary, steps = ddp_script_sweep(**opts)
-    out_dir = paths.derived_dir() / "ddp"
-    stamp = {"options": {k: str(v) for k, v in opts.items()}}
-    # the default workload keeps its table's name; another model or size writes a table of its own beside it
-    stem = "ddp_script" + (
-        "" if (opts["model"], opts["size"]) == ("llama", "default") else f"-{opts['model']}-{opts['size']}"
-    )
-    if (opts["ranks"], opts["batch"]) != (defaults["ranks"], defaults["batch"]):  # another shape: a table of its own
-        stem += f"-r{opts['ranks']}-b{opts['batch']}"
-    write_table(out_dir / f"{stem}.parquet", summary, stamp)
-    write_table(out_dir / f"{stem}_steps.parquet", steps, stamp)
-    cols = [
-        "network",
-        "variant",
-        "step_s_median",
-        "speedup_vs_stock",
-        "bytes_per_step",
-        "sync_s_median",
-        "exposed_s_median",
-        "loss_max_diff_vs_stock",
-        "lossless_baseline",
-        "loss_max_diff_vs_baseline",
-        "target_loss",
-        "time_to_stock_loss_s",
-        "loss_gap_at_equal_time",
-        "status",
-    ]
-    with pd.option_context("display.width", 250, "display.max_columns", 30, "display.max_colwidth", 400):
-        text = summary[cols].round(4).to_string(index=False)
-    atomic_write_text(out_dir / f"{stem}.txt", text + "\n")
-    print(text)
-    return {"ddp": summary}
-
-
-def publish(table: pd.DataFrame, stem: Path, shown: pd.DataFrame, opts: dict, draw=None, figure: str = "") -> None:
-    """A benchmark's results: ``table`` as ``<stem>.parquet`` (stamped with the options), ``shown`` as
-    ``<stem>.txt`` and on stdout, and ``draw(table)`` (if given) as figure ``figure``."""
-    import pandas as pd
-
-    from zen_analysis.atomic import atomic_write_text
-    from zen_analysis.derived import write_table
-
-    write_table(stem.with_suffix(".parquet"), table, {"options": opts})
-    text = shown.to_string(index=False)
-    atomic_write_text(stem.with_suffix(".txt"), text + "\n")
-    with pd.option_context("display.width", 250, "display.max_columns", 30):
-        print(text)
-    if draw is not None:
-        draw_figure(draw(table), figure)
-
-
-def draw_figure(fig, figure: str) -> None:
-    """Save ``fig`` as ``figures/<figure>.png`` / ``.pdf`` and close it."""
-    from matplotlib import pyplot as plt
-
-    from zen_analysis.plots import style
-
-    style.savefig(fig, figure)
-    plt.close(fig)
-
-
-def bench_exchange(overrides: list[str] | tuple[str, ...] = ()) -> dict:
-    """The gradient exchange alone against stock DDP's own sparse path
-    (:func:`~zen_analysis.experiments.exchange.exchange_sweep`): a captured run's rank-steps of its embedding (each
-    lab rank one real rank's rows per step) summed by stock DDP's sparse all-reduce and by the toolkit's row sums,
-    each rank behind a shaped link, measured beside the lab's model. ``--set run=reproduce-lstm-words ranks=4,8,16
-    bandwidths=1 schemes=stock,zen,agsparse,sparcml repeats=12 workers_per_rank=8 model=true``. Table in
-    ``data/derived/exchange/<run>.txt``."""
-    from zen_analysis import paths
-    from zen_analysis.experiments.exchange import EXCHANGE_SCHEMES, exchange_sweep
-    from zen_analysis.ranks import netlab
-
-    defaults = {
-        "run": "reproduce-lstm-words",
-        "ranks": [4, 8, 16],
-        "bandwidths": [1.0],
-        "schemes": list(EXCHANGE_SCHEMES),
-        "repeats": 12,
-        "workers_per_rank": None,  # the run's: one training rank's micro-batches
-        "model": True,
-    }
-    types = {"ranks": ints, "bandwidths": floats, "schemes": names, "workers_per_rank": int, "model": flag}
-    opts = parse_sets("exchange", overrides, defaults, types)
-    ok, why = netlab.available()
-    if not ok:
-        raise RuntimeError(f"bench exchange runs every rank behind a shaped link: no network lab here ({why})")
-    df = exchange_sweep(**opts)
-    cols = ["ranks", "bandwidth_gbps", "scheme", "measured_s", "modelled_s", "lead_vs_stock"]
-    cols += ["lead_vs_stock_modelled", "written_bytes", "rows_mean", "rows_union", "max_diff_vs_stock"]
-    shown = df[cols].round({"measured_s": 4, "modelled_s": 4, "lead_vs_stock": 2, "lead_vs_stock_modelled": 2})
-    publish(df, paths.derived_dir() / "exchange" / str(opts["run"]), shown, {k: str(v) for k, v in opts.items()})
-    return {"exchange": df}

@@ -1,4 +1,6 @@
-"""Benchmarks (``zen-analysis bench ...`` / ``make bench``): ratios measured side by side in one run, medians.
+"""Benchmarks of the analysis side (``zen-analysis bench capture | characterize | evaluate | paper``; registered in
+:mod:`zen_analysis.experiments.benchmarks`): the cost of capture, characterization and scheme modelling at the
+sizes their issues set, and the Zen paper's Fig. 11-14 modelled from captured traces.
 
 ``characterize``: time and peak memory of ``zen-analysis characterize`` on a synthetic capture of the size the
 characterization issue sets: a 16.8M-element embedding gradient (65,536 rows x 256), 128 workers, 20 steps,
@@ -11,28 +13,35 @@ in a fresh process, whose wall time and peak RSS are reported.
 step's wall time and the time spent inside capture code (isolating per-worker gradients, top-k, buffering,
 writing Parquet shards) are logged by rank 0; the overhead is rank 0's total capture time over the whole run /
 the run's time without it. The median step time of captured vs plain steps is printed beside it as a check.
-
-The benchmarks on the emulated network (``netlab``, ``ddp``) are in :mod:`zen_analysis.bench_net`; every benchmark's
-``--set key=value`` options are parsed by :func:`zen_analysis.bench_options.parse_sets`. :data:`BENCHMARKS` maps
-each name to its function.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import NamedTuple
+import resource
+import subprocess
+import sys
+import time
 
-from zen_analysis import recipes
-from zen_analysis.bench_local_sgd import bench_pseudo_claims, bench_pseudo_density, bench_stragglers
-from zen_analysis.bench_net import bench_ddp, bench_exchange, bench_netlab
-from zen_analysis.bench_options import CONFIG, floats, ints, names, parse_sets
-from zen_analysis.bench_train import bench_train
+import numpy as np
+import pandas as pd
+import torch
+
+from zen_analysis import paths, recipes
+from zen_analysis.atomic import atomic_write_text
+from zen_analysis.capture.reader import TraceReader
+from zen_analysis.capture.traces import SparseGrad, TraceWriter, collect_shards, write_manifest
+from zen_analysis.comm.calibrate import preset
+from zen_analysis.comm.evaluate import DEFAULT_TOPOLOGIES, evaluate, evaluate_step
+from zen_analysis.comm.schemes import SCHEMES
 from zen_analysis.config import apply_overrides
+from zen_analysis.experiments.bench_options import CONFIG, names, parse_sets
+from zen_analysis.experiments.paper_scale import paper_crossover, paper_throughput
+from zen_analysis.experiments.run_ids import reproduce_run_id
+from zen_analysis.runs.launch import launch
 
 
 def bench_capture(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     """Capture overhead: the default model on 2 ranks x 16 workers, captured every 10 steps, against its plain steps."""
-    from zen_analysis.runs.launch import launch
 
     cfg = recipes.default()
     cfg.name = "bench-capture"
@@ -65,11 +74,6 @@ def bench_capture(overrides: list[str] | tuple[str, ...] = ()) -> dict:
 
 
 def _synthetic_embedding_run(run_id: str, *, num_rows: int, width: int, num_workers: int, num_steps: int) -> None:
-    import numpy as np
-    import torch
-
-    from zen_analysis import paths
-    from zen_analysis.capture.traces import SparseGrad, TraceWriter, collect_shards, write_manifest
 
     tdir = paths.trace_dir(run_id)
     if (tdir / "manifest.json").exists():
@@ -109,10 +113,6 @@ def _synthetic_embedding_run(run_id: str, *, num_rows: int, width: int, num_work
 
 def bench_characterize(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     """Characterization at scale: time and peak memory on a synthetic 16.8M-element x 128-worker x 20-step capture."""
-    import resource
-    import subprocess
-    import sys
-    import time
 
     parse_sets("characterize", overrides, {})
     run_id = "bench-characterize-16M-128w-20s"
@@ -127,7 +127,6 @@ def bench_characterize(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     subprocess.run([sys.executable, "-c", code], check=True)
     wall = time.perf_counter() - t0
     peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    from zen_analysis.capture.reader import TraceReader
 
     df = TraceReader(run_id).summary()
     out = {
@@ -144,38 +143,10 @@ def bench_characterize(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     return out
 
 
-def bench_comm(overrides: list[str] | tuple[str, ...] = ()) -> dict:
-    """Every scheme on 4 real gloo ranks replaying the default run's captured embedding gradients, against
-    its alpha-beta model on this machine calibrated at 4 ranks (``zen-analysis measure`` with the
-    reproduce run; trains it first if ``make reproduce`` has not)."""
-    from zen_analysis.comm import measure, replay
-    from zen_analysis.reproduce import reproduce_run_id
-    from zen_analysis.runs.launch import ensure_run
-
-    opts = parse_sets("comm", overrides, {"ranks": 4, "steps": 3, "repeats": 25})
-    cfg = recipes.default()
-    cfg.run_id = reproduce_run_id("default")
-    run = ensure_run(cfg)
-    df = replay.replay_run(run, ranks=opts["ranks"], steps=opts["steps"], repeats=opts["repeats"], recalibrate=True)
-    summary = measure.summarize(df)
-    print(
-        f"{run} embedding ({df['numel'].iloc[0]:,} elements), {opts['ranks']} gloo ranks, {opts['steps']} steps, "
-        f"{opts['repeats']} repeats"
-    )
-    print(measure.report(summary))
-    return {"phases": df, "summary": summary}
-
-
 def bench_evaluate(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     """Modelling speed: ``evaluate`` (every scheme, n = 2..128, three topologies) on the 16.8M-element,
     128-worker synthetic capture of ``bench characterize``, 2 steps, in this process; wall time per step
     and for the n = 128 configurations alone."""
-    import time
-
-    from zen_analysis.capture.reader import TraceReader
-    from zen_analysis.comm.calibrate import preset
-    from zen_analysis.comm.evaluate import DEFAULT_TOPOLOGIES, evaluate, evaluate_step
-    from zen_analysis.comm.schemes import SCHEMES
 
     parse_sets("evaluate", overrides, {})
     run_id = "bench-characterize-16M-128w-20s"
@@ -198,97 +169,6 @@ def bench_evaluate(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     return {"per_step_s": per_step, "n128_s": at128}
 
 
-def bench_hashing(overrides: list[str] | tuple[str, ...] = ()) -> dict:
-    """Algorithm 1 at the paper's Fig. 16 size on this CPU: ``hierarchical_hash`` of 10M distinct indices of a
-    214M-element tensor (about 5% density) into 16 partitions — the compiled kernel (``backend="native"``, one
-    thread per torch thread) and the torch rounds — against the argsort reference and a memory-copy floor
-    (cloning the 10M int64 indices once); medians of 5 after a warm-up, in this process."""
-    import time
-
-    import torch
-
-    from zen_analysis.zen import native
-    from zen_analysis.zen.hierarchical import bucket_reference, hierarchical_hash
-
-    opts = parse_sets("hashing", overrides, {"numel": 214_000_000, "nnz": 10_000_000, "partitions": 16, "repeats": 5})
-    gen = torch.Generator().manual_seed(0)
-    idx = torch.unique(torch.randint(0, opts["numel"], (int(opts["nnz"] * 1.03),), generator=gen))
-    idx = idx[
-        torch.randperm(idx.numel(), generator=gen)[: opts["nnz"]]
-    ]  # distinct, unsorted (as nonzero() of a bucket)
-
-    def median(fn) -> float:
-        fn()
-        times = []
-        for _ in range(opts["repeats"]):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-        return sorted(times)[len(times) // 2]
-
-    n = opts["partitions"]
-    out = {"native_s": float("nan"), "threads": torch.get_num_threads()}
-    if native.available():
-        out["native_s"] = median(lambda: hierarchical_hash(idx, n, seed=1, backend="native"))
-    else:
-        print(f"native kernel unavailable ({native.unavailable_reason()}): timing the torch rounds only")
-    out["torch_rounds_s"] = median(lambda: hierarchical_hash(idx, n, seed=1, backend="torch"))
-    out["argsort_s"] = median(lambda: bucket_reference(idx, n, seed=1))
-    out["memcpy_s"] = median(lambda: idx.clone())
-    b = hierarchical_hash(idx, n, seed=1)
-    out["serial_fraction"] = b.serial_count / idx.numel()
-    best = out["native_s"] if native.available() else out["torch_rounds_s"]
-    print(
-        f"hashing {idx.numel():,} indices of a {opts['numel']:,}-element tensor into {n} partitions "
-        f"({out['threads']} torch threads; Algorithm 1 with r1 = 2x, k = 3, {100 * out['serial_fraction']:.1f}% "
-        "to serial regions):\n"
-        f"  hierarchical_hash, native kernel: {out['native_s']:.3f} s   torch rounds: {out['torch_rounds_s']:.3f} s\n"
-        f"  argsort reference: {out['argsort_s']:.3f} s   memory-copy floor: {out['memcpy_s']:.4f} s\n"
-        f"  Algorithm 1 / argsort = {best / out['argsort_s']:.2f} (target <= 1), / memcpy = "
-        f"{best / out['memcpy_s']:.0f}"
-    )
-    return out
-
-
-def bench_zen(overrides: list[str] | tuple[str, ...] = ()) -> dict:
-    """``zen_sum`` vs dense all-reduce, AGsparse and BP-COO on 2 gloo ranks (one per core), at 4M / 32M / 128M
-    elements and 0.5% / 1% / 5% density with 30% overlap, beside the local-work floor and Zen's local steps
-    (:mod:`zen_analysis.experiments.zen_speed`), medians of 9. ``--set sizes=4000000,32000000 densities=0.01
-    repeats=5``."""
-    import pandas as pd
-
-    from zen_analysis.experiments import zen_speed
-    from zen_analysis.experiments.zen_speed import model_check, speed_table, summary
-
-    defaults = {"sizes": list(zen_speed.SIZES), "densities": list(zen_speed.DENSITIES), "repeats": 9, "ranks": 2}
-    opts = parse_sets("zen", overrides, defaults, {"sizes": ints, "densities": floats})
-    table = speed_table(**opts)
-    wrong = table[(table.get("exact") == False)]  # noqa: E712 - NaN for the local rows
-    if len(wrong):
-        raise RuntimeError(f"a scheme's sum differs from all_reduce:\n{wrong}")
-    summ = summary(table)
-    steps = table[table["what"].str.startswith("zen:")].pivot_table(
-        index=["numel", "density"], columns="what", values="seconds"
-    )
-    with pd.option_context("display.width", 250, "display.max_columns", 30, "display.float_format", "{:.4f}".format):
-        print(
-            f"{opts['ranks']} gloo ranks, medians of {opts['repeats']} of the slowest rank's seconds (every "
-            "result equal to all_reduce):"
-        )
-        print(summ.to_string())
-        print("Zen's local steps (seconds, slowest rank):")
-        print(steps.to_string())
-        calls = table[table["what"] == "zen"]["calls"].max()
-        print(f"zen_sum collective calls per sync: {int(calls)}")
-        check = model_check(table)
-        print(
-            f"time model (wire + local work, this machine calibrated at {opts['ranks']} ranks on <= 4M "
-            "elements) / measured:"
-        )
-        print(check.to_string(float_format="{:.2f}".format))
-    return {"table": table, "summary": summ, "model": check}
-
-
 def bench_paper(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     """The Zen paper's Fig. 11-14 at its scale, modelled (:func:`~zen_analysis.experiments.paper_scale.
     paper_throughput`): samples/s per scheme on 16 machines x 8 V100 at 25 Gbit/s from the captured traces of
@@ -297,12 +177,6 @@ def bench_paper(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     :func:`~zen_analysis.experiments.paper_scale.paper_crossover`). A run not captured is skipped with a line saying
     so. Writes ``data/derived/paper/fig11_14_modelled.csv`` and ``stock_crossover_modelled.csv`` beside it.
     ``--set runs=<run id>,... device=a100 machines=8 overlap=0.3``."""
-    import pandas as pd
-
-    from zen_analysis import paths
-    from zen_analysis.atomic import atomic_write_text
-    from zen_analysis.experiments.paper_scale import paper_crossover, paper_throughput
-    from zen_analysis.reproduce import reproduce_run_id
 
     defaults = {
         "runs": [reproduce_run_id(r) for r in ("lstm-words", "deepfm", "opt")],
@@ -362,39 +236,3 @@ def bench_paper(overrides: list[str] | tuple[str, ...] = ()) -> dict:
         print(xo[["run", "n", "zen_leads", "crossover_gbps"]].to_string(index=False))
     print(f"written to {out} and {out.with_name('stock_crossover_modelled.csv')}")
     return {"table": table, "path": out, "crossover": crossovers}
-
-
-class Benchmark(NamedTuple):
-    run: Callable[[Sequence[str]], object]
-    """Runs it with its ``--set key=value`` options."""
-    about: str
-    """One line for ``zen-analysis bench --help``."""
-    needs_lab: bool = False
-    """Runs behind the network lab's shaped links (root; tens of minutes): not in ``make bench``."""
-
-
-BENCHMARKS = {
-    "capture": Benchmark(bench_capture, "capture overhead on the default model"),
-    "characterize": Benchmark(bench_characterize, "characterization of 16M elements x 128 workers x 20 steps"),
-    "comm": Benchmark(bench_comm, "every scheme measured vs modelled on the default run's embedding at 4 ranks"),
-    "evaluate": Benchmark(bench_evaluate, "modelling speed at 16M elements x 128 workers"),
-    "hashing": Benchmark(bench_hashing, "Algorithm 1 vs argsort on 10M indices"),
-    "stragglers": Benchmark(bench_stragglers, "EDiT vs A-EDiT with a 2x straggler"),
-    "pseudo_density": Benchmark(bench_pseudo_density, "how sparse pseudo-gradients are by themselves (EDiT)"),
-    "pseudo_claims": Benchmark(bench_pseudo_claims, "C1-C3 of top-k pseudo-gradients beside the gradients' (EDiT)"),
-    "zen": Benchmark(bench_zen, "zen_sum vs dense all-reduce and sparse schemes up to 128M elements"),
-    "netlab": Benchmark(bench_netlab, "schemes, hierarchical Zen and training on the emulated network", True),
-    "ddp": Benchmark(bench_ddp, "the example DDP script, stock vs Zen, on loopback and shaped links", True),
-    "train": Benchmark(bench_train, "training throughput of the paper's workloads across schemes and ranks", True),
-    "exchange": Benchmark(
-        bench_exchange, "a captured run's embedding rows summed by stock DDP's sparse path and by Zen, in the lab", True
-    ),
-    "paper": Benchmark(bench_paper, "Fig. 11-14 modelled at 16 x 8 V100, 25 Gbit/s, from the captured traces"),
-}
-"""Every benchmark by its name on the command line (``zen-analysis bench <name>``): the one list of them; the CLI's
-choices and help and ``make bench`` (:func:`default_benchmarks`) come from here."""
-
-
-def default_benchmarks() -> list[str]:
-    """What ``zen-analysis bench`` without a name runs (``make bench``): every benchmark that needs no lab."""
-    return [name for name, b in BENCHMARKS.items() if not b.needs_lab]

@@ -1,13 +1,19 @@
-"""``zen-analysis bench train`` (registered in :data:`zen_analysis.bench.BENCHMARKS`): training throughput behind
+"""``zen-analysis bench train`` (registered in :mod:`zen_analysis.experiments.benchmarks`): training throughput behind
 shaped links (the network lab, root) on the paper's natural-sparsity workloads with every scheme, top-k of every
 bucket to the dense run's loss, and the sums overlapped with backward: the measured analogues of the paper's
 Fig. 11-13. Tables in ``data/derived/train/``."""
 
 from __future__ import annotations
 
-from zen_analysis import recipes
-from zen_analysis.bench_net import draw_figure, publish
-from zen_analysis.bench_options import floats, ints, names, parse_sets
+import math
+
+import pandas as pd
+
+from zen_analysis import paths, recipes
+from zen_analysis.experiments.bench_options import draw_figure, floats, ints, names, parse_sets, publish
+from zen_analysis.experiments.lab_sweeps import REST, time_to_loss, training_sweep
+from zen_analysis.plots import comm as comm_figs
+from zen_analysis.ranks import netlab
 
 TRAIN_PARTS = ("natural", "topk", "overlap")
 """``bench train``'s parts: the natural-sparsity workloads with every scheme against ranks and rates; top-k of the
@@ -53,7 +59,6 @@ def bench_train(overrides: list[str] | tuple[str, ...] = ()) -> dict:
       inline. Table ``bench_train_overlap``.
 
     Tables under ``data/derived/train/``."""
-    from zen_analysis.ranks import netlab
 
     ok, why = netlab.available()
     if not ok:
@@ -114,11 +119,6 @@ def bench_train(overrides: list[str] | tuple[str, ...] = ()) -> dict:
 
 def _train_natural(opts: dict):
     """``bench train``'s ``natural`` part (:func:`bench_train`)."""
-    import pandas as pd
-
-    from zen_analysis import paths
-    from zen_analysis.experiments.netlab import REST, training_sweep
-    from zen_analysis.plots import comm as comm_figs
 
     rows = []
     for workload in opts["workloads"]:
@@ -250,7 +250,6 @@ def defaults_verdict(table, scheme: str = "zen", target: float = 0.9) -> str:
 
 def _over(table, key: list[str], variant: str):
     """Each row's tokens/s over ``variant``'s at the same ``key`` (NaN where ``variant`` did not run)."""
-    import pandas as pd
 
     base = table[table["variant"] == variant].set_index(key)["tokens_per_s"]
     return table["tokens_per_s"].to_numpy() / base.reindex(pd.MultiIndex.from_frame(table[key])).to_numpy()
@@ -258,11 +257,6 @@ def _over(table, key: list[str], variant: str):
 
 def _train_topk(opts: dict):
     """``bench train``'s ``topk`` part (:func:`bench_train`): wall-clock time to the dense run's final loss."""
-    import math
-
-    from zen_analysis import paths
-    from zen_analysis.experiments.netlab import time_to_loss, training_sweep
-    from zen_analysis.plots import comm as comm_figs
 
     base = recipes.get(opts["topk_workload"])
     base.name = f"bench-train-topk-{opts['topk_workload']}-r{opts['topk_ranks']}"
@@ -328,8 +322,6 @@ def _train_topk(opts: dict):
 
 def _train_overlap(opts: dict):
     """``bench train``'s ``overlap`` part (:func:`bench_train`): the sums started during backward against inline."""
-    from zen_analysis import paths
-    from zen_analysis.experiments.netlab import training_sweep
 
     base = recipes.get(opts["overlap_workload"])
     base.name = f"bench-train-overlap-{opts['overlap_workload']}-r{opts['overlap_ranks']}"

@@ -1,0 +1,77 @@
+"""The benchmark registry, as data: every ``zen-analysis bench <name>`` by its name, the function that runs it (as
+``"module:function"``), its help line and whether it needs the network lab.
+
+The CLI lists, checks and documents the names from here without importing a benchmark (each one imports torch
+and its drivers at the top of its module); :func:`run` imports the one it runs. ``make bench`` runs
+:func:`default_benchmarks`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from typing import NamedTuple
+
+
+class Benchmark(NamedTuple):
+    target: str
+    """``"module:function"`` under :mod:`zen_analysis.experiments`; the function takes the ``--set key=value``
+    options."""
+    about: str
+    """One line for ``zen-analysis bench --help``."""
+    needs_lab: bool = False
+    """Runs behind the network lab's shaped links (root; tens of minutes): not in ``make bench``."""
+
+
+BENCHMARKS = {
+    "capture": Benchmark("bench_analysis:bench_capture", "capture overhead on the default model"),
+    "characterize": Benchmark(
+        "bench_analysis:bench_characterize", "characterization of 16M elements x 128 workers x 20 steps"
+    ),
+    "comm": Benchmark(
+        "bench_schemes:bench_comm", "every scheme measured vs modelled on the default run's embedding at 4 ranks"
+    ),
+    "evaluate": Benchmark("bench_analysis:bench_evaluate", "modelling speed at 16M elements x 128 workers"),
+    "hashing": Benchmark("bench_schemes:bench_hashing", "Algorithm 1 vs argsort on 10M indices"),
+    "stragglers": Benchmark("bench_local_sgd:bench_stragglers", "EDiT vs A-EDiT with a 2x straggler"),
+    "pseudo_density": Benchmark(
+        "bench_local_sgd:bench_pseudo_density", "how sparse pseudo-gradients are by themselves (EDiT)"
+    ),
+    "pseudo_claims": Benchmark(
+        "bench_local_sgd:bench_pseudo_claims", "C1-C3 of top-k pseudo-gradients beside the gradients' (EDiT)"
+    ),
+    "zen": Benchmark("bench_schemes:bench_zen", "zen_sum vs dense all-reduce and sparse schemes up to 128M elements"),
+    "netlab": Benchmark(
+        "bench_lab:bench_netlab", "schemes, hierarchical Zen and training on the emulated network", True
+    ),
+    "ddp": Benchmark("bench_ddp:bench_ddp", "the example DDP script, stock vs Zen, on loopback and shaped links", True),
+    "train": Benchmark(
+        "bench_train:bench_train", "training throughput of the paper's workloads across schemes and ranks", True
+    ),
+    "exchange": Benchmark(
+        "bench_ddp:bench_exchange",
+        "a captured run's embedding rows summed by stock DDP's sparse path and by Zen, in the lab",
+        True,
+    ),
+    "paper": Benchmark(
+        "bench_analysis:bench_paper", "Fig. 11-14 modelled at 16 x 8 V100, 25 Gbit/s, from the captured traces"
+    ),
+}
+"""Every benchmark by its name on the command line: the one list of them; the CLI's choices and help and ``make
+bench`` (:func:`default_benchmarks`) come from here."""
+
+
+def default_benchmarks() -> list[str]:
+    """What ``zen-analysis bench`` without a name runs (``make bench``): every benchmark that needs no lab."""
+    return [name for name, b in BENCHMARKS.items() if not b.needs_lab]
+
+
+def resolve(name: str):
+    """The function behind a benchmark's name (imports its module)."""
+    module, function = BENCHMARKS[name].target.split(":")
+    return getattr(importlib.import_module(f"zen_analysis.experiments.{module}"), function)
+
+
+def run(name: str, overrides: Sequence[str] = ()) -> object:
+    """Run one benchmark with its ``--set key=value`` options."""
+    return resolve(name)(list(overrides))
