@@ -135,31 +135,29 @@ def test_the_loop_calls_only_what_the_sync_contract_declares():
 
 
 LAYERS = (
-    ("foundations", "paths atomic workspace indices config recipes derived runs.observe"),
-    ("models and data", "workload"),
-    (
-        "sparse data",
-        "sparsity sparsity.metrics sparsity.synthetic zen zen.hashing zen.native zen.hierarchical "
-        "zen.bitmap capture.schema capture.buckets capture.topk",
-    ),
-    ("stores, collectives, processes", "capture capture.traces capture.reader capture.summary wire comm.formats ranks"),
-    (
-        "algorithms",
-        "sync sync.base sync.selection sync.lookups zen.sparse_allreduce local_sgd.collective local_sgd.penalty",
-    ),
-    ("schemes", "comm comm.schemes comm.planner"),
-    ("measurement", "comm.measure comm.calibrate comm.replay"),
-    ("sync registry", "sync.sparse sync.compressed sync.ddp sync.integrations local_sgd train.registry"),
-    ("analysis", "sparsity.characterize sparsity.workloads sparsity.report comm.evaluate"),
-    ("training", "train train.loop capture.hooks runs.rundir"),
-    ("launch", "runs runs.launch"),
+    ("foundations", "paths atomic workspace indices derived"),
+    ("configuration", "config recipes"),
+    ("wire", "wire"),
+    ("workload", "workload"),
+    ("ranks", "ranks"),
+    ("zen", "zen"),
+    ("capture", "capture"),
+    ("pricing", "pricing"),
+    ("sparsity", "sparsity"),
+    ("comm", "comm"),
+    ("evaluation", "evaluation"),
+    ("sync", "sync"),
+    ("local_sgd", "local_sgd"),
+    ("train", "train"),
+    ("runs", "runs"),
     ("plots", "plots"),
     ("experiments", "experiments"),
     ("interface", "interface __main__"),
 )
-"""The package's layers, lowest first (module names under ``zen_analysis``; a name covers its submodules unless a
-longer name is listed too). A module imports only from its own layer or below — at the top of the file or inside a
-function. CONTRIBUTING.md says what each layer holds and where a new scheme, sync or figure goes."""
+"""The package's layers, lowest first: one folder each (a name covers its submodules), the root's foundation modules
+below them all and ``recipes`` beside the configuration it builds. A module imports only from its own layer or
+below — at the top of the file or inside a function. CONTRIBUTING.md's layer table lists the same rows in the same
+order (``test_contributing_lists_the_layers``) and says what each holds."""
 
 
 def _layer_of(module: str) -> int | None:
@@ -188,12 +186,28 @@ def test_imports_point_down_the_layers():
             if t != "zen_analysis" and _layer_of(t) > _layer_of(mod):
                 upward.append(f"{mod} ({LAYERS[_layer_of(mod)][0]}) -> {t} ({LAYERS[_layer_of(t)][0]})")
     assert not upward, upward
-    # the check itself sees an upward import: the training loop is above the schemes
+    # the check itself sees an upward import: the training loop is above the schemes, the schemes above Zen's kernels
     assert (
         _layer_of("zen_analysis.train.loop")
         > _layer_of("zen_analysis.comm.schemes.zen")
         > _layer_of("zen_analysis.zen.sparse_allreduce")
     )
+
+
+def test_every_folder_is_one_layer_and_contributing_lists_the_layers():
+    """The layers and the folders agree one to one: every subpackage is named by exactly one row, as a whole (its
+    subfolders with it), and CONTRIBUTING.md's layer table has the same rows in the same order."""
+    root = TESTS.parent / "zen_analysis"
+    folders = {p.parent.relative_to(root).parts[0] for p in root.glob("*/__init__.py")}
+    named = [m for _, members in LAYERS for m in members.split()]
+    assert sorted(m for m in named if m in folders) == sorted(folders), "a folder without its own row"
+    assert all("." not in m for m in named), "a row names part of a folder"
+    rows = [
+        line.split("|")[1].strip()
+        for line in (TESTS.parent / "CONTRIBUTING.md").read_text().split("## The layers", 1)[1].splitlines()
+        if line.startswith("| ") and not line.startswith("| layer")
+    ]
+    assert rows == [name for name, _ in LAYERS], rows
 
 
 def _package_of(module: str, packages: set[str]) -> str:
@@ -246,3 +260,12 @@ def test_no_folder_imports_another_folders_private_names():
                 if private and there != here:
                     found.append(f"{path.relative_to(root.parent)}: {node.module} {private}")
     assert not found, found
+
+
+def test_the_package_root_holds_the_foundations_and_the_public_face_only():
+    """At most 8 modules at the root, none of them a driver (a benchmark, a reproduce stage) or the interface."""
+    root = TESTS.parent / "zen_analysis"
+    modules = sorted(p.stem for p in root.glob("*.py"))
+    assert len(modules) <= 8, modules
+    drivers = [m for m in modules if m.startswith(("bench", "reproduce", "cli", "explore"))]
+    assert not drivers, drivers

@@ -1,4 +1,4 @@
-"""`zen-analysis measure` on real gloo ranks: the schemes-based calibration, replay of a captured run (real values,
+"""`zen-analysis replay` on real gloo ranks: the schemes-based calibration, replay of a captured run (real values,
 lossless up to summation order, bytes equal to the model) and the synthetic mode through the CLI."""
 
 import json
@@ -8,9 +8,9 @@ import torch
 from zen_analysis import paths
 from zen_analysis.capture.traces import SparseGrad, TraceWriter, write_manifest
 from zen_analysis.comm import SCHEMES
-from zen_analysis.comm.calibrate import calibrate, calibration_path, preset
-from zen_analysis.comm.measure import measure, summarize
-from zen_analysis.comm.replay import replay_run
+from zen_analysis.evaluation.calibrate import calibrate, calibration_path, preset
+from zen_analysis.evaluation.measure import measure, summarize
+from zen_analysis.evaluation.replay import replay_run
 
 N = 6000
 
@@ -64,6 +64,6 @@ def test_calibration_replay_and_synthetic_cli(capsys):
 
     from zen_analysis.interface.cli import main
 
-    main(["measure", "--synthetic", "--ranks", "2", "--numel", "5000", "--density", "0.05", "--repeats", "1"])
+    main(["replay", "--synthetic", "--ranks", "2", "--numel", "5000", "--density", "0.05", "--repeats", "1"])
     out = capsys.readouterr().out
     assert "synthetic: 2 ranks" in out and out.count("equal  True; lossless True") == len(SCHEMES)

@@ -105,7 +105,7 @@ def test_sparcml_folds_non_power_of_two_worlds_and_unknown_schemes_are_errors():
 
 
 def test_local_calibration_fits_alpha_and_bandwidth_from_the_schemes_phases():
-    from zen_analysis.comm.calibrate import calibrate, calibration_path, preset
+    from zen_analysis.evaluation.calibrate import calibrate, calibration_path, preset
 
     small = {"numel": 200_000, "densities": (0.01, 0.1), "repeats": 2, "row_cases": ((2_000, 8, 0.05),)}
     topo = calibrate(**small)

@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from zen_analysis.pricing.traffic import ddp_sparse
 from zen_analysis.ranks.procs import fork_launch
-from zen_analysis.wire.traffic import ddp_sparse
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="needs Linux's /proc/self/io")
 NUM_ROWS = 5000

@@ -27,7 +27,7 @@ import torch.distributed as dist
 from zen_analysis import paths, recipes
 from zen_analysis.capture.reader import TraceReader
 from zen_analysis.capture.traces import TraceError
-from zen_analysis.comm.evaluate import evaluate
+from zen_analysis.evaluation.evaluate import evaluate
 from zen_analysis.ranks.procs import RankFailedError
 from zen_analysis.runs.launch import RunInUseError, launch, prepare_run
 from zen_analysis.sparsity.characterize import characterize

@@ -178,7 +178,7 @@ def test_pseudo_gradient_capture_records_what_each_worker_syncs_and_characterize
     import numpy as np
 
     from zen_analysis.capture.reader import TraceReader
-    from zen_analysis.comm.evaluate import evaluate, step_index_sets
+    from zen_analysis.evaluation.evaluate import evaluate, step_index_sets
     from zen_analysis.experiments.pseudo_gradients import pseudo_gradient_claims
     from zen_analysis.interface.explore import explore_stats
     from zen_analysis.sparsity.characterize import load_tables

@@ -165,10 +165,15 @@ def test_schemes_replayed_in_the_lab_are_lossless_with_the_modelled_bytes(capsys
 
     import pandas as pd
 
-    from zen_analysis.comm.calibrate import calibrate, netlab_calibration_path, netlab_host_calibration_path, preset
-    from zen_analysis.comm.measure import SUMMARY_COLUMNS
+    from zen_analysis.evaluation.calibrate import (
+        calibrate,
+        netlab_calibration_path,
+        netlab_host_calibration_path,
+        preset,
+    )
+    from zen_analysis.evaluation.measure import SUMMARY_COLUMNS
     from zen_analysis.interface.cli import main
-    from zen_analysis.wire.topology import GBPS
+    from zen_analysis.pricing.topology import GBPS
 
     # alpha fitted inside the lab, the bandwidth the link's payload rate (a small calibration: the model's numbers
     # are not what this test checks)
@@ -190,7 +195,7 @@ def test_schemes_replayed_in_the_lab_are_lossless_with_the_modelled_bytes(capsys
     out_path = tmp_path / "summary.parquet"
     main(
         [
-            "measure",
+            "replay",
             "--synthetic",
             "--ranks",
             "2",

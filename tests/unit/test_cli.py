@@ -32,7 +32,7 @@ def test_every_subcommand_shows_its_defaults_and_examples(capsys):
         for action in p._actions:
             if action.default not in (None, False) and action.help and action.dest != "help":
                 assert "default" in (action.help + p.formatter_class("x")._get_help_string(action)), (name, action.dest)
-    assert "(default: 4)" in sub.choices["measure"].format_help()  # --ranks
+    assert "(default: 4)" in sub.choices["replay"].format_help()  # --ranks
 
 
 def test_runs_lists_deletes_and_prunes_but_keeps_reproduce_runs(capsys):
@@ -118,12 +118,14 @@ def test_benchmark_names_have_one_source(monkeypatch, capsys):
         assert '\\"reproduce-' not in nb.read_text(), f"{nb.name} spells out a reproduce run id"
 
 
-def test_bench_comm_still_works_as_measure_with_one_line_of_notice(capsys):
+@pytest.mark.parametrize("old", ["measure", "bench-comm"])
+def test_the_old_names_of_replay_still_work_with_one_line_of_notice(capsys, old):
+    """The verb is named as its module (evaluation/replay.py); its two earlier names run it, saying so once."""
     parser = build_parser()
-    assert parser.parse_args(["bench-comm", "--synthetic"]).func is parser.parse_args(["measure", "--synthetic"]).func
-    with pytest.raises(SystemExit, match="measure needs a run id"):
-        main(["bench-comm"])
-    assert capsys.readouterr().err.count("`zen-analysis bench-comm` is now `zen-analysis measure`") == 1
+    assert parser.parse_args([old, "--synthetic"]).func is parser.parse_args(["replay", "--synthetic"]).func
+    with pytest.raises(SystemExit, match="replay needs a run id"):
+        main([old])
+    assert capsys.readouterr().err.count(f"`zen-analysis {old}` is now `zen-analysis replay`") == 1
 
 
 def test_a_missing_trace_shard_stops_the_analysis_unless_allowed_and_then_it_is_named(capsys):

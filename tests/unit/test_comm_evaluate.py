@@ -6,9 +6,9 @@ import torch
 from zen_analysis import paths
 from zen_analysis.capture.traces import SparseGrad, TraceWriter, write_manifest
 from zen_analysis.comm import build_scheme
-from zen_analysis.comm.calibrate import preset
-from zen_analysis.comm.evaluate import best_scheme, evaluate
-from zen_analysis.wire.topology import LOCAL_FIT, Topology
+from zen_analysis.evaluation.calibrate import preset
+from zen_analysis.evaluation.evaluate import best_scheme, evaluate
+from zen_analysis.pricing.topology import LOCAL_FIT, Topology
 
 W, N = 4, 4096
 
@@ -57,7 +57,7 @@ def test_best_scheme_prefers_balanced_parallelism_on_skewed_sparse_sets():
 
 
 def test_normalized_table_and_index_sets_for_replay(run_id):
-    from zen_analysis.comm.evaluate import evaluate_runs, normalized, step_index_sets
+    from zen_analysis.evaluation.evaluate import evaluate_runs, normalized, step_index_sets
 
     df = evaluate_runs([run_id], topologies=("paper-tcp25",), progress=False)
     table = normalized(df, topology="paper-tcp25")
@@ -70,8 +70,8 @@ def test_the_crossover_report_uses_stored_lab_calibrations_only(run_id, monkeypa
     from dataclasses import replace
 
     from zen_analysis.atomic import atomic_write_json
-    from zen_analysis.comm.calibrate import netlab_calibration_path, netlab_host_calibration_path
-    from zen_analysis.comm.evaluate import crossover_report
+    from zen_analysis.evaluation.calibrate import netlab_calibration_path, netlab_host_calibration_path
+    from zen_analysis.evaluation.evaluate import crossover_report
 
     trace = paths.trace_dir(run_id)
     monkeypatch.setenv("ZEN_ANALYSIS_DATA", str(tmp_path))  # calibrations of its own: none stored yet

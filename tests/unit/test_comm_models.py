@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from zen_analysis.comm import build_scheme
-from zen_analysis.comm.calibrate import preset
-from zen_analysis.comm.formats import hash_partitions, pack_bits, unpack_bits
-from zen_analysis.wire.cost import t_agsparse, t_allreduce, t_bp, t_hc
-from zen_analysis.wire.topology import PRESETS, Topology
+from zen_analysis.evaluation.calibrate import preset
+from zen_analysis.pricing.cost import t_agsparse, t_allreduce, t_bp, t_hc
+from zen_analysis.pricing.topology import PRESETS, Topology
 from zen_analysis.zen import owner
+from zen_analysis.zen.bitmap import hash_partitions, pack_bits, unpack_bits
 
 N_RANKS, M, K = 8, 80_000, 8_000  # K non-zeros per rank: density 0.1, spread evenly over the 8 ranges
 B = 1e9
@@ -104,7 +104,7 @@ def test_local_work_costs_are_fitted_per_scheme_and_priced_per_rank():
     import numpy as np
     import pandas as pd
 
-    from zen_analysis.comm.calibrate import fit_local_work
+    from zen_analysis.evaluation.calibrate import fit_local_work
 
     truth = {"zen": (2e-9, 1e-9, 3e-8), "agsparse": (4e-9, 0.0, 6e-8)}
     rows = []
@@ -169,7 +169,7 @@ def test_stored_calibrations_keep_the_row_fit(tmp_path):
     """A stored calibration keeps both fits; one fitted before rows had costs of their own is stale."""
     import json
 
-    from zen_analysis.wire.topology import LOCAL_FIT, load
+    from zen_analysis.pricing.topology import LOCAL_FIT, load
 
     topo = replace(
         preset("paper-tcp25"),

@@ -9,12 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zen_analysis.comm import SCHEMES, build_scheme
-from zen_analysis.comm.calibrate import fit_links
-from zen_analysis.comm.formats import hash_partition_sizes, hash_partitions
+from zen_analysis.evaluation.calibrate import fit_links
+from zen_analysis.pricing.cost import phase_features, phase_times
+from zen_analysis.pricing.topology import Topology
 from zen_analysis.sparsity.metrics import union_of, union_sizes
 from zen_analysis.sparsity.synthetic import describe, synthetic_index_sets
-from zen_analysis.wire.cost import phase_features, phase_times
-from zen_analysis.wire.topology import Topology
+from zen_analysis.zen.bitmap import hash_partition_sizes, hash_partitions
 from zen_analysis.zen.hashing import hash_owner, owner
 
 sets_strategy = st.lists(st.lists(st.integers(0, 499), max_size=60), min_size=1, max_size=6)

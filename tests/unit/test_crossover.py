@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 
 from zen_analysis.comm import SCHEMES, build_scheme
-from zen_analysis.comm.evaluate import crossover, measured_crossover
+from zen_analysis.evaluation.evaluate import crossover, measured_crossover
+from zen_analysis.pricing.topology import GBPS, Topology
 from zen_analysis.sparsity.synthetic import synthetic_index_sets
-from zen_analysis.wire.topology import GBPS, Topology
 
 LAB = Topology(
     name="lab",

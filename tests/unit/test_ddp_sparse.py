@@ -4,9 +4,9 @@ ring, and the crossover where Zen starts to lead it."""
 import numpy as np
 import pytest
 
-from zen_analysis.wire.cost import phase_features, phase_times
-from zen_analysis.wire.topology import Topology
-from zen_analysis.wire.traffic import DDP_SPARSE_INDEX_BYTES, DDP_SPARSE_METADATA_BYTES, ddp_sparse
+from zen_analysis.pricing.cost import phase_features, phase_times
+from zen_analysis.pricing.topology import Topology
+from zen_analysis.pricing.traffic import DDP_SPARSE_INDEX_BYTES, DDP_SPARSE_METADATA_BYTES, ddp_sparse
 
 
 def _topo(gpus_per_node=1, *, intra=1e9, inter=1e8, alpha=0.0):
@@ -60,7 +60,7 @@ def test_scaling_keeps_the_metadata_and_scales_the_blocks():
 def test_zen_leads_stock_where_ranks_hold_the_same_rows_and_the_crossover_is_read_off_the_grid():
     import torch
 
-    from zen_analysis.comm.evaluate import stock_crossover
+    from zen_analysis.evaluation.evaluate import stock_crossover
 
     R, D, K = 4096, 8, 200
     same = [torch.arange(0, 2 * K, 2)] * 8  # every rank the same K rows: the union stays K, stock's bytes grow with n
@@ -95,8 +95,8 @@ def test_evaluate_prices_stock_ddp_on_natural_tables_when_asked(tmp_path, monkey
 
     from zen_analysis import paths
     from zen_analysis.capture.traces import SparseGrad, TraceWriter, write_manifest
-    from zen_analysis.comm.evaluate import evaluate
-    from zen_analysis.wire.topology import PRESETS
+    from zen_analysis.evaluation.evaluate import evaluate
+    from zen_analysis.pricing.topology import PRESETS
 
     R, D, rid = 300, 4, "synthetic-ddp-sparse"
     wr = TraceWriter(paths.trace_dir(rid), rank=0, run_id=rid, world_size=1, steps_per_shard=1)

@@ -10,8 +10,8 @@ from zen_analysis import paths, recipes
 from zen_analysis.capture.traces import SparseGrad, TraceWriter, write_manifest
 from zen_analysis.comm.schemes import build_scheme
 from zen_analysis.experiments.paper_scale import DEVICES, gpu_row_sets, paper_throughput
-from zen_analysis.wire.cost import total_seconds
-from zen_analysis.wire.topology import PRESETS
+from zen_analysis.pricing.cost import total_seconds
+from zen_analysis.pricing.topology import PRESETS
 
 R, D, WORKERS, STEPS = 4096, 64, 8, 2  # lstm-words-smoke's table: 4,096 words x 64
 
@@ -116,9 +116,9 @@ def test_bad_options_are_errors(run_id):
 def test_the_crossover_at_the_papers_rows_is_stock_crossover_on_the_merged_rows(run_id):
     from dataclasses import replace
 
-    from zen_analysis.comm.evaluate import stock_crossover
+    from zen_analysis.evaluation.evaluate import stock_crossover
     from zen_analysis.experiments.paper_scale import paper_crossover
-    from zen_analysis.wire.topology import GBPS
+    from zen_analysis.pricing.topology import GBPS
 
     got = paper_crossover(run_id, ranks=(8, 16), rates=(1.0, 100.0))
     pool = [_worker_rows(s, w) for s in range(STEPS) for w in range(WORKERS)]

@@ -6,11 +6,11 @@ import torch
 
 from zen_analysis.comm import SCHEMES, build_scheme
 from zen_analysis.comm.planner import Planner
+from zen_analysis.pricing.cost import local_time, phase_times
+from zen_analysis.pricing.topology import GBPS, Topology
+from zen_analysis.pricing.traffic import Traffic
 from zen_analysis.sparsity import sketch as sk
 from zen_analysis.sparsity.synthetic import synthetic_index_sets
-from zen_analysis.wire.cost import local_time, phase_times
-from zen_analysis.wire.topology import GBPS, Topology
-from zen_analysis.wire.traffic import Traffic
 
 LINK = Topology(
     name="link-1g",

@@ -328,7 +328,7 @@ def captured_run(run_id, *, workers=4, steps=4):
 
 
 def test_characterize_and_evaluate_of_an_incomplete_store_only_when_asked_and_saying_what_is_missing():
-    from zen_analysis.comm.evaluate import evaluate
+    from zen_analysis.evaluation.evaluate import evaluate
     from zen_analysis.sparsity.characterize import characterize, load_tables
     from zen_analysis.sparsity.report import claims_table, to_markdown
 

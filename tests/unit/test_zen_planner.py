@@ -8,7 +8,7 @@ import torch
 
 from zen_analysis.comm import SCHEMES
 from zen_analysis.comm.planner import Planner, describe_decision
-from zen_analysis.wire.topology import LOCAL_FIT, PRESETS, Topology
+from zen_analysis.pricing.topology import LOCAL_FIT, PRESETS, Topology
 
 
 @pytest.fixture(autouse=True)
@@ -82,14 +82,14 @@ def test_bad_planner_settings_are_refused():
 
 def test_the_planners_topology_is_this_machine_or_the_lab_at_the_runs_rank_count(monkeypatch, tmp_path):
     from zen_analysis.atomic import atomic_write_json
-    from zen_analysis.comm.calibrate import (
+    from zen_analysis.evaluation.calibrate import (
         calibration_path,
         netlab_calibration_path,
         netlab_host_calibration_path,
         planner_topology,
     )
+    from zen_analysis.pricing.topology import GBPS
     from zen_analysis.ranks.netlab import TCP_PAYLOAD_FRACTION
-    from zen_analysis.wire.topology import GBPS
 
     monkeypatch.setenv("ZEN_ANALYSIS_DATA", str(tmp_path))
     with pytest.raises(FileNotFoundError, match=r"launch\(\) calibrates it before the ranks start"):

@@ -6,8 +6,8 @@ and Hierarchical Centralization by its closed forms (Eq. 1, Eq. 2). This one:
 
 * **Candidates**: every scheme of :data:`zen_analysis.comm.SCHEMES` — the six sparse ones and dense all-reduce.
 * **Model**: each scheme's own byte model (the one ``zen-analysis evaluate`` and the replays check against measured
-  bytes) priced by :func:`~zen_analysis.wire.cost.phase_times` and, on a topology calibrated on this machine
-  (``local-<n>``, ``netlab-<B>``), the ranks' local work (:func:`~zen_analysis.wire.cost.local_time`): what the run
+  bytes) priced by :func:`~zen_analysis.pricing.cost.phase_times` and, on a topology calibrated on this machine
+  (``local-<n>``, ``netlab-<B>``), the ranks' local work (:func:`~zen_analysis.pricing.cost.local_time`): what the run
   will really pay, not the wire alone.
 * **Statistics**: no index sets are gathered. Each rank sketches its non-zero pattern on a sample of the index space
   that is the same on every rank (:mod:`zen_analysis.sparsity.sketch`: 8 KiB by default), the sketches are
@@ -31,10 +31,10 @@ import torch.distributed as dist
 
 from zen_analysis.comm import SCHEMES, build_scheme
 from zen_analysis.comm.schemes.base import CommScheme
+from zen_analysis.pricing.cost import t_allreduce, t_bp, t_hc, total_seconds
+from zen_analysis.pricing.topology import PRESETS, Topology
 from zen_analysis.sparsity import sketch as sk
-from zen_analysis.wire.cost import t_allreduce, t_bp, t_hc, total_seconds
 from zen_analysis.wire.exchange import Exchange
-from zen_analysis.wire.topology import PRESETS, Topology
 
 CANDIDATES = tuple(SCHEMES)
 """Every scheme, dense all-reduce (``allreduce``) included."""
@@ -66,7 +66,7 @@ class Planner:
             if topology not in PRESETS:
                 raise ValueError(
                     f"unknown topology preset {topology!r} (available: {sorted(PRESETS)}); pass a calibrated one "
-                    "resolved: zen_analysis.comm.calibrate.planner_topology(name, num_ranks)"
+                    "resolved: zen_analysis.evaluation.calibrate.planner_topology(name, num_ranks)"
                 )
             topology = PRESETS[topology]
         self.topology = topology

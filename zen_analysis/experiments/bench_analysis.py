@@ -30,10 +30,10 @@ from zen_analysis import paths, recipes
 from zen_analysis.atomic import atomic_write_text
 from zen_analysis.capture.reader import TraceReader
 from zen_analysis.capture.traces import SparseGrad, TraceWriter, collect_shards, write_manifest
-from zen_analysis.comm.calibrate import preset
-from zen_analysis.comm.evaluate import DEFAULT_TOPOLOGIES, evaluate, evaluate_step
 from zen_analysis.comm.schemes import SCHEMES
 from zen_analysis.config import apply_overrides
+from zen_analysis.evaluation.calibrate import preset
+from zen_analysis.evaluation.evaluate import DEFAULT_TOPOLOGIES, evaluate, evaluate_step
 from zen_analysis.experiments.bench_options import CONFIG, names, parse_sets
 from zen_analysis.experiments.paper_scale import paper_crossover, paper_throughput
 from zen_analysis.experiments.run_ids import reproduce_run_id

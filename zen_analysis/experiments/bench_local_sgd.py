@@ -6,8 +6,8 @@ from __future__ import annotations
 import pandas as pd
 
 from zen_analysis import paths, recipes
-from zen_analysis.comm.evaluate import evaluate_runs, speedups
 from zen_analysis.config import apply_overrides
+from zen_analysis.evaluation.evaluate import evaluate_runs, speedups
 from zen_analysis.experiments.bench_options import CONFIG, ints, names, parse_sets, publish
 from zen_analysis.experiments.local_sgd import EDIT_TUNED, straggler_table
 from zen_analysis.experiments.pseudo_gradients import (

@@ -12,7 +12,7 @@ import pandas as pd
 import torch
 
 from zen_analysis import recipes
-from zen_analysis.comm import measure, replay
+from zen_analysis.evaluation import measure, replay
 from zen_analysis.experiments import zen_speed
 from zen_analysis.experiments.bench_options import floats, ints, parse_sets
 from zen_analysis.experiments.run_ids import reproduce_run_id
@@ -24,7 +24,7 @@ from zen_analysis.zen.hierarchical import bucket_reference, hierarchical_hash
 
 def bench_comm(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     """Every scheme on 4 real gloo ranks replaying the default run's captured embedding gradients, against
-    its alpha-beta model on this machine calibrated at 4 ranks (``zen-analysis measure`` with the
+    its alpha-beta model on this machine calibrated at 4 ranks (``zen-analysis replay`` with the
     reproduce run; trains it first if ``make reproduce`` has not)."""
 
     opts = parse_sets("comm", overrides, {"ranks": 4, "steps": 3, "repeats": 25})

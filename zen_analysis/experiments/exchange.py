@@ -1,8 +1,9 @@
 """The gradient exchange alone, against stock DDP's own sparse path: a captured run's embedding rows replayed through
 each scheme's row sum (:meth:`~zen_analysis.comm.schemes.base.CommScheme.sum_rows`, what Zen's DDP drop-in sums a
 sparse embedding with) and through what stock DDP does with an ``nn.Embedding(sparse=True)`` gradient on gloo
-(``dist.all_reduce`` of the sparse COO tensor: three ring all-gathers, :func:`~zen_analysis.wire.traffic.ddp_sparse`),
-every rank behind a shaped link of the network lab, measured beside the model.
+(``dist.all_reduce`` of the sparse COO tensor: three ring all-gathers,
+:func:`~zen_analysis.pricing.traffic.ddp_sparse`), every rank behind a shaped link of the network lab, measured beside
+the model.
 
 Each lab rank holds one *rank-step* of the run: the union of the micro-batches one training rank summed at one
 captured step (``workers_per_rank`` of the trace's workers), with their summed captured values. A run captured on R
@@ -151,9 +152,9 @@ def exchange_sweep(
     ``rows_mean`` / ``rows_union`` (rows per rank, distinct rows over ranks), ``max_diff_vs_stock`` (the largest
     difference of the summed values from stock's; the rows are checked equal), ``lead_vs_stock`` (stock's measured
     time / the scheme's) and with ``model`` the same priced by the lab's calibrated model
-    (:func:`~zen_analysis.comm.calibrate.netlab`, calibrated on first use): ``modelled_s`` and
+    (:func:`~zen_analysis.evaluation.calibrate.netlab`, calibrated on first use): ``modelled_s`` and
     ``lead_vs_stock_modelled``. Stock's model is its three ring all-gathers alone
-    (:func:`~zen_analysis.comm.evaluate.stock_seconds`: its local sum is not priced)."""
+    (:func:`~zen_analysis.evaluation.evaluate.stock_seconds`: its local sum is not priced)."""
     import torch
 
     from zen_analysis.comm import SCHEMES
@@ -216,9 +217,9 @@ def _modelled(run, sets, n: int, bw: float, schemes, tensor) -> dict[str, float]
     """Each scheme's modelled seconds for these row sets on the lab's calibrated topology at ``n`` ranks."""
     from zen_analysis.capture.reader import TraceReader
     from zen_analysis.comm import build_scheme
-    from zen_analysis.comm.calibrate import netlab
-    from zen_analysis.comm.evaluate import stock_seconds
-    from zen_analysis.wire.cost import total_seconds
+    from zen_analysis.evaluation.calibrate import netlab
+    from zen_analysis.evaluation.evaluate import stock_seconds
+    from zen_analysis.pricing.cost import total_seconds
 
     tensors = TraceReader(run).manifest["tensors"]
     name = tensor or next(t for t, i in tensors.items() if i["kind"] == "natural")

@@ -55,9 +55,9 @@ def scheme_sweep(
     ``vs_best`` (measured time / the fastest fixed scheme's in the cell) and ``vs_dense`` (/ dense all-reduce's)."""
     from zen_analysis.capture.reader import TraceReader
     from zen_analysis.comm import SCHEMES
-    from zen_analysis.comm.measure import write_summary
-    from zen_analysis.comm.replay import replay_run
     from zen_analysis.derived import variant
+    from zen_analysis.evaluation.measure import write_summary
+    from zen_analysis.evaluation.replay import replay_run
 
     reader = TraceReader(run)
     tensors = reader.manifest["tensors"]

@@ -16,12 +16,12 @@ import pandas as pd
 import torch
 
 from zen_analysis.capture.reader import TraceReader
-from zen_analysis.comm.calibrate import preset
-from zen_analysis.comm.evaluate import stock_crossover, stock_seconds
 from zen_analysis.comm.schemes import build_scheme
-from zen_analysis.wire.cost import phase_times, total_seconds
-from zen_analysis.wire.topology import GBPS, Topology
-from zen_analysis.wire.traffic import DDP_SPARSE, Traffic
+from zen_analysis.evaluation.calibrate import preset
+from zen_analysis.evaluation.evaluate import stock_crossover, stock_seconds
+from zen_analysis.pricing.cost import phase_times, total_seconds
+from zen_analysis.pricing.topology import GBPS, Topology
+from zen_analysis.pricing.traffic import DDP_SPARSE, Traffic
 
 
 @dataclass(frozen=True)
@@ -290,7 +290,7 @@ def paper_crossover(
     seed: int = 0,
 ) -> dict:
     """Where Zen's row sum starts to lead stock DDP's sparse all-gather for the natural workload captured in ``run``,
-    at the paper's rows per GPU (:data:`PAPER_BATCH`, :func:`gpu_row_sets`): :func:`~zen_analysis.comm.evaluate.
+    at the paper's rows per GPU (:data:`PAPER_BATCH`, :func:`gpu_row_sets`): :func:`~zen_analysis.evaluation.evaluate.
     stock_crossover` on ``topology`` with its links between nodes at each of ``rates`` Gbit/s (the NVLink inside a
     node as it is), for n of ``ranks`` GPUs placed node by node."""
     from dataclasses import replace

@@ -138,8 +138,8 @@ def _stage_schemes() -> None:
     replayed on 4 gloo ranks (Fig. 15 right, model vs measured)."""
     from matplotlib import pyplot as plt
 
-    from zen_analysis.comm.evaluate import evaluate_runs, normalized
     from zen_analysis.derived import write_table
+    from zen_analysis.evaluation.evaluate import evaluate_runs, normalized
 
     run_ids = _run_ids()
     from zen_analysis.plots import comm as comm_figs
@@ -154,8 +154,8 @@ def _stage_schemes() -> None:
     print("modelled time / dense all-reduce on paper-tcp25 (mean over runs, steps and tensors):")
     print(summary.to_string())
 
-    from zen_analysis.comm.evaluate import speedups, wire_size_table
-    from zen_analysis.comm.measure import report, summarize
+    from zen_analysis.evaluation.evaluate import speedups, wire_size_table
+    from zen_analysis.evaluation.measure import report, summarize
     from zen_analysis.experiments.schemes import measured_replay
 
     print(f"== replaying {run_ids[0]} through every scheme on {REPLAY_RANKS} gloo ranks (calibrating first if needed)")
@@ -189,8 +189,8 @@ def _stage_zen(overrides) -> None:
     )
     from matplotlib import pyplot as plt
 
-    from zen_analysis.comm.evaluate import evaluate_runs, speedups
     from zen_analysis.derived import read_table
+    from zen_analysis.evaluation.evaluate import evaluate_runs, speedups
     from zen_analysis.experiments.hashing_cost import hashing_cost
     from zen_analysis.experiments.zen import parity_config, parity_runs, parity_summary, theorem2_table
     from zen_analysis.plots import style

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from zen_analysis.comm.calibrate import calibrate, calibration_path
-from zen_analysis.comm.evaluate import evaluate, normalized
-from zen_analysis.comm.replay import replay_run
+from zen_analysis.evaluation.calibrate import calibrate, calibration_path
+from zen_analysis.evaluation.evaluate import evaluate, normalized
+from zen_analysis.evaluation.replay import replay_run
 
 SCALE_LABELS = {"natural": "llama embedding", "topk": "llama top-5%"}
 """What a tensor kind of the scale run is called in the tables and figures."""
@@ -35,8 +35,8 @@ def measured_replay(
     progress: bool = True,
 ) -> pd.DataFrame:
     """``run_id``'s captured gradients replayed through every scheme on ``ranks`` gloo ranks, measured beside the
-    model (:func:`zen_analysis.comm.replay.replay_run`). The model needs this machine calibrated at ``ranks``
-    ranks: with ``calibration`` (keyword arguments of :func:`~zen_analysis.comm.calibrate.calibrate`, e.g. fewer
+    model (:func:`zen_analysis.evaluation.replay.replay_run`). The model needs this machine calibrated at ``ranks``
+    ranks: with ``calibration`` (keyword arguments of :func:`~zen_analysis.evaluation.calibrate.calibrate`, e.g. fewer
     repeats) a missing calibration is fitted with them first; without, with the defaults on first use."""
     if calibration is not None and not calibration_path(ranks).exists():
         calibrate(ranks, **calibration)

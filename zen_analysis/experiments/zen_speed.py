@@ -131,11 +131,11 @@ def speed_table(
     """One row per (numel, density, what): the median over repeats of the slowest rank's seconds, for every
     scheme, the floor (``floor``) and each scheme's local steps (``zen:hash``, ...). With ``model``, each
     scheme's row also holds ``model_seconds``: its time model (wire phases + local work) on this machine
-    calibrated at ``ranks`` ranks (:func:`~zen_analysis.comm.calibrate.local`, fitted on tensors of at most 4M
+    calibrated at ``ranks`` ranks (:func:`~zen_analysis.evaluation.calibrate.local`, fitted on tensors of at most 4M
     elements: at 32M and 128M the model extrapolates). ``variants``: label -> (scheme, dtype, check), default
     :data:`VARIANTS` (those whose scheme is in ``schemes``)."""
     from zen_analysis.comm import build_scheme
-    from zen_analysis.comm.calibrate import local
+    from zen_analysis.evaluation.calibrate import local
     from zen_analysis.ranks.procs import fork_launch
     from zen_analysis.sparsity.synthetic import synthetic_index_sets
 

@@ -7,8 +7,8 @@ Configs come from a recipe name or a JSON file, edited only with ``--set section
     zen-analysis traces <run_id>
     zen-analysis characterize <run_id>
     zen-analysis evaluate <run_id> [--max-workers 1024]
-    zen-analysis measure <run_id> --ranks 4
-    zen-analysis measure --synthetic --density 0.01 --skew 2 --overlap 0.5
+    zen-analysis replay <run_id> --ranks 4
+    zen-analysis replay --synthetic --density 0.01 --skew 2 --overlap 0.5
     zen-analysis reproduce
     zen-analysis bench capture
 """
@@ -170,7 +170,7 @@ def cmd_characterize(args: argparse.Namespace) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
-    from zen_analysis.comm.evaluate import DEFAULT_TOPOLOGIES, crossover_report, evaluate, normalized
+    from zen_analysis.evaluation.evaluate import DEFAULT_TOPOLOGIES, crossover_report, evaluate, normalized
 
     topologies = args.topology or list(DEFAULT_TOPOLOGIES)
     df = evaluate(
@@ -200,12 +200,13 @@ def _stages(values: list[str] | None) -> list[str]:
     return [v for item in values or [] for v in item.split(",") if v]
 
 
-def cmd_measure(args: argparse.Namespace) -> None:
-    from zen_analysis.comm import calibrate, measure, replay
+def cmd_replay(args: argparse.Namespace) -> None:
+    from zen_analysis.evaluation import calibrate, measure, replay
 
-    if args.command == "bench-comm":
+    if args.command in ("bench-comm", "measure"):
         print(
-            "note: `zen-analysis bench-comm` is now `zen-analysis measure` (the old name still works)", file=sys.stderr
+            f"note: `zen-analysis {args.command}` is now `zen-analysis replay` (the old name still works)",
+            file=sys.stderr,
         )
     schemes = args.schemes.split(",") if args.schemes else None
     if args.synthetic:
@@ -228,7 +229,7 @@ def cmd_measure(args: argparse.Namespace) -> None:
         )
     else:
         if not args.run:
-            raise ValueError("measure needs a run id (`zen-analysis runs` lists them) or --synthetic")
+            raise ValueError("replay needs a run id (`zen-analysis runs` lists them) or --synthetic")
         df = replay.replay_run(
             args.run,
             ranks=args.ranks,
@@ -337,9 +338,9 @@ EXAMPLES = {
     "evaluate": "zen-analysis evaluate reproduce-workers1024 --max-workers 1024",
     "reproduce": "zen-analysis reproduce\n  zen-analysis reproduce --full\n"
     "  zen-analysis reproduce --only zen\n  zen-analysis reproduce --skip netlab",
-    "measure": "zen-analysis measure reproduce-default --ranks 4\n"
-    "  zen-analysis measure --synthetic --density 0.01 --skew 2 --overlap 0.5\n"
-    "  zen-analysis measure reproduce-default --bandwidth-gbps 1   # root: the emulated network",
+    "replay": "zen-analysis replay reproduce-default --ranks 4\n"
+    "  zen-analysis replay --synthetic --density 0.01 --skew 2 --overlap 0.5\n"
+    "  zen-analysis replay reproduce-default --bandwidth-gbps 1   # root: the emulated network",
     "bench": "zen-analysis bench zen\n  zen-analysis bench ddp --set bandwidths=loopback,1 --set rounds=2\n"
     "  zen-analysis bench netlab --set parts=schemes --set ranks=4\n"
     "  zen-analysis bench train --set ranks=4,8 --set rates=1",
@@ -377,7 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_characterize_parser,
         _add_evaluate_parser,
         _add_reproduce_parser,
-        _add_measure_parser,
+        _add_replay_parser,
         _add_bench_parser,
         _add_netlab_parser,
     ):
@@ -484,11 +485,11 @@ def _add_reproduce_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_reproduce)
 
 
-def _add_measure_parser(sub: argparse._SubParsersAction) -> None:
+def _add_replay_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "measure",
-        help="every scheme on real gloo ranks, replaying a run's captured tensors",
-        aliases=["bench-comm"],  # its name until 2026-12: `bench comm` is the benchmark, this the measurement
+        "replay",
+        help="every scheme on real gloo ranks, replaying a run's captured tensors, measured beside the model",
+        aliases=["measure", "bench-comm"],  # its names until 2026-12, kept working with a notice
     )
     p.add_argument("run", nargs="?", help="run id under data/traces (or use --synthetic)")
     p.add_argument("--ranks", type=int, default=4, help="gloo ranks; rank r replays worker r")
@@ -513,7 +514,7 @@ def _add_measure_parser(sub: argparse._SubParsersAction) -> None:
         help="also write the per-scheme summary as Parquet (scheme, ranks, "
         "bandwidth_gbps, numel, bytes_sent_max_rank, measured_s_median, modelled_s, lossless, ...)",
     )
-    p.set_defaults(func=cmd_measure)
+    p.set_defaults(func=cmd_replay)
 
 
 def _add_bench_parser(sub: argparse._SubParsersAction) -> None:

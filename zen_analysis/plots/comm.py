@@ -13,7 +13,7 @@ from zen_analysis.plots.sparsity import ratio_axes
 
 def normalized_time(schemes_df: pd.DataFrame, *, topology: str = "paper-tcp25") -> plt.Figure:
     """Fig. 8: modelled time of each scheme / dense all-reduce vs number of workers, one panel per workload."""
-    from zen_analysis.comm.evaluate import relative_to_allreduce
+    from zen_analysis.evaluation.evaluate import relative_to_allreduce
 
     style.apply()
     df = relative_to_allreduce(schemes_df, topology=topology)
@@ -40,8 +40,8 @@ def normalized_time(schemes_df: pd.DataFrame, *, topology: str = "paper-tcp25") 
 def speedup(model: pd.DataFrame, measured: pd.DataFrame | None = None, *, topology: str = "paper-tcp25") -> plt.Figure:
     """Fig. 15: communication speedup over dense all-reduce per scheme and workload.
 
-    ``model``: :func:`zen_analysis.comm.evaluate.speedups` (modelled on ``topology`` at the largest n <= 128).
-    ``measured``: a ``bench_comm`` table (:func:`zen_analysis.comm.replay.replay_run`): wire time measured on
+    ``model``: :func:`zen_analysis.evaluation.evaluate.speedups` (modelled on ``topology`` at the largest n <= 128).
+    ``measured``: a ``bench_comm`` table (:func:`zen_analysis.evaluation.replay.replay_run`): wire time measured on
     gloo ranks, beside the time modelled for the same ranks on this machine's calibration.
     """
     style.apply()
@@ -58,7 +58,7 @@ def speedup(model: pd.DataFrame, measured: pd.DataFrame | None = None, *, topolo
     ax.tick_params(axis="x", rotation=30)
     sns.move_legend(ax, "upper center", bbox_to_anchor=(0.5, -0.25), ncol=2, fontsize=8, title=None)
     if measured is not None:
-        from zen_analysis.comm.measure import summarize
+        from zen_analysis.evaluation.measure import summarize
 
         s = summarize(measured)
         base = s.loc["allreduce"]
@@ -115,7 +115,7 @@ def model_vs_measured(measured: pd.DataFrame) -> plt.Figure:
     """Modelled vs measured time per scheme and phase (a ``bench_comm`` table; phase ``local`` is the ranks' own
     work), with the +-30% band, and the modelled / measured ratio per scheme (phases summed, median over steps),
     wire alone and wire + local work."""
-    from zen_analysis.comm.measure import summarize
+    from zen_analysis.evaluation.measure import summarize
 
     style.apply()
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.2))
@@ -383,9 +383,9 @@ def time_to_loss(bench: pd.DataFrame) -> plt.Figure:
 def crossover(sweep: pd.DataFrame, predicted: dict, *, kind: str = "natural", ranks: int = 4) -> plt.Figure:
     """Where dense all-reduce catches up: the fastest sparse scheme's time over dense all-reduce's against the link
     rate, measured (a point per rate of the scheme sweep, and ``auto``'s) and modelled (the line: the model's rate
-    curve, :func:`zen_analysis.comm.evaluate.crossover`), with both crossovers marked.
+    curve, :func:`zen_analysis.evaluation.evaluate.crossover`), with both crossovers marked.
     ``sweep``: :func:`zen_analysis.experiments.lab_sweeps.scheme_sweep`; ``predicted``: ``crossover``'s result."""
-    from zen_analysis.comm.evaluate import measured_crossover
+    from zen_analysis.evaluation.evaluate import measured_crossover
 
     style.apply()
     d = sweep[(sweep["kind"] == kind) & (sweep["ranks"] == ranks)]

@@ -45,7 +45,7 @@ def hashing_cost(cost: pd.DataFrame) -> plt.Figure:
 
 def pull_format_speedup(model: pd.DataFrame, measured: pd.DataFrame | None = None) -> plt.Figure:
     """Fig. 17b: speedup over all-reduce of Algorithm 1 + COO (``bp_coo``) vs Algorithm 1 + hash bitmap (``zen``),
-    modelled (a :func:`zen_analysis.comm.evaluate.speedups` table) and, when given, measured on gloo (a
+    modelled (a :func:`zen_analysis.evaluation.evaluate.speedups` table) and, when given, measured on gloo (a
     ``bench_comm`` table)."""
     style.apply()
     rows = [
@@ -58,7 +58,7 @@ def pull_format_speedup(model: pd.DataFrame, measured: pd.DataFrame | None = Non
         for _, r in model[model["scheme"].isin(["bp_coo", "zen"])].iterrows()
     ]
     if measured is not None:
-        from zen_analysis.comm.measure import summarize
+        from zen_analysis.evaluation.measure import summarize
 
         s = summarize(measured)
         for name in ("bp_coo", "zen"):

@@ -136,7 +136,7 @@ def launch(
     if cfg.sync.scheme == "auto" or (  # the planner's topology, calibrated here on first use: a rank must not fork one
         cfg.local_sgd.compress != "none" and cfg.local_sgd.scheme == "auto"
     ):
-        from zen_analysis.comm.calibrate import planner_topology
+        from zen_analysis.evaluation.calibrate import planner_topology
 
         d = cfg.dist
         planner_topology(

@@ -11,7 +11,7 @@ ranks is one bit set on each of them, so unions, overlaps and the densification 
 those of the sampled units; per-partition skew (contiguous or hashed partitions) is kept since the groups are in
 index order. The sampled bits form a compact index space of ``size`` units, on which any scheme's byte model runs
 unchanged; its payload then scales by ``scale`` (= units / size), its calls and counts do not
-(:meth:`~zen_analysis.wire.traffic.Traffic.scaled`). OmniReduce sends blocks: by elements a second sample, of blocks
+(:meth:`~zen_analysis.pricing.traffic.Traffic.scaled`). OmniReduce sends blocks: by elements a second sample, of blocks
 (a bit per sampled block: any non-zero in it), keeps its block structure, which single elements would not.
 
 Error: a sampled quantity of true share p has relative standard error about sqrt((1 - p) / (p x size)); at 65,536

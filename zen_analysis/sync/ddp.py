@@ -39,8 +39,8 @@ import torch.distributed as dist
 from torch import nn
 
 from zen_analysis.comm import build_scheme
-from zen_analysis.comm.calibrate import planner_topology
 from zen_analysis.comm.planner import Planner
+from zen_analysis.evaluation.calibrate import planner_topology
 from zen_analysis.sync.compressed import HookState, Stats, bucket_key, compress_and_sum
 from zen_analysis.sync.lookups import LookedUp
 from zen_analysis.sync.selection import (  # sparse_parameters: importable from here, as before the split
@@ -389,9 +389,9 @@ def register(
     ``scheme="auto"``: the planner (:mod:`zen_analysis.comm.planner`) picks the scheme per tensor — each sparse
     parameter (natural), each bucket (top-k) — among all of them and dense all-reduce, every ``planner_every``
     steps, switching only for a gain over ``hysteresis``; priced on ``topology``: a
-    :class:`~zen_analysis.wire.topology.Topology`, a preset name (a GPU cluster: ``h200-node``, ``paper-efa100``),
+    :class:`~zen_analysis.pricing.topology.Topology`, a preset name (a GPU cluster: ``h200-node``, ``paper-efa100``),
     or ``auto``, this machine calibrated at the group's size (``local-<n>``; calibrate it once before the ranks
-    start: ``zen_analysis.comm.calibrate.local(n)``). Its choices: ``state.decisions``.
+    start: ``zen_analysis.evaluation.calibrate.local(n)``). Its choices: ``state.decisions``.
 
     What the hook does is in the state's report, the same for both modes (:meth:`~.compressed.Stats.summary`):
     ``sparse_names`` (what goes through the scheme), ``left_dense`` (the embeddings natural mode's default left dense,

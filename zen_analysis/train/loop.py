@@ -108,7 +108,7 @@ def _mean_over_ranks(x: float, info: RankInfo) -> float:
 
 
 @torch.no_grad()
-def evaluate(model, data: TokenData | CTRData, cfg: ExperimentConfig, info: RankInfo) -> float:
+def validation_loss(model, data: TokenData | CTRData, cfg: ExperimentConfig, info: RankInfo) -> float:
     """Mean validation loss over ``eval_batches`` batches per rank (fixed batches, averaged over ranks)."""
     model.eval()
     losses = []
@@ -449,7 +449,7 @@ def _step(run: _Run, sync: GradSync, step: int, *, local_losses: bool, straggle:
             run.metrics_f.write(json.dumps(row) + "\n")
         raise NonFiniteLossError(step, loss, local=local_losses)
     if t.eval_every and (step + 1) % t.eval_every == 0 and step + 1 < t.num_steps:
-        row["val_loss"] = evaluate(model, data, cfg, info)
+        row["val_loss"] = validation_loss(model, data, cfg, info)
     if local_losses:
         row["loss_is_rank0_only"] = True
     if run.checkpoint_every and (step + 1) % run.checkpoint_every == 0 and step + 1 < t.num_steps:
@@ -484,7 +484,7 @@ def _finish(run: _Run, sync: GradSync, *, loss: float, steps_done: int, t_start:
         capture.close()  # the last sync's pseudo-gradient records
     elapsed = time.perf_counter() - t_start
     total_steps = int(round(_mean_over_ranks(float(steps_done), info) * info.world_size))  # workers may differ (A-EDiT)
-    val_loss = evaluate(model, run.data, cfg, info)
+    val_loss = validation_loss(model, run.data, cfg, info)
     summary = {
         "run_id": cfg.run_id,
         "num_steps": t.num_steps,

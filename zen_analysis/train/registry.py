@@ -6,9 +6,9 @@ from __future__ import annotations
 import torch
 
 from zen_analysis.comm import SCHEMES
-from zen_analysis.comm.calibrate import planner_topology
 from zen_analysis.comm.planner import Planner
 from zen_analysis.config import LocalSGDSection, SyncConfig
+from zen_analysis.evaluation.calibrate import planner_topology
 from zen_analysis.local_sgd import METHODS, LocalSGD, method_config
 from zen_analysis.sync.base import DenseAllReduce, GradSync
 from zen_analysis.sync.compressed import CompressedSync

@@ -1,5 +1,6 @@
-"""The exchange primitives every scheme and Zen's kernels build on: :class:`~.exchange.Exchange` (collectives that
-count their bytes and time their phases), COO packing (:mod:`~.coo`) and row helpers (:mod:`~.rows`), the dtype
-on the wire (:mod:`~.dtypes`), the byte and time models (:mod:`~.traffic`, :mod:`~.cost`) and the cluster
-topologies they price (:mod:`~.topology`). Below :mod:`zen_analysis.zen` and the schemes of
-:mod:`zen_analysis.comm`."""
+"""What goes on the wire: :class:`~.exchange.Exchange` (collectives that count their bytes and time their phases),
+the formats a scheme packs (COO entries :mod:`~.coo`, embedding rows :mod:`~.rows`), the dtype contract
+(:mod:`~.dtypes`) and the collectives held until gloo lets go (:mod:`~.inflight`). The hash bitmap's encoding is Zen's
+own (:mod:`zen_analysis.zen.bitmap`: it needs Zen's hash h0, and Zen's kernels build on this folder). Below
+:mod:`zen_analysis.pricing`, :mod:`zen_analysis.zen`
+and the schemes of :mod:`zen_analysis.comm`."""

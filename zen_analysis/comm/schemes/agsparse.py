@@ -12,10 +12,10 @@ from __future__ import annotations
 import torch
 
 from zen_analysis.comm.schemes.base import CommScheme, coo_of
+from zen_analysis.pricing.traffic import Traffic
 from zen_analysis.wire.coo import coo_words, index_bytes, pack_coo, sum_by_index, unpack_coo
 from zen_analysis.wire.dtypes import accumulate_dtype
 from zen_analysis.wire.exchange import Exchange
-from zen_analysis.wire.traffic import Traffic
 
 
 class AGSparse(CommScheme):

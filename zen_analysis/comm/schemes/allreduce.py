@@ -6,9 +6,9 @@ from __future__ import annotations
 import torch
 
 from zen_analysis.comm.schemes.base import CommScheme
+from zen_analysis.pricing.traffic import Traffic
 from zen_analysis.wire.exchange import Exchange
 from zen_analysis.wire.rows import nonzero_rows
-from zen_analysis.wire.traffic import Traffic
 
 
 class AllReduce(CommScheme):

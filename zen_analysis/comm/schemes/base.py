@@ -26,8 +26,10 @@ import torch
 import torch.distributed as dist
 
 from zen_analysis.indices import as_index_tensor
+from zen_analysis.pricing.cost import local_time, phase_times
+from zen_analysis.pricing.topology import Topology
+from zen_analysis.pricing.traffic import COLUMNS, Traffic
 from zen_analysis.sparsity.metrics import index_set
-from zen_analysis.wire.cost import local_time, phase_times
 from zen_analysis.wire.dtypes import (
     SUPPORTED,
     check_dtype,
@@ -38,8 +40,6 @@ from zen_analysis.wire.dtypes import (
 )
 from zen_analysis.wire.exchange import Exchange, RanksDisagreeError
 from zen_analysis.wire.rows import canonical_rows, nonzero_rows
-from zen_analysis.wire.topology import Topology
-from zen_analysis.wire.traffic import COLUMNS, Traffic
 
 
 class CommScheme(ABC):
@@ -222,7 +222,7 @@ class CommScheme(ABC):
     ) -> pd.DataFrame:
         """Modelled seconds per phase (alpha-beta on ``topology``) with the bottleneck rank of each phase, and a
         ``local`` row for the ranks' own work when ``topology`` is calibrated for this scheme's
-        (:func:`~zen_analysis.wire.cost.local_time`)."""
+        (:func:`~zen_analysis.pricing.cost.local_time`)."""
         traffic = self.model(index_sets, numel, dtype=dtype, width=width)
         out = phase_times(traffic, topology)
         local = local_time(traffic, topology, self.name)

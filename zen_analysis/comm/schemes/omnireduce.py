@@ -15,11 +15,11 @@ import numpy as np
 import torch
 
 from zen_analysis.comm.schemes.base import CommScheme
+from zen_analysis.pricing.traffic import Traffic
 from zen_analysis.sparsity.metrics import partition_of, union_of
 from zen_analysis.wire.coo import sum_by_index
 from zen_analysis.wire.dtypes import accumulate_dtype
 from zen_analysis.wire.exchange import Exchange
-from zen_analysis.wire.traffic import Traffic
 from zen_analysis.zen.bitmap import bitmap_bytes, bits_at, pack_bits, unpack_bits
 
 

@@ -19,10 +19,10 @@ import numpy as np
 import torch
 
 from zen_analysis.comm.schemes.base import CommScheme, coo_of
+from zen_analysis.pricing.traffic import Traffic
 from zen_analysis.sparsity.metrics import union_of
 from zen_analysis.wire.coo import coo_words, index_bytes, pack_coo, row_width, unpack_coo
 from zen_analysis.wire.exchange import Exchange, push_to_owners
-from zen_analysis.wire.traffic import Traffic
 
 Owner = Callable[[torch.Tensor], torch.Tensor]
 

@@ -18,11 +18,11 @@ import numpy as np
 import torch
 
 from zen_analysis.comm.schemes.base import CommScheme, coo_of
+from zen_analysis.pricing.traffic import Traffic
 from zen_analysis.sparsity.metrics import union_sizes
 from zen_analysis.wire.coo import index_bytes, index_dtype
 from zen_analysis.wire.exchange import Exchange
 from zen_analysis.wire.rows import nonzero_rows
-from zen_analysis.wire.traffic import Traffic
 
 DENSE = -1
 

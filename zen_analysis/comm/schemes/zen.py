@@ -17,8 +17,8 @@ import torch
 
 from zen_analysis.comm.schemes.base import CommScheme
 from zen_analysis.comm.schemes.push_pull import push_traffic
+from zen_analysis.pricing.traffic import Traffic
 from zen_analysis.wire.exchange import Exchange
-from zen_analysis.wire.traffic import Traffic
 from zen_analysis.zen.bitmap import bitmap_bytes, hash_partition_sizes
 from zen_analysis.zen.hashing import hash_owner
 from zen_analysis.zen.sparse_allreduce import HASHINGS, zen_sum, zen_sum_rows

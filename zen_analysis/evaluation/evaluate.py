@@ -23,7 +23,6 @@ import pyarrow as pa
 import torch
 
 from zen_analysis.capture.reader import TraceReader
-from zen_analysis.comm.calibrate import preset
 from zen_analysis.comm.schemes import SCHEMES, build_scheme
 from zen_analysis.derived import (
     read_stamp,
@@ -32,11 +31,12 @@ from zen_analysis.derived import (
     variant,
     write_table,
 )
+from zen_analysis.evaluation.calibrate import preset
+from zen_analysis.pricing.cost import phase_times, total_seconds
+from zen_analysis.pricing.topology import Topology
+from zen_analysis.pricing.traffic import DDP_SPARSE, ddp_sparse
 from zen_analysis.sparsity.characterize import worker_counts
 from zen_analysis.sparsity.metrics import union_of
-from zen_analysis.wire.cost import phase_times, total_seconds
-from zen_analysis.wire.topology import Topology
-from zen_analysis.wire.traffic import DDP_SPARSE, ddp_sparse
 
 VERSION = 3  # 2: sparcml on any n (fold), matrix traffic; 3: alpha per message of an all_to_all
 DEFAULT_TOPOLOGIES = ("paper-tcp25", "paper-efa100", "h200-node")
@@ -58,7 +58,7 @@ def evaluate_step(
 ) -> list[dict]:
     """One captured step of one tensor (``sets``: each worker's index set) modelled by every scheme on every
     topology: the rows :func:`evaluate` writes for it. ``ddp_sparse`` (stock DDP's sparse all-gather,
-    :func:`~zen_analysis.wire.traffic.ddp_sparse`) is priced where the tensor is a table of rows of ``width``
+    :func:`~zen_analysis.pricing.traffic.ddp_sparse`) is priced where the tensor is a table of rows of ``width``
     values (a natural 2-D tensor): by the workers' distinct rows, its wire alone (:func:`stock_seconds`)."""
     rows = []
     union = union_of(sets, numel)
@@ -229,10 +229,10 @@ def wire_size_table(
     skews: dict[str, float] | None = None,
     runs: Sequence[str | Path] = (),
 ) -> pd.DataFrame:
-    """Fig. 17a numbers: :func:`~zen_analysis.comm.formats.wire_sizes` / dense for aggregated index sets of
+    """Fig. 17a numbers: :func:`~zen_analysis.pricing.formats.wire_sizes` / dense for aggregated index sets of
     each density (generated, one curve per skew), plus one point per captured tensor of ``runs`` (the union
     of its first ``num_partitions`` workers at the first captured step, ``source`` "captured: <workload>")."""
-    from zen_analysis.comm.formats import wire_sizes
+    from zen_analysis.pricing.formats import wire_sizes
     from zen_analysis.sparsity.synthetic import synthetic_index_sets
     from zen_analysis.sparsity.workloads import workload_labels
 
@@ -274,8 +274,8 @@ def rate_curve(
 ) -> pd.DataFrame:
     """Every scheme's modelled seconds for these index sets at each link rate (Gbit/s; default 0.1-1000, 121 rates
     evenly on a log scale) on ``topology_at(rate)``: one row per rate, one column per scheme. Each scheme's traffic is
-    modelled once and priced at every rate (:func:`~zen_analysis.wire.cost.phase_times` and the local work); a
-    rate where the host, not the link, is the bottleneck prices as the host (:func:`~zen_analysis.comm.calibrate.
+    modelled once and priced at every rate (:func:`~zen_analysis.pricing.cost.phase_times` and the local work); a
+    rate where the host, not the link, is the bottleneck prices as the host (:func:`~zen_analysis.evaluation.calibrate.
     netlab`)."""
     grid = list(rates) if rates is not None else list(np.geomspace(0.1, 1000.0, 121))
     topologies = [topology_at(r) for r in grid]
@@ -347,8 +347,8 @@ def crossover_report(run: str | Path, *, tensor: str | None = None, allow_missin
     calibrates nothing), the link rate from which dense all-reduce is modelled faster than every sparse scheme
     (:func:`crossover`, on ``netlab-<B>``). ``allow_missing``: of an incomplete store, what is left, its last line
     naming what is missing."""
-    from zen_analysis.comm.calibrate import netlab, netlab_calibration_path, netlab_host_calibration_path
-    from zen_analysis.wire.topology import load
+    from zen_analysis.evaluation.calibrate import netlab, netlab_calibration_path, netlab_host_calibration_path
+    from zen_analysis.pricing.topology import load
 
     reader = TraceReader(run, allow_missing=allow_missing)
     tensors = reader.manifest["tensors"]
@@ -381,7 +381,7 @@ def crossover_report(run: str | Path, *, tensor: str | None = None, allow_missin
 
 
 def stock_seconds(rows_W, width: int, topology: Topology, *, value_bytes: int = 4) -> float:
-    """Modelled seconds of stock DDP's sparse all-gather (:func:`~zen_analysis.wire.traffic.ddp_sparse`) for ranks
+    """Modelled seconds of stock DDP's sparse all-gather (:func:`~zen_analysis.pricing.traffic.ddp_sparse`) for ranks
     holding ``rows_W[i]`` distinct rows of ``width`` values, on ``topology`` placed for them: its three ring
     all-gathers alone. Its local sum (W sparse tensors added, then coalesced) is not priced: no calibration fits it,
     and another scheme's fitted costs do not stand in (AGsparse's row costs priced it 4-8x over a measured loopback

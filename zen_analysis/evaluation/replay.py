@@ -1,11 +1,11 @@
 """The measurement set beside the model: replay index sets (a run's captured tensors, or synthetic ones) through
-every scheme on real gloo ranks (:func:`zen_analysis.comm.measure.measure`) and price the same sets with the
-alpha-beta model on this machine's calibration (:mod:`zen_analysis.comm.calibrate`).
+every scheme on real gloo ranks (:func:`zen_analysis.evaluation.measure.measure`) and price the same sets with the
+alpha-beta model on this machine's calibration (:mod:`zen_analysis.evaluation.calibrate`).
 
 ``compare(index_sets, numel)`` returns one row per (scheme, phase): bytes modelled / bytes sent (summed over
 ranks, payload and control) and whether they are equal, the lossless check, wire seconds modelled / measured
 (slowest rank of each repeat, mean over repeats, the median beside it) and their ratio. ``replay_run`` feeds it a
-run's captured per-worker tensors (``zen-analysis measure <run> --ranks 4``), ``replay_synthetic`` generated
+run's captured per-worker tensors (``zen-analysis replay <run> --ranks 4``), ``replay_synthetic`` generated
 sets with a chosen density, skew and overlap (``--synthetic``).
 """
 
@@ -19,10 +19,10 @@ from tqdm.auto import tqdm
 
 from zen_analysis.capture.reader import TraceReader
 from zen_analysis.comm import SCHEMES
-from zen_analysis.comm.calibrate import model_topology
-from zen_analysis.comm.measure import measure
 from zen_analysis.comm.planner import make_scheme
 from zen_analysis.derived import read_stamp, read_table, variant, write_table
+from zen_analysis.evaluation.calibrate import model_topology
+from zen_analysis.evaluation.measure import measure
 from zen_analysis.sparsity.synthetic import describe, synthetic_index_sets
 
 
@@ -42,7 +42,8 @@ def compare(
     ``values`` (one tensor per set, aligned with its sorted indices) replays real gradient values, checked
     against ``all_reduce`` up to summation order; without them each rank holds integers, checked bit for bit.
     The model runs on ``topology``, by default this machine calibrated at the same number of ranks (behind
-    ``bandwidth_gbps`` links when the ranks run in the emulated network: :func:`~zen_analysis.comm.calibrate.netlab`).
+    ``bandwidth_gbps`` links when the ranks run in the emulated network:
+    :func:`~zen_analysis.evaluation.calibrate.netlab`).
     """
     topo = topology or model_topology(len(index_sets), bandwidth_gbps=bandwidth_gbps)
     measured = measure(

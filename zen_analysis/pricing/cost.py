@@ -5,7 +5,7 @@ forms.
 outgoing bytes or take in its incoming bytes over the links of the topology, whichever is larger; the phase
 takes as long as its slowest (bottleneck) rank. Dense ring all-reduce phases use the ring formula,
 2 (n - 1) steps of alpha + chunk / bandwidth on the slowest link of the ring; gloo's ring all-gathers (stock
-DDP's sparse path, :func:`~zen_analysis.wire.traffic.ddp_sparse`) step by step, each step as long as its slowest
+DDP's sparse path, :func:`~zen_analysis.pricing.traffic.ddp_sparse`) step by step, each step as long as its slowest
 link. ``local_time``: on a topology calibrated on this machine, each rank's own work per scheme (per dense
 element scanned, byte moved, non-zero written), which on loopback outweighs the wire for large tensors.
 
@@ -26,8 +26,8 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from zen_analysis.wire.topology import Topology
-from zen_analysis.wire.traffic import WORK_FEATURES, Traffic
+from zen_analysis.pricing.topology import Topology
+from zen_analysis.pricing.traffic import WORK_FEATURES, Traffic
 
 
 def phase_times(traffic: Traffic, topology: Topology) -> pd.DataFrame:
@@ -108,7 +108,7 @@ def ring_gather_seconds(gathers, topo: Topology) -> tuple[float, int]:
 def local_time(traffic: Traffic, topology: Topology, scheme: str) -> tuple[float, int] | None:
     """(seconds, bottleneck rank) of the ranks' own work — scanning the dense tensor, encoding / decoding /
     summing what they send and receive, writing the result — priced by ``topology``'s fitted costs for
-    ``scheme`` (:attr:`~zen_analysis.wire.topology.Topology.local_work`); None where it has none. The slowest
+    ``scheme`` (:attr:`~zen_analysis.pricing.topology.Topology.local_work`); None where it has none. The slowest
     rank's total stands for the whole run's local time (phases wait for it)."""
     costs = topology.local_costs(scheme, rows=traffic.width > 0)
     if costs is None or not traffic.work:

@@ -12,7 +12,7 @@ Presets (each a template: ``preset(name).for_ranks(n)`` places n ranks, filling 
 * ``netlab-<B>``: this machine's ranks behind the emulated network's B Gbit/s links.
 
 A topology is data: this module runs nothing. The measured ones (``local-<n>``, ``netlab-<B>``) are fitted and
-looked up by name in :mod:`zen_analysis.comm.calibrate` (:func:`~zen_analysis.comm.calibrate.preset`).
+looked up by name in :mod:`zen_analysis.evaluation.calibrate` (:func:`~zen_analysis.evaluation.calibrate.preset`).
 
 Latencies are order-of-magnitude values for NCCL-class stacks, not measurements of the paper's cluster: the
 alpha term matters for small tensors only; the paper's own model is bandwidth-only (alpha = 0).
@@ -137,7 +137,7 @@ PRESETS: dict[str, Topology] = {
 
 
 LOCAL_FIT = "whole-run+rows"
-"""How a calibration's local-work costs were fitted (:func:`zen_analysis.comm.calibrate.fit_local_work`); a stored
+"""How a calibration's local-work costs were fitted (:func:`zen_analysis.evaluation.calibrate.fit_local_work`); a stored
 calibration of the schemes fitted otherwise is stale and is calibrated again on first use."""
 
 

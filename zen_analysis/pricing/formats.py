@@ -1,5 +1,5 @@
-"""Wire formats shared by the schemes: bit-packed bitmaps and the hash bitmap's static index sets (both from
-:mod:`zen_analysis.zen.bitmap`), and the per-format wire sizes of the paper's Fig. 17a.
+"""The per-format wire sizes of the paper's Fig. 17a (COO, plain bitmap, OmniReduce's tensor blocks, Zen's hash
+bitmap), from a tensor's non-zero indices; the hash bitmap's encoding itself is :mod:`zen_analysis.zen.bitmap`.
 
 Hash bitmap (Zen, section 3.3): the owner of partition p only ever holds indices with h0(idx) mod n = p, a static
 set S_p that every rank can compute. So the pull sends a bitmap over S_p (|S_p| bits) plus the values of the set
@@ -10,18 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from zen_analysis.zen.bitmap import bitmap_bytes, hash_partition_sizes, hash_partitions, pack_bits, unpack_bits
-
-__all__ = [
-    "FORMATS",
-    "bitmap_bytes",
-    "hash_partition_sizes",
-    "hash_partitions",
-    "pack_bits",
-    "unpack_bits",
-    "wire_sizes",
-]
-
+from zen_analysis.wire.coo import index_bytes
+from zen_analysis.zen.bitmap import bitmap_bytes, hash_partition_sizes
 
 FORMATS = ("coo", "bitmap", "tensor_block", "hash_bitmap")
 
@@ -40,8 +30,6 @@ def wire_sizes(
     * ``hash_bitmap``: Zen's pull, each server's bitmap over its static hash set S_p plus the values — numel / 8
       bytes of bitmaps whatever n (these are the sizes ``zen`` puts on the wire).
     """
-    from zen_analysis.wire.coo import index_bytes
-
     idx = torch.as_tensor(indices).long()
     nnz = idx.numel()
     blocks = torch.unique_consecutive(idx // block)

@@ -1,11 +1,11 @@
 """This machine's links, measured: the one calibration, and the topologies built from it.
 
 :func:`calibrate` fits each primitive's alpha and bandwidth (and each scheme's local-work costs) by running the
-schemes themselves on forked gloo ranks (:func:`zen_analysis.comm.measure.measure`) over synthetic index sets and
+schemes themselves on forked gloo ranks (:func:`zen_analysis.evaluation.measure.measure`) over synthetic index sets and
 regressing the measured phases on the model's calls and bytes (:func:`fit_links`, :func:`fit_local_work`). It is
 stored in ``data/calibration/local-<n>.json`` (loopback) or ``netlab-<n>.json`` (inside the emulated network).
 :func:`local`, :func:`netlab` and :func:`preset` return topologies, calibrating on first use; the topology itself
-(:class:`~zen_analysis.wire.topology.Topology`, the paper's presets) is plain data and runs nothing.
+(:class:`~zen_analysis.pricing.topology.Topology`, the paper's presets) is plain data and runs nothing.
 
 Why the schemes and not each primitive timed alone: on this project's 2-core machine a primitive timed in a tight
 loop priced a call 2-3x cheaper at 4 ranks than it costs inside a scheme's call sequence (a gloo call takes
@@ -25,11 +25,11 @@ import pandas as pd
 from zen_analysis import paths
 from zen_analysis.atomic import atomic_write_json
 from zen_analysis.comm import SCHEMES, build_scheme
-from zen_analysis.comm.measure import measure
+from zen_analysis.evaluation.measure import measure
+from zen_analysis.pricing.cost import phase_features
+from zen_analysis.pricing.topology import GBPS, LOCAL_FIT, PRESETS, Topology, load
 from zen_analysis.ranks.netlab import TCP_PAYLOAD_FRACTION, available
 from zen_analysis.sparsity.synthetic import synthetic_index_sets
-from zen_analysis.wire.cost import phase_features
-from zen_analysis.wire.topology import GBPS, LOCAL_FIT, PRESETS, Topology, load
 
 
 def calibration_path(num_ranks: int = 2):
@@ -67,9 +67,10 @@ def calibrate(
     """Fit each primitive's alpha and bandwidth from the schemes themselves, run on synthetic index sets
     (skew 1, overlap 0.3, three densities) — so per-call costs that only show inside a scheme's call sequence
     (waking ranks that idled through local work, scheduler ticks on a shared CPU) are in alpha. For every
-    measured (scheme, phase) the model's slowest-rank calls and bytes (:func:`~zen_analysis.wire.cost.phase_features`)
-    are regressed on its mean wire time, per primitive, on relative error. The fit never sees the workload
-    it is later checked on (captured traces). The same runs fit each scheme's local-work costs
+    measured (scheme, phase) the model's slowest-rank calls and bytes
+    (:func:`~zen_analysis.pricing.cost.phase_features`) are regressed on its mean wire time, per primitive, on relative
+    error. The fit never sees the workload it is later checked on (captured traces). The same runs fit each scheme's
+    local-work costs
     (:func:`fit_local_work`: per dense element scanned, byte moved, non-zero
     written) on what a whole run takes end to end (median of the slowest rank, no sync between collectives)
     beyond its modelled wire time — not on the local time of the synced runs, which on a shared CPU counts the
@@ -364,7 +365,7 @@ def planner_topology(
         if not calibrate_missing and load(calibration_path(n)) is None:
             raise FileNotFoundError(
                 f"no calibration of this machine at {n} ranks ({calibration_path(n)}): launch() calibrates it "
-                f"before the ranks start, or call zen_analysis.comm.calibrate.local({n})"
+                f"before the ranks start, or call zen_analysis.evaluation.calibrate.local({n})"
             )
         return local(n)
     if name.startswith("netlab-"):
@@ -378,7 +379,7 @@ def planner_topology(
             raise FileNotFoundError(
                 f"no lab calibration at {num_ranks} ranks ({', '.join(map(str, missing))}): launch() "
                 f"calibrates it before the ranks start, or call "
-                f"zen_analysis.comm.calibrate.netlab({num_ranks}, {gbps:g})"
+                f"zen_analysis.evaluation.calibrate.netlab({num_ranks}, {gbps:g})"
             )
         return netlab(num_ranks, gbps, ranks_per_node=ranks_per_node)
     return preset(name)

@@ -5,8 +5,8 @@ measure what it does.
 replays given values), runs every scheme (2 warm-up runs, then repeats), checks the result against ``all_reduce``,
 and returns one row per (scheme, phase): bytes sent (summed over ranks, payload and control), wire seconds (slowest
 rank of each repeat, sync before each collective; mean over repeats, the median beside it), the whole phase's wall
-time (local encode/decode included, median) and the lossless check. :mod:`zen_analysis.comm.replay` sets it beside
-the model, :mod:`zen_analysis.comm.calibrate` fits the model to it.
+time (local encode/decode included, median) and the lossless check. :mod:`zen_analysis.evaluation.replay` sets it beside
+the model, :mod:`zen_analysis.evaluation.calibrate` fits the model to it.
 
 Why the mean: on a shared CPU a gloo call takes either ~0.3 ms or a 4 ms scheduler tick longer; the mean is
 what adds up over a scheme's calls the way the model's calls x alpha does (the calibration uses it too).
