@@ -71,7 +71,7 @@ def test_the_crossover_report_uses_stored_lab_calibrations_only(run_id, monkeypa
 
     from zen_analysis.atomic import atomic_write_json
     from zen_analysis.evaluation.calibrate import netlab_calibration_path, netlab_host_calibration_path
-    from zen_analysis.evaluation.evaluate import crossover_report
+    from zen_analysis.evaluation.crossover import crossover_report
 
     trace = paths.trace_dir(run_id)
     monkeypatch.setenv("ZEN_ANALYSIS_DATA", str(tmp_path))  # calibrations of its own: none stored yet

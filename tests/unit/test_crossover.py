@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from zen_analysis.comm import SCHEMES, build_scheme
-from zen_analysis.evaluation.evaluate import crossover, measured_crossover
+from zen_analysis.evaluation.crossover import crossover, measured_crossover
 from zen_analysis.pricing.topology import GBPS, Topology
 from zen_analysis.sparsity.synthetic import synthetic_index_sets
 

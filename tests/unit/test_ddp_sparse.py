@@ -60,7 +60,7 @@ def test_scaling_keeps_the_metadata_and_scales_the_blocks():
 def test_zen_leads_stock_where_ranks_hold_the_same_rows_and_the_crossover_is_read_off_the_grid():
     import torch
 
-    from zen_analysis.evaluation.evaluate import stock_crossover
+    from zen_analysis.evaluation.crossover import stock_crossover
 
     R, D, K = 4096, 8, 200
     same = [torch.arange(0, 2 * K, 2)] * 8  # every rank the same K rows: the union stays K, stock's bytes grow with n

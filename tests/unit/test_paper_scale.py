@@ -116,7 +116,7 @@ def test_bad_options_are_errors(run_id):
 def test_the_crossover_at_the_papers_rows_is_stock_crossover_on_the_merged_rows(run_id):
     from dataclasses import replace
 
-    from zen_analysis.evaluation.evaluate import stock_crossover
+    from zen_analysis.evaluation.crossover import stock_crossover
     from zen_analysis.experiments.paper_scale import paper_crossover
     from zen_analysis.pricing.topology import GBPS
 

@@ -87,27 +87,8 @@ def calibrate(
     ``row_cases`` (rows, width, density of rows): row-granular sums (an embedding's rows, each index with its D
     values), timed end to end as the flat ones and fitted apart (``local_work_rows``: per byte moved and per row
     written), on the links the flat cases fitted; not with ``host``, which fits links only."""
-    rows, cases = [], []
     sizes = [numel] if isinstance(numel, int) else list(numel)
-    for j, size in enumerate(sizes):
-        for i, d in enumerate(densities):
-            sets = synthetic_index_sets(size, num_ranks, d, skew=1.0, overlap=0.3, seed=seed + i + 100 * j)
-            measured = measure(sets, size, repeats=repeats, bandwidth_gbps=bandwidth_gbps)
-            cases.append((size, d, sets, measured))
-            for name in SCHEMES:
-                feats = phase_features(build_scheme(name).model(sets, size)).set_index("phase")
-                for phase, f in feats.iterrows():
-                    rows.append(
-                        {
-                            "numel": size,
-                            "density": d,
-                            "scheme": name,
-                            "phase": phase,
-                            **f.to_dict(),
-                            "seconds": float(measured.loc[(name, phase), "wire_s"]),
-                        }
-                    )
-    df = pd.DataFrame(rows)
+    df, cases = _flat_samples(num_ranks, sizes, densities, repeats=repeats, seed=seed, bandwidth_gbps=bandwidth_gbps)
     fixed = bandwidth_gbps * GBPS * TCP_PAYLOAD_FRACTION if bandwidth_gbps and not host else None
     fits = fit_links(df, bandwidth=fixed)
     a2a = {p: (a, b) for p, a, b in fits}.get("all_to_all", (0.0, 1e9))
@@ -152,6 +133,40 @@ def calibrate(
         },
     )
     return topo
+
+
+def _flat_samples(
+    num_ranks: int,
+    sizes: Sequence[int],
+    densities: Sequence[float],
+    *,
+    repeats: int,
+    seed: int,
+    bandwidth_gbps: float | None,
+) -> tuple[pd.DataFrame, list]:
+    """:func:`calibrate`'s flat cases: every scheme measured on synthetic index sets of each size and density.
+    Returns the link samples (one row per (case, scheme, phase): the model's features beside the measured wire
+    seconds) and the cases ((numel, density, sets, measured)) that :func:`_local_samples` fits local work on."""
+    rows, cases = [], []
+    for j, size in enumerate(sizes):
+        for i, d in enumerate(densities):
+            sets = synthetic_index_sets(size, num_ranks, d, skew=1.0, overlap=0.3, seed=seed + i + 100 * j)
+            measured = measure(sets, size, repeats=repeats, bandwidth_gbps=bandwidth_gbps)
+            cases.append((size, d, sets, measured))
+            for name in SCHEMES:
+                feats = phase_features(build_scheme(name).model(sets, size)).set_index("phase")
+                for phase, f in feats.iterrows():
+                    rows.append(
+                        {
+                            "numel": size,
+                            "density": d,
+                            "scheme": name,
+                            "phase": phase,
+                            **f.to_dict(),
+                            "seconds": float(measured.loc[(name, phase), "wire_s"]),
+                        }
+                    )
+    return pd.DataFrame(rows), cases
 
 
 def _local_samples(cases, topo: Topology) -> pd.DataFrame:

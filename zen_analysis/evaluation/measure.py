@@ -21,8 +21,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
+import torch.distributed as dist
 
 from zen_analysis.comm import SCHEMES
+from zen_analysis.comm.planner import make_scheme
 from zen_analysis.derived import write_table
 from zen_analysis.ranks.netlab import NetLab
 from zen_analysis.ranks.procs import fork_launch
@@ -41,10 +43,6 @@ def _measure_on_rank(
     planner_topology=None,
     width: int = 0,
 ) -> list:
-    import torch.distributed as dist
-
-    from zen_analysis.comm.planner import make_scheme
-
     gen = torch.Generator().manual_seed(rank)
     x = torch.zeros(numel, width) if width else torch.zeros(numel)
     idx = torch.as_tensor(sets[rank], dtype=torch.long)
@@ -77,33 +75,7 @@ def _measure_on_rank(
                 continue
             m = scheme.last_measured()
             lossless = bool(torch.equal(out, ref)) if values is None else bool(((out - ref).abs() <= tol).all())
-            for phase, g in m.groupby("phase"):
-                rows.append(
-                    {
-                        "scheme": name,
-                        "rep": rep,
-                        "phase": phase,
-                        "rank": rank,
-                        "bytes_sent": int(g["bytes_sent"].sum()),
-                        "phase_s": float(g["seconds"].sum()),
-                        "wire_s": float(g["wire_seconds"].sum()),
-                        "lossless": lossless,
-                    }
-                )
-            if scheme.scans_dense:  # the rank's own work: run time outside collectives and barriers
-                local = scheme.last_times()["local"]
-                rows.append(
-                    {
-                        "scheme": name,
-                        "rep": rep,
-                        "phase": "local",
-                        "rank": rank,
-                        "bytes_sent": 0,
-                        "phase_s": local,
-                        "wire_s": local,
-                        "lossless": lossless,
-                    }
-                )
+            rows.extend(_phase_rows(scheme, m, name=name, rep=rep, rank=rank, lossless=lossless))
         scheme.sync_collectives = False
     # end to end, as training runs it: no sync before each collective, ranks aligned by a barrier only; the
     # schemes take turns within each repeat, so a drift of the machine's speed (it moves within minutes on a
@@ -130,6 +102,41 @@ def _measure_on_rank(
                     "lossless": lossless,
                 }
             )
+    return rows
+
+
+def _phase_rows(scheme, m: pd.DataFrame, *, name: str, rep: int, rank: int, lossless: bool) -> list[dict]:
+    """One synced repeat's rows: per phase of ``m`` (the scheme's ``last_measured()``) its bytes, seconds and wire
+    seconds, and for a scheme that scans the dense tensor a ``local`` row (run time outside collectives and
+    barriers: the rank's own work)."""
+    rows = []
+    for phase, g in m.groupby("phase"):
+        rows.append(
+            {
+                "scheme": name,
+                "rep": rep,
+                "phase": phase,
+                "rank": rank,
+                "bytes_sent": int(g["bytes_sent"].sum()),
+                "phase_s": float(g["seconds"].sum()),
+                "wire_s": float(g["wire_seconds"].sum()),
+                "lossless": lossless,
+            }
+        )
+    if scheme.scans_dense:
+        local = scheme.last_times()["local"]
+        rows.append(
+            {
+                "scheme": name,
+                "rep": rep,
+                "phase": "local",
+                "rank": rank,
+                "bytes_sent": 0,
+                "phase_s": local,
+                "wire_s": local,
+                "lossless": lossless,
+            }
+        )
     return rows
 
 

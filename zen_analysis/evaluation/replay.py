@@ -142,29 +142,17 @@ def replay_run(
     topo = model_topology(ranks, bandwidth_gbps=bandwidth_gbps, recalibrate=recalibrate)
     frames = []
     for step in tqdm(reader.steps(tensor)[:steps], desc=f"measure {reader.run_id}", unit="step", disable=not progress):
-        recs = sorted(reader.records(tensor=tensor, step=step), key=lambda r: r.worker)[:ranks]
-        if len(recs) < ranks:
-            raise ValueError(
-                f"run {reader.run_id} holds {len(recs)} workers' records of {tensor} at step {step}; "
-                f"cannot replay on {ranks} ranks"
-            )
-        df = compare(
-            [r.indices_K.long() for r in recs],
-            numel,
-            values=[r.values_K for r in recs],
-            repeats=repeats,
-            topology=topo,
-            schemes=schemes,
-            bandwidth_gbps=bandwidth_gbps,
-        )
         frames.append(
-            df.assign(
-                run=reader.run_id,
-                tensor=tensor,
-                step=step,
-                numel=numel,
+            _replay_step(
+                reader,
+                tensor,
+                step,
+                numel,
                 ranks=ranks,
-                bandwidth_gbps=bandwidth_gbps or float("nan"),
+                repeats=repeats,
+                topo=topo,
+                schemes=schemes,
+                bandwidth_gbps=bandwidth_gbps,
             )
         )
     out = pd.concat(frames, ignore_index=True)
@@ -172,6 +160,45 @@ def replay_run(
     write_table(path, out, {**options, "files": reader.fingerprint()})
     out.attrs["path"] = path
     return out
+
+
+def _replay_step(
+    reader: TraceReader,
+    tensor: str,
+    step: int,
+    numel: int,
+    *,
+    ranks: int,
+    repeats: int,
+    topo,
+    schemes: Sequence[str] | None,
+    bandwidth_gbps: float | None,
+) -> pd.DataFrame:
+    """One captured step of :func:`replay_run`: ``compare`` on the first ``ranks`` workers' records (indices and
+    values), labelled with the run, tensor, step, numel, ranks and link rate (NaN: loopback)."""
+    recs = sorted(reader.records(tensor=tensor, step=step), key=lambda r: r.worker)[:ranks]
+    if len(recs) < ranks:
+        raise ValueError(
+            f"run {reader.run_id} holds {len(recs)} workers' records of {tensor} at step {step}; "
+            f"cannot replay on {ranks} ranks"
+        )
+    df = compare(
+        [r.indices_K.long() for r in recs],
+        numel,
+        values=[r.values_K for r in recs],
+        repeats=repeats,
+        topology=topo,
+        schemes=schemes,
+        bandwidth_gbps=bandwidth_gbps,
+    )
+    return df.assign(
+        run=reader.run_id,
+        tensor=tensor,
+        step=step,
+        numel=numel,
+        ranks=ranks,
+        bandwidth_gbps=bandwidth_gbps or float("nan"),
+    )
 
 
 def load_replay(run) -> pd.DataFrame | None:

@@ -18,7 +18,7 @@ import torch
 from zen_analysis.capture.reader import TraceReader
 from zen_analysis.comm.schemes import build_scheme
 from zen_analysis.evaluation.calibrate import preset
-from zen_analysis.evaluation.evaluate import stock_crossover, stock_seconds
+from zen_analysis.evaluation.crossover import stock_crossover, stock_seconds
 from zen_analysis.pricing.cost import phase_times, total_seconds
 from zen_analysis.pricing.topology import GBPS, Topology
 from zen_analysis.pricing.traffic import DDP_SPARSE, Traffic

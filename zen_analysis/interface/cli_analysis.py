@@ -26,12 +26,8 @@ def cmd_characterize(args: argparse.Namespace) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
-    from zen_analysis.evaluation.evaluate import (  # deferred: torch; --help stays light
-        DEFAULT_TOPOLOGIES,
-        crossover_report,
-        evaluate,
-        normalized,
-    )
+    from zen_analysis.evaluation.crossover import crossover_report  # deferred: torch; --help stays light
+    from zen_analysis.evaluation.evaluate import DEFAULT_TOPOLOGIES, evaluate, normalized  # deferred: torch
 
     topologies = args.topology or list(DEFAULT_TOPOLOGIES)
     df = evaluate(
