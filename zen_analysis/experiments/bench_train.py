@@ -11,7 +11,8 @@ import pandas as pd
 
 from zen_analysis import paths, recipes
 from zen_analysis.experiments.bench_options import draw_figure, floats, ints, names, parse_sets, publish
-from zen_analysis.experiments.lab_sweeps import REST, time_to_loss, training_sweep
+from zen_analysis.experiments.lab_sweeps import REST, training_sweep
+from zen_analysis.experiments.loss_targets import time_to_loss
 from zen_analysis.plots import comm as comm_figs
 from zen_analysis.ranks import netlab
 

@@ -9,22 +9,40 @@
   (rank 0's time inside ``synchronize``), the exchange alone (sync less the wait for the slowest rank's compute:
   4 ranks share 2 cores here, so ranks finish their micro-batches tens of ms apart), tokens/s and the per-step
   losses (equal to a loopback run's: the network changes time, not numbers).
-* :func:`ddp_script_sweep`: a user's own DDP training — ``scripts/ddp_transformers.py`` (torchrun, DDP, a
-  transformers Llama) as stock DDP, with Zen's natural hook and with top-k + Zen (inline and overlapped), and against
-  what a DDP user already has (a ``sparse=True`` embedding, torch's fp16/bf16 and PowerSGD hooks) — on loopback and
-  behind shaped links: step time, bytes per step, and for the lossy ones the time to stock DDP's loss.
+* :func:`node_comparison`: Zen's hierarchical mode on lab nodes of several ranks, against flat Zen and all-reduce.
+
+A user's own DDP training measured on loopback and behind shaped links, :func:`ddp_script_sweep`, is
+:mod:`zen_analysis.experiments.ddp_sweep` (importable from here as before).
 """
 
 from __future__ import annotations
 
 import copy
 import re
+import time
 from collections.abc import Sequence
-from pathlib import Path
 
 import pandas as pd
+import torch
+import torch.distributed as dist
 
-from zen_analysis.config import ExperimentConfig
+from zen_analysis import paths
+from zen_analysis.capture.reader import TraceReader
+from zen_analysis.comm import SCHEMES
+from zen_analysis.config import ExperimentConfig, apply_overrides
+from zen_analysis.derived import variant
+from zen_analysis.evaluation.measure import write_summary
+from zen_analysis.evaluation.replay import replay_run
+from zen_analysis.experiments.ddp_sweep import (  # noqa: F401 - moved there, importable here as before
+    DDP_DEFAULT_VARIANTS,
+    DDP_VARIANTS,
+    ddp_script_sweep,
+)
+from zen_analysis.ranks.netlab import NetLab
+from zen_analysis.ranks.procs import fork_launch
+from zen_analysis.runs.launch import launch
+from zen_analysis.wire.exchange import Exchange
+from zen_analysis.zen.sparse_allreduce import NodeGroups, zen_sum, zen_sum_hierarchical
 
 TRAINING_VARIANTS = {
     "dense": {"sync.scheme": "allreduce"},
@@ -53,12 +71,6 @@ def scheme_sweep(
     bandwidth in the lab. One row per (kind, ranks, bandwidth, scheme): the ``measure --out`` columns plus
     ``tensor``, ``kind``, ``speedup_measured`` / ``speedup_modelled`` (dense all-reduce's time / the scheme's), and
     ``vs_best`` (measured time / the fastest fixed scheme's in the cell) and ``vs_dense`` (/ dense all-reduce's)."""
-    from zen_analysis.capture.reader import TraceReader
-    from zen_analysis.comm import SCHEMES
-    from zen_analysis.derived import variant
-    from zen_analysis.evaluation.measure import write_summary
-    from zen_analysis.evaluation.replay import replay_run
-
     reader = TraceReader(run)
     tensors = reader.manifest["tensors"]
     frames = []
@@ -124,9 +136,6 @@ def training_sweep(
     other parts (:data:`PARTS`; ``rest_s``: the medians of :data:`REST` added), tokens/s at the median step, and the
     per-step losses and step times; for ``auto`` the schemes the planner chose (``choice``) and what its statistics
     cost on rank 0 over the run (``planner_stats_s``)."""
-    from zen_analysis.config import apply_overrides
-    from zen_analysis.runs.launch import launch
-
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1, got {rounds}")
     rows = []
@@ -192,285 +201,9 @@ def _median_over_rounds(rounds: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def time_to_loss(
-    losses: Sequence[float], step_times: Sequence[float], target: float, *, window: int = 5
-) -> tuple[float, int]:
-    """(wall-clock seconds, steps) a run took until the mean of its last ``window`` per-step losses first reached
-    ``target``: the sum of its step times up to that step, the first one (set-up, Zen's static sets) included; (nan,
-    -1) if it never did. A trailing mean, as one step's loss moves with its batch by more than the schemes differ."""
-    for k in range(window - 1, len(losses)):
-        if sum(losses[k - window + 1 : k + 1]) / window <= target:
-            return float(sum(step_times[: k + 1])), k + 1
-    return float("nan"), -1
-
-
-DDP_VARIANTS = {
-    "stock": ["--zen", "off"],
-    "natural": ["--zen", "natural"],
-    "topk": ["--zen", "topk"],
-    "topk-overlap": ["--zen", "topk", "--overlap"],
-    "stock-sparse": ["--zen", "off", "--sparse-embedding"],
-    "natural-sparse": ["--zen", "natural", "--sparse-embedding"],
-    "fp16": ["--zen", "off", "--hook", "fp16"],
-    "bf16": ["--zen", "off", "--hook", "bf16"],
-    **{f"powersgd-{r}": ["--zen", "off", "--hook", "powersgd", "--powersgd-rank", str(r)] for r in (1, 2, 4)},
-}
-"""What :func:`ddp_script_sweep` can run: name -> the example script's flags (stock DDP; Zen's natural hook; DGC
-top-5% + Zen inline; the same on the hook's worker thread; with ``nn.Embedding(sparse=True)``, stock DDP, which
-all-gathers its rows on gloo, and the natural hook; torch's fp16 and bf16 compression hooks; torch's PowerSGD at
-rank 1, 2 and 4)."""
-
-DDP_DEFAULT_VARIANTS = ("stock", "natural", "topk", "fp16", "powersgd-2")
-"""What :func:`ddp_script_sweep` (and ``bench ddp``) runs unless told: Zen, its top-k, and the two stock DDP
-compressions a user reaches for first; ``topk-overlap``, the sparse embedding, bf16 and the other PowerSGD ranks are
-a ``variants=`` away."""
-
-LOSSLESS_BASELINE = {"natural": "stock", "natural-sparse": "stock-sparse", "stock-sparse": "natural-sparse"}
-"""The lossless variants and the run each one's losses must equal up to float noise: the natural hook sums what stock
-DDP sums; with a ``sparse=True`` embedding stock DDP (rows all-gathered) and the natural hook (rows summed by Zen)
-compare to each other (a sparse embedding trains differently from a dense one under AdamW + SparseAdam). Every other
-variant but ``stock`` is lossy and judged by time to stock's loss."""
-
-UNABLE = "unable to run here: "
-"""What ``scripts/ddp_transformers.py`` prints before exit 3 for a variant this backend cannot run (PowerSGD on gloo
-in more than one bucket); the sweep reports the line instead of failing."""
-
-
-def time_to_quality(
-    losses: Sequence[float],
-    step_times: Sequence[float],
-    stock_losses: Sequence[float],
-    stock_times: Sequence[float],
-    target_step: int,
-    *,
-    window: int = 5,
-) -> dict[str, float]:
-    """A lossy run judged against fp32 stock DDP: ``target_loss`` (stock's mean loss over the ``window`` steps ending
-    at ``target_step``), ``time_to_stock_loss_s`` / ``steps_to_stock_loss`` (:func:`time_to_loss` of this run to that
-    loss: nan / -1 if it never got there) and ``loss_gap_at_equal_time`` (this run's trailing mean at its last step
-    ended within the seconds stock took to ``target_step``, less ``target_loss``: positive is worse; nan if it had not
-    done ``window`` steps by then). Both, because a variant faster per step but worse per step can win either way."""
-    if not window - 1 <= target_step < len(stock_losses):
-        raise ValueError(
-            f"target_step {target_step} is outside stock's {len(stock_losses)} steps with a window of {window}: "
-            f"choose {window - 1} <= target_step < {len(stock_losses)}"
-        )
-    target = sum(stock_losses[target_step - window + 1 : target_step + 1]) / window
-    seconds, steps = time_to_loss(losses, step_times, target, window=window)
-    budget, elapsed, gap = sum(stock_times[: target_step + 1]), 0.0, float("nan")
-    for k, t in enumerate(step_times):
-        elapsed += t
-        if elapsed > budget:
-            break
-        if k >= window - 1:
-            gap = sum(losses[k - window + 1 : k + 1]) / window - target
-    return {
-        "target_loss": target,
-        "time_to_stock_loss_s": seconds,
-        "steps_to_stock_loss": steps,
-        "loss_gap_at_equal_time": gap,
-    }
-
-
-def example_script() -> Path:
-    """``scripts/ddp_transformers.py`` of this checkout (it is an example to read, not part of the package)."""
-    script = Path(__file__).resolve().parents[2] / "scripts" / "ddp_transformers.py"
-    if not script.exists():
-        raise FileNotFoundError(
-            f"{script} is missing: the DDP example lives in the repository's scripts/, run from a clone"
-        )
-    return script
-
-
-def ddp_script_sweep(
-    *,
-    ranks: int = 4,
-    bandwidths: Sequence[float | None] = (None, 1.0),
-    variants: Sequence[str] = DDP_DEFAULT_VARIANTS,
-    steps: int = 12,
-    warmup: int = 2,
-    rounds: int = 1,
-    size: str = "default",
-    model: str = "llama",
-    batch: int = 8,
-    bucket_mb: float | None = None,
-    optimizer: str = "adamw",
-    lr: float | None = None,
-    target_step: int | None = None,
-    window: int = 5,
-    progress: bool = True,
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The example DDP script per variant (:data:`DDP_VARIANTS`) and link rate (``None``: loopback, one ``torchrun
-    --standalone``; a rate: one torchrun per lab node, :func:`~zen_analysis.ranks.procs.run_in_lab`), ``rounds``
-    times interleaved, the script's ``model`` (``llama``, ``gpt2``, ``lstm``: with ``size="lstm-words"``;
-    ``deepfm``: with ``size="deepfm"``, ``batch`` samples a rank) at the recipe ``size``, every variant with the
-    same ``optimizer`` (``sgd``: one plain SGD, the sparse embedding's too), ``lr`` (None: the script's) and
-    ``bucket_mb`` (None: the script's, DDP's 25 MB; PowerSGD on gloo one bucket). One row per (network, variant):
-    rank 0's median step time and bytes per step (the hooks' measured sparse bytes + the dense all-reduces' ring
-    volume; torch's hooks' from their shapes) after ``warmup`` steps, the sum's seconds and the part backward waited
-    for (top-k), ``speedup_vs_stock``, the largest per-step loss difference from stock DDP's and, for the lossless
-    variants, from their baseline (:data:`LOSSLESS_BASELINE`: float noise only), and against fp32 stock's loss at
-    ``target_step`` (default two thirds in, so a slower-learning variant has steps left to get there)
-    :func:`time_to_quality`'s columns (medians over rounds). A variant the backend cannot run (the script's "unable
-    to run here: ..."; exit 3) is a row whose ``status`` says why, its numbers NaN; the rest say ``ok``. Returns
-    that summary and every measured step."""
-    import json
-    import shutil
-    import subprocess
-    import sys
-    import tempfile
-
-    from zen_analysis.ranks.procs import run_in_lab
-
-    unknown = set(variants) - set(DDP_VARIANTS)
-    if unknown:
-        raise ValueError(f"unknown variants {sorted(unknown)}; choose from {list(DDP_VARIANTS)}")
-    if optimizer not in ("adamw", "sgd"):
-        raise ValueError(f"optimizer {optimizer!r}: the script trains with adamw or sgd")
-    if target_step is None:  # two thirds in; a short run (a notebook's 4 steps) trails over what it has
-        target_step = max(0, (2 * steps) // 3 - 1)
-        window = min(window, target_step + 1)
-    if not window - 1 <= target_step < steps:
-        raise ValueError(
-            f"target_step {target_step} with {steps} steps and a window of {window}: choose "
-            f"{window - 1} <= target_step < {steps} (or more steps)"
-        )
-    script, rows, runs, unable = example_script(), [], {}, {}
-    with tempfile.TemporaryDirectory(prefix="zen-ddp-sweep-") as tmp:
-        for bw in bandwidths:
-            network = "loopback" if bw is None else f"{bw:g} Gbit/s"
-            for rnd in range(rounds):
-                for variant in variants:
-                    if (network, variant) in unable:
-                        continue
-                    out = Path(tmp) / f"{len(rows)}-{variant}-{rnd}.json"
-                    program = [
-                        str(script),
-                        "--size",
-                        size,
-                        "--model",
-                        model,
-                        "--steps",
-                        str(steps),
-                        "--batch",
-                        str(batch),
-                        "--out",
-                        str(out),
-                        "--optimizer",
-                        optimizer,
-                        *(["--bucket-mb", str(bucket_mb)] if bucket_mb is not None else []),
-                        *(["--lr", str(lr)] if lr is not None else []),
-                        *DDP_VARIANTS[variant],
-                    ]
-                    if progress:
-                        print(f"[ddp sweep] {network}, round {rnd + 1}/{rounds}: {variant}", flush=True)
-                    if bw is None:
-                        proc = subprocess.run(
-                            [
-                                sys.executable,
-                                "-m",
-                                "torch.distributed.run",
-                                "--standalone",
-                                f"--nproc-per-node={ranks}",
-                                *program,
-                            ],
-                            capture_output=True,
-                            text=True,
-                        )
-                        code, text = proc.returncode, proc.stdout + proc.stderr
-                        tail = text[-3000:]
-                    else:
-                        log = Path(tmp) / f"logs-{len(rows)}-{variant}-{rnd}"
-                        code = run_in_lab(program, nodes=ranks, bandwidth_gbps=bw, log_dir=log)
-                        text = (
-                            "".join(f"--- {f.name}\n{f.read_text(errors='replace')}" for f in sorted(log.glob("*")))
-                            if code
-                            else ""
-                        )
-                        if code:  # the sweep's folder goes at the end: keep this run's logs where the error says
-                            kept = Path(tempfile.mkdtemp(prefix=f"zen-ddp-failed-{variant}-"))
-                            shutil.copytree(log, kept, dirs_exist_ok=True)
-                            tail = f"{text[-3000:]}\n(every rank's log in {kept})"
-                    if code and UNABLE in text:
-                        reason = text[text.index(UNABLE) :].splitlines()[0]
-                        unable[(network, variant)] = reason
-                        if progress:
-                            print(f"[ddp sweep] {network}: {variant}: {reason}", flush=True)
-                        continue
-                    if code:
-                        raise RuntimeError(f"{variant} at {network} exited with {code}:\n{tail}")
-                    result = json.loads(out.read_text())
-                    runs.setdefault((network, variant), []).append(
-                        ([s["loss"] for s in result["steps"]], [s["step_s"] for s in result["steps"]])
-                    )
-                    for s in result["steps"][warmup:]:
-                        rows.append({"network": network, "bandwidth_gbps": bw, "variant": variant, "round": rnd, **s})
-    steps_df = pd.DataFrame(rows)
-    if steps_df.empty:
-        summary = pd.DataFrame(columns=["network", "variant", "bandwidth_gbps", "step_s_median"])
-    else:
-        summary = (
-            steps_df.groupby(["network", "variant"], sort=False)
-            .agg(
-                step_s_median=("step_s", "median"),
-                bytes_per_step=("bytes", "median"),
-                sparse_bytes=("sparse_bytes", "median"),
-                dense_bytes=("dense_bytes", "median"),
-                sync_s_median=("sync_s", "median"),
-                exposed_s_median=("exposed_s", "median"),
-                bandwidth_gbps=("bandwidth_gbps", "first"),
-            )
-            .reset_index()
-        )
-    summary["status"] = "ok"
-    missing = [
-        {"network": n, "variant": v, "bandwidth_gbps": None if n == "loopback" else float(n.split()[0]), "status": why}
-        for (n, v), why in unable.items()
-    ]
-    if missing:
-        summary = pd.concat([summary, pd.DataFrame(missing)], ignore_index=True)
-    order = {v: k for k, v in enumerate(variants)}
-    nets = {("loopback" if b is None else f"{b:g} Gbit/s"): k for k, b in enumerate(bandwidths)}
-    summary = summary.sort_values(
-        ["network", "variant"], key=lambda c: c.map(nets if c.name == "network" else order)
-    ).reset_index(drop=True)
-
-    def max_diff(network: str, variant: str, other: str | None) -> float:
-        mine, theirs = runs.get((network, variant)), runs.get((network, other))
-        if mine is None or theirs is None:
-            return float("nan")
-        return max(abs(a - b) for a, b in zip(mine[0][0], theirs[0][0]))
-
-    pairs = list(zip(summary["network"], summary["variant"]))
-    summary["loss_max_diff_vs_stock"] = [max_diff(n, v, "stock") for n, v in pairs]
-    summary["lossless_baseline"] = [LOSSLESS_BASELINE.get(v, "") for _, v in pairs]
-    summary["loss_max_diff_vs_baseline"] = [max_diff(n, v, LOSSLESS_BASELINE.get(v)) for n, v in pairs]
-    quality = []
-    for network, variant in pairs:
-        mine, stock = runs.get((network, variant), []), runs.get((network, "stock"), [])
-        per_round = [
-            time_to_quality(losses, times, s_losses, s_times, target_step, window=window)
-            for (losses, times), (s_losses, s_times) in zip(mine, stock)
-        ]
-        keys = ("target_loss", "time_to_stock_loss_s", "steps_to_stock_loss", "loss_gap_at_equal_time")
-        quality.append({k: pd.Series([q[k] for q in per_round], dtype=float).median() for k in keys})
-    summary = pd.concat([summary, pd.DataFrame(quality, index=summary.index)], axis=1)
-    stock = summary[summary["variant"] == "stock"].set_index("network")["step_s_median"]
-    summary["speedup_vs_stock"] = summary["network"].map(stock) / summary["step_s_median"]
-    return summary, steps_df
-
-
 def _node_replay(
     rank: int, world: int, sets: list, numel: int, ranks_per_node: int, repeats: int, seed: int
 ) -> list[dict]:
-    import time
-
-    import torch
-    import torch.distributed as dist
-
-    from zen_analysis.wire.exchange import Exchange
-    from zen_analysis.zen.sparse_allreduce import NodeGroups, zen_sum, zen_sum_hierarchical
-
     gen = torch.Generator().manual_seed(rank)
     x = torch.zeros(numel)
     idx = torch.as_tensor(sets[rank], dtype=torch.long)
@@ -518,10 +251,6 @@ def node_comparison(
     dense, as the paper on NVLink, or by Zen's own push and pull), each end to end:
     one row per method with the median over repeats of the slowest rank, the speedup over all-reduce and whether
     every rank's result equals ``all_reduce`` bit for bit."""
-    from zen_analysis.capture.reader import TraceReader
-    from zen_analysis.ranks.netlab import NetLab
-    from zen_analysis.ranks.procs import fork_launch
-
     reader = TraceReader(run)
     tensors = reader.manifest["tensors"]
     tensor = tensor or next(t for t, info in tensors.items() if info["kind"] == "natural")
@@ -556,10 +285,6 @@ def loopback_twins(run_ids: Sequence[str], *, progress: bool = False) -> pd.Data
     """Each finished lab run of ``run_ids`` trained again with the same config on loopback (run id
     ``<id>-loopback``): whether the per-step losses are identical (the network changes time, not numbers), and the
     largest difference."""
-    from zen_analysis import paths
-    from zen_analysis.config import ExperimentConfig
-    from zen_analysis.runs.launch import launch
-
     rows = []
     for run_id in run_ids:
         cfg = ExperimentConfig.from_json((paths.run_dir(run_id) / "config.json").read_text())
