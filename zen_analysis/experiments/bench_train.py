@@ -6,14 +6,16 @@ Fig. 11-13. Tables in ``data/derived/train/``."""
 from __future__ import annotations
 
 import math
+from dataclasses import asdict, dataclass, field, fields
 
 import pandas as pd
 
 from zen_analysis import paths, recipes
-from zen_analysis.experiments.bench_options import draw_figure, floats, ints, names, parse_sets, publish
+from zen_analysis.atomic import atomic_write_text
+from zen_analysis.experiments.bench_options import draw_figure, flag, floats, ints, names, parse_sets, publish
 from zen_analysis.experiments.lab_sweeps import REST, training_sweep
 from zen_analysis.experiments.loss_targets import time_to_loss
-from zen_analysis.plots import comm as comm_figs
+from zen_analysis.plots import training_throughput as train_figs
 from zen_analysis.ranks import netlab
 
 TRAIN_PARTS = ("natural", "topk", "overlap")
@@ -31,6 +33,65 @@ DEFAULTS = " (recipe defaults)"
 REFERENCE = "allreduce-adamw"
 """``bench train``'s reference variant: dense all-reduce with the plain step (AdamW over every embedding row, a
 dense embedding gradient), what the toolkit's loop did before the lazy row update."""
+
+_PARSERS = {"list[str]": names, "list[int]": ints, "list[float]": floats, "bool": flag, "int": int, "float": float}
+
+
+@dataclass
+class TrainBenchSettings:
+    """``bench train``'s options with their defaults (what :func:`bench_train`'s docstring describes), each set by
+    ``--set key=value`` and parsed by its type (:func:`parse`), in the order an unknown key's message lists them.
+    ``sparse_embedding`` and ``overlap`` are the config's switches as written (``true``, ``false`` or ``auto``),
+    ``update`` the config's ``train.embedding_update``."""
+
+    parts: list[str] = field(default_factory=lambda: list(TRAIN_PARTS))
+    workloads: list[str] = field(default_factory=lambda: list(TRAIN_WORKLOADS))
+    ranks: list[int] = field(default_factory=lambda: [4, 8, 16])
+    rates: list[float] = field(default_factory=lambda: [1.0])
+    schemes: list[str] = field(default_factory=lambda: list(TRAIN_SCHEMES))
+    wide_schemes: list[str] = field(default_factory=lambda: ["allreduce", "zen", "agsparse", "sparcml", "auto"])
+    bf16_schemes: list[str] = field(default_factory=lambda: ["allreduce", "zen"])
+    own_ranks: list[int] = field(default_factory=lambda: [4, 16])
+    default_schemes: list[str] = field(default_factory=lambda: ["allreduce", "zen"])
+    default_ranks: list[int] = field(default_factory=lambda: [8])
+    update: str = "lazy"
+    sparse_embedding: str = "true"
+    reference: bool = False
+    overlap: str = "true"
+    bucket_mb: float = 4.0
+    steps: int = 10
+    warmup: int = 2
+    rounds: int = 1
+    workers_per_rank: int = 1
+    topk_workload: str = "default"
+    topk_ranks: int = 8
+    topk_rate: float = 1.0
+    topk_schemes: list[str] = field(default_factory=lambda: list(TOPK_SCHEMES))
+    topk_ratio: float = 0.05
+    topk_steps: int = 40
+    topk_extra: float = 1.5
+    overlap_workload: str = "default"
+    overlap_ranks: int = 2
+    overlap_rate: float = 1.0
+    overlap_bucket_mb: float = 2.0
+    overlap_steps: int = 12
+
+    @classmethod
+    def parse(cls, overrides: list[str] | tuple[str, ...] = ()) -> TrainBenchSettings:
+        """The defaults updated by ``overrides`` (``key=value``) through
+        :func:`~zen_analysis.experiments.bench_options.parse_sets`, which names the keys on an unknown one; the
+        parts checked against :data:`TRAIN_PARTS`."""
+        defaults = asdict(cls())
+        types = {f.name: _PARSERS.get(f.type, str) for f in fields(cls)}
+        settings = cls(**parse_sets("train", overrides, defaults, types))
+        unknown = set(settings.parts) - set(TRAIN_PARTS)
+        if unknown:
+            raise ValueError(f"bench train's parts are {', '.join(TRAIN_PARTS)}; got {sorted(unknown)}")
+        return settings
+
+    def options(self) -> dict:
+        """The settings as the tables are stamped with them (``reference`` written ``true`` / ``false``)."""
+        return {k: ("true" if v else "false") if isinstance(v, bool) else v for k, v in asdict(self).items()}
 
 
 def bench_train(overrides: list[str] | tuple[str, ...] = ()) -> dict:
@@ -64,106 +125,32 @@ def bench_train(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     ok, why = netlab.available()
     if not ok:
         raise RuntimeError(f"bench train needs the network lab, which is unavailable here: {why}")
-    defaults = {
-        "parts": list(TRAIN_PARTS),
-        "workloads": list(TRAIN_WORKLOADS),
-        "ranks": [4, 8, 16],
-        "rates": [1.0],
-        "schemes": list(TRAIN_SCHEMES),
-        "wide_schemes": ["allreduce", "zen", "agsparse", "sparcml", "auto"],
-        "bf16_schemes": ["allreduce", "zen"],
-        "own_ranks": [4, 16],
-        "default_schemes": ["allreduce", "zen"],
-        "default_ranks": [8],
-        "update": "lazy",
-        "sparse_embedding": "true",
-        "reference": "false",
-        "overlap": "true",
-        "bucket_mb": 4.0,
-        "steps": 10,
-        "warmup": 2,
-        "rounds": 1,
-        "workers_per_rank": 1,
-        "topk_workload": "default",
-        "topk_ranks": 8,
-        "topk_rate": 1.0,
-        "topk_schemes": list(TOPK_SCHEMES),
-        "topk_ratio": 0.05,
-        "topk_steps": 40,
-        "topk_extra": 1.5,
-        "overlap_workload": "default",
-        "overlap_ranks": 2,
-        "overlap_rate": 1.0,
-        "overlap_bucket_mb": 2.0,
-        "overlap_steps": 12,
-    }
-    types = {
-        "parts": names,
-        "workloads": names,
-        "ranks": ints,
-        "rates": floats,
-        "schemes": names,
-        "wide_schemes": names,
-        "topk_schemes": names,
-        "bf16_schemes": names,
-        "own_ranks": ints,
-        "default_schemes": names,
-        "default_ranks": ints,
-    }
-    opts = parse_sets("train", overrides, defaults, types)
-    unknown = set(opts["parts"]) - set(TRAIN_PARTS)
-    if unknown:
-        raise ValueError(f"bench train's parts are {', '.join(TRAIN_PARTS)}; got {sorted(unknown)}")
+    settings = TrainBenchSettings.parse(overrides)
     parts = {"natural": _train_natural, "topk": _train_topk, "overlap": _train_overlap}
-    return {part: parts[part](opts) for part in opts["parts"]}
+    return {part: parts[part](settings) for part in settings.parts}
 
 
-def _train_natural(opts: dict):
+def _train_natural(opts: TrainBenchSettings):
     """``bench train``'s ``natural`` part (:func:`bench_train`)."""
 
     rows = []
-    for workload in opts["workloads"]:
-        runs = [(ranks, opts["workers_per_rank"]) for ranks in opts["ranks"]]
+    for workload in opts.workloads:
+        runs = [(ranks, opts.workers_per_rank) for ranks in opts.ranks]
         own = recipes.get(workload).train.workers_per_rank
-        runs += [(ranks, own) for ranks in opts["own_ranks"] if own != opts["workers_per_rank"]]
+        runs += [(ranks, own) for ranks in opts.own_ranks if own != opts.workers_per_rank]
         for ranks, workers in runs:
             base = recipes.get(workload)
-            label = workload if workers == opts["workers_per_rank"] else f"{workload} x{workers}"
+            label = workload if workers == opts.workers_per_rank else f"{workload} x{workers}"
             base.name = f"bench-train-{workload}-r{ranks}-w{workers}"
             base.dist.num_ranks = ranks
             base.train.workers_per_rank = workers
-            common = {
-                "train.embedding_update": opts["update"],
-                "model.sparse_embedding": opts["sparse_embedding"],
-                "sync.overlap": opts["overlap"],
-                "sync.bucket_mb": opts["bucket_mb"],
-            }
-            wide = ranks > 8 or workers != opts["workers_per_rank"]
-            schemes = [s for s in opts["schemes"] if not wide or s in opts["wide_schemes"]]
-            variants = {s: {"sync.scheme": s, **common} for s in schemes}
-            variants.update(
-                {
-                    f"{s}+bf16": {"sync.scheme": s, "sync.wire_dtype": "bfloat16", **common}
-                    for s in opts["bf16_schemes"]
-                    if not wide
-                }
-            )
-            if not wide and ranks in opts["default_ranks"]:  # what `train <workload> --set sync.scheme=s` runs
-                variants.update({f"{s}{DEFAULTS}": {"sync.scheme": s} for s in opts["default_schemes"]})
-            if opts["reference"] == "true":  # the toolkit's plain step: AdamW over every row, a dense gradient
-                variants[REFERENCE] = {
-                    **common,
-                    "sync.scheme": "allreduce",
-                    "train.embedding_update": "dense",
-                    "model.sparse_embedding": "false",
-                }
             sweep = training_sweep(
                 base,
-                bandwidths=opts["rates"],
-                variants=variants,
-                steps=opts["steps"],
-                warmup=opts["warmup"],
-                rounds=opts["rounds"],
+                bandwidths=opts.rates,
+                variants=_natural_variants(opts, ranks, workers),
+                steps=opts.steps,
+                warmup=opts.warmup,
+                rounds=opts.rounds,
                 progress=True,
             )
             rows.append(sweep.assign(workload=label))
@@ -171,7 +158,7 @@ def _train_natural(opts: dict):
     table["outside_compute"] = 1 - table["compute_s"] / table["step_s"]
     key = ["workload", "ranks", "bandwidth_gbps"]
     table["speedup"] = _over(table, key, "allreduce")
-    if opts["reference"] == "true":
+    if opts.reference:
         table["speedup_vs_reference"] = _over(table, key, REFERENCE)
     cols = [
         *key,
@@ -189,22 +176,57 @@ def _train_natural(opts: dict):
         *(["speedup_vs_reference"] if "speedup_vs_reference" in table else []),
     ]
     out_dir = paths.derived_dir() / "train"
-    publish(table, out_dir / "bench_train", table[cols].round(3), opts, comm_figs.training_vs_ranks, "train_vs_ranks")
+    publish(
+        table,
+        out_dir / "bench_train",
+        table[cols].round(3),
+        opts.options(),
+        train_figs.training_vs_ranks,
+        "train_vs_ranks",
+    )
     if "auto" in set(table["variant"]):
-        from zen_analysis.atomic import atomic_write_text
-
         verdict = auto_training_verdict(table)
         print(verdict)
         atomic_write_text(out_dir / "auto_verdict.txt", verdict + "\n")
     defaults = defaults_verdict(table)
     if defaults:
-        from zen_analysis.atomic import atomic_write_text
-
         print(defaults)
         atomic_write_text(out_dir / "defaults_verdict.txt", defaults + "\n")
     if table["bandwidth_gbps"].nunique() > 1:
-        draw_figure(comm_figs.training_vs_rate(table), "train_vs_rate")
+        draw_figure(train_figs.training_vs_rate(table), "train_vs_rate")
     return table
+
+
+def _natural_variants(opts: TrainBenchSettings, ranks: int, workers: int) -> dict[str, dict[str, object]]:
+    """The natural part's variants at ``ranks`` ranks of ``workers`` micro-batches (name -> config overrides): each
+    scheme with the bench's settings (only ``wide_schemes`` past 8 ranks or at the recipe's own micro-batches), with
+    a bf16 wire, with the recipe's defaults at ``default_ranks`` and, with ``reference``, the plain dense step."""
+    common = {
+        "train.embedding_update": opts.update,
+        "model.sparse_embedding": opts.sparse_embedding,
+        "sync.overlap": opts.overlap,
+        "sync.bucket_mb": opts.bucket_mb,
+    }
+    wide = ranks > 8 or workers != opts.workers_per_rank
+    schemes = [s for s in opts.schemes if not wide or s in opts.wide_schemes]
+    variants = {s: {"sync.scheme": s, **common} for s in schemes}
+    variants.update(
+        {
+            f"{s}+bf16": {"sync.scheme": s, "sync.wire_dtype": "bfloat16", **common}
+            for s in opts.bf16_schemes
+            if not wide
+        }
+    )
+    if not wide and ranks in opts.default_ranks:  # what `train <workload> --set sync.scheme=s` runs
+        variants.update({f"{s}{DEFAULTS}": {"sync.scheme": s} for s in opts.default_schemes})
+    if opts.reference:  # the toolkit's plain step: AdamW over every row, a dense gradient
+        variants[REFERENCE] = {
+            **common,
+            "sync.scheme": "allreduce",
+            "train.embedding_update": "dense",
+            "model.sparse_embedding": "false",
+        }
+    return variants
 
 
 def auto_training_verdict(table) -> str:
@@ -256,31 +278,31 @@ def _over(table, key: list[str], variant: str):
     return table["tokens_per_s"].to_numpy() / base.reindex(pd.MultiIndex.from_frame(table[key])).to_numpy()
 
 
-def _train_topk(opts: dict):
+def _train_topk(opts: TrainBenchSettings):
     """``bench train``'s ``topk`` part (:func:`bench_train`): wall-clock time to the dense run's final loss."""
 
-    base = recipes.get(opts["topk_workload"])
-    base.name = f"bench-train-topk-{opts['topk_workload']}-r{opts['topk_ranks']}"
-    base.dist.num_ranks = opts["topk_ranks"]
-    base.train.workers_per_rank = opts["workers_per_rank"]
+    base = recipes.get(opts.topk_workload)
+    base.name = f"bench-train-topk-{opts.topk_workload}-r{opts.topk_ranks}"
+    base.dist.num_ranks = opts.topk_ranks
+    base.train.workers_per_rank = opts.workers_per_rank
     base.train.min_lr_ratio = 1.0  # constant after warm-up: a longer run follows the dense run's schedule
-    longer = math.ceil(opts["topk_steps"] * opts["topk_extra"])
-    common = {"sync.overlap": opts["overlap"], "sync.bucket_mb": opts["bucket_mb"]}
+    longer = math.ceil(opts.topk_steps * opts.topk_extra)
+    common = {"sync.overlap": opts.overlap, "sync.bucket_mb": opts.bucket_mb}
     variants = {"allreduce": {"sync.scheme": "allreduce", **common}}
-    for s in opts["topk_schemes"]:
+    for s in opts.topk_schemes:
         variants[f"topk+{s}"] = {
             "sync.scheme": s,
             "sync.compress": "topk",
-            "sync.topk_ratio": opts["topk_ratio"],
+            "sync.topk_ratio": opts.topk_ratio,
             "train.num_steps": longer,
             **common,
         }
     table = training_sweep(
         base,
-        bandwidths=[opts["topk_rate"]],
+        bandwidths=[opts.topk_rate],
         variants=variants,
-        steps=opts["topk_steps"],
-        warmup=opts["warmup"],
+        steps=opts.topk_steps,
+        warmup=opts.warmup,
         progress=True,
     )
     dense = table.set_index("variant").loc["allreduce"]
@@ -314,40 +336,40 @@ def _train_topk(opts: dict):
         table,
         paths.derived_dir() / "train" / "bench_train_topk",
         table[cols].round(4),
-        opts,
-        comm_figs.time_to_loss,
+        opts.options(),
+        train_figs.time_to_loss,
         "train_time_to_loss",
     )
     return table
 
 
-def _train_overlap(opts: dict):
+def _train_overlap(opts: TrainBenchSettings):
     """``bench train``'s ``overlap`` part (:func:`bench_train`): the sums started during backward against inline."""
 
-    base = recipes.get(opts["overlap_workload"])
-    base.name = f"bench-train-overlap-{opts['overlap_workload']}-r{opts['overlap_ranks']}"
-    base.dist.num_ranks = opts["overlap_ranks"]
-    base.train.workers_per_rank = opts["workers_per_rank"]
+    base = recipes.get(opts.overlap_workload)
+    base.name = f"bench-train-overlap-{opts.overlap_workload}-r{opts.overlap_ranks}"
+    base.dist.num_ranks = opts.overlap_ranks
+    base.train.workers_per_rank = opts.workers_per_rank
     kinds = {
         "allreduce": {"sync.scheme": "allreduce"},
         "zen": {"sync.scheme": "zen"},
-        "topk+zen": {"sync.scheme": "zen", "sync.compress": "topk", "sync.topk_ratio": opts["topk_ratio"]},
+        "topk+zen": {"sync.scheme": "zen", "sync.compress": "topk", "sync.topk_ratio": opts.topk_ratio},
     }
     variants = {
         f"{name}{'+overlap' * (ov == 'true')}": {
             **sets,
             "sync.overlap": ov,
-            "sync.bucket_mb": opts["overlap_bucket_mb"],
+            "sync.bucket_mb": opts.overlap_bucket_mb,
         }
         for name, sets in kinds.items()
         for ov in ("false", "true")
     }
     table = training_sweep(
         base,
-        bandwidths=[opts["overlap_rate"]],
+        bandwidths=[opts.overlap_rate],
         variants=variants,
-        steps=opts["overlap_steps"],
-        warmup=opts["warmup"],
+        steps=opts.overlap_steps,
+        warmup=opts.warmup,
         progress=True,
     )
     table["kind"] = table["variant"].str.removesuffix("+overlap")
@@ -370,5 +392,5 @@ def _train_overlap(opts: dict):
         "step_vs_inline",
         "losses_equal_inline",
     ]
-    publish(table, paths.derived_dir() / "train" / "bench_train_overlap", table[cols].round(3), opts)
+    publish(table, paths.derived_dir() / "train" / "bench_train_overlap", table[cols].round(3), opts.options())
     return table
