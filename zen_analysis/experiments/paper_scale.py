@@ -9,7 +9,8 @@ columns say which); nothing here is a measurement of the paper's cluster.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -17,11 +18,13 @@ import torch
 
 from zen_analysis.capture.reader import TraceReader
 from zen_analysis.comm.schemes import build_scheme
+from zen_analysis.config import ExperimentConfig
 from zen_analysis.evaluation.calibrate import preset
 from zen_analysis.evaluation.crossover import stock_crossover, stock_seconds
 from zen_analysis.pricing.cost import phase_times, total_seconds
 from zen_analysis.pricing.topology import GBPS, Topology
 from zen_analysis.pricing.traffic import DDP_SPARSE, Traffic
+from zen_analysis.workload.model import build_model
 
 
 @dataclass(frozen=True)
@@ -95,11 +98,114 @@ def gpu_row_sets(pool: list[torch.Tensor], num_rows: int, merge: float, n: int, 
     return [torch.nonzero(torch.rand(num_rows, generator=gen, dtype=torch.float64) < p_R).view(-1) for _ in range(n)]
 
 
+def _check_options(size: str, device: str, overlap: float) -> None:
+    """:func:`paper_throughput`'s options checked: a ValueError naming the allowed values."""
+    if size not in ("trace", "paper"):
+        raise ValueError(
+            f"size must be 'trace' (the captured model) or 'paper' (the paper's model sizes), got {size!r}"
+        )
+    if device not in DEVICES:
+        raise ValueError(f"unknown device {device!r}; choose from {sorted(DEVICES)}")
+    if not 0 <= overlap <= 1:
+        raise ValueError(f"overlap is the fraction of backward the dense buckets can hide behind: 0..1, got {overlap}")
+
+
+class _Step(NamedTuple):
+    """One modelled training step of :func:`paper_throughput` before compute: a row per scheme with its
+    ``sparse_comm_s``, the GPUs, the dense parameters, samples and tokens per GPU and the dense buckets' seconds."""
+
+    rows: list[dict]
+    gpus: int
+    params: float
+    samples_per_gpu: float
+    tokens_per_gpu: float
+    dense_comm: float
+
+
+def _llm_step(reader: TraceReader, topk: dict, topo_t: Topology, machines: int, total: int, arch: str, size: str):
+    """An LLM's step (top-k runs): ``machines`` data-parallel ranks, one per node with the node's link, each summing
+    the captured top-k tensors of ``machines`` (step, worker) records scaled to all ``total`` parameters (the
+    paper's with ``size="paper"``); every gradient top-k'd, so no dense buckets; stock DDP has no top-k path."""
+    n = machines
+    topo = Topology(**{**topo_t.to_dict(), "gpus_per_node": 1}).for_ranks(n)
+    paper_total = PAPER_SIZE.get(arch, {}).get("dense", total)
+    params = paper_total if size == "paper" else total
+    captured = sum(int(i["numel"]) for i in topk.values())
+    factor = params / captured
+    sets: dict[str, list[torch.Tensor]] = {t: [] for t in topk}
+    for step in reader.steps(next(iter(topk))):  # rank j: the j-th (step, worker) record of every tensor
+        by_tensor = reader.index_sets(step)
+        for t in topk:
+            sets[t] += by_tensor[t]
+    if min(len(v) for v in sets.values()) < n:
+        raise ValueError(
+            f"run {reader.run_id}: {min(len(v) for v in sets.values())} captured top-k sets (workers x steps) for "
+            f"{n} data-parallel ranks; capture more workers (the `opt` recipe has 32) or model fewer machines"
+        )
+    rows = []
+    for name in SCHEMES:
+        if name == DDP_SPARSE:
+            continue
+        s = sum(_comm_seconds(name, sets[t][:n], int(i["numel"]), 0, topo, factor) for t, i in topk.items())
+        rows.append({"scheme": name, "sparse_comm_s": s})
+    # batch 1 per TP group of 8 GPUs; every gradient is top-k'd: one sparse sum, after backward
+    return _Step(rows, n * 8, params, 1 / 8, LLM_SEQ_LEN / 8, 0.0)
+
+
+def _natural_step(
+    reader: TraceReader,
+    tensor: str,
+    table: tuple[int, int],
+    topo_t: Topology,
+    machines: int,
+    dense: int,
+    workload: str,
+    size: str,
+    train: dict,
+    *,
+    seed: int,
+) -> _Step:
+    """A natural workload's step: every GPU of ``machines`` nodes holding the rows of the paper's batch
+    (:data:`PAPER_BATCH`, else the run's ``train`` config's; :func:`gpu_row_sets`), summed by rows, the table's traffic
+    scaled to the paper's with ``size="paper"``; the dense parameters in ring all-reduced buckets."""
+    seq_len, per_worker = int(train.get("seq_len", 1)), int(train.get("batch_per_worker", 1))
+    batch = PAPER_BATCH.get(workload, per_worker)
+    n = machines * topo_t.gpus_per_node
+    topo = topo_t.for_ranks(n)
+    R, D = table
+    sets = gpu_row_sets(_row_pool(reader, tensor, D), R, batch / per_worker, n, seed=seed)
+    paper = PAPER_SIZE.get(workload, {})
+    factor = paper.get("table", R * D) / (R * D) if size == "paper" else 1.0
+    params = paper.get("dense", dense) if size == "paper" else dense
+    ring = Traffic(n)  # DDP's dense buckets: ring all-reduces, no agreement check of the toolkit's
+    ring.ring_all_reduce("dense", int(params), 4)
+    dense_comm = float(phase_times(ring, topo)["seconds"].sum())
+    rows = [{"scheme": name, "sparse_comm_s": _comm_seconds(name, sets, R, D, topo, factor)} for name in SCHEMES]
+    return _Step(rows, n, params, batch, batch * seq_len, dense_comm)
+
+
+def _step_table(step: _Step, workload: str, compute: float, overlap: float) -> pd.DataFrame:
+    """:func:`paper_throughput`'s table from a modelled step: at most ``overlap`` x backward (2/3 of ``compute``)
+    of the dense buckets hidden, the step, samples and tokens per second, and the speedup over ``allreduce``'s
+    beside the paper's."""
+    hidden = min(step.dense_comm, overlap * compute * 2 / 3)
+    df = pd.DataFrame(step.rows)
+    df.insert(0, "workload", workload)
+    df["gpus"] = step.gpus
+    df["compute_s"] = compute
+    df["dense_comm_s"] = step.dense_comm
+    df["hidden_s"] = hidden
+    df["step_s"] = compute + step.dense_comm - hidden + df["sparse_comm_s"]
+    df["samples_per_s"] = step.gpus * step.samples_per_gpu / df["step_s"]
+    df["tokens_per_s"] = step.gpus * step.tokens_per_gpu / df["step_s"]
+    base = float(df.loc[df["scheme"] == "allreduce", "samples_per_s"].iloc[0])
+    df["speedup"] = df["samples_per_s"] / base
+    df["paper"] = [PAPER_SPEEDUP.get((workload, s), np.nan) for s in df["scheme"]]
+    return df
+
+
 def _dense_params(manifest: dict, table: tuple[int, int] | None) -> int:
     """Parameters of the captured model outside its natural (embedding) table, counted on the meta device."""
-    from zen_analysis.config import ExperimentConfig
-    from zen_analysis.workload.model import build_model
-
     cfg = ExperimentConfig.from_dict(manifest["config"])
     vocab = table[0] if table else cfg.data.vocab_size
     extra = {"num_fields": 26, "num_dense": cfg.data.ctr_dense} if cfg.model.arch == "deepfm" else {}
@@ -151,14 +257,7 @@ def paper_throughput(
 
     ``speedup`` is samples/s over ``allreduce``'s; ``paper`` the paper's (:data:`PAPER_SPEEDUP`, NaN where it gives
     none); ``reason`` one sentence on the difference."""
-    if size not in ("trace", "paper"):
-        raise ValueError(
-            f"size must be 'trace' (the captured model) or 'paper' (the paper's model sizes), got {size!r}"
-        )
-    if device not in DEVICES:
-        raise ValueError(f"unknown device {device!r}; choose from {sorted(DEVICES)}")
-    if not 0 <= overlap <= 1:
-        raise ValueError(f"overlap is the fraction of backward the dense buckets can hide behind: 0..1, got {overlap}")
+    _check_options(size, device, overlap)
     reader = TraceReader(run)
     m = reader.manifest
     cfg = m.get("config", {})
@@ -174,69 +273,16 @@ def paper_throughput(
         raise ValueError(f"run {reader.run_id}: no natural 2-D table captured (arch {arch!r}): nothing to model")
     topo_t = preset(topology) if isinstance(topology, str) else topology
     dev = DEVICES[device]
-    train = cfg.get("train", {})
-    seq_len, per_worker = int(train.get("seq_len", 1)), int(train.get("batch_per_worker", 1))
     table = (natural[1]["shape"][0], natural[1]["shape"][1]) if natural else None
     dense = _dense_params(m, table)
-    rows = []
     if llm:
-        n = machines
-        topo = Topology(**{**topo_t.to_dict(), "gpus_per_node": 1}).for_ranks(n)
-        total = dense + (table[0] * table[1] if table else 0)
-        paper_total = PAPER_SIZE.get(arch, {}).get("dense", total)
-        params = paper_total if size == "paper" else total
-        captured = sum(int(i["numel"]) for i in topk.values())
-        factor = params / captured
-        sets: dict[str, list[torch.Tensor]] = {t: [] for t in topk}
-        for step in reader.steps(next(iter(topk))):  # rank j: the j-th (step, worker) record of every tensor
-            by_tensor = reader.index_sets(step)
-            for t in topk:
-                sets[t] += by_tensor[t]
-        if min(len(v) for v in sets.values()) < n:
-            raise ValueError(
-                f"run {reader.run_id}: {min(len(v) for v in sets.values())} captured top-k sets (workers x steps) for "
-                f"{n} data-parallel ranks; capture more workers (the `opt` recipe has 32) or model fewer machines"
-            )
-        samples_per_gpu, tokens_per_gpu = 1 / 8, LLM_SEQ_LEN / 8  # batch 1 per TP group of 8 GPUs
-        flops = 6 * params * tokens_per_gpu
-        dense_comm = 0.0  # every gradient is top-k'd: one sparse sum, after backward
-        for name in SCHEMES:
-            if name == DDP_SPARSE:
-                continue
-            s = sum(_comm_seconds(name, sets[t][:n], int(i["numel"]), 0, topo, factor) for t, i in topk.items())
-            rows.append({"scheme": name, "sparse_comm_s": s})
-        gpus = n * 8
+        step = _llm_step(reader, topk, topo_t, machines, dense + (table[0] * table[1] if table else 0), arch, size)
     else:
-        n = machines * topo_t.gpus_per_node
-        topo = topo_t.for_ranks(n)
-        R, D = table
-        batch = PAPER_BATCH.get(workload, per_worker)
-        sets = gpu_row_sets(_row_pool(reader, natural[0], D), R, batch / per_worker, n, seed=seed)
-        paper = PAPER_SIZE.get(workload, {})
-        factor = paper.get("table", R * D) / (R * D) if size == "paper" else 1.0
-        params = paper.get("dense", dense) if size == "paper" else dense
-        samples_per_gpu, tokens_per_gpu = batch, batch * seq_len
-        flops = 6 * params * tokens_per_gpu
-        ring = Traffic(n)  # DDP's dense buckets: ring all-reduces, no agreement check of the toolkit's
-        ring.ring_all_reduce("dense", int(params), 4)
-        dense_comm = float(phase_times(ring, topo)["seconds"].sum())
-        for name in SCHEMES:
-            rows.append({"scheme": name, "sparse_comm_s": _comm_seconds(name, sets, R, D, topo, factor)})
-        gpus = n
-    compute = flops / dev.flops
-    hidden = min(dense_comm, overlap * compute * 2 / 3)
-    df = pd.DataFrame(rows)
-    df.insert(0, "workload", workload)
-    df["gpus"] = gpus
-    df["compute_s"] = compute
-    df["dense_comm_s"] = dense_comm
-    df["hidden_s"] = hidden
-    df["step_s"] = compute + dense_comm - hidden + df["sparse_comm_s"]
-    df["samples_per_s"] = gpus * samples_per_gpu / df["step_s"]
-    df["tokens_per_s"] = gpus * tokens_per_gpu / df["step_s"]
-    base = float(df.loc[df["scheme"] == "allreduce", "samples_per_s"].iloc[0])
-    df["speedup"] = df["samples_per_s"] / base
-    df["paper"] = [PAPER_SPEEDUP.get((workload, s), np.nan) for s in df["scheme"]]
+        train = cfg.get("train", {})
+        step = _natural_step(reader, natural[0], table, topo_t, machines, dense, workload, size, train, seed=seed)
+    params = step.params
+    compute = 6 * params * step.tokens_per_gpu / dev.flops
+    df = _step_table(step, workload, compute, overlap)
     ar_step = float(df.loc[df["scheme"] == "allreduce", "step_s"].iloc[0])
     df["reason"] = [_reason(r, workload, compute / ar_step, params, size) for r in df.itertuples()]
     df.attrs.update(
@@ -293,8 +339,6 @@ def paper_crossover(
     at the paper's rows per GPU (:data:`PAPER_BATCH`, :func:`gpu_row_sets`): :func:`~zen_analysis.evaluation.evaluate.
     stock_crossover` on ``topology`` with its links between nodes at each of ``rates`` Gbit/s (the NVLink inside a
     node as it is), for n of ``ranks`` GPUs placed node by node."""
-    from dataclasses import replace
-
     reader = TraceReader(run)
     tensors = reader.manifest["tensors"]
     natural = next((t for t, i in tensors.items() if i["kind"] == "natural" and len(i["shape"]) == 2), None)
