@@ -31,9 +31,31 @@ from __future__ import annotations
 import inspect
 from collections.abc import Sequence
 
+from matplotlib import pyplot as plt
+
 from zen_analysis import paths, recipes
 from zen_analysis.atomic import atomic_write_text
+from zen_analysis.capture.summary import describe_run
 from zen_analysis.config import apply_overrides
+from zen_analysis.derived import read_table, write_table
+from zen_analysis.evaluation.evaluate import evaluate_runs, normalized, speedups, wire_size_table
+from zen_analysis.evaluation.measure import report, summarize
+from zen_analysis.experiments.hashing_cost import hashing_cost
+from zen_analysis.experiments.lab_sweeps import node_comparison, scheme_sweep
+from zen_analysis.experiments.local_sgd import (
+    ABLATION_SPIKES,
+    ABLATION_SYNC,
+    EDIT_TUNED,
+    compare_methods,
+    penalty_ablation,
+)
+from zen_analysis.experiments.pseudo_gradients import (
+    SHORT_SYNC,
+    pseudo_gradient_claims,
+    pseudo_gradient_sweep,
+    short_base,
+)
+from zen_analysis.experiments.readme import mismatches
 from zen_analysis.experiments.run_ids import (
     EVALUATE_STEPS,
     REPLAY_RANKS,
@@ -43,6 +65,18 @@ from zen_analysis.experiments.run_ids import (
     reproduce_run_id,
     reproduce_run_ids,
 )
+from zen_analysis.experiments.schemes import measured_replay, scale_mode
+from zen_analysis.experiments.zen import parity_config, parity_runs, parity_summary, theorem2_table
+from zen_analysis.plots import comm as comm_figs
+from zen_analysis.plots import local_sgd as lsgd_figs
+from zen_analysis.plots import style
+from zen_analysis.plots import zen as zen_figs
+from zen_analysis.plots.sparsity import write_all
+from zen_analysis.ranks import netlab
+from zen_analysis.runs.launch import launch
+from zen_analysis.sparsity.characterize import characterize
+from zen_analysis.sparsity.report import claims_table, to_markdown
+from zen_analysis.sparsity.workloads import combined_tables
 
 FULL_ONLY = ("edit", "scale")
 """Stages run by ``--full`` (``make reproduce-full``) or by naming them in ``--only``."""
@@ -51,10 +85,6 @@ FULL_ONLY = ("edit", "scale")
 def _stage_netlab() -> None:
     """Stage 4: every scheme measured with each of 4 ranks behind a 1 Gbit/s link (natural and top-k tensors), and flat
     vs hierarchical Zen on 2 nodes x 2 ranks; skipped, with the reason, where the lab cannot be built."""
-    from matplotlib import pyplot as plt
-
-    from zen_analysis.ranks import netlab
-
     ok, why = netlab.available()
     if not ok:
         print(f"== the emulated network: skipped ({why})")
@@ -64,9 +94,6 @@ def _stage_netlab() -> None:
         f"== the emulated network: {run_id} replayed on {REPLAY_RANKS} ranks behind 1 Gbit/s links; flat vs "
         "hierarchical Zen on 2 nodes x 2 ranks (the full sweep: `zen-analysis bench netlab`)"
     )
-    from zen_analysis.experiments.lab_sweeps import node_comparison, scheme_sweep
-    from zen_analysis.plots import comm as comm_figs
-    from zen_analysis.plots import style
 
     sweep = scheme_sweep(run_id, ranks=(REPLAY_RANKS,), bandwidths=(1.0,), repeats=5)
     nodes = node_comparison(run_id, bandwidth_gbps=1.0, repeats=5)
@@ -81,9 +108,6 @@ def _stage_netlab() -> None:
 
 def _train(names, overrides) -> list[str]:
     """Train and capture the recipes ``names`` as ``reproduce-<recipe>``; their capture reports."""
-    from zen_analysis.capture.summary import describe_run
-    from zen_analysis.runs.launch import launch
-
     reports = []
     for name in names:
         cfg = apply_overrides(recipes.get(name), [*RUN_OVERRIDES.get(name, ()), *overrides])
@@ -116,11 +140,6 @@ def _run_ids() -> list[str]:
 
 def _stage_characterize() -> None:
     """Stage 2: characterize the sparsity (Fig. 2-3, drift, imbalance) and the claims table."""
-    from zen_analysis.plots.sparsity import write_all
-    from zen_analysis.sparsity.characterize import characterize
-    from zen_analysis.sparsity.report import claims_table, to_markdown
-    from zen_analysis.sparsity.workloads import combined_tables
-
     run_ids = _run_ids()
     for run_id in run_ids:
         characterize(run_id)
@@ -136,15 +155,7 @@ def _stage_characterize() -> None:
 def _stage_schemes() -> None:
     """Stage 3: every scheme modelled on the traces (Fig. 8, 15 left, 17a, the 1024-worker scale mode) and
     replayed on 4 gloo ranks (Fig. 15 right, model vs measured)."""
-    from matplotlib import pyplot as plt
-
-    from zen_analysis.derived import write_table
-    from zen_analysis.evaluation.evaluate import evaluate_runs, normalized
-
     run_ids = _run_ids()
-    from zen_analysis.plots import comm as comm_figs
-    from zen_analysis.plots import style
-
     schemes = evaluate_runs(run_ids, steps=EVALUATE_STEPS)
     fig = comm_figs.normalized_time(schemes, topology="paper-tcp25")
     style.savefig(fig, "fig8_normalized_time")
@@ -153,10 +164,6 @@ def _stage_schemes() -> None:
     atomic_write_text(paths.derived_dir() / "reproduce" / "schemes_normalized.txt", summary.to_string() + "\n")
     print("modelled time / dense all-reduce on paper-tcp25 (mean over runs, steps and tensors):")
     print(summary.to_string())
-
-    from zen_analysis.evaluation.evaluate import speedups, wire_size_table
-    from zen_analysis.evaluation.measure import report, summarize
-    from zen_analysis.experiments.schemes import measured_replay
 
     print(f"== replaying {run_ids[0]} through every scheme on {REPLAY_RANKS} gloo ranks (calibrating first if needed)")
     measured = measured_replay(run_ids[0], ranks=REPLAY_RANKS, steps=3)
@@ -187,14 +194,6 @@ def _stage_zen(overrides) -> None:
     print(
         "== Zen: hashing cost (Fig. 16), Theorem 2 check, COO vs hash-bitmap pull (Fig. 17b), training parity (Fig. 18)"
     )
-    from matplotlib import pyplot as plt
-
-    from zen_analysis.derived import read_table
-    from zen_analysis.evaluation.evaluate import evaluate_runs, speedups
-    from zen_analysis.experiments.hashing_cost import hashing_cost
-    from zen_analysis.experiments.zen import parity_config, parity_runs, parity_summary, theorem2_table
-    from zen_analysis.plots import style
-    from zen_analysis.plots import zen as zen_figs
 
     run_ids = _run_ids()
     schemes = evaluate_runs(run_ids, steps=EVALUATE_STEPS)  # the tables stage 3 wrote (recomputed only if stale)
@@ -231,23 +230,11 @@ def _stage_zen(overrides) -> None:
 
 def _stage_edit(overrides) -> None:
     """Stage 6: EDiT and A-EDiT against synchronous training and other local SGD, and the penalty ablation."""
-    from matplotlib import pyplot as plt
-
-    from zen_analysis.plots import style
-
     out_dir = paths.derived_dir() / "reproduce"
     print(
         "== EDiT: sync, Post-Local SGD, DiLoCo, EDiT and A-EDiT on the default Llama (4 ranks x 8 micro-batches), "
         "60 steps each; the penalty ablation with injected spikes"
     )
-    from zen_analysis.experiments.local_sgd import (
-        ABLATION_SPIKES,
-        ABLATION_SYNC,
-        EDIT_TUNED,
-        compare_methods,
-        penalty_ablation,
-    )
-    from zen_analysis.plots import local_sgd as lsgd_figs
 
     base = recipes.default()
     base.name = "reproduce-edit"
@@ -290,19 +277,6 @@ def _edit_pseudo_gradients(overrides, out_dir) -> None:
     gradients' (one EDiT run capturing both), and, where the emulated network can be built, dense EDiT against
     EDiT with top-k pseudo-gradients through Zen and AGsparse behind 0.5 Gbit/s links (the full sweep:
     ``zen-analysis bench netlab --set parts=pseudo``)."""
-    from matplotlib import pyplot as plt
-
-    from zen_analysis.experiments.local_sgd import EDIT_TUNED
-    from zen_analysis.experiments.pseudo_gradients import (
-        SHORT_SYNC,
-        pseudo_gradient_claims,
-        pseudo_gradient_sweep,
-        short_base,
-    )
-    from zen_analysis.plots import local_sgd as lsgd_figs
-    from zen_analysis.plots import style
-    from zen_analysis.ranks import netlab
-
     base = short_base("default", "reproduce-pseudo", steps=28, overrides=overrides)  # 3 outer syncs
     print("== sparse pseudo-gradients: C1-C3 of EDiT's top-2% pseudo-gradients beside the gradients' (4 ranks)")
     claims = pseudo_gradient_claims(base, mode="sent", progress=True, **EDIT_TUNED, **SHORT_SYNC)
@@ -333,12 +307,6 @@ def _edit_pseudo_gradients(overrides, out_dir) -> None:
 
 def _stage_scale(overrides) -> None:
     """Stage 7: the 1024-worker capture and every scheme modelled on it up to n = 1024 (the scale mode)."""
-    from matplotlib import pyplot as plt
-
-    from zen_analysis.experiments.schemes import scale_mode
-    from zen_analysis.plots import comm as comm_figs
-    from zen_analysis.plots import style
-
     out = paths.derived_dir() / "reproduce" / "capture_summary_scale.txt"
     atomic_write_text(out, "\n\n".join(_train((SCALE_RUN,), overrides)) + "\n")
     scale, scale_table = scale_mode(reproduce_run_id(SCALE_RUN), max_workers=1024)
@@ -390,8 +358,6 @@ def reproduce(
 
 def _check_readme() -> None:
     """Say whether the README's deterministic numbers (:mod:`zen_analysis.experiments.readme`) equal this run's."""
-    from zen_analysis.experiments.readme import mismatches
-
     readme = paths.REPO_ROOT / "README.md"
     if not readme.exists():  # an installed package: no README beside it
         return
