@@ -269,3 +269,51 @@ def test_the_package_root_holds_the_foundations_and_the_public_face_only():
     assert len(modules) <= 8, modules
     drivers = [m for m in modules if m.startswith(("bench", "reproduce", "cli", "explore"))]
     assert not drivers, drivers
+
+
+def _unmarked_deferred_imports(source: str) -> list[int]:
+    """The lines of imports of the package's own modules (``zen_analysis...`` or relative) made inside a function
+    whose statement carries no ``# deferred: <reason>`` comment."""
+    import ast
+    import re
+
+    lines = source.splitlines()
+    found = []
+    for fn in ast.walk(ast.parse(source)):
+        if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Import):
+                ours = any(a.name == "zen_analysis" or a.name.startswith("zen_analysis.") for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                module = node.module or ""
+                ours = node.level > 0 or module == "zen_analysis" or module.startswith("zen_analysis.")
+            else:
+                continue
+            text = "\n".join(lines[node.lineno - 1 : node.end_lineno])
+            if ours and not re.search(r"#\s*deferred:\s*\S", text):
+                found.append(node.lineno)
+    return sorted(set(found))
+
+
+def test_every_deferred_import_of_our_own_modules_says_why():
+    """Imports go at the top of a module. One of the package's own modules imported inside a function stays there
+    only to keep the CLI's start-up light or an optional dependency optional, and says which on its line:
+    ``# deferred: <reason>``."""
+    root = TESTS.parent / "zen_analysis"
+    found = [
+        f"{path.relative_to(root.parent)}:{line}"
+        for path in sorted(root.rglob("*.py"))
+        for line in _unmarked_deferred_imports(path.read_text())
+    ]
+    assert not found, f"imports inside a function without '# deferred: <reason>': {found}"
+    # the check itself sees them: a planted unmarked one is found, a marked one and a top-level one are not
+    planted = (
+        "from zen_analysis import paths\n"
+        "def f():\n"
+        "    from zen_analysis.config import ExperimentConfig\n"
+        "    from . import sibling  # deferred: torch off the CLI's start-up\n"
+        "    import json\n"
+        "    from zen_analysis.wire import rows  # deferred:\n"
+    )
+    assert _unmarked_deferred_imports(planted) == [3, 6]

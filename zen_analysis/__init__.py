@@ -12,6 +12,7 @@ The names most notebooks need::
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -36,8 +37,6 @@ _LAZY = {
 
 def __getattr__(name: str) -> Any:
     # Lazy: `import zen_analysis` stays cheap and does not import torch until a name is used.
-    import importlib
-
     if name == "recipes":
         return importlib.import_module("zen_analysis.recipes")
     if name in _LAZY:

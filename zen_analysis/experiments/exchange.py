@@ -18,7 +18,18 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+import numpy as np
 import pandas as pd
+import torch
+import torch.distributed as dist
+
+from zen_analysis.capture.reader import TraceReader
+from zen_analysis.comm import SCHEMES, build_scheme
+from zen_analysis.evaluation.calibrate import netlab
+from zen_analysis.evaluation.evaluate import stock_seconds
+from zen_analysis.pricing.cost import total_seconds
+from zen_analysis.ranks.netlab import NetLab
+from zen_analysis.ranks.procs import fork_launch
 
 EXCHANGE_SCHEMES = ("stock", "zen", "agsparse", "sparcml")
 """What :func:`exchange_sweep` replays by default: stock DDP's sparse all-reduce and the toolkit's row sums."""
@@ -28,9 +39,6 @@ def rank_step_rows(run, world: int, rank: int, *, tensor: str | None = None, wor
     """Lab rank ``rank`` of ``world``'s rows of ``run``'s natural tensor (or ``tensor``, a 2-D table): returns
     ``(rows_K, values_KD, num_rows, width)``, the distinct rows of one training rank's micro-batches at one captured
     step (see the module docstring) and their values summed over those micro-batches."""
-    import torch
-
-    from zen_analysis.capture.reader import TraceReader
 
     reader = TraceReader(run)
     tensors = reader.manifest["tensors"]
@@ -86,11 +94,6 @@ def sum_every_way(rows_K, values_KD, num_rows: int, width: int, schemes, repeats
     values' largest difference kept). Per scheme: ``median_s`` (after two warm-up repeats), ``written_bytes`` (what
     the process wrote in the last repeat, gloo's headers too), ``bytes_sent`` (the scheme's own count; stock's:
     the written bytes), ``max_diff_vs_stock`` and ``phases_s``."""
-    import numpy as np
-    import torch
-    import torch.distributed as dist
-
-    from zen_analysis.comm import build_scheme
 
     out, reference = {}, None
     for name in sorted(schemes, key=lambda n: n != "stock"):
@@ -155,11 +158,6 @@ def exchange_sweep(
     (:func:`~zen_analysis.evaluation.calibrate.netlab`, calibrated on first use): ``modelled_s`` and
     ``lead_vs_stock_modelled``. Stock's model is its three ring all-gathers alone
     (:func:`~zen_analysis.evaluation.evaluate.stock_seconds`: its local sum is not priced)."""
-    import torch
-
-    from zen_analysis.comm import SCHEMES
-    from zen_analysis.ranks.netlab import NetLab
-    from zen_analysis.ranks.procs import fork_launch
 
     unknown = set(schemes) - {"stock", *SCHEMES}
     if unknown:
@@ -215,11 +213,6 @@ def exchange_sweep(
 
 def _modelled(run, sets, n: int, bw: float, schemes, tensor) -> dict[str, float]:
     """Each scheme's modelled seconds for these row sets on the lab's calibrated topology at ``n`` ranks."""
-    from zen_analysis.capture.reader import TraceReader
-    from zen_analysis.comm import build_scheme
-    from zen_analysis.evaluation.calibrate import netlab
-    from zen_analysis.evaluation.evaluate import stock_seconds
-    from zen_analysis.pricing.cost import total_seconds
 
     tensors = TraceReader(run).manifest["tensors"]
     name = tensor or next(t for t, i in tensors.items() if i["kind"] == "natural")

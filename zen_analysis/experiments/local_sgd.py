@@ -6,13 +6,15 @@ import copy
 
 import pandas as pd
 
+from zen_analysis import paths
+from zen_analysis.config import apply_overrides
+from zen_analysis.runs.launch import launch
+from zen_analysis.train.perturb import spike_step
+
 
 def method_run(base, method: str, *, tag: str = "", progress: bool = False, **settings) -> dict:
     """Train ``base`` with ``sync.scheme = method`` and dotted ``settings`` (``local_sgd.interval=4``,
     ``perturb.straggler=consistent``); returns the run summary plus ``metrics`` (rank 0's per-step rows)."""
-    from zen_analysis import paths
-    from zen_analysis.config import apply_overrides
-    from zen_analysis.runs.launch import launch
 
     cfg = copy.deepcopy(base)
     cfg.run_id = f"{base.name}-{method}{'-' + tag if tag else ''}"
@@ -184,7 +186,6 @@ def penalty_ablation(
     whether it exceeds the spike-free run's largest, validation loss, and the syncs at which the spiking rank
     was flagged anomalous; ``attrs["spike_steps"]``: the corrupted steps (:func:`corrupted_steps`). Put the spiking
     rank off rank 0, so rank 0's loss shows what the syncs carried over."""
-    from zen_analysis import paths
 
     spike_rank = int(spikes.get("perturb.spike_rank", 0))
     if spike_rank == 0:
@@ -224,8 +225,6 @@ def penalty_ablation(
 
 def corrupted_steps(base, spikes: dict) -> list[int]:
     """The steps of ``base`` on which the ``spikes`` knobs feed the spiking rank corrupted batches."""
-    from zen_analysis.config import apply_overrides
-    from zen_analysis.train.perturb import spike_step
 
     knobs = apply_overrides(base, [f"{k}={v}" for k, v in spikes.items()]).perturb
     if knobs.spikes == "none":  # the schedule knobs alone corrupt nothing (train.perturb.spiked)

@@ -10,9 +10,18 @@
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Sequence
 
 import pandas as pd
+
+from zen_analysis import paths, recipes
+from zen_analysis.capture.reader import TraceReader
+from zen_analysis.runs.launch import launch
+from zen_analysis.sparsity.characterize import worker_counts
+from zen_analysis.sparsity.metrics import imbalance_ratios, union_of
+from zen_analysis.sparsity.workloads import workload_labels
+from zen_analysis.zen.hashing import hash_owner
 
 VARIANTS = {
     "allreduce": {"scheme": "allreduce"},
@@ -25,7 +34,6 @@ VARIANTS = {
 
 def parity_config(recipe: str = "default", *, steps: int = 30, ranks: int = 4):
     """``recipe`` on ``ranks`` ranks with one worker each for ``steps`` steps, named ``<recipe>-parity``."""
-    from zen_analysis import recipes
 
     cfg = recipes.get(recipe)
     cfg.name = f"{recipe}-parity"
@@ -42,10 +50,6 @@ def parity_runs(
     """Train ``cfg`` once per variant (capture off; run ids ``<cfg.name>-<variant>``) and return the per-step
     metrics of all of them with a ``variant`` column (summaries in ``attrs["summaries"]``). ``reuse`` skips
     variants whose run already finished with the same config."""
-    import json
-
-    from zen_analysis import paths
-    from zen_analysis.runs.launch import launch
 
     frames, summaries = [], {}
     for name in variants:
@@ -93,11 +97,6 @@ def parity_summary(metrics: pd.DataFrame) -> pd.DataFrame:
 def theorem2_table(runs: Sequence[str], *, seed: int = 0, max_workers: int = 128) -> pd.DataFrame:
     """Push and pull imbalance of Zen's h0 (element granularity) for n = 2..W on the first captured step of
     every tensor of ``runs``; one row per (workload, tensor kind, n)."""
-    from zen_analysis.capture.reader import TraceReader
-    from zen_analysis.sparsity.characterize import worker_counts
-    from zen_analysis.sparsity.metrics import imbalance_ratios, union_of
-    from zen_analysis.sparsity.workloads import workload_labels
-    from zen_analysis.zen.hashing import hash_owner
 
     rows = []
     for run in runs:

@@ -23,6 +23,12 @@ from collections.abc import Sequence
 
 import pandas as pd
 import torch
+import torch.distributed as dist
+
+from zen_analysis.comm import build_scheme
+from zen_analysis.evaluation.calibrate import local
+from zen_analysis.ranks.procs import fork_launch
+from zen_analysis.sparsity.synthetic import synthetic_index_sets
 
 SIZES = (4_000_000, 32_000_000, 128_000_000)
 DENSITIES = (0.005, 0.01, 0.05)
@@ -46,9 +52,6 @@ def local_floor(x_N: torch.Tensor, out_N: torch.Tensor) -> None:
 
 
 def _body(rank: int, world: int, configs: list, repeats: int, schemes: Sequence[str], variants: dict) -> list[dict]:
-    import torch.distributed as dist
-
-    from zen_analysis.comm import build_scheme
 
     rows = []
     for cfg_id, (numel, _density, sets) in enumerate(configs):
@@ -134,10 +137,6 @@ def speed_table(
     calibrated at ``ranks`` ranks (:func:`~zen_analysis.evaluation.calibrate.local`, fitted on tensors of at most 4M
     elements: at 32M and 128M the model extrapolates). ``variants``: label -> (scheme, dtype, check), default
     :data:`VARIANTS` (those whose scheme is in ``schemes``)."""
-    from zen_analysis.comm import build_scheme
-    from zen_analysis.evaluation.calibrate import local
-    from zen_analysis.ranks.procs import fork_launch
-    from zen_analysis.sparsity.synthetic import synthetic_index_sets
 
     topo = local(ranks) if model else None
 

@@ -13,6 +13,8 @@ gamma vs number of workers, with y = n; (4) histogram of pairwise overlap ratios
 
 from __future__ import annotations
 
+import time
+import warnings
 from functools import lru_cache
 
 import matplotlib.pyplot as plt
@@ -170,7 +172,7 @@ class DensityExplorer:
     matches the controls. While it computes, the controls are disabled and the status line says so."""
 
     def __init__(self, run: str | None = None) -> None:
-        import ipywidgets as w
+        import ipywidgets as w  # deferred: the notebooks extra
 
         runs = available_runs()
         if not runs:
@@ -250,10 +252,8 @@ class DensityExplorer:
 
     def update(self) -> None:
         """Recompute and redraw for the current control values (once; nothing if they are what is drawn)."""
-        import time
-        import warnings
 
-        from IPython.display import clear_output, display
+        from IPython.display import clear_output, display  # deferred: the notebooks extra
 
         c = {k: v.value for k, v in self.controls.items()}
         key = tuple(c.values())

@@ -12,6 +12,7 @@ import threading
 from typing import Protocol
 
 import torch
+import torch.distributed as dist
 
 from zen_analysis.wire.inflight import hold
 
@@ -36,7 +37,6 @@ class Done:
 
 class TorchCollective:
     def __init__(self, group=None) -> None:
-        import torch.distributed as dist
 
         self.group = group
         initialised = dist.is_available() and dist.is_initialized()
@@ -48,8 +48,6 @@ class TorchCollective:
 
     def all_reduce_sum(self, tensor: torch.Tensor) -> None:
         if self.world > 1:
-            import torch.distributed as dist
-
             hold(tensor)
             dist.all_reduce(tensor, group=self.group)
 
@@ -57,7 +55,6 @@ class TorchCollective:
         """Start the all-reduce; ``.wait()`` on the handle before reading ``tensor``."""
         if self.world == 1:
             return Done()
-        import torch.distributed as dist
 
         hold(tensor)
         return dist.all_reduce(tensor, group=self.group, async_op=True)
@@ -66,7 +63,6 @@ class TorchCollective:
         t = torch.tensor([value], dtype=torch.float64, device=self.device)
         if self.world == 1:
             return t.cpu()
-        import torch.distributed as dist
 
         out = [torch.empty_like(t) for _ in range(self.world)]
         hold(t, *out)

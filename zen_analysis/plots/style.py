@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import io
+import math
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import seaborn as sns
+from matplotlib.colors import to_hex, to_rgb
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from zen_analysis import paths
 
@@ -76,7 +80,6 @@ _TOPK = ("top-k + ", "top-k+", "topk+", "topk-", "topk ")
 
 def color(name: str) -> str:
     """The colour of a scheme, local SGD method or training variant named like one (see :data:`SCHEME_COLORS`)."""
-    from matplotlib.colors import to_hex, to_rgb
 
     key = str(name).lower().strip()
     topk = key.startswith(_TOPK) or key == "topk"
@@ -106,9 +109,6 @@ def palette(names) -> dict:
 def readable_log_ticks(ax: plt.Axes, which: str = "y") -> None:
     """At least three labelled ticks on a log axis, whatever its range: 1-2-5 steps, finer where the range is
     narrow, labelled as plain numbers (call after the data and limits are set)."""
-    import math
-
-    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
     axis = ax.yaxis if which == "y" else ax.xaxis
     lo, hi = sorted(ax.get_ylim() if which == "y" else ax.get_xlim())
@@ -139,9 +139,8 @@ def readable_log_ticks(ax: plt.Axes, which: str = "y") -> None:
 def as_image(fig: plt.Figure):
     """``fig`` as a PNG ``IPython.display.Image``: what live views display, so they show whatever matplotlib's
     backend is (under ``MPLBACKEND=Agg`` a displayed Figure is only its text repr)."""
-    import io
 
-    from IPython.display import Image
+    from IPython.display import Image  # deferred: the notebooks extra
 
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=plt.rcParams["figure.dpi"], bbox_inches="tight")

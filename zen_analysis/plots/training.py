@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import time
+
 import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
 from zen_analysis.plots import style
+from zen_analysis.runs.observe import forward as forwarder
+from zen_analysis.runs.observe import tokens_per_s
 
 
 def loss_curve(
@@ -32,7 +36,6 @@ def loss_curve(
 
 def live_view(rows: list[dict], *, title: str = "", final: dict | None = None) -> plt.Figure:
     """What :class:`LiveLoss` draws: the loss curve and each step's throughput (tokens/s over all ranks)."""
-    from zen_analysis.runs.observe import tokens_per_s
 
     style.apply()
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.5), width_ratios=(3, 2))
@@ -58,7 +61,6 @@ class LiveLoss:
     (:func:`zen_analysis.runs.observe.forward`)."""
 
     def __init__(self, *, every_s: float = 1.0, forward=None) -> None:
-        from zen_analysis.runs.observe import forward as forwarder
 
         self.rows: list[dict] = []
         self.every_s = every_s
@@ -69,7 +71,6 @@ class LiveLoss:
         self._last = 0.0
 
     def __call__(self, rows: list[dict]) -> None:
-        import time
 
         self.rows.extend(rows)
         if self.forward is not None:
@@ -98,7 +99,7 @@ class LiveLoss:
             self._draw(f"finished: {len(self.rows)} steps", final=summary)
 
     def _draw(self, title: str, final: dict | None = None) -> None:
-        from IPython.display import display
+        from IPython.display import display  # deferred: the notebooks extra
 
         self.title = title
         fig = live_view(self.rows, title=title, final=final)

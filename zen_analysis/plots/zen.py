@@ -9,6 +9,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
+from zen_analysis.evaluation.measure import summarize
 from zen_analysis.plots import style
 
 
@@ -58,8 +59,6 @@ def pull_format_speedup(model: pd.DataFrame, measured: pd.DataFrame | None = Non
         for _, r in model[model["scheme"].isin(["bp_coo", "zen"])].iterrows()
     ]
     if measured is not None:
-        from zen_analysis.evaluation.measure import summarize
-
         s = summarize(measured)
         for name in ("bp_coo", "zen"):
             rows.append(

@@ -52,7 +52,7 @@ def is_timeout(text: str) -> bool:
 
 def run_rank(run_dir: Path, target: Callable[..., Any] | None = None) -> int:
     """Run one rank to completion; returns the process exit code (0 on success)."""
-    from zen_analysis.ranks import env
+    from zen_analysis.ranks import env  # deferred: torch; the CLI imports rundir, which imports this
 
     run_dir = Path(run_dir)
     rank = int(os.environ.get("RANK", "0"))

@@ -9,6 +9,7 @@ launch holds its lock (``.lock``, ``flock``ed by the launching process for the r
 from __future__ import annotations
 
 import contextlib
+import datetime
 import fcntl
 import json
 import os
@@ -98,7 +99,7 @@ def claim_run(cfg: ExperimentConfig, *, overwrite: bool, resume: bool = False) -
     lock = RunLock(cfg.run_id).acquire()
     try:
         if resume:
-            from zen_analysis.train import checkpoint  # torch: only when resuming
+            from zen_analysis.train import checkpoint  # deferred: torch; the CLI imports rundir
 
             lock.resume_from = _check_resumable(cfg, run_dir)
             checkpoint.trim_metrics(run_dir / "metrics.jsonl", lock.resume_from[0])
@@ -155,7 +156,7 @@ def _check_resumable(cfg: ExperimentConfig, run_dir: Path) -> tuple[int, Path]:
     """A resumed run continues the stored one: the same config in everything but ``train.num_steps``, and a
     complete checkpoint to start from. Returns (its step, its directory). Checked before anything of the run is
     changed; every refusal names the file at fault and what to do."""
-    from zen_analysis.train import checkpoint
+    from zen_analysis.train import checkpoint  # deferred: torch; the CLI imports rundir
 
     stored_path = run_dir / "config.json"
     newest_step = checkpoint.latest_step(run_dir)
@@ -209,7 +210,7 @@ def _check_resumable(cfg: ExperimentConfig, run_dir: Path) -> tuple[int, Path]:
 def write_run(
     cfg: ExperimentConfig, target: Callable[..., Any] | str | None, progress: bool, *, resume: bool = False
 ) -> Path:
-    from zen_analysis.workload.data import prepare
+    from zen_analysis.workload.data import prepare  # deferred: torch; the CLI imports rundir
 
     run_dir = paths.run_dir(cfg.run_id)
     atomic_write_text(run_dir / "config.json", cfg.to_json())
@@ -251,9 +252,8 @@ def list_runs() -> list[dict]:
     """Every run under the data root (a run directory or a trace directory), newest first: id, recipe, ranks x
     workers per rank, steps, bytes on disk (run + traces + derived tables), whether it finished, when it started,
     its newest checkpoint's step and whether it can be resumed (unfinished, with a checkpoint)."""
-    import datetime
 
-    from zen_analysis.train.checkpoint import latest_step
+    from zen_analysis.train.checkpoint import latest_step  # deferred: torch; the CLI imports rundir
 
     ids = {
         p.name

@@ -48,6 +48,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
+from tqdm.auto import tqdm
 
 from zen_analysis.atomic import atomic_dir, atomic_write_json
 from zen_analysis.capture.reader import TraceReader
@@ -174,7 +175,6 @@ def characterize(
     The tables are computed into a temporary directory that replaces the previous one only once all are
     written: an error on the way (a corrupt shard, an interrupt) leaves the previous tables untouched.
     ``allow_missing``: of a store missing some shards, the tables of what is left, saying so (module docstring)."""
-    from tqdm.auto import tqdm
 
     opts = options or CharacterizeOptions()
     reader = TraceReader(run, allow_missing=allow_missing)

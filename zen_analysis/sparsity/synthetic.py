@@ -11,7 +11,10 @@ collisions add overlap, and a strongly skewed distribution runs out of distinct 
 
 from __future__ import annotations
 
+import numpy as np
 import torch
+
+from zen_analysis.sparsity.metrics import densification_ratio, pairwise_overlap_ratios, skewness_ratio, union_of
 
 
 def _draw(numel: int, k: int, skew: float, gen: torch.Generator, exclude: torch.Tensor | None = None) -> torch.Tensor:
@@ -59,9 +62,6 @@ def synthetic_index_sets(
 
 def describe(index_sets: list[torch.Tensor], numel: int, *, num_partitions: int = 8) -> dict:
     """The measured characteristics of index sets: what a synthetic sweep should report next to its knobs."""
-    import numpy as np
-
-    from zen_analysis.sparsity.metrics import densification_ratio, pairwise_overlap_ratios, skewness_ratio, union_of
 
     sizes = [s.numel() for s in index_sets]
     union = union_of(index_sets, numel)

@@ -125,7 +125,7 @@ class ZenTrainerMixin:
 
 def _zen_trainer_class() -> type:
     try:
-        from transformers import Trainer
+        from transformers import Trainer  # deferred: slow import, Trainer users only
     except ImportError as e:  # a core dependency, but say what to do anyway
         raise ImportError(f"ZenTrainer needs transformers: {_INSTALL}") from e
 
@@ -138,11 +138,13 @@ def _zen_trainer_class() -> type:
 
 def _zen_strategy_class() -> type:
     try:
-        from lightning.pytorch.strategies import DDPStrategy
+        from lightning.pytorch.strategies import DDPStrategy  # deferred: the integrations extra
     except ImportError as e:
         raise ImportError(f"ZenDDPStrategy needs PyTorch Lightning (lightning.pytorch): {_INSTALL}") from e
 
-    from lightning.pytorch.strategies.launchers.multiprocessing import _MultiProcessingLauncher
+    from lightning.pytorch.strategies.launchers.multiprocessing import (  # deferred: the integrations extra
+        _MultiProcessingLauncher,
+    )
 
     class _ZenLauncher(_MultiProcessingLauncher):
         """Lightning's launcher of ``start_method="spawn"`` / ``"fork"`` ranks, bringing rank 0's hook report back

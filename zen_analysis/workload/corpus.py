@@ -82,7 +82,7 @@ def _file_documents(specs: tuple[str, ...]) -> list[tuple[str, Path]]:
 
 
 def _hub_texts(cfg: DataConfig) -> list[tuple[str, str]]:
-    import datasets
+    import datasets  # deferred: slow import, Hub corpora only
 
     try:
         ds = datasets.load_dataset(cfg.hub_dataset, cfg.hub_config or None, split=cfg.hub_split)

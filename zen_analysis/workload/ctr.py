@@ -46,6 +46,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from zen_analysis import paths
 from zen_analysis.atomic import atomic_path, atomic_write_json, file_lock
@@ -227,7 +228,6 @@ def _log_loss(p_N: np.ndarray, y_N: np.ndarray) -> float:
 def generate(cfg: DataConfig, *, progress: bool = False) -> tuple[dict[str, dict[str, np.ndarray]], dict]:
     """The two splits' arrays (``ids`` (N, F) int32 global ids in id-space order, ``dense`` (N, D) float32,
     ``labels`` (N,) uint8) and their meta, as a pure function of the config's ``ctr_*`` fields."""
-    from tqdm.auto import tqdm
 
     cards_F = field_cardinalities(cfg.ctr_rows)
     sizes = {"train": cfg.ctr_train_samples, "val": cfg.ctr_val_samples}

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from zen_analysis import paths
 from zen_analysis.atomic import atomic_path, atomic_write_json, file_lock
@@ -71,7 +72,6 @@ def prepared_for_run(cfg: DataConfig, run_dir: Path) -> PreparedData | ctr.Prepa
 
 
 def _encode_to(path: Path, tok, texts: list[str], dtype: np.dtype, *, desc: str, progress: bool) -> int:
-    from tqdm.auto import tqdm
 
     eos = tok.token_to_id(EOS)
     total = 0

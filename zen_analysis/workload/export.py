@@ -32,7 +32,7 @@ def export_model(model: nn.Module, cfg: ModelConfig, out: Path, *, build: dict, 
     if cfg.arch in HF_ARCHS:
         model.save_pretrained(out, safe_serialization=True)
         if tokenizer_file is not None:
-            from transformers import PreTrainedTokenizerFast
+            from transformers import PreTrainedTokenizerFast  # deferred: slow import, export only
 
             tok = PreTrainedTokenizerFast(tokenizer_file=str(tokenizer_file), eos_token=EOS)
             if tok.convert_tokens_to_ids(UNK) != tok.unk_token_id and UNK in tok.get_vocab():
@@ -51,7 +51,7 @@ def load_exported(path: str | Path) -> nn.Module:
     (``zen_model.json``) through :func:`build_model` and its state dict."""
     path = Path(path)
     if not (path / OWN_CONFIG).exists():
-        from transformers import AutoModelForCausalLM
+        from transformers import AutoModelForCausalLM  # deferred: slow import, export only
 
         return AutoModelForCausalLM.from_pretrained(path)
     spec = json.loads((path / OWN_CONFIG).read_text())

@@ -135,18 +135,18 @@ class DeepFM(nn.Module):
 def preload(arch: str) -> None:
     """Import the model classes of ``arch`` now (a launcher does this before forking: ranks inherit them)."""
     if arch == "llama":
-        from transformers import LlamaForCausalLM  # noqa: F401
+        from transformers import LlamaForCausalLM  # noqa: F401 # deferred: slow import, HF models only
     elif arch == "gpt2":
-        from transformers import GPT2LMHeadModel  # noqa: F401
+        from transformers import GPT2LMHeadModel  # noqa: F401 # deferred: slow import, HF models only
     elif arch == "opt":
-        from transformers import OPTForCausalLM  # noqa: F401
+        from transformers import OPTForCausalLM  # noqa: F401 # deferred: slow import, HF models only
     elif arch == "gemma2":
-        from transformers import Gemma2ForCausalLM  # noqa: F401
+        from transformers import Gemma2ForCausalLM  # noqa: F401 # deferred: slow import, HF models only
 
 
 def _llama(cfg: ModelConfig, vocab_size: int, max_seq_len: int) -> nn.Module:
     """A small Llama from its transformers config."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM  # deferred: slow import, HF models only
 
     inter = cfg.intermediate_size or 64 * round(8 * cfg.hidden_size / 3 / 64)
     hf = LlamaConfig(
@@ -168,7 +168,7 @@ def _llama(cfg: ModelConfig, vocab_size: int, max_seq_len: int) -> nn.Module:
 
 def _gpt2(cfg: ModelConfig, vocab_size: int, max_seq_len: int) -> nn.Module:
     """A small GPT-2 from its transformers config."""
-    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers import GPT2Config, GPT2LMHeadModel  # deferred: slow import, HF models only
 
     hf = GPT2Config(
         vocab_size=vocab_size,
@@ -189,7 +189,7 @@ def _gpt2(cfg: ModelConfig, vocab_size: int, max_seq_len: int) -> nn.Module:
 
 def _opt(cfg: ModelConfig, vocab_size: int, max_seq_len: int) -> nn.Module:
     """A small OPT from its transformers config."""
-    from transformers import OPTConfig, OPTForCausalLM
+    from transformers import OPTConfig, OPTForCausalLM  # deferred: slow import, HF models only
 
     # OPT-2.7B's shape: pre-LayerNorm, ReLU MLP of 4 x hidden (fc1/fc2), learned positions, biases. transformers
     # 5.24's OPT has no activation dropout; layerdrop (skipping whole layers at random) stays off: it is not a
@@ -216,7 +216,7 @@ def _opt(cfg: ModelConfig, vocab_size: int, max_seq_len: int) -> nn.Module:
 
 def _gemma2(cfg: ModelConfig, vocab_size: int, max_seq_len: int) -> nn.Module:
     """A small Gemma 2 from its transformers config."""
-    from transformers import Gemma2Config, Gemma2ForCausalLM
+    from transformers import Gemma2Config, Gemma2ForCausalLM  # deferred: slow import, HF models only
 
     # Gemma2-2B's shape: gated GELU MLP of 4 x hidden, sandwich RMSNorms, attention and final logit
     # softcapping, sliding-window layers alternating with global ones. The config's head_dim (256) and
