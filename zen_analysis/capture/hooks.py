@@ -1,9 +1,9 @@
 """GradientCapture: record each virtual worker's gradient of selected tensors, before any synchronization.
 
-Context: the Zen paper analyses the gradients every GPU holds *before* aggregation. On a 2-core machine we
-simulate W = ranks x V workers: each rank splits its batch into V micro-batches (one per worker) and, on capture
-steps, isolates each micro-batch's gradient of the captured tensors. The optimizer still sees the full batch:
-the isolated gradient is added back into the accumulated ``.grad``.
+Context: the Zen paper analyses the gradients every GPU holds *before* aggregation. With fewer processors than
+the paper's GPUs we simulate W = ranks x V workers: each rank splits its batch into V micro-batches (one per
+worker) and, on capture steps, isolates each micro-batch's gradient of the captured tensors. The optimizer still
+sees the full batch: the isolated gradient is added back into the accumulated ``.grad``.
 
 What is recorded per (step, worker, tensor):
 

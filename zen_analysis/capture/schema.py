@@ -91,7 +91,7 @@ def _is_int(x: object) -> bool:
 
 
 def one_chunk(col: pa.ChunkedArray) -> pa.Array:
-    """The column as one array (``combine_chunks`` copies even a single chunk: 5 ms per 9M indices)."""
+    """The column as one array (``combine_chunks`` copies even a single chunk; a lone chunk is returned as it is)."""
     return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
 
 

@@ -225,7 +225,7 @@ class TraceWriter:
         path = self.directory / shard_name(self.rank, self._num_shards)
         with atomic_path(path) as tmp:
             # Sorted indices delta-encode to a few bits each (runs of a row's consecutive elements to almost
-            # nothing): about 200x smaller than zstd alone on natural embedding gradients.
+            # nothing), far smaller than zstd alone on natural embedding gradients.
             with pq.ParquetWriter(
                 tmp,
                 schema,

@@ -21,6 +21,7 @@ Needs root or CAP_NET_ADMIN, ``ip`` and ``tc`` (iproute2), and kernel support fo
 from __future__ import annotations
 
 import ctypes
+import multiprocessing as mp
 import os
 import re
 import secrets
@@ -36,7 +37,8 @@ NAME = re.compile(r"^zl-[0-9a-f]{6}-(sw|n\d+)$")
 TCP_PAYLOAD_FRACTION = 1448 / 1514
 """What TCP payload a shaped link carries: tbf counts each frame's bytes (14-byte Ethernet header + 1500-byte IP
 packet), of which 1448 are payload (20 IP + 20 TCP + 12 timestamp option bytes of headers). At 1 Gbit/s
-configured a lab link carries 0.956 Gbit/s of payload; measured 0.96."""
+configured a lab link carries 0.956 Gbit/s of payload, what ``tests/multirank/test_netlab.py`` holds the lab's TCP
+to."""
 _CLONE_NEWNET = 0x40000000
 _CAP_NET_ADMIN = 12
 
@@ -161,9 +163,9 @@ class NetLab:
 
     ``NetLab(ranks, bandwidth_gbps, ranks_per_node=1)``: ``ranks // ranks_per_node`` nodes; rank r lives in node
     ``r // ranks_per_node``. ``burst`` (bytes) is the token bucket's depth: by default 1 ms of traffic at the
-    rate, at least 128 KiB (below that, at 2.5 Gbit/s and up, the link falls short of its rate: 64 KiB gives
-    5.2-5.6 of 10 Gbit/s). A deep bucket refills while ranks compute and lets the next message through at
-    memory speed: 8 ms of burst made the sparse schemes' small messages look nearly free. Use as a context
+    rate, at least 128 KiB (below that, at 2.5 Gbit/s and up, the link falls short of its rate). A deep bucket
+    refills while ranks compute and lets the next message through at memory speed, so the sparse schemes' small
+    messages would look nearly free (the README's "Measuring on an emulated network"). Use as a context
     manager, or call :meth:`close`; a dying creator is covered by the guard process."""
 
     def __init__(self, ranks: int, bandwidth_gbps: float, *, ranks_per_node: int = 1, burst: int | None = None) -> None:
@@ -269,7 +271,6 @@ class NetLab:
     def throughput_gbps(self, src: int = 0, dst: int = 1, nbytes: int = 64 << 20) -> float:
         """Measured TCP throughput from node ``src`` to node ``dst`` (Gbit/s): ``nbytes`` sent by a process in
         ``src``'s namespace to one in ``dst``'s, timed at the receiver from its first byte to its last."""
-        import multiprocessing as mp
 
         ctx = mp.get_context("fork")
         ready, result = ctx.Queue(), ctx.Queue()

@@ -6,7 +6,8 @@ temporary: a packed bucket, a count vector) is then deallocated from that thread
 interpreter exit that aborts the process ("terminate called without an active exception", SIGABRT): torch keeps a
 DDP model's process group, and so its threads, alive past ``destroy_process_group()``, and a thread that asks for
 the GIL after finalization began is torn down mid-unwind. A DDP comm hook written in Python meets it: the README's
-DDP script exited so on 2 runs in 35 here, always after printing its result.
+DDP script could exit so, after printing its result (``scripts/exit_aborts.py`` counts such exits; the README's
+"Zen in your own DDP training: the details").
 
 :func:`hold` keeps each tensor, with its count of C++ references before the call, until the count is back (the
 backend's release is then a plain decrement, no GIL). Every collective of :mod:`zen_analysis` passes its tensors
@@ -15,8 +16,8 @@ through :func:`hold`.
 A Python callback chained on a collective's future (``fut.then(fn)``, what a DDP comm hook must return) is the same
 hazard and a likelier one: torch runs it on gloo's thread and then destroys it there, taking the GIL, after the
 future DDP waits for is already complete; so the main thread may be past backward, past the user's teardown and
-into finalization before gloo's thread gets to it (an 8-rank ``sparse=True`` script on 2 cores aborted so in about
-1 run in 10 with the README's teardown). :func:`then` chains it and keeps track of it until it is gone, and keeps
+into finalization before gloo's thread gets to it (``tests/unit/test_inflight.py`` makes it certain with a callback
+that sleeps). :func:`then` chains it and keeps track of it until it is gone, and keeps
 the chained future (DDP's last reference may go with the user's ``del model``) so that gloo's thread never drops the
 last one.
 

@@ -51,10 +51,9 @@ def unpack_bits(bytes_: torch.Tensor, num_bits: int) -> torch.Tensor:
 
 _CHUNK = 1 << 16
 """Indices per step of building or counting a set: every temporary (int64 hashes, the chunk's sort) is sized by
-this, not by numel, and cache-sized. A 17.7M-element build (n = 4) raised peak RSS by 5.2 bytes per element
-(``order`` and the 1-byte owners), 8.2 with the position table (what the set keeps), against 44 when the owners,
-the argsort and the hashes' temporaries were int64 over the whole tensor; it is faster too (1.4 s instead of 4.5 s
-on one thread)."""
+this, not by numel, and cache-sized: a build's peak memory grows by what the set keeps (``order``, the 1-byte
+owners, the position table), not by int64 owners, argsort and hashes over the whole tensor, and the chunks' work
+stays in cache (``scripts/zen_cache_rss.py`` measures what the sets hold against the process's RSS)."""
 
 
 def _check_sizes(numel: int, num_partitions: int) -> tuple[int, int]:
@@ -91,10 +90,9 @@ def release_freed_memory() -> bool:
     """Hand the heap's free pages back to the system (glibc's ``malloc_trim(0)``); False where libc has none.
 
     Why: the sets of tensors below glibc's dynamic mmap threshold (up to 32 MB: a 1M-8M-element set and its
-    temporaries) live on the heap, and freed heap chunks stay in the process (RSS) until trimmed: 200 sets of 1M-3M
-    elements (with position tables) under a 2 GiB limit left RSS at 5.7 GB for 2.0 GB counted; 3.5 GB once the
-    build's temporaries shrank, 2.3 GB with this (``scripts/zen_cache_rss.py sizes``). Called after each build and
-    each eviction; trimming cost nothing measurable there."""
+    temporaries) live on the heap, and freed heap chunks stay in the process (RSS) until trimmed, so a cache that
+    builds and evicts many sets would hold far more than it counts (``scripts/zen_cache_rss.py sizes`` measures
+    both; the README's section "Zen, the system" gives the numbers). Called after each build and each eviction."""
     global _libc_trim
     if _libc_trim is None:
         _libc_trim = False
@@ -202,8 +200,8 @@ _LOCK = threading.RLock()
 DEFAULT_CACHE_BYTES = 256 << 20
 """The default of :func:`set_cache_limit` and of the training config's ``sync.zen_cache_mb``: 256 MiB holds the
 set of the largest tensor among ``make reproduce``'s recipes (the lstm-words embedding with ``sync.scheme=zen``,
-17.7M elements: 152 MiB with its position table and one accumulator at n = 4), while a full cache adds at most a
-third to a lstm-words rank's RSS without it (about 800 MB; ``scripts/zen_cache_rss.py``)."""
+17.7M elements: 152 MiB with its position table and one accumulator at n = 4), while bounding what a full cache
+adds to a rank's RSS (``scripts/zen_cache_rss.py workload`` measures it)."""
 _CACHE_LIMIT = [DEFAULT_CACHE_BYTES]
 
 
