@@ -1,0 +1,43 @@
+"""Where a run's numbers come from: the package versions and git commit its trace manifest records, and the
+parameter digest its summary records (equal digests: bit-identical replicas)."""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+import subprocess
+from importlib import metadata
+
+import torch
+
+from zen_analysis import paths
+
+
+def git_commit() -> str:
+    """The repository's HEAD commit, or ``unknown`` (no git, not a checkout)."""
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(paths.REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
+        )
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def package_versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for pkg in ("zen_analysis", "torch", "transformers", "tokenizers", "datasets", "pyarrow", "numpy"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = "not installed"
+    return out
+
+
+def parameter_digest(model: torch.nn.Module) -> str:
+    """sha256 over every parameter's bytes: equal digests mean bit-identical replicas."""
+    h = hashlib.sha256()
+    for name, p in model.named_parameters():
+        h.update(name.encode())
+        h.update(p.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()

@@ -1,0 +1,82 @@
+"""One training step's instrumentation, as one object: where the step's time went (compute, sync, clip, optimizer,
+zero_grad, the statistics wait, capture) and what the sync counted during it (sparse bytes and seconds, the
+overlapped sums), as the fields of the step's ``metrics.jsonl`` row. The loop marks each phase as it begins; the
+timer keeps the clock and the counters' values at the step's start, so the loop reads as the algorithm."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from zen_analysis.capture.hooks import GradientCapture
+from zen_analysis.sync.base import GradSync
+
+PHASES = ("sync", "clip", "optimizer", "zero_grad", "stats")
+"""The phases after compute, in the order the loop enters them; compute runs from the timer's start."""
+
+
+class StepTimer:
+    """Started as the step starts; :meth:`begin` marks each phase of :data:`PHASES` as it begins (compute ends
+    where ``sync`` begins); :meth:`times` and :meth:`sync_counters` give the row's fields once the step is done.
+
+    The row's times: ``step_s`` (the whole step), ``compute_s`` (this rank's micro-batches and capture before the
+    sync), ``sync_s`` (its time in ``synchronize``: the exchange, and waiting for slower ranks to reach it),
+    ``exchange_s`` (the exchange alone: ``sync_s`` less the wait for the slowest rank's compute), ``clip_s``,
+    ``optimizer_s``, ``zero_grad_s``, ``stats_s`` (the rest of the step, after the sync: clipping, the lazy update's
+    row finding included, the optimizer, zero_grad, and the wait for the loss mean over ranks, which travels while
+    the clip and the optimizer run) and ``capture_s``."""
+
+    def __init__(self, sync: GradSync, capture: GradientCapture | None) -> None:
+        self._sync, self._capture = sync, capture
+        self._t0 = time.perf_counter()
+        self._at: dict[str, float] = {}
+        self._capture_s0 = capture.seconds if capture else 0.0
+        self._sparse_bytes0 = sync.sparse_bytes_sent or 0
+        self._sparse_s0 = sync.sparse_seconds
+        self._sync_s0 = sync.sync_seconds
+        self._overlap_s0, self._hidden_s0, self._early0 = sync.overlap_seconds, sync.hidden_seconds, sync.early_buckets
+
+    def compute_only_s(self) -> float:
+        """The step's time so far less what the sync spent in it (overlapped sums): compute alone, for the
+        straggler delay."""
+        return time.perf_counter() - self._t0 - (self._sync.sync_seconds - self._sync_s0)
+
+    def begin(self, phase: str) -> None:
+        """``phase`` (one of :data:`PHASES`, in order) begins now."""
+        self._at[phase] = time.perf_counter()
+
+    @property
+    def compute_s(self) -> float:
+        """The compute phase's seconds (known once ``sync`` has begun)."""
+        return self._at["sync"] - self._t0
+
+    def times(self, compute_max_s: float) -> dict[str, float]:
+        """The row's time fields, the step ending now; ``compute_max_s``: the longest compute over ranks."""
+        at, compute_s = self._at, self.compute_s
+        step_s = time.perf_counter() - self._t0
+        sync_s = at["clip"] - at["sync"]
+        capture = self._capture
+        return {
+            "step_s": step_s,
+            "compute_s": compute_s,
+            "sync_s": sync_s,
+            "exchange_s": max(sync_s - (compute_max_s - compute_s), 0.0),
+            "clip_s": at["optimizer"] - at["clip"],
+            "optimizer_s": at["zero_grad"] - at["optimizer"],
+            "zero_grad_s": at["stats"] - at["zero_grad"],
+            "stats_s": self._t0 + step_s - at["stats"],
+            "capture_s": (capture.seconds - self._capture_s0) if capture else 0.0,
+        }
+
+    def sync_counters(self) -> dict[str, Any]:
+        """What the sync counted this step: a sparse scheme's bytes and seconds on the embedding, and with
+        ``sync.overlap`` the sums started during backward, how long they took and how much of it backward hid."""
+        sync, row = self._sync, {}
+        if sync.sparse_bytes_sent is not None:
+            row["sparse_bytes_sent_rank0"] = sync.sparse_bytes_sent - self._sparse_bytes0
+            row["sparse_s"] = sync.sparse_seconds - self._sparse_s0
+        if sync.overlap:
+            row["overlap_s"] = sync.overlap_seconds - self._overlap_s0
+            row["hidden_s"] = sync.hidden_seconds - self._hidden_s0
+            row["early_buckets"] = sync.early_buckets - self._early0
+        return row
