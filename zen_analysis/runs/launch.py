@@ -30,11 +30,17 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import torch
+from tqdm.auto import tqdm
 
+import zen_analysis.train.loop  # noqa: F401 - the ranks' default target, imported before the fork: ranks inherit it
 from zen_analysis import paths
+from zen_analysis.capture.reader import TraceReader
 from zen_analysis.config import ExperimentConfig
+from zen_analysis.evaluation.calibrate import planner_topology
 from zen_analysis.ranks.entry import TIMEOUT_HINT, run_rank
 from zen_analysis.ranks.env import loopback_env
+from zen_analysis.ranks.netlab import NetLab
 from zen_analysis.ranks.procs import (
     RankFailedError,
     RankGroup,
@@ -47,6 +53,8 @@ from zen_analysis.ranks.procs import (
 )
 from zen_analysis.runs import observe
 from zen_analysis.runs.rundir import RunInUseError, claim_run, prepare_run, target_spec, write_run
+from zen_analysis.train.checkpoint import unsupported
+from zen_analysis.workload.model import preload
 
 __all__ = ["RunInUseError", "RunResult", "ensure_run", "launch", "prepare_run"]
 
@@ -71,16 +79,12 @@ class RunResult:
         return pd.read_json(self.run_dir / "metrics.jsonl", lines=True)
 
     def traces(self):
-        from zen_analysis.capture.reader import TraceReader
-
         return TraceReader(self.trace_dir)
 
 
 def _resolve_launcher(cfg: ExperimentConfig) -> str:
     if cfg.dist.launcher != "auto":
         return cfg.dist.launcher
-    import torch
-
     return (
         "torchrun"
         if cfg.dist.backend == "nccl" or (cfg.dist.backend == "auto" and torch.cuda.is_available())
@@ -125,34 +129,7 @@ def launch(
         RankFailedError: a rank raised, crashed or timed out (the others are stopped first).
     """
     cfg = copy.deepcopy(cfg)
-    if resume:
-        from zen_analysis.train.checkpoint import unsupported
-
-        why = unsupported(cfg)
-        if why:
-            raise ValueError(f"checkpoints and resume do not cover this run yet: {why}")
-    if resume and overwrite:
-        raise ValueError("resume continues a run and overwrite replaces it: pass one of them")
-    if cfg.sync.scheme == "auto" or (  # the planner's topology, calibrated here on first use: a rank must not fork one
-        cfg.local_sgd.compress != "none" and cfg.local_sgd.scheme == "auto"
-    ):
-        from zen_analysis.evaluation.calibrate import planner_topology
-
-        d = cfg.dist
-        planner_topology(
-            cfg.sync.planner_topology,
-            d.num_ranks,
-            network=d.network,
-            bandwidth_gbps=d.bandwidth_gbps,
-            ranks_per_node=d.ranks_per_node,
-        )
-    if (
-        _resolve_launcher(cfg) == "torchrun"
-        and target is not None
-        and not isinstance(target, str)
-        and "<" in target_spec(target)
-    ):
-        raise ValueError("under torchrun the target must be an importable module function, not a local one")
+    _check_launchable(cfg, target, overwrite=overwrite, resume=resume)
     watchers = observe.observers(on_metrics)
     try:
         with claim_run(cfg, overwrite=overwrite, resume=resume) as lock, _network(cfg) as lab:  # until ranks stop
@@ -173,6 +150,33 @@ def launch(
     return result
 
 
+def _check_launchable(cfg: ExperimentConfig, target, *, overwrite: bool, resume: bool) -> None:
+    """Before anything is touched: a resume checkpoints cover and no overwrite beside it, the planner's topology
+    calibrated (here on first use: a rank must not fork one), and under torchrun an importable target."""
+    if resume:
+        why = unsupported(cfg)
+        if why:
+            raise ValueError(f"checkpoints and resume do not cover this run yet: {why}")
+    if resume and overwrite:
+        raise ValueError("resume continues a run and overwrite replaces it: pass one of them")
+    if cfg.sync.scheme == "auto" or (cfg.local_sgd.compress != "none" and cfg.local_sgd.scheme == "auto"):
+        d = cfg.dist
+        planner_topology(
+            cfg.sync.planner_topology,
+            d.num_ranks,
+            network=d.network,
+            bandwidth_gbps=d.bandwidth_gbps,
+            ranks_per_node=d.ranks_per_node,
+        )
+    if (
+        _resolve_launcher(cfg) == "torchrun"
+        and target is not None
+        and not isinstance(target, str)
+        and "<" in target_spec(target)
+    ):
+        raise ValueError("under torchrun the target must be an importable module function, not a local one")
+
+
 def _mark_new_attempt(run_dir: Path, resumed_from: int) -> dict[Path, int]:
     """Append a line to each rank's log saying that a resumed attempt starts here (the logs are appended to, so
     the interrupted attempt's output, its traceback included, stays above it); returns each log's size after it,
@@ -191,8 +195,6 @@ def _network(cfg: ExperimentConfig):
     it ends; nothing for loopback."""
     if cfg.dist.network != "netlab":
         return contextlib.nullcontext()
-    from zen_analysis.ranks.netlab import NetLab
-
     return NetLab(cfg.dist.num_ranks, cfg.dist.bandwidth_gbps, ranks_per_node=cfg.dist.ranks_per_node)
 
 
@@ -201,8 +203,6 @@ def _launch_claimed(
 ) -> RunResult:
     """Write the run, start the ranks and watch them. ``resumed_from``: the checkpoint's step (:func:`claim_run`
     found it and dropped the metrics rows from it on, before the live view reads the file: its rows count once)."""
-    from tqdm.auto import tqdm
-
     run_dir = write_run(cfg, target, progress, resume=resumed_from is not None)
     log_starts = _mark_new_attempt(run_dir, resumed_from) if resumed_from is not None else {}
     world = cfg.dist.num_ranks
@@ -293,10 +293,7 @@ def _start_forked(cfg: ExperimentConfig, run_dir: Path, target, lab) -> RankGrou
     """The fork path: one forked rank each (:func:`~zen_analysis.ranks.procs.fork_ranks`: one thread, dies with
     this process, in its lab node's namespace when there is a ``lab``) running
     :func:`~zen_analysis.ranks.entry.run_rank`; the training loop and the model's code are imported here first, so
-    the ranks inherit them."""
-    import zen_analysis.train.loop  # noqa: F401 - import once here; forked ranks inherit it instead of re-importing
-    from zen_analysis.workload.model import preload
-
+    the ranks inherit them (imported at the top of this module, before any fork)."""
     preload(cfg.model.arch)
     world = cfg.dist.num_ranks
     fn = target if callable(target) else None
