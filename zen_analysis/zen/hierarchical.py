@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import torch
 
 from zen_analysis.indices import check_indices
+from zen_analysis.zen import native
 from zen_analysis.zen.hashing import _h0, owner
 
 EMPTY = -1
@@ -116,8 +117,6 @@ def _hierarchical_hash(
     par = max(1, -(-r1 // n))  # slots per partition, parallel region
     ser = max(1, -(-r2 // n))
     if backend != "torch" and dev.type == "cpu" and K < 2**31 and n * (par + ser) < 2**40:
-        from zen_analysis.zen import native
-
         if native.available():
             l2 = None if level2_seed is None else _level2_seed(level2_seed, 0)
             pos, counts, serial, overflows = native.place_and_compact(
@@ -129,6 +128,15 @@ def _hierarchical_hash(
         native.warn_fallback()
     elif backend == "native":
         raise ValueError("backend='native' needs a CPU tensor with fewer than 2**31 indices")
+    return _torch_rounds(idx_K, n, seed=seed, k=k, par=par, ser=ser, level2_seed=level2_seed)
+
+
+def _torch_rounds(
+    idx_K: torch.Tensor, n: int, *, seed: int, k: int, par: int, ser: int, level2_seed: int | None
+) -> Buckets:
+    """Algorithm 1 as bulk-synchronous torch rounds (the module docstring): the parallel region's k probes, then
+    the serial region; ``par`` / ``ser`` slots per partition."""
+    dev, K = idx_K.device, idx_K.numel()
     h_K = _h0(idx_K, seed)
     if n & (n - 1) == 0:  # power of two: partition = low bits, the rest of the hash is free for the slots
         part_K, rest_K = h_K & (n - 1), h_K >> (n.bit_length() - 1)

@@ -14,90 +14,19 @@ cache). Without a compiler, :func:`available` is False, and ``hierarchical_hash`
 
 from __future__ import annotations
 
-import ctypes
-import os
-import re
-import shutil
-import warnings
 from concurrent.futures import ThreadPoolExecutor
-from functools import lru_cache
-from pathlib import Path
-from typing import Any
 
 import torch
 
 from zen_analysis import workspace
 from zen_analysis.indices import check_indices
-from zen_analysis.zen.build import build, cache_dir
-
-EXPORTS = Path(__file__).with_name("csrc") / "zen_exports.h"
-"""The one declaration of the kernel's exported functions; the ctypes signatures are built from it."""
-_C_TYPES = {"int64_t": ctypes.c_int64, "uint32_t": ctypes.c_uint32, "int": ctypes.c_int, "void": None}
-
-
-def _c_type(decl: str, where: str):
-    """The ctypes type of a C parameter or return type: any pointer is an address; the scalars by name."""
-    words = decl.replace("const ", "").split()
-    if "*" in decl:
-        return ctypes.c_void_p
-    if not words or words[0] not in _C_TYPES:
-        raise RuntimeError(
-            f"{EXPORTS.name}: {where} has type {decl!r}, which native.py cannot map (add it to _C_TYPES)"
-        )
-    return _C_TYPES[words[0]]
-
-
-@lru_cache(maxsize=1)
-def declarations() -> dict[str, tuple[Any, list[Any]]]:
-    """Each exported function's (restype, argtypes), parsed from :data:`EXPORTS`."""
-    text = re.sub(r"/\*.*?\*/", "", EXPORTS.read_text(), flags=re.S)
-    out = {}
-    for ret, name, params in re.findall(r"^\s*([\w ]+?)\s+(zen_\w+)\s*\(([^)]*)\)\s*;", text, flags=re.M):
-        args = [p.strip() for p in params.split(",") if p.strip()]
-        argtypes = [_c_type(re.sub(r"\w+$", "", a).strip() or a, f"{name}'s {a!r}") for a in args]
-        out[name] = (_c_type(ret, f"{name}'s return"), argtypes)
-    if not out:
-        raise RuntimeError(f"{EXPORTS} declares no zen_* function")
-    return out
-
-
-@lru_cache(maxsize=1)
-def _library() -> tuple[ctypes.CDLL | None, str]:
-    if os.environ.get("ZEN_ANALYSIS_NATIVE", "1") == "0":
-        return None, "turned off by ZEN_ANALYSIS_NATIVE=0"
-    try:
-        path = build()
-        lib = ctypes.CDLL(str(path))
-    except (OSError, RuntimeError) as err:
-        return None, str(err)
-    if path.parent != cache_dir():  # a one-off private build: loaded, so its directory can go
-        shutil.rmtree(path.parent, ignore_errors=True)
-    for name, (restype, argtypes) in declarations().items():
-        try:
-            fn = getattr(lib, name)
-        except AttributeError:
-            raise RuntimeError(
-                f"the kernel library {path} has no {name}, which {EXPORTS.name} declares: a stale build? Remove "
-                f"{path.parent} and run again"
-            ) from None
-        fn.restype, fn.argtypes = restype, argtypes
-    return lib, ""
-
-
-def available() -> bool:
-    """Whether the kernel is built (or builds now) and loads."""
-    return _library()[0] is not None
-
-
-def unavailable_reason() -> str:
-    return _library()[1]
-
-
-def _lib() -> ctypes.CDLL:
-    lib, why = _library()
-    if lib is None:
-        raise RuntimeError(f"the native hashing kernel is unavailable: {why}")
-    return lib
+from zen_analysis.zen.hashing import owner
+from zen_analysis.zen.native_lib import EXPORTS as EXPORTS
+from zen_analysis.zen.native_lib import _lib
+from zen_analysis.zen.native_lib import available as available
+from zen_analysis.zen.native_lib import declarations as declarations
+from zen_analysis.zen.native_lib import unavailable_reason as unavailable_reason
+from zen_analysis.zen.native_lib import warn_fallback as warn_fallback
 
 
 def kernel_h0(indices: torch.Tensor, seed: int) -> torch.Tensor:
@@ -161,26 +90,11 @@ def place_and_compact(
             len(chunks) > 1,
         )
 
-    def run(fn, count: int) -> list:
-        if count <= 1 or threads == 1:
-            return [fn(i) for i in range(count)]
-        with ThreadPoolExecutor(threads) as pool:
-            return list(pool.map(fn, range(count)))
-
-    serial = sum(run(place, len(chunks)))
+    serial = sum(_run(place, len(chunks), threads))
     counts_n = counts.sum(0)
     m = int(overflow_len)
     overflow = overflow[:m]
-    if m:  # positions past a full serial region (rare): grouped by partition for the compaction
-        from zen_analysis.zen.hashing import owner
-
-        part = owner(idx_K[overflow.long()], n, seed)
-        overflow = overflow[torch.argsort(part, stable=True)].contiguous()
-        overflow_offsets = torch.cat(
-            [torch.zeros(1, dtype=torch.long, device="cpu"), torch.cumsum(torch.bincount(part, minlength=n), 0)]
-        )
-    else:
-        overflow_offsets = torch.zeros(n + 1, dtype=torch.long, device="cpu")
+    overflow, overflow_offsets = _group_overflow(idx_K, overflow, n, seed)
     offsets = torch.cat([torch.zeros(1, dtype=torch.long, device="cpu"), torch.cumsum(counts_n, 0)])  # n + 1 bounds
     out = torch.empty(K, dtype=torch.long, device="cpu")
     groups = _ranges(n, threads)
@@ -200,17 +114,29 @@ def place_and_compact(
             out.data_ptr(),
         )
 
-    run(compact, len(groups))
+    _run(compact, len(groups), threads)
     return out, counts_n, int(serial), int((serial_fill > ser).sum())
 
 
-def warn_fallback() -> None:
-    """One warning per process when ``backend="auto"`` falls back to torch rounds."""
-    if not getattr(warn_fallback, "done", False):
-        warn_fallback.done = True
-        warnings.warn(
-            f"hierarchical_hash: native kernel unavailable ({unavailable_reason()}); using torch rounds", stacklevel=3
-        )
+def _run(fn, count: int, threads: int) -> list:
+    """``fn(0)`` .. ``fn(count - 1)``, on ``threads`` threads where there is more than one chunk."""
+    if count <= 1 or threads == 1:
+        return [fn(i) for i in range(count)]
+    with ThreadPoolExecutor(threads) as pool:
+        return list(pool.map(fn, range(count)))
+
+
+def _group_overflow(idx_K: torch.Tensor, overflow: torch.Tensor, n: int, seed: int) -> tuple[torch.Tensor, ...]:
+    """The positions past a full serial region (rare) grouped by partition for the compaction, and their n + 1
+    bounds."""
+    if not overflow.numel():
+        return overflow, torch.zeros(n + 1, dtype=torch.long, device="cpu")
+    part = owner(idx_K[overflow.long()], n, seed)
+    overflow = overflow[torch.argsort(part, stable=True)].contiguous()
+    overflow_offsets = torch.cat(
+        [torch.zeros(1, dtype=torch.long, device="cpu"), torch.cumsum(torch.bincount(part, minlength=n), 0)]
+    )
+    return overflow, overflow_offsets
 
 
 # ---- the hash bitmap's loops (CPU tensors; every size is checked here, the C code trusts it)
