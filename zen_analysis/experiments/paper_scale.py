@@ -336,7 +336,7 @@ def paper_crossover(
     seed: int = 0,
 ) -> dict:
     """Where Zen's row sum starts to lead stock DDP's sparse all-gather for the natural workload captured in ``run``,
-    at the paper's rows per GPU (:data:`PAPER_BATCH`, :func:`gpu_row_sets`): :func:`~zen_analysis.evaluation.evaluate.
+    at the paper's rows per GPU (:data:`PAPER_BATCH`, :func:`gpu_row_sets`): :func:`~zen_analysis.evaluation.crossover.
     stock_crossover` on ``topology`` with its links between nodes at each of ``rates`` Gbit/s (the NVLink inside a
     node as it is), for n of ``ranks`` GPUs placed node by node."""
     reader = TraceReader(run)
