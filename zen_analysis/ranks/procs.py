@@ -26,20 +26,29 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import datetime
+import functools
 import multiprocessing as mp
 import os
+import pickle
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zen_analysis.ranks.entry import is_timeout
+import torch
+import torch.distributed as dist
+
+from zen_analysis.ranks.blame import RankFailedError, blame, log_tail
 from zen_analysis.ranks.env import loopback_env
+from zen_analysis.ranks.netlab import LAB_INTERFACE, NetLab, address, enter, enter_node
 
 __all__ = [
     "Outcome",
@@ -58,16 +67,6 @@ __all__ = [
 _PR_SET_PDEATHSIG = 1
 POLL_S = 0.2
 """How often a watch looks at its processes."""
-
-
-class RankFailedError(RuntimeError):
-    """A rank raised, crashed or timed out; the message names it and shows its traceback."""
-
-    def __init__(self, message: str, *, rank: int | None, run_id: str, pids: list[int]) -> None:
-        super().__init__(message)
-        self.rank = rank
-        self.run_id = run_id
-        self.pids = pids
 
 
 def free_port() -> int:
@@ -115,71 +114,6 @@ def _wait(p: Any, timeout: float) -> None:
 
 def _exitcode(p: Any) -> int | None:
     return p.poll() if isinstance(p, subprocess.Popen) else p.exitcode
-
-
-def log_tail(path: Path, num_lines: int = 40) -> str:
-    """The last ``num_lines`` lines of a log ("(no output)" if there is none)."""
-    if not path.exists():
-        return "(no output)"
-    return "\n".join(path.read_text(errors="replace").splitlines()[-num_lines:])
-
-
-_FATAL_SIGNALS = {int(s) for s in (signal.SIGKILL, signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE)}
-
-
-def _signal_name(num: int) -> str:
-    try:
-        return signal.Signals(num).name
-    except ValueError:
-        return f"signal {num}"
-
-
-def blame(
-    run_dir: Path, run_id: str, failed: list[int], codes: dict[int, int | None], killed: list[int], pids: list[int]
-) -> RankFailedError:
-    """The error to raise for a run whose ranks ``failed`` (their exit ``codes``; ``killed``: stopped while still
-    running), naming the root cause from ``run_dir``'s ``errors/rank<r>.txt`` and ``logs/rank<r>.log``."""
-    errors = {r: run_dir / "errors" / f"rank{r}.txt" for r in failed}
-    with_tb = [r for r in failed if errors[r].exists()]
-    # The root cause, in this order: a rank killed from outside or by a fatal fault (SIGKILL: the OOM killer or
-    # kill -9; SIGSEGV, SIGBUS...: the others then fail on its closed connections); the first rank that raised
-    # something other than a timeout; a rank that died by another signal (gloo aborts a rank whose peer died
-    # with SIGABRT: a consequence more often than a cause); the first timeout.
-    signalled = [r for r in failed if (codes.get(r) or 0) < 0]
-    fatal = [r for r in signalled if -codes[r] in _FATAL_SIGNALS]
-    raised = sorted(with_tb, key=lambda r: (is_timeout(errors[r].read_text()), errors[r].stat().st_mtime))
-    if fatal:
-        rank = fatal[0]
-    elif raised and not is_timeout(errors[raised[0]].read_text()):
-        rank = raised[0]
-    else:
-        rank = next(iter(signalled + raised + failed), None)
-    if rank is None:
-        return RankFailedError(
-            f"run {run_id}: launcher failed without a rank error", rank=None, run_id=run_id, pids=pids
-        )
-    log = run_dir / "logs" / f"rank{rank}.log"
-    code = codes.get(rank)
-    if rank in signalled:
-        name = _signal_name(-code)
-        why = " (out of memory, or killed from outside)" if name == "SIGKILL" else ""
-        msg = f"rank {rank} of run {run_id} was killed by {name}{why}; the end of its log:\n\n{log_tail(log).rstrip()}"
-    else:
-        body = errors[rank].read_text() if errors[rank].exists() else log_tail(log)
-        if code is None:  # torchrun: per-rank exit codes stay inside torchrun, the error file says what happened
-            how = "raised"
-        else:
-            how = f"exit code {code}"
-        msg = f"rank {rank} of run {run_id} failed ({how}):\n\n{body.rstrip()}"
-    msg += f"\n\nfull log: {log}"
-    others = sorted(set(failed) - {rank})
-    if others:
-        msg += f"\nranks {others} failed {'after it' if rank in fatal else 'too'} (see errors/ in {run_dir})"
-    if killed:
-        msg += f"\nranks {killed} were still running and were stopped"
-        if rank not in signalled and is_timeout(errors[rank].read_text() if errors[rank].exists() else ""):
-            msg += f": a rank that never reached the collective (probably one of {killed}) is the hung one"
-    return RankFailedError(msg, rank=rank, run_id=run_id, pids=pids)
 
 
 @dataclass
@@ -256,20 +190,14 @@ def _rank_child(
     """A forked rank's preamble, the same for every launcher, then ``body(rank)``'s exit code."""
     code = 1
     try:
-        import torch
-
         torch.set_num_threads(1)  # first: fork after the parent used the thread pool deadlocks otherwise
         _die_with_parent(signal.SIGKILL, parent)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what an interrupt stops
         os.environ.update(environ)
         if lab_namespace is not None:  # this rank's lab node: gloo talks over its shaped link (the store stays a file)
-            from zen_analysis.ranks.netlab import enter_node
-
             enter_node(lab_namespace)
         code = body(rank)
     except BaseException:  # noqa: BLE001 - a body reports its own errors; this is what escaped it
-        import traceback
-
         traceback.print_exc()
     finally:
         os._exit(code)
@@ -305,8 +233,6 @@ def start_process(cmd: list[str], log: Path | None, *, env: dict[str, str] | Non
     def start() -> None:  # in the child, before exec
         _die_with_parent()
         if namespace is not None:
-            from zen_analysis.ranks.netlab import enter
-
             enter(namespace)
 
     if log is None:
@@ -325,8 +251,6 @@ def torchrun_per_node(
     each inside its node's namespace with ``ranks_per_node`` processes, meeting by c10d rendezvous at node 0's lab
     address: the README's multi-node recipe, with the lab's links between the nodes. Node i's output goes to
     ``log_dir/torchrun-node<i>.log`` (node 0's to this process's stdout and stderr with ``node0_inherits_output``)."""
-    from zen_analysis.ranks.netlab import LAB_INTERFACE, address
-
     log_dir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "GLOO_SOCKET_IFNAME": LAB_INTERFACE}
     procs = []
@@ -355,12 +279,6 @@ def _fn_rank(
     rank: int, world: int, store: str, out_dir: Path, fn: Callable[..., Any], args: tuple, timeout_s: float
 ) -> int:
     """:func:`fork_launch`'s rank body: a gloo group over a file store, ``fn``, its result pickled."""
-    import datetime
-    import pickle
-    import traceback
-
-    import torch.distributed as dist
-
     try:
         dist.init_process_group(
             "gloo",
@@ -391,10 +309,6 @@ def fork_launch(fn: Callable[..., Any], num_ranks: int, *args: Any, timeout_s: f
     """
     if lab is not None and lab.ranks != num_ranks:
         raise ValueError(f"the lab has {lab.ranks} ranks; fork_launch was asked for {num_ranks}")
-    import functools
-    import pickle
-    import tempfile
-
     with tempfile.TemporaryDirectory(prefix="zen-fork-") as tmp:
         out_dir = Path(tmp)
         env = loopback_env(out_dir / "rendezvous")
@@ -428,10 +342,6 @@ def run_in_lab(
     lab nodes of ``ranks_per_node`` ranks behind ``bandwidth_gbps`` links; node 0's output on this process's
     stdout, the others' in ``log_dir`` (a temporary folder by default). Returns the first non-zero exit code
     (0 if every node succeeded); the lab is removed however it ends, and Ctrl-C stops every node."""
-    import tempfile
-
-    from zen_analysis.ranks.netlab import NetLab
-
     with contextlib.ExitStack() as stack:
         logs = (
             Path(log_dir) if log_dir else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="zen-netlab-")))
