@@ -37,9 +37,9 @@ def main() -> None:
         "sync.bucket_mb": 4.0,
     }
     variants = {
-        "zen": {"sync.scheme": "zen", **common},
-        "auto, every step": {"sync.scheme": "auto", "sync.planner_every": 1, **common},
-        "auto, every 50": {"sync.scheme": "auto", "sync.planner_every": 50, **common},
+        "zen": {"sync.method": "natural", "sync.scheme": "zen", **common},
+        "auto, every step": {"sync.method": "natural", "sync.scheme": "auto", "sync.planner_every": 1, **common},
+        "auto, every 50": {"sync.method": "natural", "sync.scheme": "auto", "sync.planner_every": 50, **common},
     }
     table = training_sweep(base, bandwidths=(1.0,), variants=variants, steps=args.steps, warmup=2)
     for _, r in table.iterrows():

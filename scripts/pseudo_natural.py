@@ -15,8 +15,8 @@ from zen_analysis.experiments.pseudo_gradients import SHORT_SYNC, outer_sync_row
 
 VARIANTS = {
     "edit": {},
-    "edit+natural+zen": {"local_sgd.compress": "natural", "local_sgd.scheme": "zen"},
-    "edit+natural+auto": {"local_sgd.compress": "natural", "local_sgd.scheme": "auto"},
+    "edit+natural+zen": {"local_sgd.compress": "natural", "sync.scheme": "zen"},
+    "edit+natural+auto": {"local_sgd.compress": "natural", "sync.scheme": "auto"},
 }
 
 

@@ -15,7 +15,7 @@ settings = {**EDIT_TUNED, **SHORT_SYNC}
 tps = base.train.workers_per_rank * base.train.batch_per_worker * base.train.seq_len
 for ratio in (0.05, 0.1, 0.25):
     lab = {"dist.num_ranks": 4, "dist.network": "netlab", "dist.bandwidth_gbps": 0.1}
-    topk = {"local_sgd.compress": "topk", "local_sgd.scheme": "zen", "local_sgd.topk_ratio": ratio}
+    topk = {"local_sgd.compress": "topk", "sync.scheme": "zen", "local_sgd.topk_ratio": ratio}
     s = method_run(base, "edit", tag=f"topk{ratio:g}-zen-r4-0.1g", **settings, **topk, **lab)
     row = {"ratio": ratio, **outer_sync_row(s, tps)}
     print(json.dumps(row), flush=True)

@@ -25,7 +25,7 @@ import time
 
 LSTM_WORDS_EMBEDDING = 69_071 * 256
 """The lstm-words recipe's input embedding (69,071 words x hidden 256 on the Python 3.11 stdlib): what
-``sync.scheme=zen`` sends through Zen (``sync.compress=topk`` sends the whole model, 20,016,444 elements, as one
+``sync.method=natural`` sends through Zen (``sync.method=topk`` sends the whole model, 20,016,444 elements, as one
 bucket)."""
 
 

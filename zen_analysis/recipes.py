@@ -204,7 +204,7 @@ def deepfm() -> ExperimentConfig:
 
     Memory sets the 1M rows (the table is 1M x 17 float32, 68 MB; a rank holds it, its gradient, two AdamW moments
     and a dense buffer for backward or the all-reduce). Peak RSS (``VmHWM``) of one rank, 2-rank runs of 3 steps on
-    this 2-core, 24 GiB machine: 830 MB with ``sync.scheme=allreduce``, 860 MB with ``zen``, 820 MB with the capture
+    this 2-core, 24 GiB machine: 830 MB with ``sync.method=dense``, 860 MB with ``natural`` Zen, 820 MB with the capture
     off, 760 MB with the sparse table and the lazy update; about 500 MB at 20k rows, so some 340 MB per million rows.
     16 ranks of 2 steps: 820-870 MB each, 13.2-13.6 GB summed, but the machine's available memory fell by 8.0-8.5 GB
     only (torch's libraries and the data's memmaps are shared pages, counted in every rank's RSS): 2M rows would still

@@ -38,7 +38,7 @@ def _cfg(num_ranks: int, scheme: str):
     cfg.dist.num_ranks = num_ranks
     cfg.dist.backend = "nccl"
     cfg.dist.launcher = "torchrun"
-    cfg.sync.scheme = scheme
+    cfg.sync.method, cfg.sync.scheme = ("dense" if scheme == "allreduce" else "natural"), scheme
     cfg.capture.enabled = False
     return copy.deepcopy(cfg)
 

@@ -18,7 +18,8 @@ def _run(method: str, tag: str, sync: dict | None = None, train: dict | None = N
     cfg.train.workers_per_rank = 1
     cfg.train.num_steps = 12
     cfg.capture.enabled = False
-    cfg.sync.scheme = method
+    cfg.sync.method = method
+    cfg.sync.scheme = local.pop("scheme", "allreduce")  # what sums a sparse pseudo-gradient
     for key, value in {"warmup_steps": 2, "interval": 3, **local}.items():
         setattr(cfg.local_sgd, key, value)
     for key, value in (sync or {}).items():
@@ -59,7 +60,7 @@ def test_a_edit_lets_fast_workers_run_ahead_of_a_consistent_straggler():
     cfg.train.num_steps = 16
     cfg.train.eval_every = 0
     cfg.capture.enabled = False
-    cfg.sync.scheme = "a_edit"
+    cfg.sync.method = "a_edit"
     cfg.local_sgd.warmup_steps = 2
     cfg.local_sgd.sync_time_s = 0.5
     cfg.local_sgd.min_total_steps = 1
@@ -127,6 +128,7 @@ def test_sparse_pseudo_gradients_sum_alike_through_every_scheme():
     assert 0 < sent["zen"] < sent["allreduce"]
 
 
+@pytest.mark.smoke
 def test_natural_pseudo_gradients_sum_losslessly_and_skip_untouched_rows():
     """``local_sgd.compress=natural``: the whole pseudo-gradient through Zen gives dense EDiT's losses (to summation
     order). Under ``train.embedding_update=lazy`` the rows no worker's batches touched keep their weights, so the

@@ -16,7 +16,7 @@ def _run(scheme: str, label: str, **switches):
     cfg.run_id = f"defaults-{scheme}-{label}"
     cfg.train.num_steps = 4
     cfg.train.save_params = True
-    cfg.sync.scheme = scheme
+    cfg.sync.method, cfg.sync.scheme = ("dense" if scheme == "allreduce" else "natural"), scheme
     for key, value in switches.items():
         section, name = key.split("__")
         setattr(getattr(cfg, section), name, value)

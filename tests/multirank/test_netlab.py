@@ -143,6 +143,7 @@ def _crash(rank: int, world: int) -> None:
         raise RuntimeError("rank 1 fails on purpose")
 
 
+@pytest.mark.smoke
 @needs_lab
 def test_ranks_in_the_lab_talk_over_the_shaped_links_and_a_crash_leaves_nothing():
     from zen_analysis.ranks.procs import RankFailedError, fork_launch
@@ -237,7 +238,7 @@ def _training(run_id: str, steps: int = 4, **dist):
     cfg.train.workers_per_rank = 1
     cfg.train.num_steps = steps
     cfg.capture.enabled = False
-    cfg.sync.scheme = "zen"
+    cfg.sync.method, cfg.sync.scheme = "natural", "zen"
     for key, value in dist.items():
         setattr(cfg.dist, key, value) if hasattr(cfg.dist, key) else setattr(cfg.sync, key, value)
     cfg.dist.__post_init__()

@@ -22,7 +22,7 @@ def _train(scheme: str, steps: int = 30, *, lazy: bool = False, sparse_embedding
     cfg.train.num_steps = steps
     cfg.train.save_params = True
     cfg.capture.enabled = False
-    cfg.sync.scheme = scheme
+    cfg.sync.method, cfg.sync.scheme = ("dense" if scheme == "allreduce" else "natural"), scheme
     for key, value in sync.items():
         setattr(cfg.sync, key, value)
     result = launch(copy.deepcopy(cfg), echo=False, progress=False)
@@ -35,7 +35,13 @@ def dense():
 
 
 @pytest.mark.parametrize(
-    "scheme, sync", [("zen", {}), ("agsparse", {}), ("zen", {"granularity": "elements"}), ("zen", {"gpus_per_node": 2})]
+    "scheme, sync",
+    [
+        pytest.param("zen", {}, marks=pytest.mark.smoke),
+        ("agsparse", {}),
+        ("zen", {"granularity": "elements"}),
+        ("zen", {"gpus_per_node": 2}),
+    ],
 )
 def test_sparse_embedding_sync_matches_dense_all_reduce(dense, scheme, sync):
     m_dense, p_dense = dense
@@ -90,8 +96,7 @@ def _train_topk(scheme: str, steps: int = 30):
     cfg.train.workers_per_rank = 1
     cfg.train.num_steps = steps
     cfg.capture.enabled = False
-    cfg.sync.scheme = scheme
-    cfg.sync.compress = "topk"
+    cfg.sync.method, cfg.sync.scheme = "topk", scheme
     return launch(copy.deepcopy(cfg), echo=False, progress=False).metrics()
 
 
@@ -143,7 +148,7 @@ def test_the_planner_decides_every_k_steps_from_sketches_and_training_matches_de
     cfg.train.workers_per_rank = 1
     cfg.train.num_steps = 30
     cfg.capture.enabled = False
-    cfg.sync.scheme = "auto"
+    cfg.sync.method, cfg.sync.scheme = "natural", "auto"
     cfg.sync.planner_topology = "paper-tcp25"
     cfg.sync.planner_every = 10
     result = launch(copy.deepcopy(cfg), echo=False, progress=False)

@@ -59,8 +59,8 @@ def test_pseudo_gradient_capture_needs_a_local_sgd_method():
     with pytest.raises(ValueError, match="capture.pseudo must be one of"):
         apply_overrides(recipes.smoke(), ["capture.pseudo=both"])
     with pytest.raises(ValueError, match="pseudo-gradients of local SGD"):
-        apply_overrides(recipes.smoke(), ["capture.pseudo=sent"])  # sync.scheme=allreduce: no pseudo-gradient
-    only = ["sync.scheme=diloco", "capture.natural=false", "capture.topk_scope=none"]
+        apply_overrides(recipes.smoke(), ["capture.pseudo=sent"])  # sync.method=dense: no pseudo-gradient
+    only = ["sync.method=diloco", "capture.natural=false", "capture.topk_scope=none"]
     with pytest.raises(ValueError, match="records nothing"):
         apply_overrides(recipes.smoke(), only)
     assert apply_overrides(recipes.smoke(), [*only, "capture.pseudo=sent"]).capture.pseudo == "sent"

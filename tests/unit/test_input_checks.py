@@ -14,7 +14,7 @@ import torch
 
 from zen_analysis import recipes
 from zen_analysis.comm.schemes import SCHEMES, build_scheme
-from zen_analysis.config import SYNC_SCHEMES, ExperimentConfig, apply_overrides
+from zen_analysis.config import SYNC_METHODS, SYNC_SCHEMES, ExperimentConfig, apply_overrides
 from zen_analysis.indices import check_indices
 from zen_analysis.sparsity import metrics
 from zen_analysis.zen import build, hashing, hierarchical, native
@@ -115,7 +115,8 @@ def test_the_config_list_of_schemes_is_the_registries():
     from zen_analysis.local_sgd import METHODS
     from zen_analysis.train.registry import SPARSE_SCHEMES, SYNCS
 
-    assert set(SYNC_SCHEMES) == {*SYNCS, *SPARSE_SCHEMES, "auto", *METHODS}
+    assert set(SYNC_SCHEMES) == {*SYNCS, *SPARSE_SCHEMES, "auto"}
+    assert SYNC_METHODS == ("dense", "natural", "topk", *METHODS)
     assert set(SPARSE_SCHEMES) | {"allreduce"} == set(SCHEMES)
     # the enums every list derives from are the registries: the scheme classes' names, the local SGD methods
     from zen_analysis.config import MethodName, PlannerName, SchemeName
@@ -123,7 +124,7 @@ def test_the_config_list_of_schemes_is_the_registries():
 
     assert {s.value for s in SchemeName} == set(SCHEMES)
     assert tuple(m.value for m in MethodName) == METHODS
-    assert SYNC_SCHEMES == (*SchemeName, *PlannerName, *MethodName)
+    assert SYNC_SCHEMES == (*SchemeName, *PlannerName)
     assert all(method_config(m).interval >= 1 for m in METHODS)  # a preset for every method
 
 

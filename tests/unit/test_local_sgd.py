@@ -260,15 +260,15 @@ def test_config_section_overrides_and_time_based_guard():
     assert LocalSGDSection(penalty="anomaly").overrides() == {
         "layerwise": True,
         "prefetch": True,
-        "compress": "none",
-        "scheme": "zen",
+        "compress": "none",  # the engine's word for local_sgd.compress=dense
+        "scheme": "allreduce",  # sync.scheme's default
         "anomaly": True,
         "weighting": False,
         "clip": 0.0,
     }
     cfg = recipes.smoke()
     with pytest.raises(ValueError, match="time-based"):
-        apply_overrides(cfg, ["sync.scheme=edit", "local_sgd.sync_time_s=2", "train.eval_every=5"])
+        apply_overrides(cfg, ["sync.method=edit", "local_sgd.sync_time_s=2", "train.eval_every=5"])
 
 
 def test_the_config_section_and_the_engine_config_name_a_setting_alike():
@@ -296,10 +296,9 @@ def test_the_config_section_and_the_engine_config_name_a_setting_alike():
         step_weight=0.5,
         compress="topk",
         topk_ratio=0.05,
-        scheme="agsparse",
     )
-    assert set(full.overrides()) <= engine
-    assert method_config("a_edit", **full.overrides()).sync_time_s == 3.0
+    assert set(full.overrides("agsparse")) <= engine  # the scheme is sync.scheme's, passed in
+    assert method_config("a_edit", **full.overrides("agsparse")).sync_time_s == 3.0
     assert (
         method_config("edit").clip
         == method_config("a_edit").clip

@@ -31,17 +31,17 @@ def test_other_recipes_keep_both_off(name):
 @pytest.mark.parametrize(
     "override, sparse, overlap",
     [
-        ("sync.scheme=edit", True, False),  # local SGD: no per-step sum to overlap
-        ("sync.scheme=a_edit", True, False),
-        ("sync.compress=topk", False, True),  # the top-k sync compresses dense buckets
+        ("sync.method=edit", True, False),  # local SGD: no per-step sum to overlap
+        ("sync.method=a_edit", True, False),
+        ("sync.method=topk", False, True),  # the top-k sync compresses dense buckets
         ("perturb.bandwidth_gbps=1", True, False),  # the emulated link sleeps after backward
-        ("sync.scheme=zen", True, True),
+        ("sync.method=natural,sync.scheme=zen", True, True),
         ("model.sparse_embedding=false", False, True),
         ("sync.overlap=off", True, False),
     ],
 )
 def test_a_valid_override_of_a_recipe_resolves_auto_instead_of_failing(override, sparse, overlap):
-    sets = [override] + (["capture.enabled=false"] if "a_edit" in override else [])
+    sets = override.split(",") + (["capture.enabled=false"] if "a_edit" in override else [])
     on = apply_overrides(recipes.lstm_words(), sets).resolved()
     assert (on.model.sparse_embedding, on.sync.overlap) == (sparse, overlap)
 
@@ -56,8 +56,8 @@ def test_tied_embeddings_resolve_the_sparse_gradient_off():
 @pytest.mark.parametrize(
     "sets, message",
     [
-        (["sync.compress=topk", "model.sparse_embedding=true"], "set sync.compress=none"),
-        (["sync.scheme=edit", "sync.overlap=true"], "not with a local SGD method"),
+        (["sync.method=topk", "model.sparse_embedding=true"], "set sync.method=dense or natural"),
+        (["sync.method=edit", "sync.overlap=true"], "not with a local SGD method"),
         (["perturb.bandwidth_gbps=1", "sync.overlap=true"], "perturb.bandwidth_gbps"),
     ],
 )

@@ -20,7 +20,18 @@ from zen_analysis.config.dist import BACKENDS, LAUNCHERS, NETWORKS, DistConfig
 from zen_analysis.config.experiment import ExperimentConfig
 from zen_analysis.config.local_sgd import EDIT_CLIP, LocalSGDSection
 from zen_analysis.config.model import ARCHS, ModelConfig
-from zen_analysis.config.names import AUTO, METHODS, SYNC_SCHEMES, MethodName, PlannerName, SchemeName, Switch
+from zen_analysis.config.names import (
+    AUTO,
+    COMPRESS,
+    METHODS,
+    SYNC_METHODS,
+    SYNC_SCHEMES,
+    MethodName,
+    PlannerName,
+    SchemeName,
+    StepMethod,
+    Switch,
+)
 from zen_analysis.config.overrides import apply_overrides
 from zen_analysis.config.perturb import PerturbConfig
 from zen_analysis.config.sync import SyncConfig
@@ -30,12 +41,14 @@ __all__ = [
     "ARCHS",
     "AUTO",
     "BACKENDS",
+    "COMPRESS",
     "CTR_SOURCES",
     "DATA_SOURCES",
     "EDIT_CLIP",
     "LAUNCHERS",
     "METHODS",
     "NETWORKS",
+    "SYNC_METHODS",
     "SYNC_SCHEMES",
     "TOKENIZERS",
     "CaptureConfig",
@@ -48,6 +61,7 @@ __all__ = [
     "PerturbConfig",
     "PlannerName",
     "SchemeName",
+    "StepMethod",
     "SyncConfig",
     "Switch",
     "TrainConfig",

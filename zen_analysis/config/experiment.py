@@ -16,7 +16,7 @@ from zen_analysis.config.data import CTR_SOURCES, DataConfig
 from zen_analysis.config.dist import DistConfig
 from zen_analysis.config.local_sgd import LocalSGDSection
 from zen_analysis.config.model import ModelConfig
-from zen_analysis.config.names import AUTO, MethodName
+from zen_analysis.config.names import AUTO, METHODS, MethodName, StepMethod
 from zen_analysis.config.perturb import PerturbConfig
 from zen_analysis.config.sync import SyncConfig
 from zen_analysis.config.train import TrainConfig
@@ -80,18 +80,23 @@ class ExperimentConfig:
                 "method (no per-step sum) nor perturb.bandwidth_gbps (its emulated delay sleeps after "
                 "backward); use dist.network=netlab for a slow link, or sync.overlap=auto (on where it applies)"
             )
-        scheme = self.sync.scheme  # a_edit, or another local SGD method given a sync time
-        time_based = scheme == MethodName.A_EDIT or (scheme in tuple(MethodName) and self.local_sgd.sync_time_s > 0)
+        method = self.sync.method  # a_edit, or another local SGD method given a sync time
+        time_based = method == MethodName.A_EDIT or (method in METHODS and self.local_sgd.sync_time_s > 0)
         if time_based and (self.train.eval_every or self.capture.enabled):
             raise ValueError(
                 "time-based syncs (a_edit, local_sgd.sync_time_s): workers run different numbers of steps; "
                 "set train.eval_every=0 and capture.enabled=false"
             )
         c = self.capture
-        if c.enabled and c.pseudo != "off" and scheme not in tuple(MethodName):
+        if c.enabled and c.pseudo != "off" and method not in METHODS:
             raise ValueError(
-                f"capture.pseudo records the pseudo-gradients of local SGD: set sync.scheme to one of "
-                f"{[m.value for m in MethodName]} (got {scheme!r}), or capture.pseudo=off"
+                f"capture.pseudo records the pseudo-gradients of local SGD: set sync.method to one of "
+                f"{list(METHODS)} (got {method!r}), or capture.pseudo=off"
+            )
+        if method in METHODS and self.local_sgd.compress == StepMethod.DENSE and self.sync.scheme != "allreduce":
+            raise ValueError(
+                f"local_sgd.compress=dense sums the pseudo-gradients with a dense all-reduce, so "
+                f"sync.scheme={self.sync.scheme!r} has nothing to sum: set local_sgd.compress=natural or topk"
             )
         if (
             c.enabled
@@ -109,22 +114,22 @@ class ExperimentConfig:
         give every row a gradient through the LM head; the top-k sync compresses dense buckets."""
         needs = {
             "model.tie_embeddings=false": not self.model.tie_embeddings,
-            "sync.compress=none": self.sync.compress == "none",
+            "sync.method=dense or natural": self.sync.method != StepMethod.TOPK,
         }
         return [k for k, ok in needs.items() if not ok]
 
     def _overlap_applies(self) -> bool:
         """Whether there is a per-step sum to start during backward on a real link: not under a local SGD method,
         not with ``perturb.bandwidth_gbps`` (its emulated delay sleeps after backward)."""
-        return self.sync.scheme not in tuple(MethodName) and self.perturb.bandwidth_gbps <= 0
+        return self.sync.method not in METHODS and self.perturb.bandwidth_gbps <= 0
 
     def resolved(self) -> ExperimentConfig:
         """A copy with every ``auto`` switch (:data:`~zen_analysis.config.names.Switch`) made the bool it comes to:
-        ``model.sparse_embedding`` on with untied embeddings and ``sync.compress=none``, ``sync.overlap`` on where a
-        per-step sum runs on a real link. What a run builds its model and sync from (:func:`zen_analysis.train.loop.
-        train`); the config itself keeps ``auto``, so ``--set`` over a recipe, a stored config, a resume and a reused
-        run all see the setting as given. Both are lossless (the same numbers up to summation order), so ``auto``
-        turns on only what keeps the run's meaning."""
+        ``model.sparse_embedding`` on with untied embeddings and no top-k (``sync.method`` not ``topk``),
+        ``sync.overlap`` on where a per-step sum runs on a real link. What a run builds its model and sync from
+        (:func:`zen_analysis.train.loop.train`); the config itself keeps ``auto``, so ``--set`` over a recipe, a
+        stored config, a resume and a reused run all see the setting as given. Both are lossless (the same numbers
+        up to summation order), so ``auto`` turns on only what keeps the run's meaning."""
         out = copy.deepcopy(self)
         if out.model.sparse_embedding == AUTO:
             out.model.sparse_embedding = not self._sparse_embedding_missing()
@@ -186,9 +191,10 @@ class ExperimentConfig:
         return overrides.to_json(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ExperimentConfig:
-        return overrides.from_dict(cls, d)
+    def from_dict(cls, d: dict[str, Any], source: str = "") -> ExperimentConfig:
+        """``d`` checked and typed; a config in the earlier key format is mapped, with a notice naming ``source``."""
+        return overrides.from_dict(cls, d, source=source)
 
     @classmethod
-    def from_json(cls, text: str) -> ExperimentConfig:
-        return overrides.from_json(cls, text)
+    def from_json(cls, text: str, source: str = "") -> ExperimentConfig:
+        return overrides.from_json(cls, text, source=source)

@@ -7,7 +7,7 @@ Two classes hold local SGD settings, on purpose, with one name per setting:
   empty ``granularity``, ``penalty`` ``default``) means "the method's own default", so one section serves every
   method, and EDiT's penalty is one ``penalty`` string.
 * ``zen_analysis.local_sgd.settings.LocalSGDConfig`` is what the engine runs on — the *resolved* values:
-  ``method_config(sync.scheme, **section.overrides())`` starts from the method's preset and applies
+  ``method_config(sync.method, **section.overrides(sync.scheme))`` starts from the method's preset and applies
   :meth:`LocalSGDSection.overrides`. It also holds settings users do not set (``nesterov``, ``temperature``,
   the EWMA detector's ``ewma_alpha`` / ``ewma_threshold``, ``anomaly`` / ``weighting`` from ``penalty``).
 
@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from zen_analysis.config.names import COMPRESS
 
 EDIT_CLIP = 10.0
 """EDiT's pseudo-gradient clip: the ``edit`` / ``a_edit`` presets' ``clip`` (``local_sgd.settings.method_config``),
@@ -42,9 +44,9 @@ _DEFAULT_WHEN_NEGATIVE = (
 """Fields passed on when >= 0; a negative value keeps the method's default."""
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class LocalSGDSection:
-    """Overrides of the local SGD method's defaults (``sync.scheme`` = post_local_sgd | diloco | edit | a_edit; see
+    """Overrides of the local SGD method's defaults (``sync.method`` = post_local_sgd | diloco | edit | a_edit; see
     ``zen_analysis.local_sgd``). Negative numbers and empty strings mean "the method's default" (module docstring:
     how this differs from the engine's ``LocalSGDConfig``)."""
 
@@ -73,20 +75,18 @@ class LocalSGDSection:
     """A-EDiT: a due sync is skipped (timer reset) if all workers together made fewer steps since the last."""
     step_weight: float = -1.0
     """A-EDiT: mix of step-count weights into the norm weights, w = (1 - r) w_norm + r K_m / sum K (default 0)."""
-    compress: str = "none"
-    """``topk``: each worker sends the top ``topk_ratio`` of its pseudo-gradient plus an error-feedback residual per
-    sync group, summed by ``scheme`` (``zen_analysis.local_sgd.sparse``); ``natural``: the whole pseudo-gradient,
-    summed losslessly by ``scheme`` (what no worker changed is not sent); ``none``: a dense all-reduce."""
+    compress: str = "dense"
+    """What of the pseudo-gradient is sent, in the per-step methods' words (``config.names.COMPRESS``): ``dense``,
+    a dense all-reduce; ``natural``, the whole pseudo-gradient summed losslessly by ``sync.scheme`` (what no worker
+    changed is not sent); ``topk``, each worker's top ``topk_ratio`` plus an error-feedback residual per sync group,
+    summed by ``sync.scheme`` (``zen_analysis.local_sgd.sparse``; ``sync.scheme=auto``: the planner picks per sync
+    group, on ``sync.planner_topology``, every ``sync.planner_every`` steps)."""
     topk_ratio: float = -1.0
     """With ``compress=topk``: the share of each group's elements a worker sends per outer sync (default 0.02)."""
-    scheme: str = "zen"
-    """With ``compress=topk`` or ``natural``: the sparse scheme summing what the workers send (any of
-    ``comm.SCHEMES``), or ``auto``: the planner picks per sync group (on ``sync.planner_topology``, every
-    ``sync.planner_every`` steps)."""
 
     def __post_init__(self) -> None:
-        if self.compress not in ("none", "topk", "natural"):
-            raise ValueError(f"local_sgd.compress must be none, topk or natural, got {self.compress!r}")
+        if self.compress not in COMPRESS:
+            raise ValueError(f"local_sgd.compress must be one of {COMPRESS}, got {self.compress!r}")
         if self.granularity not in ("", *GRANULARITIES):
             raise ValueError(f"local_sgd.granularity must be module, tensor or global, got {self.granularity!r}")
         if self.penalty not in ("default", "none") and not self._penalty_parts() <= set(PENALTY_PARTS):
@@ -97,13 +97,14 @@ class LocalSGDSection:
     def _penalty_parts(self) -> set[str]:
         return {p.strip() for p in self.penalty.split(",") if p.strip()}
 
-    def overrides(self) -> dict[str, Any]:
-        """The fields to pass to ``method_config`` (same names as ``LocalSGDConfig``'s), sentinels left out."""
+    def overrides(self, scheme: str = "allreduce") -> dict[str, Any]:
+        """The fields to pass to ``method_config`` (same names as ``LocalSGDConfig``'s), sentinels left out;
+        ``scheme`` is ``sync.scheme``, what sums a sparse pseudo-gradient (the engine calls a dense one ``none``)."""
         out: dict[str, Any] = {
             "layerwise": self.layerwise,
             "prefetch": self.prefetch,
-            "compress": self.compress,
-            "scheme": self.scheme,
+            "compress": "none" if self.compress == "dense" else self.compress,
+            "scheme": scheme,
         }
         for name in _DEFAULT_WHEN_NEGATIVE:
             if getattr(self, name) >= 0:

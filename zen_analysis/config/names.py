@@ -1,4 +1,9 @@
-"""The names ``sync.scheme`` takes, as enums: the one list every other place derives from.
+"""The names ``sync.method`` and ``sync.scheme`` take, as enums: the one list every other place derives from.
+
+Two keys, two meanings: ``sync.method`` is how a run trains and what it sums (:class:`StepMethod`: every step's
+gradients dense, naturally sparse or top-k; or a local SGD method, :class:`MethodName`, averaging pseudo-gradients),
+``sync.scheme`` is the communication scheme that sums the sparse part (:class:`SchemeName`, or ``auto``:
+:class:`PlannerName`). ``local_sgd.compress`` takes the per-step methods' words (:data:`COMPRESS`).
 
 ``StrEnum`` members are ``str`` and compare (and hash) equal to their values, so a config keeps holding the plain
 string (``cfg.sync.scheme == "zen"``, ``"zen" == SchemeName.ZEN``) and JSON is unchanged. Tuples that end up in
@@ -31,9 +36,19 @@ class PlannerName(enum.StrEnum):
     AUTO = "auto"
 
 
+class StepMethod(enum.StrEnum):
+    """Methods that sum every step's gradients: ``dense`` (one dense all-reduce of every gradient, DDP's), ``natural``
+    (the embedding's naturally sparse gradient summed by ``sync.scheme``, the rest dense) or ``topk`` (DGC top-k
+    with error feedback on every gradient bucket, then summed by ``sync.scheme``)."""
+
+    DENSE = "dense"
+    NATURAL = "natural"
+    TOPK = "topk"
+
+
 class MethodName(enum.StrEnum):
     """Local SGD methods (``zen_analysis.local_sgd``): workers train apart and average pseudo-gradients; no tensor
-    sum per step, so ``sync.compress=topk`` does not apply to them."""
+    sum per step (what ``local_sgd.compress`` sparsifies is the pseudo-gradient, summed by ``sync.scheme``)."""
 
     POST_LOCAL_SGD = "post_local_sgd"
     DILOCO = "diloco"
@@ -45,9 +60,16 @@ class MethodName(enum.StrEnum):
 METHODS: tuple[str, ...] = tuple(m.value for m in MethodName)
 """The local SGD methods' names, in the enum's order (``zen_analysis.local_sgd.METHODS`` is this tuple)."""
 
-SYNC_SCHEMES: tuple[str, ...] = tuple(n.value for n in (*SchemeName, *PlannerName, *MethodName))
-"""Every ``sync.scheme`` (checked here, before any rank starts; a test keeps it equal to the registries in
-``train.registry``, ``comm.schemes`` and ``local_sgd``)."""
+SYNC_METHODS: tuple[str, ...] = tuple(n.value for n in (*StepMethod, *MethodName))
+"""Every ``sync.method`` (checked here, before any rank starts; a test keeps it equal to ``train.registry``'s and
+``local_sgd``'s)."""
+
+SYNC_SCHEMES: tuple[str, ...] = tuple(n.value for n in (*SchemeName, *PlannerName))
+"""Every ``sync.scheme``: the seven schemes and ``auto`` (a test keeps it equal to ``comm.schemes``' registry)."""
+
+COMPRESS: tuple[str, ...] = (StepMethod.DENSE.value, StepMethod.NATURAL.value, StepMethod.TOPK.value)
+"""``local_sgd.compress``: the pseudo-gradient sent ``dense`` (a dense all-reduce), ``natural`` (what no worker
+changed is not sent) or ``topk`` (with error feedback): the per-step methods' words, one vocabulary."""
 
 
 AUTO = "auto"

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from zen_analysis.config.capture import LEGACY_FIELDS as CAPTURE_LEGACY_FIELDS
 from zen_analysis.config.capture import CaptureConfig
+from zen_analysis.config.legacy import upgrade, upgrade_overrides
 from zen_analysis.config.sync import LEGACY_FIELDS as SYNC_LEGACY_FIELDS
 from zen_analysis.config.sync import SyncConfig
 
@@ -33,13 +34,17 @@ def to_json(cfg: Any) -> str:
     return json.dumps(dataclasses.asdict(cfg), indent=2, sort_keys=True)
 
 
-def from_json(cls: type[C], text: str) -> C:
-    return from_dict(cls, json.loads(text))
+def from_json(cls: type[C], text: str, source: str = "") -> C:
+    return from_dict(cls, json.loads(text), source=source)
 
 
-def from_dict(cls: type[C], d: Any, prefix: str = "") -> C:
+def from_dict(cls: type[C], d: Any, prefix: str = "", source: str = "") -> C:
     """Build ``cls`` from JSON-like ``d``, checking every value's type against the field's annotation (a config
-    file saying ``"num_steps": "ten"`` is an error naming ``train.num_steps``, not a TypeError later)."""
+    file saying ``"num_steps": "ten"`` is an error naming ``train.num_steps``, not a TypeError later). A whole
+    config in the earlier key format is mapped first (:func:`~zen_analysis.config.legacy.upgrade`, with a notice
+    naming ``source``)."""
+    if not prefix:
+        d = upgrade(d, source)
     if not isinstance(d, dict):
         raise ValueError(
             f"{prefix.rstrip('.') or 'the config'}: expected an object of {cls.__name__} fields, got {d!r}"
@@ -170,6 +175,9 @@ def apply_overrides(cfg: C, overrides: list[str] | tuple[str, ...]) -> C:
     Tuples take comma-separated values (``capture.topk_tensors=*q_proj.weight,lm_head.weight``).
     """
     d = dataclasses.asdict(cfg)
+    sync = getattr(cfg, "sync", None)
+    if sync is not None:
+        overrides = upgrade_overrides(overrides, sync.method)
     for item in overrides:
         key, text = split_set(item)
         parts = key.split(".")

@@ -1,37 +1,39 @@
-"""``sync``: how gradients are synchronised (``zen_analysis.train.registry.build_sync`` turns it into the loop's
-sync object)."""
+"""``sync``: how gradients are synchronised: the method (``sync.method``) and the communication scheme that sums
+its sparse part (``sync.scheme``); ``zen_analysis.train.registry.build_sync`` turns them into the loop's sync
+object."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from zen_analysis.config.names import AUTO, SYNC_SCHEMES, MethodName, Switch
+from zen_analysis.config.names import AUTO, SYNC_METHODS, SYNC_SCHEMES, StepMethod, Switch
 
 WIRE_DTYPES = ("model", "bfloat16", "float16")
 """``sync.wire_dtype``'s values: the gradients' own dtype, or a 2-byte float they are summed in."""
 
-NOT_SUMMING = tuple(MethodName)
-"""Schemes ``sync.compress=topk`` cannot go in front of: the local SGD methods (no per-step sum of gradients)."""
 
-
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class SyncConfig:
+    method: str = "dense"
+    """How the run trains and what it sums: ``dense`` (every gradient in one dense all-reduce per bucket, DDP's),
+    ``natural`` (the input embedding's naturally sparse gradient summed by ``scheme``, the rest dense), ``topk``
+    (DGC top-k with error feedback on every gradient bucket, summed by ``scheme``), or a local SGD method
+    (``post_local_sgd``, ``diloco``, ``edit``, ``a_edit``: workers train apart and average pseudo-gradients, set up
+    by the ``local_sgd`` section; ``local_sgd.compress`` says what of them is sent). The names: ``config.names``."""
     scheme: str = "allreduce"
-    """Gradient synchronization plugged into the training loop: ``allreduce`` (dense) or a sparse scheme for
-    the input embedding's gradient (``zen``, ``bp_coo``, ``agsparse``, ``sparcml``, ``omnireduce``,
-    ``sparse_ps``; see ``zen_analysis.sync``), or ``auto``: the planner picks among all of them (dense
-    all-reduce included) from live statistics every ``planner_every`` steps (``zen_analysis.comm.planner``). A
-    local SGD method (``post_local_sgd``, ``diloco``, ``edit``, ``a_edit``) is set up by the ``local_sgd`` section.
-    The names: ``config.names``."""
+    """The communication scheme summing what ``method`` sends sparse: ``allreduce`` (dense), ``zen``, ``bp_coo``,
+    ``agsparse``, ``sparcml``, ``omnireduce``, ``sparse_ps`` (``zen_analysis.comm.schemes``), or ``auto``: the
+    planner picks among all of them (dense all-reduce included) from live statistics every ``planner_every`` steps
+    (``zen_analysis.comm.planner``). Where nothing is sparse (``method=dense``, local SGD with
+    ``local_sgd.compress=dense``) it is ``allreduce``; ``natural`` needs a sparse scheme or ``auto``. Checked where
+    a run starts, so a config edited in code (``cfg.sync.scheme = "zen"`` with ``method`` left ``dense``) is an
+    error, not a silently dense run."""
     bucket_mb: float = 25.0
     """Dense gradients are flattened into buckets of about this size per collective."""
     hash_seed: int = 0
     """Seed of Zen's h0 for ``zen`` / ``bp_coo`` (rank 0's value is broadcast at start-up)."""
-    compress: str = "none"
-    """``none`` (natural sparsity: only the embedding is sparse) or ``topk``: DGC top-k with error feedback on
-    every gradient bucket, then the scheme (compression sparsity, ``zen_analysis.sync.ddp``)."""
     topk_ratio: float = 0.05
-    """With ``compress=topk``: the fraction of each bucket's elements kept."""
+    """With ``method=topk``: the fraction of each bucket's elements kept."""
     planner_topology: str = "auto"
     """``scheme=auto``: what the planner prices the candidates on: ``auto`` (this machine calibrated at the run's rank
     count, ``local-<n>``, or the lab's ``netlab-<B>`` when ``dist.network=netlab``; calibrated by the launcher on
@@ -55,7 +57,7 @@ class SyncConfig:
     overlap: Switch = False
     """Start summing each gradient bucket while backward still runs (DDP's overlap): as soon as backward has produced
     every gradient of a bucket (``bucket_mb``; DDP's reverse registration order), its dense all-reduce is launched
-    asynchronously, or with ``compress=topk`` a worker thread compresses and sums it over a process group of its own;
+    asynchronously, or with ``method=topk`` a worker thread compresses and sums it over a process group of its own;
     the loop waits for what is left after backward (the natural path sums the embedding meanwhile). The same buckets
     in the same order as without it: the same numbers, bit for bit. Not on capture steps (the capture edits gradients
     after backward). Pays where a sum waits on the network while a core is free for backward. Not with a local SGD
@@ -82,10 +84,21 @@ class SyncConfig:
             raise ValueError("sync.planner_hysteresis must be in [0, 1)")
         if self.zen_cache_mb <= 0:
             raise ValueError("sync.zen_cache_mb must be positive")
+        if self.method not in SYNC_METHODS:
+            raise ValueError(f"sync.method={self.method!r} is unknown; choose one of {SYNC_METHODS}")
         if self.scheme not in SYNC_SCHEMES:
-            raise ValueError(f"sync.scheme={self.scheme!r} is unknown; choose one of {SYNC_SCHEMES}")
-        if self.compress == "topk" and self.scheme in NOT_SUMMING:
-            raise ValueError(f"sync.compress=topk needs a scheme that sums tensors, not {self.scheme!r}")
+            hint = f" ({self.scheme} is a method: sync.method={self.scheme})" if self.scheme in SYNC_METHODS else ""
+            raise ValueError(f"sync.scheme={self.scheme!r} is unknown{hint}; choose one of {SYNC_SCHEMES}")
+        if self.method == StepMethod.DENSE and self.scheme != "allreduce":
+            raise ValueError(
+                f"sync.method=dense sums every gradient with a dense all-reduce, so sync.scheme={self.scheme!r} "
+                "has nothing to sum: set sync.method=natural (the embedding's sparse gradient) or topk"
+            )
+        if self.method == StepMethod.NATURAL and self.scheme == "allreduce":
+            raise ValueError(
+                "sync.method=natural sums the embedding's sparse gradient with a sparse scheme: set sync.scheme "
+                f"to one of {SYNC_SCHEMES[1:]}, or sync.method=dense for a dense all-reduce"
+            )
         if self.granularity not in ("rows", "elements"):
             raise ValueError(f"sync.granularity must be 'rows' or 'elements', got {self.granularity!r}")
         if self.row_source not in ("ids", "scan"):
@@ -99,8 +112,6 @@ class SyncConfig:
             )
         if self.bucket_mb <= 0:
             raise ValueError("sync.bucket_mb must be positive")
-        if self.compress not in ("none", "topk"):
-            raise ValueError(f"sync.compress must be 'none' or 'topk', got {self.compress!r}")
         if not 0 < self.topk_ratio <= 1:
             raise ValueError("sync.topk_ratio must be in (0, 1]")
 

@@ -29,7 +29,8 @@ TOPK_SCHEMES = ("zen", "agsparse", "omnireduce", "sparcml")
 """Top-k's schemes (the paper's Fig. 13 baselines, with AGsparse, DDP's own sparse sum)."""
 DEFAULTS = " (recipe defaults)"
 """The suffix of the natural part's variants that set the scheme and nothing else: what ``zen-analysis train
-<workload> --set sync.scheme=<scheme>`` runs (the recipe's ``auto`` switches, AdamW's dense step)."""
+<workload> --set sync.method=natural --set sync.scheme=<scheme>`` runs (the recipe's ``auto`` switches, AdamW's
+dense step)."""
 REFERENCE = "allreduce-adamw"
 """``bench train``'s reference variant: dense all-reduce with the plain step (AdamW over every embedding row, a
 dense embedding gradient), what the toolkit's loop did before the lazy row update."""
@@ -92,6 +93,11 @@ class TrainBenchSettings:
     def options(self) -> dict:
         """The settings as the tables are stamped with them (``reference`` written ``true`` / ``false``)."""
         return {k: ("true" if v else "false") if isinstance(v, bool) else v for k, v in asdict(self).items()}
+
+
+def per_step(scheme: str) -> dict[str, str]:
+    """The overrides of a natural-sparsity variant summed by ``scheme`` (``allreduce``: the dense method)."""
+    return {"sync.method": "dense" if scheme == "allreduce" else "natural", "sync.scheme": scheme}
 
 
 def bench_train(overrides: list[str] | tuple[str, ...] = ()) -> dict:
@@ -209,20 +215,16 @@ def _natural_variants(opts: TrainBenchSettings, ranks: int, workers: int) -> dic
     }
     wide = ranks > 8 or workers != opts.workers_per_rank
     schemes = [s for s in opts.schemes if not wide or s in opts.wide_schemes]
-    variants = {s: {"sync.scheme": s, **common} for s in schemes}
+    variants = {s: {**per_step(s), **common} for s in schemes}
     variants.update(
-        {
-            f"{s}+bf16": {"sync.scheme": s, "sync.wire_dtype": "bfloat16", **common}
-            for s in opts.bf16_schemes
-            if not wide
-        }
+        {f"{s}+bf16": {**per_step(s), "sync.wire_dtype": "bfloat16", **common} for s in opts.bf16_schemes if not wide}
     )
-    if not wide and ranks in opts.default_ranks:  # what `train <workload> --set sync.scheme=s` runs
-        variants.update({f"{s}{DEFAULTS}": {"sync.scheme": s} for s in opts.default_schemes})
+    if not wide and ranks in opts.default_ranks:  # what `train <workload>` with that method and scheme runs
+        variants.update({f"{s}{DEFAULTS}": per_step(s) for s in opts.default_schemes})
     if opts.reference:  # the toolkit's plain step: AdamW over every row, a dense gradient
         variants[REFERENCE] = {
             **common,
-            "sync.scheme": "allreduce",
+            **per_step("allreduce"),
             "train.embedding_update": "dense",
             "model.sparse_embedding": "false",
         }
@@ -288,11 +290,11 @@ def _train_topk(opts: TrainBenchSettings):
     base.train.min_lr_ratio = 1.0  # constant after warm-up: a longer run follows the dense run's schedule
     longer = math.ceil(opts.topk_steps * opts.topk_extra)
     common = {"sync.overlap": opts.overlap, "sync.bucket_mb": opts.bucket_mb}
-    variants = {"allreduce": {"sync.scheme": "allreduce", **common}}
+    variants = {"allreduce": {**per_step("allreduce"), **common}}
     for s in opts.topk_schemes:
         variants[f"topk+{s}"] = {
+            "sync.method": "topk",
             "sync.scheme": s,
-            "sync.compress": "topk",
             "sync.topk_ratio": opts.topk_ratio,
             "train.num_steps": longer,
             **common,
@@ -351,9 +353,9 @@ def _train_overlap(opts: TrainBenchSettings):
     base.dist.num_ranks = opts.overlap_ranks
     base.train.workers_per_rank = opts.workers_per_rank
     kinds = {
-        "allreduce": {"sync.scheme": "allreduce"},
-        "zen": {"sync.scheme": "zen"},
-        "topk+zen": {"sync.scheme": "zen", "sync.compress": "topk", "sync.topk_ratio": opts.topk_ratio},
+        "allreduce": per_step("allreduce"),
+        "zen": per_step("zen"),
+        "topk+zen": {"sync.method": "topk", "sync.scheme": "zen", "sync.topk_ratio": opts.topk_ratio},
     }
     variants = {
         f"{name}{'+overlap' * (ov == 'true')}": {

@@ -45,11 +45,11 @@ from zen_analysis.wire.exchange import Exchange
 from zen_analysis.zen.sparse_allreduce import NodeGroups, zen_sum, zen_sum_hierarchical
 
 TRAINING_VARIANTS = {
-    "dense": {"sync.scheme": "allreduce"},
-    "zen": {"sync.scheme": "zen"},
-    "agsparse": {"sync.scheme": "agsparse"},
-    "top-k + zen": {"sync.scheme": "zen", "sync.compress": "topk"},
-    "top-k + agsparse": {"sync.scheme": "agsparse", "sync.compress": "topk"},
+    "dense": {"sync.method": "dense"},
+    "zen": {"sync.method": "natural", "sync.scheme": "zen"},
+    "agsparse": {"sync.method": "natural", "sync.scheme": "agsparse"},
+    "top-k + zen": {"sync.method": "topk", "sync.scheme": "zen"},
+    "top-k + agsparse": {"sync.method": "topk", "sync.scheme": "agsparse"},
 }
 """What :func:`training_sweep` trains by default: name -> config overrides."""
 
@@ -164,7 +164,7 @@ def training_sweep(
                     "bandwidth_gbps": gbps,
                     "variant": name,
                     "scheme": cfg.sync.scheme,
-                    "compress": cfg.sync.compress,
+                    "compress": "topk" if cfg.sync.method == "topk" else "none",  # the table's column, as before
                     "ranks": cfg.dist.num_ranks,
                     "workers_per_rank": cfg.train.workers_per_rank,
                     "step_s": step_s,

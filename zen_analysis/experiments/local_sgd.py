@@ -13,12 +13,13 @@ from zen_analysis.train.perturb import spike_step
 
 
 def method_run(base, method: str, *, tag: str = "", progress: bool = False, **settings) -> dict:
-    """Train ``base`` with ``sync.scheme = method`` and dotted ``settings`` (``local_sgd.interval=4``,
-    ``perturb.straggler=consistent``); returns the run summary plus ``metrics`` (rank 0's per-step rows)."""
+    """Train ``base`` with ``sync.method = method`` (``dense`` for synchronous DDP) and dotted ``settings``
+    (``local_sgd.interval=4``, ``perturb.straggler=consistent``); returns the run summary plus ``metrics`` (rank
+    0's per-step rows)."""
 
     cfg = copy.deepcopy(base)
     cfg.run_id = f"{base.name}-{method}{'-' + tag if tag else ''}"
-    cfg.sync.scheme = method
+    cfg.sync.method = method
     cfg.capture.enabled = False
     cfg = apply_overrides(cfg, [f"{k}={v}" for k, v in settings.items()])
     result = launch(
@@ -116,7 +117,7 @@ def compare_methods(
             interval = int(extra.get("local_sgd.interval", 8))
             extra.setdefault("local_sgd.sync_time_s", round(interval * (t_step or 0.5), 3))
             extra["train.eval_every"] = 0
-        s = method_run(base, "allreduce" if method == "sync" else method, tag=method, progress=progress, **extra)
+        s = method_run(base, "dense" if method == "sync" else method, tag=method, progress=progress, **extra)
         if method == "sync":
             t_step = float(s["metrics"]["step_s"].median())
         m = s["metrics"].assign(method=method)
@@ -233,7 +234,7 @@ def corrupted_steps(base, spikes: dict) -> list[int]:
 
 
 def slow_network_check(
-    base, *, bandwidth_gbps: float = 0.5, methods=("allreduce", "edit", "a_edit"), progress: bool = False, **settings
+    base, *, bandwidth_gbps: float = 0.5, methods=("dense", "edit", "a_edit"), progress: bool = False, **settings
 ) -> pd.DataFrame:
     """The ``perturb.bandwidth_gbps`` emulation (each all-reduce of the sync sleeps ring bytes / bandwidth on top of
     the real loopback one) against the emulated network (``dist.network=netlab``: the ranks really behind links
@@ -241,7 +242,7 @@ def slow_network_check(
     ``settings`` apply to every run; A-EDiT's sync time is EDiT's interval x the synchronous loopback run's median
     step time (measured first, with no slow link)."""
     interval = int(settings.get("local_sgd.interval", 8))
-    fast = method_run(base, "allreduce", tag="net-loopback", progress=progress, **settings)
+    fast = method_run(base, "dense", tag="net-loopback", progress=progress, **settings)
     t_sync = round(interval * float(fast["metrics"]["step_s"].median()), 3)
     rows = []
     for method in methods:

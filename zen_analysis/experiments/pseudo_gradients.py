@@ -50,16 +50,16 @@ def outer_sync_row(summary: dict, tokens_per_step: int) -> dict:
 
 
 PSEUDO_VARIANTS = {
-    "ddp": ("allreduce", {}),
+    "ddp": ("dense", {}),
     "edit": ("edit", {}),
     "diloco": ("diloco", {}),
     **{
-        f"{method}+topk+{scheme}": (method, {"local_sgd.compress": "topk", "local_sgd.scheme": scheme})
+        f"{method}+topk+{scheme}": (method, {"local_sgd.compress": "topk", "sync.scheme": scheme})
         for method in ("edit", "diloco")
         for scheme in ("zen", "agsparse", "omnireduce")
     },
 }
-"""The slow-link comparison of sparse pseudo-gradients (label -> (``sync.scheme``, settings)): synchronous DDP,
+"""The slow-link comparison of sparse pseudo-gradients (label -> (``sync.method``, settings)): synchronous DDP,
 dense EDiT and DiLoCo, and both with top-k pseudo-gradients summed by Zen, AGsparse and OmniReduce."""
 
 
@@ -189,7 +189,7 @@ def pseudo_gradient_claims(
     be large), then characterized. The claims table (:func:`zen_analysis.sparsity.report.claims_table`) with a
     ``signal`` column (gradient / pseudo-gradient); ``attrs["tables"]``: the characterization tables,
     ``attrs["run_id"]``, ``attrs["summary"]``: the run's summary."""
-    local = {"local_sgd.compress": "topk", "local_sgd.scheme": "zen", **settings}
+    local = {"local_sgd.compress": "topk", "sync.scheme": "zen", **settings}
     interval = int(local.get("local_sgd.interval", 8))
     local.setdefault("capture.every", interval)
     s = method_run(

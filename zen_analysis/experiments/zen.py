@@ -24,10 +24,10 @@ from zen_analysis.sparsity.workloads import workload_labels
 from zen_analysis.zen.hashing import hash_owner
 
 VARIANTS = {
-    "allreduce": {"scheme": "allreduce"},
-    "zen": {"scheme": "zen"},
-    "topk-agsparse": {"scheme": "agsparse", "compress": "topk"},
-    "topk-zen": {"scheme": "zen", "compress": "topk"},
+    "allreduce": {"method": "dense", "scheme": "allreduce"},
+    "zen": {"method": "natural", "scheme": "zen"},
+    "topk-agsparse": {"method": "topk", "scheme": "agsparse"},
+    "topk-zen": {"method": "topk", "scheme": "zen"},
 }
 """Fig. 18's four trainings: name -> ``sync`` settings."""
 

@@ -63,7 +63,8 @@ EXAMPLES = {
     "train": "zen-analysis train smoke\n"
     "  zen-analysis train smoke --run-id long --set train.checkpoint_every=20\n"
     "  zen-analysis train smoke --run-id long --set train.checkpoint_every=20 --resume\n"
-    "  zen-analysis train default --set dist.num_ranks=4 --set sync.scheme=zen --run-id my-zen",
+    "  zen-analysis train default --set dist.num_ranks=4 --set sync.method=natural --set sync.scheme=zen "
+    "--run-id my-zen",
     "prepare": "zen-analysis prepare default --run-id my-run --set dist.num_ranks=16",
     "runs": "zen-analysis runs\n  zen-analysis runs --delete smoke-20261201-101500\n  zen-analysis runs --prune",
     "traces": "zen-analysis traces reproduce-default",

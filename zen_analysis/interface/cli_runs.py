@@ -33,7 +33,7 @@ def config_file(path: Path) -> ExperimentConfig:
     except OSError as exc:
         raise ValueError(f"config file {path} cannot be read: {exc.strerror}") from None
     try:
-        return ExperimentConfig.from_json(text)
+        return ExperimentConfig.from_json(text, source=str(path))
     except json.JSONDecodeError as exc:
         raise ValueError(f"config file {path} is not valid JSON: {exc}") from None
     except ValueError as exc:

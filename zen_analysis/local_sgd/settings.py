@@ -66,7 +66,7 @@ class LocalSGDConfig:
         if self.compress not in COMPRESSIONS:
             raise ValueError(f"local_sgd.compress must be one of {COMPRESSIONS}, got {self.compress!r}")
         if self.scheme not in (*SCHEMES, "auto"):
-            raise ValueError(f"local_sgd.scheme must be one of {sorted(SCHEMES)} or auto, got {self.scheme!r}")
+            raise ValueError(f"sync.scheme must be one of {sorted(SCHEMES)} or auto, got {self.scheme!r}")
         if not 0 < self.topk_ratio <= 1:
             raise ValueError(f"local_sgd.topk_ratio must be in (0, 1], got {self.topk_ratio}")
 

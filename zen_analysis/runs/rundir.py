@@ -176,7 +176,7 @@ def _check_resumable(cfg: ExperimentConfig, run_dir: Path) -> tuple[int, Path]:
     what = f"run {cfg.run_id}'s config file"
     stored_json = read_json(stored_path, what, write_back)
     try:
-        stored = ExperimentConfig.from_dict(stored_json).to_dict()
+        stored = ExperimentConfig.from_dict(stored_json, source=str(stored_path)).to_dict()
     except ValueError as exc:
         raise ValueError(f"{what} {stored_path}: {exc}; correct that field, or {write_back}") from None
     wanted = cfg.to_dict()

@@ -1,6 +1,6 @@
 """Compression sparsity (DGC top-k with error feedback per parameter) summed by a sparse scheme: the state and the
 per-bucket step shared by the DDP hook (:func:`zen_analysis.sync.ddp.comm_hook`) and the toolkit's loop
-(:class:`CompressedSync`, ``sync.compress=topk``).
+(:class:`CompressedSync`, ``sync.method=topk``).
 
 Zen adds no loss beyond the sparsifier: for the same masks the result equals AGsparse's and a dense all-reduce of
 the sparsified tensors (tested)."""

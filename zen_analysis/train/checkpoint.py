@@ -52,7 +52,7 @@ DIR = "checkpoints"
 
 def unsupported(cfg: ExperimentConfig) -> str | None:
     """Why ``cfg`` cannot be checkpointed and resumed yet (None: it can)."""
-    if cfg.sync.scheme == "a_edit" or (cfg.sync.scheme in METHODS and cfg.local_sgd.sync_time_s > 0):
+    if cfg.sync.method == "a_edit" or (cfg.sync.method in METHODS and cfg.local_sgd.sync_time_s > 0):
         return "A-EDiT's syncs follow the wall clock, which a resumed run cannot replay"
     return None
 

@@ -1,5 +1,6 @@
-"""The one place a configured name becomes a synchronization: ``sync.scheme`` (a communication scheme of
-:data:`zen_analysis.comm.SCHEMES`, ``auto`` for Zen's planner, or a local-SGD method) and ``sync.compress``."""
+"""The one place a configured name becomes a synchronization: ``sync.method`` (dense, natural, top-k, or a local SGD
+method) and ``sync.scheme`` (a communication scheme of :data:`zen_analysis.comm.SCHEMES`, or ``auto`` for Zen's
+planner), which sums what the method sends sparse."""
 
 from __future__ import annotations
 
@@ -21,19 +22,20 @@ SPARSE_SCHEMES = tuple(name for name in SCHEMES if name not in SYNCS)
 
 
 def build_sync(cfg: SyncConfig, local_sgd=None, *, network: dict | None = None) -> GradSync:
-    """The synchronization named by ``cfg.scheme``: ``allreduce`` (dense) or a sparse scheme for the embedding;
-    with ``cfg.compress == "topk"``, every gradient bucket top-k sparsified and summed by the scheme. ``network``
-    (``network``, ``bandwidth_gbps``, ``ranks_per_node`` of the ``dist`` section): where ``auto``'s planner runs."""
+    """The synchronization ``cfg.method`` names, its sparse part summed by ``cfg.scheme``: ``dense`` (every gradient
+    dense), ``natural`` (the embedding's sparse gradient by the scheme), ``topk`` (every gradient bucket top-k
+    sparsified, summed by the scheme) or a local SGD method (``local_sgd``: its section). ``network`` (``network``,
+    ``bandwidth_gbps``, ``ranks_per_node`` of the ``dist`` section): where ``auto``'s planner runs."""
     set_cache_limit(int(cfg.zen_cache_mb * 2**20))
     wire = None if cfg.wire_dtype == "model" else getattr(torch, cfg.wire_dtype)
-    if cfg.scheme in METHODS:
+    planner = _planner(cfg, network) if cfg.scheme == "auto" else None
+    if cfg.method in METHODS:
         section = local_sgd or LocalSGDSection()
-        config = method_config(cfg.scheme, seed=cfg.hash_seed, **section.overrides())
-        auto = config.compress != "none" and config.scheme == "auto"
-        return LocalSGD(config, name=cfg.scheme, planner=_planner(cfg, network) if auto else None)
-    if cfg.compress == "topk":
-        if cfg.scheme not in (*SYNCS, *SPARSE_SCHEMES, "auto"):
-            raise ValueError(f"sync.scheme={cfg.scheme!r} is unknown; available: {sorted([*SYNCS, *SPARSE_SCHEMES])}")
+        config = method_config(cfg.method, seed=cfg.hash_seed, **section.overrides(cfg.scheme))
+        return LocalSGD(config, name=cfg.method, planner=planner if config.compress != "none" else None)
+    if cfg.scheme not in (*SYNCS, *SPARSE_SCHEMES, "auto"):
+        raise ValueError(f"sync.scheme={cfg.scheme!r} is unknown; available: {sorted([*SYNCS, *SPARSE_SCHEMES])}")
+    if cfg.method == "topk":
         return CompressedSync(
             cfg.scheme,
             ratio=cfg.topk_ratio,
@@ -41,35 +43,23 @@ def build_sync(cfg: SyncConfig, local_sgd=None, *, network: dict | None = None) 
             seed=cfg.hash_seed,
             overlap=cfg.overlap,
             wire_dtype=wire,
-            planner=_planner(cfg, network) if cfg.scheme == "auto" else None,
+            planner=planner,
         )
-    if cfg.scheme in SYNCS:
+    if cfg.method == "dense":
         return SYNCS[cfg.scheme](bucket_mb=cfg.bucket_mb, overlap=cfg.overlap, wire_dtype=wire)
-    if cfg.scheme == "auto":
-        return SparseSync(
-            "auto",
-            bucket_mb=cfg.bucket_mb,
-            planner=_planner(cfg, network),
-            seed=cfg.hash_seed,
-            granularity=cfg.granularity,
-            row_source=cfg.row_source,
-            overlap=cfg.overlap,
-            wire_dtype=wire,
-        )
-    if cfg.scheme in SPARSE_SCHEMES:
+    if cfg.method == "natural":
         return SparseSync(
             cfg.scheme,
             bucket_mb=cfg.bucket_mb,
-            gpus_per_node=cfg.gpus_per_node,
+            planner=planner,
+            gpus_per_node=0 if planner else cfg.gpus_per_node,
             seed=cfg.hash_seed,
             granularity=cfg.granularity,
             row_source=cfg.row_source,
             overlap=cfg.overlap,
             wire_dtype=wire,
         )
-    raise ValueError(
-        f"sync.scheme={cfg.scheme!r} is unknown; available: {sorted([*SYNCS, *SPARSE_SCHEMES, 'auto', *METHODS])}"
-    )
+    raise ValueError(f"sync.method={cfg.method!r} is unknown; available: {['dense', 'natural', 'topk', *METHODS]}")
 
 
 def _planner(cfg: SyncConfig, network: dict | None):

@@ -5,7 +5,7 @@
   reference); :mod:`~zen_analysis.zen.native` — its compiled CPU kernel (built on first use, ctypes);
 * :mod:`~zen_analysis.zen.bitmap` — the hash bitmap: static hash sets S_p, lossless pull encoding;
 * :mod:`~zen_analysis.zen.sparse_allreduce` — ``zen_sum``, push + aggregate + pull on any process group (the ``zen``
-  scheme of :mod:`zen_analysis.comm` and ``sync.scheme=zen`` in training run it).
+  scheme of :mod:`zen_analysis.comm` and ``sync.scheme=zen`` in training runs it).
 
 The planner, choosing per tensor among Balanced Parallelism, every other scheme and dense all-reduce, sits beside
 the schemes it chooses among: :mod:`zen_analysis.comm.planner`.
