@@ -32,20 +32,17 @@ import torch
 from torch import nn
 
 from zen_analysis.capture.pseudo import PseudoGradientCapture
+from zen_analysis.local_sgd.cadence import Cadence
 from zen_analysis.local_sgd.collective import Collective, Done, TorchCollective
-from zen_analysis.local_sgd.penalty import (
-    ANOMALY_PENALTY,
-    EWMADetector,
-    clip_coefficient,
-    softmax_weights,
-)
+from zen_analysis.local_sgd.outer_step import group_norm, log_row, outer_update, sync_units, worker_weight
+from zen_analysis.local_sgd.penalty import EWMADetector, clip_coefficient
 from zen_analysis.local_sgd.settings import LocalSGDConfig
 from zen_analysis.local_sgd.sparse import PseudoGradientTopK, SparseSum
 from zen_analysis.sync.base import DenseAllReduce, GradSync
 from zen_analysis.wire.exchange import ring_volume
 
 
-class LocalSGD(GradSync):
+class LocalSGD(Cadence, GradSync):
     """The loop's ``sync`` object for local SGD methods (see the module docstring)."""
 
     def __init__(
@@ -129,7 +126,7 @@ class LocalSGD(GradSync):
             self._dense = None
         embed = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
         self._embedding = getattr(embed, "weight", None)
-        self._units = _units(model)
+        self._units = sync_units(model)
         for key, module, _ in self._units:
             if self.config.layerwise and self.config.granularity != "global" and module is not model:
                 module.register_forward_pre_hook(self._hook(key))
@@ -157,54 +154,6 @@ class LocalSGD(GradSync):
                 self._sync_unit("root")
 
         return pre_forward
-
-    # ---- cadence
-    def due(self, step: int) -> bool:
-        """Step-based rule: t >= warm-up and (t - warm-up) mod interval == 0."""
-        c = self.config
-        return step >= c.warmup_steps and (step - c.warmup_steps) % c.interval == 0
-
-    def _decide(self, now: float | None = None) -> bool:
-        """Whether this step syncs (called once per step, at its first training forward)."""
-        c = self.config
-        if c.sync_time_s <= 0:
-            return self.due(self.step)
-        if self.step < c.warmup_steps:
-            return False
-        now_given = now
-        now = time.time() if now is None else now
-        if self._last_sync_time is None:  # first local step: the anchor, with everyone
-            self._last_sync_time = now
-            self._total_at_sync = self._total_steps()
-            return True
-        if now - self._last_sync_time < c.sync_time_s:
-            return False
-        total = self._total_steps()  # the rendezvous: a fast worker waits here for the others' clocks
-        self._last_sync_time = time.time() if now_given is None else now  # after the wait, or it fires early
-        if total - self._total_at_sync < c.min_total_steps:
-            return False
-        self._total_at_sync = total
-        if self.step_budget and total >= self.step_budget:
-            self._stop = True
-        return True
-
-    def _total_steps(self) -> int:
-        t = torch.tensor([float(self.step)], dtype=torch.float64, device=getattr(self.collective, "device", "cpu"))
-        self._timed(self.collective.all_reduce_sum, t)
-        return int(t.item())
-
-    def should_stop(self) -> bool:
-        """A-EDiT: the last sync saw the step budget reached (every worker stops after this step)."""
-        return self._stop
-
-    def max_local_steps(self, num_steps: int) -> int:
-        """How many steps a worker may run: ``num_steps``, or for A-EDiT no local limit — the budget is
-        ``num_steps`` x workers in total, and only a sync (where every worker is) may stop the run: a worker
-        leaving on a count of its own would leave the others waiting in a collective."""
-        if self.config.sync_time_s <= 0:
-            return num_steps
-        self.step_budget = num_steps * self.collective.world
-        return 2**62
 
     def synchronize(self, model: nn.Module) -> None:
         """After a step's backward: dense gradient all-reduce during warm-up, nothing afterwards."""
@@ -341,41 +290,12 @@ class LocalSGD(GradSync):
         capture = self.pseudo_capture
         if capture is not None and capture.wants("pseudo"):  # before the penalty and any selection
             capture.record("pseudo", step=self.step, group=key, flat_N=torch.cat([d.reshape(-1) for d in delta]))
-        g = float(torch.sqrt(sum((d.double().square().sum() for d in delta), torch.zeros((), dtype=torch.float64))))
-        z, anomalous, g_eff = 0.0, False, g
-        if c.anomaly:
-            det = self._detectors.setdefault(
-                key, EWMADetector(alpha=c.ewma_alpha, warmup=c.ewma_warmup, threshold=c.ewma_threshold)
-            )
-            z = det.z_score(g)
-            if det.is_outlier(g):
-                anomalous, g_eff = True, g + ANOMALY_PENALTY
-                delta = [torch.zeros_like(d) for d in delta]
-            else:
-                det.update(g)
-        if c.weighting:
-            norms = coll.all_gather_scalars(g_eff)
-            w = float(softmax_weights(norms, c.temperature)[coll.rank])
-        else:
-            w = 1.0 / coll.world
-        if c.step_weight > 0:  # A-EDiT: workers that did more steps count more
-            counts = coll.all_gather_scalars(float(self.step))
-            w = (1 - c.step_weight) * w + c.step_weight * float(counts[coll.rank] / counts.sum().clamp(min=1))
+        g = group_norm(delta)
+        z, anomalous, w = worker_weight(c, coll, self._detectors, key, g, self.step)
+        if anomalous:
+            delta = [torch.zeros_like(d) for d in delta]
         flat = torch.cat([d.reshape(-1) for d in delta])
-        row = {
-            "step": self.step,
-            "group": key,
-            "norm": g,
-            "z": z,
-            "anomalous": anomalous,
-            "weight": w,
-            "numel": flat.numel(),
-            "density": float(torch.count_nonzero(flat)) / max(flat.numel(), 1),
-            "embedding": any(p is self._embedding for p in params),
-        }
-        for p, d in zip(params, delta):  # the embedding's own share, where it shares a group with other parameters
-            if p is self._embedding:
-                row.update(embedding_numel=d.numel(), embedding_density=float(torch.count_nonzero(d)) / d.numel())
+        row = log_row(self.step, key, params, delta, flat, self._embedding, g=g, z=z, anomalous=anomalous, w=w)
         if c.compress != "none":  # summed now by a sparse scheme (its run blocks): the selection, or all of it
             if self.topk is not None:
                 flat, kept = self.topk.select(key, flat, worker=coll.rank, round=self.step, skip=anomalous)
@@ -443,15 +363,7 @@ class LocalSGD(GradSync):
             and coll.all_gather_scalars(float(state["row"]["anomalous"])).min() > 0
         )
         if not skipped:
-            mom = self._momentum[key]
-            flat_u = flat.clone() if mom is None else mom[0].mul_(c.outer_momentum).add_(flat)
-            self._momentum[key] = [flat_u]
-            update = flat + c.outer_momentum * flat_u if c.nesterov else flat_u
-            offset = 0
-            for a in anchor:
-                n = a.numel()
-                a.sub_(c.outer_lr * update[offset : offset + n].view_as(a))
-                offset += n
+            self._momentum[key] = outer_update(c, anchor, self._momentum[key], flat)
         for a, p in zip(anchor, params):
             p.copy_(a.to(p.dtype))
         row = {**state["row"], "clip_coef": coef, "avg_norm": norm, "skipped": skipped}
@@ -485,18 +397,3 @@ class LocalSGD(GradSync):
     def decisions(self) -> dict:
         """``scheme=auto``: the planner's choice per sync group (the run summary's ``planner`` entry)."""
         return getattr(self.planner, "decisions", {}) if self.planner is not None else {}
-
-
-def _units(model: nn.Module) -> list[tuple[str, nn.Module, list[tuple[str, nn.Parameter]]]]:
-    """("root", model, params outside the blocks) first, then one unit per block of the largest ModuleList."""
-    lists = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.ModuleList)]
-    blocks: list[tuple[str, nn.Module]] = []
-    if lists:
-        name, biggest = max(lists, key=lambda nm: sum(p.numel() for p in nm[1].parameters()))
-        blocks = [(f"{name}.{i}", m) for i, m in enumerate(biggest)]
-    in_blocks = {id(p) for _, m in blocks for p in m.parameters()}
-    root = [(n, p) for n, p in model.named_parameters() if p.requires_grad and id(p) not in in_blocks]
-    units = [("root", model, root)]
-    for name, m in blocks:
-        units.append((name, m, [(n, p) for n, p in m.named_parameters() if p.requires_grad]))
-    return units
