@@ -31,8 +31,8 @@ class ModelConfig:
     """``nn.Embedding(sparse=True)`` for the input embedding: backward gives the rows touched as a sparse COO
     gradient, with no dense (vocabulary x hidden) gradient to zero and fill every step; the sync sums its rows, and
     with ``train.embedding_update=dense`` the summed gradient is made dense for AdamW (the same step as without it).
-    Needs untied embeddings and ``sync.compress=none``. ``auto`` (the natural-sparsity recipes' default): on where
-    those hold, off otherwise (:meth:`~zen_analysis.config.experiment.ExperimentConfig.resolved`)."""
+    Needs untied embeddings and no top-k (``sync.method`` not ``topk``). ``auto`` (the natural-sparsity recipes'
+    default): on where those hold, off otherwise (:meth:`~zen_analysis.config.experiment.ExperimentConfig.resolved`)."""
     dropout: float = 0.0
     """0 keeps ranks bit-identical and runs reproducible."""
     adaptive_cutoffs: tuple[int, ...] = ()

@@ -77,7 +77,7 @@ class LocalSGD(Cadence, GradSync):
         self._embedding = None
         """The model's input-embedding weight (its group's log rows say ``embedding``: natural sparsity lives there)."""
         if config.compress != "none" and config.scheme == "auto" and planner is None:
-            raise ValueError("local_sgd.scheme=auto needs a planner (train/registry.py builds it from sync.planner_*)")
+            raise ValueError("sync.scheme=auto needs a planner (train/registry.py builds it from sync.planner_*)")
         self.pseudo_capture = None
         """Under ``capture.pseudo`` (:meth:`capture_pseudo_gradients`, which the loop calls): a
         :class:`zen_analysis.capture.pseudo.PseudoGradientCapture` recording each group's pseudo-gradient (before

@@ -21,7 +21,7 @@ the scheme), ``allreduce_bytes_sent`` (by the dense all-reduce), ``sync_s`` (sec
 those, seconds backward waited for), and ``last_step`` (one row per bucket of the last step: its parameters, size,
 path and what it sent).
 
-The toolkit's own loop uses the same compression (:mod:`zen_analysis.sync.compressed`, ``sync.compress=topk``):
+The toolkit's own loop uses the same compression (:mod:`zen_analysis.sync.compressed`, ``sync.method=topk``):
 fixed buckets of ``bucket_mb`` at the loop's synchronization point. Zen adds no loss beyond the sparsifier: for the same
 masks the result equals AGsparse's and a dense all-reduce of the sparsified tensors (tested).
 
