@@ -6,7 +6,7 @@ Derive a recipe by calling another and editing fields; a notebook does the same:
     cfg.train.num_steps = 20
 
 ``smoke`` recipes run in seconds (tests, notebooks under ``make test``); ``default`` is what
-``make reproduce`` trains on this 2-core machine in a few minutes.
+``make reproduce`` trains, sized for a CPU machine of 2 cores (its time: the README's "What `make reproduce` does").
 
 The natural-sparsity recipes (``lstm``, ``lstm-words``, ``deepfm`` and their smoke siblings) turn on what is
 lossless by default (:func:`lossless_defaults`): a sparse embedding gradient and sums started during backward,
@@ -203,12 +203,10 @@ def deepfm() -> ExperimentConfig:
     every row of the table each step, trained or not).
 
     Memory sets the 1M rows (the table is 1M x 17 float32, 68 MB; a rank holds it, its gradient, two AdamW moments
-    and a dense buffer for backward or the all-reduce). Peak RSS (``VmHWM``) of one rank, 2-rank runs of 3 steps on
-    this 2-core, 24 GiB machine: 830 MB with ``sync.method=dense``, 860 MB with ``natural`` Zen, 820 MB with the capture
-    off, 760 MB with the sparse table and the lazy update; about 500 MB at 20k rows, so some 340 MB per million rows.
-    16 ranks of 2 steps: 820-870 MB each, 13.2-13.6 GB summed, but the machine's available memory fell by 8.0-8.5 GB
-    only (torch's libraries and the data's memmaps are shared pages, counted in every rank's RSS): 2M rows would still
-    fit 16 ranks, 1M leaves room for the launcher, notebooks and the page cache."""
+    and a dense buffer for backward or the all-reduce), so a rank's memory grows with the rows; torch's libraries
+    and the data's memmaps are pages the ranks share (counted in every rank's RSS, once in the machine's). 1M rows
+    leave 16 ranks room for the launcher, notebooks and the page cache. A rank's peak RSS: its ``VmHWM`` (in
+    ``/proc/<pid>/status``) during ``zen-analysis train deepfm --set dist.num_ranks=2 --set train.num_steps=3``."""
     cfg = ExperimentConfig(
         name="deepfm",
         model=ModelConfig(arch="deepfm", hidden_size=16, mlp_sizes=(400, 400, 400)),

@@ -72,8 +72,8 @@ class SyncConfig:
     """Zen's static hash sets (with their position tables and accumulators) kept per process, least recently
     used dropped first (``zen.bitmap.set_cache_limit``; the set in use is always kept): 8 + 4 / world bytes per
     element of each synchronised tensor size, e.g. 152 MiB for the lstm-words embedding (17.7M elements) on 4 ranks.
-    256 holds the set of the largest tensor among ``make reproduce``'s recipes, and a full cache adds at most a
-    third to a lstm-words rank's RSS without it (about 800 MB), inside a 1.5x budget."""
+    256 holds the set of the largest tensor among ``make reproduce``'s recipes while bounding what a full cache
+    adds to a rank's RSS (``scripts/zen_cache_rss.py workload`` measures it; the README's "Zen, the system")."""
 
     def __post_init__(self) -> None:
         if self.overlap not in (True, False, AUTO):

@@ -7,9 +7,9 @@ stored in ``data/calibration/local-<n>.json`` (loopback) or ``netlab-<n>.json`` 
 :func:`local`, :func:`netlab` and :func:`preset` return topologies, calibrating on first use; the topology itself
 (:class:`~zen_analysis.pricing.topology.Topology`, the paper's presets) is plain data and runs nothing.
 
-Why the schemes and not each primitive timed alone: on this project's 2-core machine a primitive timed in a tight
-loop priced a call 2-3x cheaper at 4 ranks than it costs inside a scheme's call sequence (a gloo call takes
-either ~0.3 ms or a whole 4 ms scheduler tick longer, more often when ranks wake from local work).
+Why the schemes and not each primitive timed alone: a gloo call on a shared CPU may wait a scheduler tick, more
+often when ranks wake from local work, so a primitive timed in a tight loop prices a call cheaper than a scheme's
+call sequence pays (the numbers: the README's "Measured: replay on gloo, model vs measurement").
 """
 
 from __future__ import annotations
@@ -74,9 +74,9 @@ def calibrate(
     (:func:`fit_local_work`: per dense element scanned, byte moved, non-zero
     written) on what a whole run takes end to end (median of the slowest rank, no sync between collectives)
     beyond its modelled wire time — not on the local time of the synced runs, which on a shared CPU counts the
-    ranks' contention after every barrier (4 ranks woken together on 2 cores) and priced SparCML's local work
-    1.6x too high end to end; two tensor sizes (``numel``) separate the per-element scan from the per-non-zero
-    work. Saved as ``local-<n>.json`` with ``method: schemes``.
+    ranks' contention after every barrier (more ranks woken together than there are cores) and prices local work
+    too high end to end (the README's "Measuring on an emulated network"); two tensor sizes (``numel``) separate
+    the per-element scan from the per-non-zero work. Saved as ``local-<n>.json`` with ``method: schemes``.
 
     ``bandwidth_gbps``: the same inside the emulated network, each rank behind a link of that rate; the
     bandwidth is then the link's (TCP payload of the configured rate), only alpha is fitted; saved as
@@ -229,9 +229,9 @@ def fit_local_work(samples) -> tuple[tuple[str, float, float, float], ...]:
     its modelled wire time ``wire_s``, 0 where absent): non-negative least squares on the relative error of the
     whole run (wire + local work), by trying every subset of the three costs (a cost the data cannot resolve stays
     0). On the whole run, not on the residual alone: a small run's residual is noise around zero (negative where
-    its calls overlapped better than the synced wire times they were fitted on), and weighting it by itself let
-    one large sample decide the fit (Zen at 8 ranks in the lab: 60 ns per non-zero written from one 4M-element
-    case, which priced a top-k bucket's run at 77 ms against 59-61 measured)."""
+    its calls overlapped better than the synced wire times they were fitted on), and weighting it by itself lets
+    one large sample decide the fit, whose per-element cost then prices the small runs too high (the case that
+    showed it: the README's "`auto`: the planner chooses the scheme")."""
     fits = []
     for scheme, g in samples.groupby("scheme"):
         X = g[["scanned", "bytes", "written"]].to_numpy(dtype=float)
@@ -278,9 +278,9 @@ def netlab(num_ranks: int, bandwidth_gbps: float, *, ranks_per_node: int = 1, re
     host does (gloo, TCP over veth and the bridge, the cores), which a second calibration fits behind links too fast
     to matter (:data:`NETLAB_HOST_GBPS`; ``netlab-host-<n>.json``, calibrated on first use). Where the link's payload
     rate is above the host's fitted bandwidth for a primitive, the host's alpha and bandwidth price it. Without
-    that, dense all-reduce of the default embedding (8.4 MB) was modelled at 20 ms on 4 ranks x 10 Gbit/s and
-    measured at 34 ms (35 vs 79 ms on 8 ranks, where even 2.5 Gbit/s is host-bound), and the planner picked it
-    where AGsparse and Zen were faster.
+    that, a fast link prices dense all-reduce below what the host moves, and the planner picks it where AGsparse
+    and Zen are faster (the measurement: the README's "`auto`: the planner chooses the scheme", "The host, not
+    only the link").
 
     ``ranks_per_node`` > 1: nodes of that many ranks sharing one shaped link, loopback inside the node; the
     links are then priced per path (intra: loopback all-to-all alpha and bandwidth at ``num_ranks`` ranks;
@@ -345,7 +345,7 @@ def _lab_host(num_ranks: int, *, recalibrate: bool = False) -> dict[str, tuple[s
     empty where no lab can be built."""
     topo = None if recalibrate else load(netlab_host_calibration_path(num_ranks), links_only=True)
     if topo is None and available()[0]:
-        # 5 repeats: the default 10 took 88 s at 4 ranks, 160 s at 8
+        # 5 repeats, half the default: it runs on first use, before a lab run's ranks start
         topo = calibrate(num_ranks, bandwidth_gbps=NETLAB_HOST_GBPS, host=True, repeats=5)
     return {prim: (prim, a, b) for prim, a, b in topo.calibrated} if topo is not None else {}
 

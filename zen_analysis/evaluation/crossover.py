@@ -139,8 +139,9 @@ def stock_seconds(rows_W, width: int, topology: Topology, *, value_bytes: int = 
     """Modelled seconds of stock DDP's sparse all-gather (:func:`~zen_analysis.pricing.traffic.ddp_sparse`) for ranks
     holding ``rows_W[i]`` distinct rows of ``width`` values, on ``topology`` placed for them: its three ring
     all-gathers alone. Its local sum (W sparse tensors added, then coalesced) is not priced: no calibration fits it,
-    and another scheme's fitted costs do not stand in (AGsparse's row costs priced it 4-8x over a measured loopback
-    run), so on a calibrated topology, where Zen's local work is priced, this flatters stock DDP."""
+    and another scheme's fitted costs do not stand in (AGsparse's row costs price it far above what a run takes:
+    ``zen-analysis bench exchange`` measures stock's sum beside the model), so on a calibrated topology, where Zen's
+    local work is priced, this flatters stock DDP."""
     t = ddp_sparse(rows_W, width, value_bytes=value_bytes)
     return float(phase_times(t, topology.for_ranks(len(t.sent())))["seconds"].sum())
 

@@ -32,7 +32,7 @@ from zen_analysis.derived import (
     write_table,
 )
 from zen_analysis.evaluation.calibrate import preset
-from zen_analysis.evaluation.crossover import (  # noqa: F401 - moved there, importable here as before
+from zen_analysis.evaluation.crossover import (  # noqa: F401 - re-exported for callers importing them from here
     crossover,
     measured_crossover,
     stock_seconds,

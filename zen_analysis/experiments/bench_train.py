@@ -33,7 +33,8 @@ DEFAULTS = " (recipe defaults)"
 dense step)."""
 REFERENCE = "allreduce-adamw"
 """``bench train``'s reference variant: dense all-reduce with the plain step (AdamW over every embedding row, a
-dense embedding gradient), what the toolkit's loop did before the lazy row update."""
+dense embedding gradient), none of the sparse path's options: the step a plain data-parallel run takes, so every
+variant's gain is against it."""
 
 _PARSERS = {"list[str]": names, "list[int]": ints, "list[float]": floats, "bool": flag, "int": int, "float": float}
 
@@ -253,7 +254,8 @@ def defaults_verdict(table, scheme: str = "zen", target: float = 0.9) -> str:
     """The recipe's defaults against the bench's best, in each (workload, ranks, rate) where both ran: ``scheme``'s
     tokens/s over dense all-reduce's, each with only the scheme set (:data:`DEFAULTS`), beside the best lossless
     fixed variant's ratio (its tokens/s over ``allreduce``'s, both with the bench's settings; bf16 is lossy and
-    ``auto`` not fixed), and the first as a fraction of the second (``target``: issue 42's acceptance 4)."""
+    ``auto`` not fixed), and the first as a fraction of the second against ``target``, the share of the bench's
+    gain the defaults alone should carry (the verdict: the README's "Against what PyTorch users already have")."""
     lines = []
     fixed = set(TRAIN_SCHEMES) - {"auto"}
     for (workload, ranks, rate), cell in table.groupby(["workload", "ranks", "bandwidth_gbps"]):

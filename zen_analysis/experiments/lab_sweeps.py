@@ -7,12 +7,12 @@
 * :func:`training_sweep`: the measured analogue of Fig. 11-14 — the default recipe trained in the lab with dense
   all-reduce, Zen, AGsparse and top-k + either, per link rate: median step time split into compute and sync
   (rank 0's time inside ``synchronize``), the exchange alone (sync less the wait for the slowest rank's compute:
-  4 ranks share 2 cores here, so ranks finish their micro-batches tens of ms apart), tokens/s and the per-step
-  losses (equal to a loopback run's: the network changes time, not numbers).
+  ranks sharing fewer cores finish their micro-batches at different times, and that wait is compute, not the
+  network), tokens/s and the per-step losses (equal to a loopback run's: the network changes time, not numbers).
 * :func:`node_comparison`: Zen's hierarchical mode on lab nodes of several ranks, against flat Zen and all-reduce.
 
 A user's own DDP training measured on loopback and behind shaped links, :func:`ddp_script_sweep`, is
-:mod:`zen_analysis.experiments.ddp_sweep` (importable from here as before).
+:mod:`zen_analysis.experiments.ddp_sweep` (re-exported here for callers that import it from this module).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from zen_analysis.config import ExperimentConfig, apply_overrides
 from zen_analysis.derived import variant
 from zen_analysis.evaluation.measure import write_summary
 from zen_analysis.evaluation.replay import replay_run
-from zen_analysis.experiments.ddp_sweep import (  # noqa: F401 - moved there, importable here as before
+from zen_analysis.experiments.ddp_sweep import (  # noqa: F401 - re-exported for callers importing them from here
     DDP_DEFAULT_VARIANTS,
     DDP_VARIANTS,
     ddp_script_sweep,
@@ -164,7 +164,7 @@ def training_sweep(
                     "bandwidth_gbps": gbps,
                     "variant": name,
                     "scheme": cfg.sync.scheme,
-                    "compress": "topk" if cfg.sync.method == "topk" else "none",  # the table's column, as before
+                    "compress": "topk" if cfg.sync.method == "topk" else "none",  # the table's column: top-k or not
                     "ranks": cfg.dist.num_ranks,
                     "workers_per_rank": cfg.train.workers_per_rank,
                     "step_s": step_s,

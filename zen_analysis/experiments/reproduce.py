@@ -273,9 +273,9 @@ def _stage_edit(overrides) -> None:
 
 
 def _edit_pseudo_gradients(overrides, out_dir) -> None:
-    """The edit stage's short version of issue 31's measurements: C1-C3 of top-2% pseudo-gradients beside the
-    gradients' (one EDiT run capturing both), and, where the emulated network can be built, dense EDiT against
-    EDiT with top-k pseudo-gradients through Zen and AGsparse behind 0.5 Gbit/s links (the full sweep:
+    """The edit stage's short version of the README's "Sparse pseudo-gradients": C1-C3 of top-2% pseudo-gradients
+    beside the gradients' (one EDiT run capturing both), and, where the emulated network can be built, dense EDiT
+    against EDiT with top-k pseudo-gradients through Zen and AGsparse behind 0.5 Gbit/s links (the full sweep:
     ``zen-analysis bench netlab --set parts=pseudo``)."""
     base = short_base("default", "reproduce-pseudo", steps=28, overrides=overrides)  # 3 outer syncs
     print("== sparse pseudo-gradients: C1-C3 of EDiT's top-2% pseudo-gradients beside the gradients' (4 ranks)")

@@ -152,7 +152,7 @@ def add_replay_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "replay",
         help="every scheme on real gloo ranks, replaying a run's captured tensors, measured beside the model",
-        aliases=["measure", "bench-comm"],  # its names until 2026-12, kept working with a notice
+        aliases=["measure", "bench-comm"],  # its former names, kept working with a notice
     )
     p.add_argument("run", nargs="?", help="run id under data/traces (or use --synthetic)")
     p.add_argument("--ranks", type=int, default=4, help="gloo ranks; rank r replays worker r")

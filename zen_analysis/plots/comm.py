@@ -12,7 +12,7 @@ from zen_analysis.evaluation.evaluate import relative_to_allreduce
 from zen_analysis.evaluation.measure import summarize
 from zen_analysis.plots import style
 from zen_analysis.plots.sparsity import ratio_axes
-from zen_analysis.plots.training_throughput import (  # noqa: F401 - moved there, importable here as before
+from zen_analysis.plots.training_throughput import (  # noqa: F401 - re-exported for callers importing them from here
     STEP_PARTS,
     time_to_loss,
     training_vs_bandwidth,

@@ -50,9 +50,9 @@ class Topology:
     local_work_rows: tuple[tuple[str, float, float, float], ...] = ()
     """The same for row-granular sums (:meth:`~zen_analysis.comm.schemes.base.CommScheme.sum_rows`, a traffic of
     ``width`` > 0): per element scanned (none: the rows are given), per byte sent or received, per row written.
-    Fitted apart: a row's index is handled once for its D values, so the per-element costs of a flat sum priced
-    an embedding's rows 2-4x too high (AGsparse's 8-rank row sum of the word-level LSTM: 169 ms of local work
-    modelled, about 100 ms measured in training). Without an entry a row sum is priced by the flat costs."""
+    Fitted apart: a row's index is handled once for its D values, so the per-element costs of a flat sum price an
+    embedding's rows too high (the measurement: the README's "`auto`: the planner chooses the scheme"). Without an
+    entry a row sum is priced by the flat costs."""
 
     def local_costs(self, scheme: str, *, rows: bool = False) -> tuple[float, float, float] | None:
         """``scheme``'s fitted local-work costs (``rows``: of its row-granular sums, where fitted)."""

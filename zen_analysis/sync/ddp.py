@@ -25,8 +25,8 @@ The toolkit's own loop uses the same compression (:mod:`zen_analysis.sync.compre
 fixed buckets of ``bucket_mb`` at the loop's synchronization point. Zen adds no loss beyond the sparsifier: for the same
 masks the result equals AGsparse's and a dense all-reduce of the sparsified tensors (tested).
 
-``select_sparse`` and ``sparse_parameters`` live in :mod:`zen_analysis.sync.selection` and are importable from
-here as before.
+``select_sparse`` and ``sparse_parameters`` live in :mod:`zen_analysis.sync.selection` and are re-exported here
+for callers that import them from this module.
 """
 
 # no ``from __future__ import annotations`` here: DDP checks the hook's annotations at runtime
@@ -41,7 +41,7 @@ from zen_analysis.comm.planner import Planner
 from zen_analysis.evaluation.calibrate import planner_topology
 from zen_analysis.sync.compressed import HookState, bucket_key, compress_and_sum
 from zen_analysis.sync.natural_hook import NaturalState, _lookups, _offsets, natural_hook
-from zen_analysis.sync.selection import (  # sparse_parameters: importable from here, as before the split
+from zen_analysis.sync.selection import (  # sparse_parameters: re-exported for callers importing it from here
     select_sparse,
     sparse_parameters,  # noqa: F401
     tied_names,
