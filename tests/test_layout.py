@@ -7,11 +7,11 @@ import pytest
 TESTS = Path(__file__).parent
 
 
-def test_every_test_file_is_collected(request):
+def test_every_test_file_is_collected(request, collected_items):
     args = [Path(a.split("::")[0]).resolve() for a in request.config.args]
     if not any(a == TESTS or a in TESTS.parents for a in args):
         pytest.skip("the whole tests/ directory was not selected")
-    collected = {Path(item.fspath).resolve() for item in request.session.items}
+    collected = {Path(item.fspath).resolve() for item in collected_items}  # before -m "not slow" deselected any
     on_disk = {p.resolve() for p in TESTS.rglob("test_*.py")}
     missing = sorted(str(p.relative_to(TESTS)) for p in on_disk - collected)
     assert not missing, f"test files pytest did not collect: {missing}"

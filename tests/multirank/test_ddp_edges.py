@@ -43,7 +43,10 @@ def _grad_bits(rank, world, mode, granularity):
     return grads
 
 
-@pytest.mark.parametrize("mode, granularity", [("natural", "rows"), ("natural", "elements"), ("topk", "rows")])
+@pytest.mark.parametrize(
+    "mode, granularity",
+    [pytest.param("natural", "rows", marks=pytest.mark.smoke), ("natural", "elements"), ("topk", "rows")],
+)
 def test_every_rank_holds_the_same_gradient_bits_with_signed_zeros(mode, granularity):
     results = fork_launch(_grad_bits, 3, mode, granularity)
     for name, bits in results[0].items():

@@ -67,7 +67,7 @@ def _train(rank, world, case):
     return out
 
 
-@pytest.mark.parametrize("case", ["plain", "no_sync", "no_zero", "regularizer"])
+@pytest.mark.parametrize("case", [pytest.param("plain", marks=pytest.mark.smoke), "no_sync", "no_zero", "regularizer"])
 def test_looked_up_rows_give_stock_ddp_parameters(case):
     for r in fork_launch(_train, 3, case):
         torch.testing.assert_close(r["natural"], r["stock"], rtol=1e-5, atol=1e-6)

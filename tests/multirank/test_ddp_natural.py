@@ -66,7 +66,7 @@ def _train(rank, world, bucket_cap_mb, scheme, sparse=False):
 @pytest.mark.parametrize(
     "world, bucket_cap_mb, scheme",
     [
-        (2, 0.001, "zen"),
+        pytest.param(2, 0.001, "zen", marks=pytest.mark.smoke),
         (4, 0.001, "zen"),
         (4, 25.0, "zen"),
         (2, 25.0, "agsparse"),

@@ -58,6 +58,7 @@ def _all_reduce_body(rank, world, cases):
     return out
 
 
+@pytest.mark.smoke
 def test_a_sparse_all_reduce_writes_the_modelled_bytes():
     cases = [(16, torch.float32), (3, torch.bfloat16), (1, torch.float64)]  # fp16: torch has no CPU sparse add
     for world in (2, 3, 4):

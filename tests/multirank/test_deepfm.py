@@ -3,6 +3,7 @@ exactly as dense all-reduce does; the sparse table with the lazy row update trai
 
 import copy
 
+import pytest
 import torch
 
 from zen_analysis import recipes
@@ -20,6 +21,7 @@ def _run(name: str, **overrides):
     return cfg, launch(copy.deepcopy(cfg), progress=False, echo=False)
 
 
+@pytest.mark.smoke
 def test_deepfm_smoke_trains_zen_matches_all_reduce_and_the_table_characterizes_by_row():
     cfg, dense = _run("allreduce", sync__scheme="allreduce")
     _, zen = _run("zen", sync__scheme="zen")

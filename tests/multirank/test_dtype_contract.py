@@ -143,6 +143,7 @@ def test_every_scheme_sums_every_dtype_and_layout_as_all_reduce_or_refuses_it(wo
     run_batch()
 
 
+@pytest.mark.smoke
 def test_every_dtype_and_layout_at_least_once():
     """The hypothesis draws above may miss a combination; this batch has each dtype and each layout."""
     dtypes = SUPPORTED + UNSUPPORTED

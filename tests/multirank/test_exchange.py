@@ -65,6 +65,7 @@ def test_a_lab_rank_holds_one_training_rank_step_its_micro_batches_summed():
         rank_step_rows(rid, 5, 4)
 
 
+@pytest.mark.smoke
 @pytest.mark.skipif(not netlab.available()[0], reason=f"network lab unavailable: {netlab.available()[1]}")
 def test_the_sweep_sums_what_stock_ddp_sums_behind_shaped_links():
     rid = _run("exchange-sweep")

@@ -30,7 +30,9 @@ def _trained(cfg, run_dir, **build):
     return model.eval()
 
 
-@pytest.mark.parametrize("recipe", ["smoke", "gpt2-smoke", "opt-smoke", "gemma2-smoke"])
+@pytest.mark.parametrize(
+    "recipe", [pytest.param("smoke", marks=pytest.mark.smoke), "gpt2-smoke", "opt-smoke", "gemma2-smoke"]
+)
 def test_an_exported_llm_loads_with_from_pretrained_and_gives_the_trained_logits(recipe):
     from tokenizers import Tokenizer
     from transformers import AutoModelForCausalLM, AutoTokenizer

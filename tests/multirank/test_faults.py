@@ -319,6 +319,7 @@ def test_a_data_root_with_url_characters_still_rendezvouses_in_its_own_run_direc
     assert not (tmp_path / "odd").exists()  # a store cut at '#' would have landed here
 
 
+@pytest.mark.smoke
 def test_fork_launch_listens_on_loopback_only():
     from zen_analysis.ranks.procs import fork_launch
 

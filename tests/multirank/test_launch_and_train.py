@@ -28,7 +28,7 @@ def _no_orphans(pids):
     assert not alive, f"processes {alive} survived the launch"
 
 
-@pytest.mark.parametrize("num_ranks", [2, 4])
+@pytest.mark.parametrize("num_ranks", [pytest.param(2, marks=pytest.mark.smoke), 4])
 def test_replicas_stay_identical_and_traces_cover_every_worker(num_ranks):
     cfg = _smoke(dist__num_ranks=num_ranks, train__num_steps=5)
     result = launch(cfg, progress=False, echo=False)

@@ -1,11 +1,13 @@
 """``lstm-words-smoke`` on 2 gloo ranks: the word vocabulary reaches the model, training and the capture."""
 
+import pytest
 import torch
 
 from zen_analysis import recipes
 from zen_analysis.runs.launch import launch
 
 
+@pytest.mark.smoke
 def test_lstm_words_smoke_trains_and_captures_the_word_embedding_on_two_ranks():
     cfg = recipes.lstm_words_smoke()
     assert cfg.dist.num_ranks == 2

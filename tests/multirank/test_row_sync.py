@@ -60,7 +60,7 @@ def _body(rank, world, dtype):
     return out
 
 
-@pytest.mark.parametrize("world", [2, 3, 4])
+@pytest.mark.parametrize("world", [pytest.param(2, marks=pytest.mark.smoke), 3, 4])
 def test_every_scheme_sums_rows_bit_for_bit_and_its_row_byte_model_is_exact(world):
     results = fork_launch(_body, world, torch.float32)
     for rank_results in results:

@@ -1,6 +1,7 @@
 """Zen's collective on real gloo ranks: flat on any group size, and the hierarchical mode (2 nodes x 2 ranks, the
 node's sum dense or by Zen's own push and pull), on values that cancel to exact zeros."""
 
+import pytest
 import torch
 
 from zen_analysis.ranks.procs import fork_launch
@@ -31,6 +32,7 @@ def _body(rank, world, numel):
     return out
 
 
+@pytest.mark.smoke
 def test_zen_sum_flat_and_hierarchical_equal_all_reduce():
     for numel in (1, 1001):
         for rank_results in fork_launch(_body, 4, numel):
