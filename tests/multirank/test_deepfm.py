@@ -23,8 +23,8 @@ def _run(name: str, **overrides):
 
 @pytest.mark.smoke
 def test_deepfm_smoke_trains_zen_matches_all_reduce_and_the_table_characterizes_by_row():
-    cfg, dense = _run("allreduce", sync__scheme="allreduce")
-    _, zen = _run("zen", sync__scheme="zen")
+    cfg, dense = _run("allreduce", sync__method="dense")
+    _, zen = _run("zen", sync__method="natural", sync__scheme="zen")
     assert cfg.dist.num_ranks == 2
     loss_dense, loss_zen = (torch.tensor(r.metrics()["loss"].to_numpy()) for r in (dense, zen))
     assert len(loss_dense) == cfg.train.num_steps and loss_dense[-1] < loss_dense[0] - 0.01  # it trains
@@ -51,6 +51,7 @@ def test_deepfm_smoke_with_a_sparse_table_and_the_lazy_update_trains():
         model__sparse_embedding=True,
         train__embedding_update="lazy",
         capture__enabled=False,
+        sync__method="natural",
         sync__scheme="zen",
     )
     loss = result.metrics()["loss"].to_numpy()

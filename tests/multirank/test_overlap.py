@@ -29,9 +29,9 @@ def _train(overlap: bool, **sync):
 @pytest.mark.parametrize(
     "sync",
     [
-        {"scheme": "allreduce"},
-        pytest.param({"scheme": "zen"}, marks=pytest.mark.smoke),
-        {"scheme": "zen", "compress": "topk"},
+        {"method": "dense"},
+        pytest.param({"method": "natural", "scheme": "zen"}, marks=pytest.mark.smoke),
+        {"method": "topk", "scheme": "zen"},
     ],
     ids=["dense", "natural-zen", "topk-zen"],
 )

@@ -26,9 +26,9 @@ def runs():
         (wire, name): _train(wire, **sync)
         for wire in ("model", "bfloat16")
         for name, sync in {
-            "dense": {"scheme": "allreduce"},
-            "zen": {"scheme": "zen"},
-            "topk": {"scheme": "zen", "compress": "topk"},
+            "dense": {"method": "dense"},
+            "zen": {"method": "natural", "scheme": "zen"},
+            "topk": {"method": "topk", "scheme": "zen"},
         }.items()
     }
 
