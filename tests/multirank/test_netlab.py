@@ -30,11 +30,21 @@ def _gone(tag: str, within: float = 20.0) -> bool:
 @needs_lab
 @pytest.mark.parametrize("gbps", [0.5, 1.0, 2.5])
 def test_point_to_point_throughput_is_the_configured_rate(gbps):
-    with netlab.NetLab(2, gbps) as lab:
-        measured = lab.throughput_gbps(0, 1, nbytes=(32 << 20) if gbps < 1 else (64 << 20))
-        back = lab.throughput_gbps(1, 0, nbytes=32 << 20)
-    assert measured == pytest.approx(gbps, rel=0.10) and back == pytest.approx(gbps, rel=0.10)
-    assert not netlab.lab_namespaces(lab.tag)
+    """The link carries its rate and no more. A capacity is the best of a few transfers: on a shared 2-core machine
+    a transfer whose sender or receiver waits for a core falls short (0.83-0.93 of 1 Gbit/s in one of a few runs,
+    seen alike before and after the layout change; once all three of a lab's transfers, so a second lab is built
+    then), while the shaping caps every transfer from above: no transfer may exceed the rate by more than 10%."""
+    seen = []
+    for _ in range(2):
+        with netlab.NetLab(2, gbps) as lab:
+            there = [lab.throughput_gbps(0, 1, nbytes=(32 << 20) if gbps < 1 else (64 << 20)) for _ in range(3)]
+            back = [lab.throughput_gbps(1, 0, nbytes=32 << 20) for _ in range(3)]
+        assert not netlab.lab_namespaces(lab.tag)
+        seen += there + back
+        if min(max(there), max(back)) >= 0.9 * gbps:
+            break
+    assert max(there) == pytest.approx(gbps, rel=0.10) and max(back) == pytest.approx(gbps, rel=0.10), seen
+    assert max(seen) <= 1.1 * gbps, seen
 
 
 @needs_lab
