@@ -150,6 +150,7 @@ LAYERS = (
     ("comm", "comm"),
     ("evaluation", "evaluation"),
     ("sync", "sync"),
+    ("fsdp", "fsdp"),
     ("local_sgd", "local_sgd"),
     ("train", "train"),
     ("runs", "runs"),

@@ -29,6 +29,7 @@ SMOKED = (
     "test_exchange",
     "test_export",
     "test_faults",
+    "test_fsdp",
     "test_launch_and_train",
     "test_local_sgd_training",
     "test_lstm_words",
