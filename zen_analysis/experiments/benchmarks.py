@@ -53,6 +53,9 @@ BENCHMARKS = {
         "a captured run's embedding rows summed by stock DDP's sparse path and by Zen, in the lab",
         True,
     ),
+    "fsdp-balance": Benchmark(
+        "bench_fsdp:bench_fsdp_balance", "FSDP2 shards' received rows: contiguous vs h0 vs stratified h0 row order"
+    ),
     "paper": Benchmark(
         "bench_analysis:bench_paper", "Fig. 11-14 modelled at 16 x 8 V100, 25 Gbit/s, from the captured traces"
     ),

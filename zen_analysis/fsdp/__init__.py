@@ -4,11 +4,25 @@ to the ranks that own them, instead of the whole table.
 * :mod:`~zen_analysis.fsdp.units`: which units qualify (an untied embedding in a unit of its own, sharded by rows)
   and the error that says how to wrap one that does not;
 * :mod:`~zen_analysis.fsdp.reduce_scatter`: the sparse reduce-scatter (Zen's push), with stock FSDP2's division;
-* :mod:`~zen_analysis.fsdp.install`: :func:`install`, one call on a user's ``fully_shard`` model.
+* :mod:`~zen_analysis.fsdp.hashed`: hashed row ownership, the table stored in Zen's h0 order so every contiguous
+  shard holds a hash-balanced set of rows (state dicts and checkpoints stay in the original order);
+* :mod:`~zen_analysis.fsdp.install`: :func:`shard`, ``fully_shard`` the Zen way in one call, and :func:`install`,
+  one call on a model the user sharded already.
 """
 
-from zen_analysis.fsdp.install import ZenFSDP, install
+from zen_analysis.fsdp.hashed import HashedRows, hashed_order
+from zen_analysis.fsdp.install import ZenFSDP, install, shard
 from zen_analysis.fsdp.reduce_scatter import SparseReduceScatter
 from zen_analysis.fsdp.units import EmbeddingUnit, UnitError, embedding_units
 
-__all__ = ["EmbeddingUnit", "SparseReduceScatter", "UnitError", "ZenFSDP", "embedding_units", "install"]
+__all__ = [
+    "EmbeddingUnit",
+    "HashedRows",
+    "SparseReduceScatter",
+    "UnitError",
+    "ZenFSDP",
+    "embedding_units",
+    "hashed_order",
+    "install",
+    "shard",
+]

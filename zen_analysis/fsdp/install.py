@@ -1,19 +1,27 @@
-"""One call on a user's ``fully_shard`` model: :func:`install` puts Zen's reduce-scatter on every embedding unit
-and leaves every other unit to stock FSDP2.
+"""One call on a user's model: :func:`shard` applies ``fully_shard`` the Zen way (each untied embedding hashed and
+a unit of its own, the blocks, the root) and installs Zen; :func:`install` puts Zen's reduce-scatter on the embedding
+units of a model the user sharded already, and leaves every other unit to stock FSDP2.
+
+    zen = zen_analysis.fsdp.shard(model, mesh=mesh, blocks=model.model.layers)   # then train as before
+
+or, sharding it yourself:
 
     fully_shard(model.embed_tokens, mesh=mesh)      # the table, a unit of its own
     for block in model.layers:
         fully_shard(block, mesh=mesh)
     fully_shard(model, mesh=mesh)
-    zen = zen_analysis.fsdp.install(model)            # then train as before
+    zen = zen_analysis.fsdp.install(model)
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from torch import nn
+from torch.distributed.fsdp import fully_shard
 
+from zen_analysis.fsdp.hashed import STRATA, HashedRows
 from zen_analysis.fsdp.reduce_scatter import SparseReduceScatter
 from zen_analysis.fsdp.units import UnitError, embedding_units
 
@@ -24,6 +32,8 @@ class ZenFSDP:
     name."""
 
     reduce_scatters: dict[str, SparseReduceScatter] = field(default_factory=dict)
+    hashed: dict[str, HashedRows] = field(default_factory=dict)
+    """The tables :func:`shard` stored in the hashed row order, by name."""
 
     def bytes_sent(self) -> int:
         """Bytes this rank's sparse reduce-scatters sent to other ranks so far (counts and rows)."""
@@ -49,4 +59,43 @@ def install(model: nn.Module, *, row_source: str = "ids") -> ZenFSDP:
         comm = SparseReduceScatter(u, row_source=row_source)
         u.unit.set_custom_reduce_scatter(comm)
         zen.reduce_scatters[u.name] = comm
+    return zen
+
+
+def untied_embeddings(model: nn.Module) -> list[tuple[str, nn.Embedding]]:
+    """(name, module) of every ``nn.Embedding`` of an unsharded ``model`` whose weight no other module holds."""
+    holders: dict[int, int] = {}
+    for m in model.modules():
+        for p in m.parameters(recurse=False):
+            holders[id(p)] = holders.get(id(p), 0) + 1
+    return [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Embedding) and holders[id(m.weight)] == 1]
+
+
+def shard(
+    model: nn.Module,
+    *,
+    mesh=None,
+    blocks: Iterable[nn.Module] = (),
+    hashed_rows: bool = True,
+    strata: int | None = STRATA,
+    seed: int = 0,
+    row_source: str = "ids",
+    **fsdp_kwargs,
+) -> ZenFSDP:
+    """``fully_shard`` ``model`` with Zen in one call: every untied ``nn.Embedding`` stored in the hashed row order
+    (``hashed_rows``; :class:`~zen_analysis.fsdp.hashed.HashedRows` with ``seed`` and ``strata``) and made a unit of
+    its own, each of ``blocks`` a unit, then the model the root unit; ``fsdp_kwargs`` (``mp_policy``,
+    ``reshard_after_forward``, ...) go to every ``fully_shard`` call. Then :func:`install`. A tied table stays in
+    the root unit with stock FSDP2 (its gradient is dense)."""
+    tables = untied_embeddings(model)
+    if not tables:
+        raise UnitError("the model has no untied nn.Embedding: nothing for Zen to sum by rows (stock FSDP2 it is)")
+    hashed = {name: HashedRows(emb, seed=seed, strata=strata) for name, emb in tables if hashed_rows}
+    for _, emb in tables:
+        fully_shard(emb, mesh=mesh, **fsdp_kwargs)
+    for block in blocks:
+        fully_shard(block, mesh=mesh, **fsdp_kwargs)
+    fully_shard(model, mesh=mesh, **fsdp_kwargs)
+    zen = install(model, row_source=row_source)
+    zen.hashed.update(hashed)
     return zen

@@ -57,15 +57,15 @@ class SparseReduceScatter(ReduceScatter):
     rows go to their owners and are summed there (module docstring). What the last call did is in
     :attr:`last`; :attr:`exchange` counts its bytes by phase."""
 
-    def __init__(self, unit: EmbeddingUnit, *, row_source: str = "ids", row_of_id: torch.Tensor | None = None) -> None:
+    def __init__(self, unit: EmbeddingUnit, *, row_source: str = "ids") -> None:
         if row_source not in ROW_SOURCES:
             raise ValueError(f"row_source must be one of {ROW_SOURCES}, got {row_source!r}")
         self.name = unit.name
         self.dim = unit.dim
         self.row_source = row_source
-        self.row_of_id = row_of_id
-        """Where id i's row is stored (:mod:`zen_analysis.fsdp.hashed`), to map looked-up ids to stored rows."""
         self.lookups = LookedUp(unit.embedding, name=unit.name) if row_source == "ids" else None
+        """The ids looked up; under :class:`~zen_analysis.fsdp.hashed.HashedRows` its forward pre-hook has mapped
+        them to stored rows already (it runs first)."""
         self.exchange: Exchange | None = None
         self.calls = 0
         self.last: dict[str, int] = {}
@@ -85,10 +85,9 @@ class SparseReduceScatter(ReduceScatter):
         ids = self.lookups.take(table_RD.device) if self.lookups is not None else None
         if ids is None:
             return nonzero_rows(table_RD)
-        rows = ids if self.row_of_id is None else torch.sort(self.row_of_id.to(ids.device)[ids]).values
-        if not self.lookups.checked and not self.lookups.check(rows, table_RD):
+        if not self.lookups.checked and not self.lookups.check(ids, table_RD):
             return nonzero_rows(table_RD)
-        return rows
+        return ids
 
     def __call__(self, output_tensor, input_tensor, group, op, async_op: bool = False):
         ex = self._exchange(group)
