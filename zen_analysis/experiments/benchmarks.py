@@ -53,6 +53,7 @@ BENCHMARKS = {
         "a captured run's embedding rows summed by stock DDP's sparse path and by Zen, in the lab",
         True,
     ),
+    "fsdp": Benchmark("bench_fsdp:bench_fsdp", "stock FSDP2 vs Zen-FSDP2 on a 256k-vocabulary Llama, in the lab", True),
     "fsdp-balance": Benchmark(
         "bench_fsdp:bench_fsdp_balance", "FSDP2 shards' received rows: contiguous vs h0 vs stratified h0 row order"
     ),

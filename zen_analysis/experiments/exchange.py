@@ -72,7 +72,7 @@ def rank_step_rows(run, world: int, rank: int, *, tensor: str | None = None, wor
     return rows_K, summed.view(num_rows, width)[rows_K].clone(), num_rows, width
 
 
-def _written() -> int:
+def written_bytes() -> int:
     """Bytes this process has passed to write-like system calls so far (gloo's sockets included; Linux)."""
     with open("/proc/self/io") as f:
         for line in f:
@@ -103,10 +103,10 @@ def sum_every_way(rows_K, values_KD, num_rows: int, width: int, schemes, repeats
             for _ in range(repeats):
                 summed = grad.clone()
                 dist.barrier()
-                t0, w0 = time.perf_counter(), _written()
+                t0, w0 = time.perf_counter(), written_bytes()
                 dist.all_reduce(summed)
                 times.append(time.perf_counter() - t0)
-                written = _written() - w0
+                written = written_bytes() - w0
             summed = summed.coalesce()
             reference = (summed.indices()[0], summed.values())
             diff, sent = 0.0, written
@@ -114,10 +114,10 @@ def sum_every_way(rows_K, values_KD, num_rows: int, width: int, schemes, repeats
             scheme = build_scheme(name, seed=0)
             for _ in range(repeats):
                 dist.barrier()
-                t0, w0 = time.perf_counter(), _written()
+                t0, w0 = time.perf_counter(), written_bytes()
                 got_rows, got_values = scheme.sum_rows(rows_K, values_KD, num_rows)
                 times.append(time.perf_counter() - t0)
-                written = _written() - w0
+                written = written_bytes() - w0
             m = scheme.last_measured()
             phases, sent = m.groupby("phase")["seconds"].sum().to_dict(), int(m["bytes_sent"].sum())
             diff = float("nan")
