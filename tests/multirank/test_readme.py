@@ -1,5 +1,5 @@
-"""The README's Python blocks run as printed: the complete DDP script under torchrun on 2 ranks, every other block
-whole, except fragments (first line ``# a fragment``), whose imports are run and the rest compiled."""
+"""The README's Python blocks run as printed: the complete DDP and FSDP2 scripts under torchrun on 2 ranks, every
+other block whole, except fragments (first line ``# a fragment``), whose imports are run and the rest compiled."""
 
 import ast
 import os
@@ -26,20 +26,35 @@ def _blocks() -> list[tuple[str, int, str]]:
 BLOCKS = _blocks()
 
 
+SCRIPTS = {
+    "zen_ddp.py": r"loss \d+\.\d+; Zen sent [\d,]+ bytes, dense all-reduce [\d,]+",
+    "zen_fsdp.py": r"loss \d+\.\d+; Zen's reduce-scatter sent [\d,]+ bytes, a dense one [\d,]+",
+}
+"""The complete scripts (a block that starts a process group), by the file name the README saves them as, and what
+rank 0 prints."""
+
+
+def _script(code: str) -> str:
+    return "zen_fsdp.py" if "fully_shard" in code or "zen_analysis.fsdp" in code else "zen_ddp.py"
+
+
 def test_the_readme_has_its_blocks():
-    assert sum("dist.init_process_group" in code for _, _, code in BLOCKS) == 1  # the complete DDP script
-    head = (ROOT / "README.md").read_text().split("\n")[:150]
+    scripts = [_script(code) for _, _, code in BLOCKS if "dist.init_process_group" in code]
+    assert sorted(scripts) == sorted(SCRIPTS)  # one complete DDP script, one FSDP2 script
+    head = (ROOT / "README.md").read_text().split("\n")[:200]
     assert "## Zen in your own DDP training" in head and "## Quick start: the notebooks" in head
+    assert "## Zen in your own FSDP2 training" in head
 
 
 @pytest.mark.parametrize("where, line, code", BLOCKS, ids=[f"{w}:{n}" for w, n, _ in BLOCKS])
 def test_a_python_block_runs_as_printed(where, line, code, tmp_path):
-    if "dist.init_process_group" in code:  # the complete script, as the README says to run it
-        (tmp_path / "zen_ddp.py").write_text(code)
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "zen_ddp.py"]
+    if "dist.init_process_group" in code:  # a complete script, as the README says to run it
+        name = _script(code)
+        (tmp_path / name).write_text(code)
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", name]
         proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ})
         assert proc.returncode == 0, proc.stderr[-3000:]
-        assert re.search(r"loss \d+\.\d+; Zen sent [\d,]+ bytes, dense all-reduce [\d,]+", proc.stdout), proc.stdout
+        assert re.search(SCRIPTS[name], proc.stdout), proc.stdout
         return
     tree = ast.parse(code)  # every block at least parses
     if code.startswith("# a fragment"):
