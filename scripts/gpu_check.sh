@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU checks for Zen on a machine with at least one CUDA device (see README, "GPUs"):
 #   1. the GPU tests (Algorithm 1 and the hash bitmap on CUDA vs CPU, every scheme's push/pull on CUDA at
-#      world size 1 over NCCL, NCCL training with Zen; 2-GPU parity when two devices are present);
+#      world size 1 over NCCL, NCCL training with Zen, Zen-FSDP2's sparse reduce-scatter on CUDA over NCCL; 2-GPU
+#      parity (DDP and FSDP2) when two devices are present);
 #   2. the Fig. 16 timing at the paper's size (214M elements, densities 1-10%) on the GPU, written to
 #      $OUT (or data/derived/gpu_check) as CSV.
 # Usage: scripts/gpu_check.sh   (run from the repository root; creates .venv with `make venv` if needed)

@@ -1,0 +1,94 @@
+"""Zen under FSDP2 on CUDA over NCCL: the sparse reduce-scatter (called directly at world size 1, where FSDP2 itself
+skips the collective) sums rows as on the CPU; with two devices, Zen-FSDP2 with hashed rows trains to stock
+FSDP2's losses and parameters. Skipped without CUDA devices (``scripts/gpu_check.sh`` runs them)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+SCRIPT = r"""
+import os, torch, torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from zen_analysis.fsdp import shard
+from zen_analysis.fsdp.reduce_scatter import SparseReduceScatter
+from zen_analysis.fsdp.units import EmbeddingUnit
+
+local = int(os.environ["LOCAL_RANK"])
+torch.cuda.set_device(local)
+dist.init_process_group("nccl")
+rank, world = dist.get_rank(), dist.get_world_size()
+mesh = init_device_mesh("cuda", (world,))
+
+# the comm itself on CUDA tensors over NCCL (FSDP2 calls it only when world > 1)
+emb = nn.Embedding(1001, 8).cuda()
+rs = SparseReduceScatter(EmbeddingUnit(unit=emb, embedding=emb, name="t"), row_source="scan")
+per = -(-1001 // world)
+table = torch.zeros(world * per, 8, device="cuda")
+table[[3, 500, 1000]] = torch.arange(24, dtype=torch.float32, device="cuda").view(3, 8)
+out = torch.empty(per * 8, device="cuda")
+rs(out, table.view(-1), dist.group.WORLD, dist.ReduceOp.SUM)
+want = torch.zeros(world * per, 8, device="cuda")
+want[[3, 500, 1000]] = world * torch.arange(24, dtype=torch.float32, device="cuda").view(3, 8)
+assert torch.equal(out.view(per, 8), want[rank * per : (rank + 1) * per]), "sparse reduce-scatter on CUDA"
+
+class LM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(1001, 16)
+        self.head = nn.Linear(16, 1001)
+    def forward(self, x):
+        return self.head(torch.tanh(self.embed(x)))
+
+runs = {}
+for zen in (False, True):
+    torch.manual_seed(0)
+    model = LM().cuda()
+    if zen:
+        shard(model, mesh=mesh)
+    else:
+        fully_shard(model.embed, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    losses = []
+    for step in range(5):
+        x = torch.randint(0, 1001, (4, 9), generator=torch.Generator().manual_seed(10 * step + rank)).cuda()
+        loss = nn.functional.cross_entropy(model(x[:, :-1]).flatten(0, 1), x[:, 1:].flatten())
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    runs[zen] = (losses, {k: v.full_tensor().cpu() for k, v in model.state_dict().items()})
+torch.testing.assert_close(torch.tensor(runs[True][0]), torch.tensor(runs[False][0]), rtol=1e-5, atol=1e-6)
+for k, v in runs[False][1].items():
+    torch.testing.assert_close(runs[True][1][k], v, rtol=1e-5, atol=1e-6)
+if rank == 0:
+    print("fsdp nccl ok", world)
+dist.destroy_process_group()
+"""
+
+
+def _run(tmp_path, ranks: int) -> None:
+    script = tmp_path / "fsdp_nccl.py"
+    script.write_text(SCRIPT)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks), str(script)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**os.environ})
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert f"fsdp nccl ok {ranks}" in proc.stdout, proc.stdout
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 1, reason="needs a CUDA device")
+def test_the_sparse_reduce_scatter_runs_on_cuda_over_nccl(tmp_path):
+    _run(tmp_path, 1)
+
+
+@pytest.mark.multigpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_zen_fsdp2_on_two_gpus_matches_stock_fsdp2(tmp_path):
+    _run(tmp_path, 2)
