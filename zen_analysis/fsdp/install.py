@@ -15,6 +15,7 @@ or, sharding it yourself:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -23,7 +24,7 @@ from torch.distributed.fsdp import fully_shard
 
 from zen_analysis.fsdp.hashed import STRATA, HashedRows
 from zen_analysis.fsdp.reduce_scatter import SparseReduceScatter
-from zen_analysis.fsdp.units import UnitError, embedding_units
+from zen_analysis.fsdp.units import UnitError, scan_units
 
 
 @dataclass
@@ -43,17 +44,22 @@ class ZenFSDP:
 
 
 def install(model: nn.Module, *, row_source: str = "ids", all_gather: bool = False) -> ZenFSDP:
-    """Zen's sparse reduce-scatter on every FSDP2 unit of ``model`` that holds an untied embedding on its own
-    (:func:`~zen_analysis.fsdp.units.embedding_units` refuses a unit that mixes it with other parameters, saying how
-    to wrap it). ``row_source``: ``"ids"`` (the looked-up ids) or ``"scan"`` (a row-wise pass), as in
-    :class:`~zen_analysis.fsdp.reduce_scatter.SparseReduceScatter`. Call it after ``fully_shard`` and before the
-    first backward."""
-    units = embedding_units(model)
+    """Zen's sparse reduce-scatter on every FSDP2 unit of ``model`` that holds an untied embedding on its own. A
+    table in a unit with other parameters (GPT-2's position table in the root, say), or tied, stays stock FSDP2 with
+    a warning that says how to wrap it; when no table qualifies, that message is the error
+    (:func:`~zen_analysis.fsdp.units.scan_units`). ``row_source``: ``"ids"`` (the looked-up ids) or ``"scan"`` (a
+    row-wise pass), as in :class:`~zen_analysis.fsdp.reduce_scatter.SparseReduceScatter`. Call it after ``fully_shard``
+    and before the first backward."""
+    units, refused = scan_units(model)
     if not units:
+        if refused:
+            raise refused[0]
         raise UnitError(
             "no FSDP2 unit of this model holds an nn.Embedding: apply fully_shard(model.<embedding>) to the table "
             "first, then to the modules around it"
         )
+    for why in refused:
+        warnings.warn(f"left to stock FSDP2: {why}", stacklevel=2)
     if all_gather:
         raise NotImplementedError("the sparse all-gather is not installed by install() yet")
     zen = ZenFSDP()

@@ -46,39 +46,56 @@ def _param_groups(unit: nn.Module) -> list:
     return [g for g in unit._get_fsdp_state()._fsdp_param_groups if g is not None]
 
 
-def embedding_units(model: nn.Module) -> list[EmbeddingUnit]:
-    """Every FSDP2 unit of ``model`` (itself included) that manages an ``nn.Embedding`` weight, checked: the unit
-    holds that weight alone, untied, sharded on dim 0. Raises :class:`UnitError` saying how to wrap it otherwise."""
+def scan_units(model: nn.Module) -> tuple[list[EmbeddingUnit], list[UnitError]]:
+    """Every FSDP2 unit of ``model`` (itself included) that manages an ``nn.Embedding`` weight, checked: the ones
+    that hold that weight alone, untied, sharded on dim 0, and for every other one the :class:`UnitError` that says
+    how to wrap it."""
     names = {id(m): n for n, m in model.named_modules()}
-    found = []
+    found, refused = [], []
     for unit in model.modules():
-        if not isinstance(unit, FSDPModule):
-            continue
-        groups = _param_groups(unit)
-        params = [fp for g in groups for fp in g.fsdp_params]
-        tables = [fp for fp in params if isinstance(fp._module_info.module, nn.Embedding)]
-        if not tables:
-            continue
-        emb = tables[0]._module_info.module
-        name = names.get(id(emb), "embedding")
-        wrap = f"fully_shard(model.{name}) before fully_shard() of the modules around it"
-        if len(params) != 1:
-            others = [f"{names.get(id(fp._module_info.module), '?')}.{fp._module_info.param_name}" for fp in params]
-            raise UnitError(
-                f"the FSDP2 unit {names.get(id(unit)) or '(root)'!r} holds the embedding {name!r} with "
-                f"{len(params) - 1} other parameters ({', '.join(o for o in others if not o.startswith(name + '.'))}"
-                f"): a sparse reduce-scatter needs the table in a unit of its own; call {wrap}"
-            )
-        if len(groups) != 1:
-            raise UnitError(f"{name}: its unit has {len(groups)} parameter groups (a per-parameter mesh); use one mesh")
-        info = tables[0]._module_info
-        if info.shared_modules:
-            raise UnitError(
-                f"{name} is tied to another module's weight ({len(info.shared_modules)} sharing it): its gradient is "
-                "dense, not row-sparse; untie it, or leave its unit to stock FSDP2"
-            )
-        placement = tables[0].fsdp_placement
-        if not (isinstance(placement, Shard) and placement.dim == 0):
-            raise UnitError(f"{name} is sharded as {placement}; Zen sums tables sharded by rows (Shard(0))")
-        found.append(EmbeddingUnit(unit=unit, embedding=emb, name=name))
+        if isinstance(unit, FSDPModule):
+            try:
+                got = _check(unit, names)
+            except UnitError as e:
+                refused.append(e)
+            else:
+                found += [got] if got is not None else []
+    return found, refused
+
+
+def embedding_units(model: nn.Module) -> list[EmbeddingUnit]:
+    """:func:`scan_units`' units, raising the first refusal."""
+    found, refused = scan_units(model)
+    if refused:
+        raise refused[0]
     return found
+
+
+def _check(unit: nn.Module, names: dict[int, str]) -> EmbeddingUnit | None:
+    groups = _param_groups(unit)
+    params = [fp for g in groups for fp in g.fsdp_params]
+    tables = [fp for fp in params if isinstance(fp._module_info.module, nn.Embedding)]
+    if not tables:
+        return None
+    emb = tables[0]._module_info.module
+    name = names.get(id(emb), "embedding")
+    wrap = f"fully_shard(model.{name}) before fully_shard() of the modules around it"
+    if len(params) != 1:
+        others = [f"{names.get(id(fp._module_info.module), '?')}.{fp._module_info.param_name}" for fp in params]
+        raise UnitError(
+            f"the FSDP2 unit {names.get(id(unit)) or '(root)'!r} holds the embedding {name!r} with "
+            f"{len(params) - 1} other parameters ({', '.join(o for o in others if not o.startswith(name + '.'))}"
+            f"): a sparse reduce-scatter needs the table in a unit of its own; call {wrap}"
+        )
+    if len(groups) != 1:
+        raise UnitError(f"{name}: its unit has {len(groups)} parameter groups (a per-parameter mesh); use one mesh")
+    info = tables[0]._module_info
+    if info.shared_modules:
+        raise UnitError(
+            f"{name} is tied to another module's weight ({len(info.shared_modules)} sharing it): its gradient is "
+            "dense, not row-sparse; untie it, or leave its unit to stock FSDP2"
+        )
+    placement = tables[0].fsdp_placement
+    if not (isinstance(placement, Shard) and placement.dim == 0):
+        raise UnitError(f"{name} is sharded as {placement}; Zen sums tables sharded by rows (Shard(0))")
+    return EmbeddingUnit(unit=unit, embedding=emb, name=name)
