@@ -6,7 +6,10 @@ parameters, or ties it, is refused with what to do."""
 import pytest
 import torch
 from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+from zen_analysis.fsdp import UnitError, install
 from zen_analysis.ranks.procs import fork_launch
 
 VOCAB, DIM, STEPS = 1001, 8, 5  # 1001 rows: the last shard is padded on 2 and 4 ranks
@@ -47,10 +50,6 @@ class _LM(nn.Module):
 
 def _train(rank, world, model_cls, reduce_dtype, divide, zen, row_source="ids", root_divide=None):
     """(embedding shard gradient each step, every parameter's shard after STEPS steps, rows pushed each step)."""
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-    from zen_analysis.fsdp import install
 
     mesh = init_device_mesh("cpu", (world,))
     torch.manual_seed(0)
@@ -135,10 +134,6 @@ def test_sparse_reduce_scatter_gives_stock_fsdp2_gradients_and_parameters(world)
 
 
 def _refusals(rank, world):
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
-
-    from zen_analysis.fsdp import UnitError, install
 
     mesh = init_device_mesh("cpu", (world,))
     said = []

@@ -4,8 +4,14 @@ rank's shard receives the rows :func:`~zen_analysis.fsdp.hashed.received_rows` p
 through ``torch.distributed.checkpoint`` is in the original order, loadable by an unhashed model and back."""
 
 import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
 from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
 
+from zen_analysis.fsdp import install, shard
+from zen_analysis.fsdp.hashed import hashed_rows_of, received_rows, to_original
 from zen_analysis.ranks.procs import fork_launch
 
 VOCAB, DIM, STEPS = 1001, 8, 5
@@ -36,9 +42,6 @@ def _ids(rank: int, step: int) -> torch.Tensor:
 def _model(mesh, hashed: bool):
     """Sharded by hand (the table a unit of its own, then the root), or by ``zen_analysis.fsdp.shard``, which hashes
     the table's rows too."""
-    from torch.distributed.fsdp import fully_shard
-
-    from zen_analysis.fsdp import shard
 
     torch.manual_seed(0)
     model = _Integer()
@@ -54,12 +57,6 @@ def _full(state: dict) -> dict:
 
 
 def _run(rank, world, ckpt):
-    import torch.distributed as dist
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.device_mesh import init_device_mesh
-
-    from zen_analysis.fsdp import install
-    from zen_analysis.fsdp.hashed import hashed_rows_of, received_rows, to_original
 
     mesh = init_device_mesh("cpu", (world,))
     out = {}
