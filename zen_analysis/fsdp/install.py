@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from torch import nn
 from torch.distributed.fsdp import fully_shard
 
+from zen_analysis.fsdp.all_gather import ChangedRowsAllGather
 from zen_analysis.fsdp.hashed import STRATA, HashedRows
 from zen_analysis.fsdp.reduce_scatter import SparseReduceScatter
 from zen_analysis.fsdp.units import UnitError, scan_units
@@ -33,23 +34,42 @@ class ZenFSDP:
     name."""
 
     reduce_scatters: dict[str, SparseReduceScatter] = field(default_factory=dict)
+    all_gathers: dict[str, ChangedRowsAllGather] = field(default_factory=dict)
+    """The sparse all-gathers (``all_gather=True``), by name."""
     hashed: dict[str, HashedRows] = field(default_factory=dict)
     """The tables :func:`shard` stored in the hashed row order, by name."""
 
     def bytes_sent(self) -> int:
-        """Bytes this rank's sparse reduce-scatters sent to other ranks so far (counts and rows)."""
-        return sum(
-            r.bytes_sent for rs in self.reduce_scatters.values() if rs.exchange for r in rs.exchange.records.values()
-        )
+        """Bytes this rank's Zen comms sent to other ranks so far (counts, rows, and any dense fallback gather)."""
+        return self.reduce_scatter_bytes() + self.all_gather_bytes()
+
+    def reduce_scatter_bytes(self) -> int:
+        return _sent(self.reduce_scatters.values())
+
+    def all_gather_bytes(self) -> int:
+        return _sent(self.all_gathers.values())
+
+    def memory_bytes(self) -> int:
+        """What the sparse all-gathers keep between calls: a replica of each gathered table."""
+        return sum(ag.memory_bytes for ag in self.all_gathers.values())
 
 
-def install(model: nn.Module, *, row_source: str = "ids", all_gather: bool = False) -> ZenFSDP:
+def _sent(comms) -> int:
+    return sum(r.bytes_sent for c in comms if c.exchange is not None for r in c.exchange.records.values())
+
+
+def install(
+    model: nn.Module, *, row_source: str = "ids", all_gather: bool = False, max_replica_bytes: int | None = None
+) -> ZenFSDP:
     """Zen's sparse reduce-scatter on every FSDP2 unit of ``model`` that holds an untied embedding on its own. A
     table in a unit with other parameters (GPT-2's position table in the root, say), or tied, stays stock FSDP2 with
     a warning that says how to wrap it; when no table qualifies, that message is the error
     (:func:`~zen_analysis.fsdp.units.scan_units`). ``row_source``: ``"ids"`` (the looked-up ids) or ``"scan"`` (a
-    row-wise pass), as in :class:`~zen_analysis.fsdp.reduce_scatter.SparseReduceScatter`. Call it after ``fully_shard``
-    and before the first backward."""
+    row-wise pass), as in :class:`~zen_analysis.fsdp.reduce_scatter.SparseReduceScatter`. ``all_gather``: Zen's
+    pull as the table's all-gather too (:class:`~zen_analysis.fsdp.all_gather.ChangedRowsAllGather`: only the rows
+    that changed move, bit for bit stock's result), at the cost of a replica of the table per rank
+    (``max_replica_bytes`` caps it; over the cap the gather stays dense). Off by default: FSDP2 is chosen to save
+    memory, and the replica is the memory DDP holds. Call it after ``fully_shard`` and before the first backward."""
     units, refused = scan_units(model)
     if not units:
         if refused:
@@ -60,13 +80,15 @@ def install(model: nn.Module, *, row_source: str = "ids", all_gather: bool = Fal
         )
     for why in refused:
         warnings.warn(f"left to stock FSDP2: {why}", stacklevel=2)
-    if all_gather:
-        raise NotImplementedError("the sparse all-gather is not installed by install() yet")
     zen = ZenFSDP()
     for u in units:
         comm = SparseReduceScatter(u, row_source=row_source)
         u.unit.set_custom_reduce_scatter(comm)
         zen.reduce_scatters[u.name] = comm
+        if all_gather:
+            gather = ChangedRowsAllGather(u, max_replica_bytes=max_replica_bytes)
+            u.unit.set_custom_all_gather(gather)
+            zen.all_gathers[u.name] = gather
     return zen
 
 
@@ -89,6 +111,7 @@ def shard(
     seed: int = 0,
     row_source: str = "ids",
     all_gather: bool = False,
+    max_replica_bytes: int | None = None,
     **fsdp_kwargs,
 ) -> ZenFSDP:
     """``fully_shard`` ``model`` with Zen in one call: every untied ``nn.Embedding`` stored in the hashed row order
@@ -105,6 +128,6 @@ def shard(
     for block in blocks:
         fully_shard(block, mesh=mesh, **fsdp_kwargs)
     fully_shard(model, mesh=mesh, **fsdp_kwargs)
-    zen = install(model, row_source=row_source, all_gather=all_gather)
+    zen = install(model, row_source=row_source, all_gather=all_gather, max_replica_bytes=max_replica_bytes)
     zen.hashed.update(hashed)
     return zen
