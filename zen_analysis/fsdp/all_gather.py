@@ -56,7 +56,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather
 
-from zen_analysis.fsdp.units import EmbeddingUnit
+from zen_analysis.fsdp.units import EmbeddingUnit, OnExchange
 from zen_analysis.wire.coo import coo_layout, pack_coo, unpack_coo
 from zen_analysis.wire.dtypes import SUPPORTED
 from zen_analysis.wire.exchange import Exchange, PhaseRecord
@@ -99,7 +99,7 @@ def sparse_pays(counts_W: torch.Tensor, rows: int, dtype: torch.dtype, width: in
     return int(counts_W.sum()) * entry_bytes(rows, dtype, width) < rows * width * dtype.itemsize
 
 
-class ChangedRowsAllGather(AllGather):
+class ChangedRowsAllGather(OnExchange, AllGather):
     """FSDP2's ``AllGather`` for one embedding unit (:class:`~zen_analysis.fsdp.units.EmbeddingUnit`): each rank
     sends the rows of its shard that changed since its last call and patches its replica of the table (module
     docstring). What the last call did is in :attr:`last`; :attr:`exchange` counts its bytes under phase
@@ -128,14 +128,6 @@ class ChangedRowsAllGather(AllGather):
         """Bytes this comm holds between calls: the replica (the snapshot is its own chunk, no extra bytes)."""
         r = self.replica_RW
         return 0 if r is None else r.numel() * r.element_size()
-
-    def allocate(self, size, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        return torch.empty(*size, dtype=dtype, device=device)
-
-    def _exchange(self, group: dist.ProcessGroup) -> Exchange:
-        if self.exchange is None or self.exchange.group is not group:
-            self.exchange = Exchange(group)
-        return self.exchange
 
     def _layout(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, world: int) -> tuple[int, int]:
         """(rows per shard, values per row) of the buffers FSDP2 passed; raises if they are not the table's rows."""

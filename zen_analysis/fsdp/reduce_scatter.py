@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter
 
-from zen_analysis.fsdp.units import EmbeddingUnit
+from zen_analysis.fsdp.units import EmbeddingUnit, OnExchange
 from zen_analysis.sync.lookups import LookedUp
 from zen_analysis.wire.coo import coo_words, pack_coo, sum_by_index, unpack_coo
 from zen_analysis.wire.exchange import Exchange
@@ -52,7 +52,7 @@ def division(op, world: int) -> tuple[float | None, int | None]:
     raise ValueError(f"a sparse reduce-scatter sums gradients; FSDP2 passed {op!r} (SUM, AVG or PREMUL_SUM expected)")
 
 
-class SparseReduceScatter(ReduceScatter):
+class SparseReduceScatter(OnExchange, ReduceScatter):
     """FSDP2's ``ReduceScatter`` for one embedding unit (:class:`~zen_analysis.fsdp.units.EmbeddingUnit`): the
     rows go to their owners and are summed there (module docstring). What the last call did is in
     :attr:`last`; :attr:`exchange` counts its bytes by phase."""
@@ -71,14 +71,6 @@ class SparseReduceScatter(ReduceScatter):
         self.last: dict[str, int] = {}
         """``rows`` this rank pushed (its own shard's included), ``received`` rows its shard was sent (its own
         included, before summing), ``owned`` distinct rows it summed."""
-
-    def allocate(self, size, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        return torch.empty(*size, dtype=dtype, device=device)
-
-    def _exchange(self, group: dist.ProcessGroup) -> Exchange:
-        if self.exchange is None or self.exchange.group is not group:
-            self.exchange = Exchange(group)
-        return self.exchange
 
     def _rows(self, table_RD: torch.Tensor) -> torch.Tensor:
         """Sorted distinct rows of ``table_RD`` that can be non-zero (module docstring, step 1)."""

@@ -13,9 +13,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import Shard
+
+from zen_analysis.wire.exchange import Exchange
 
 
 class UnitError(ValueError):
@@ -39,6 +43,21 @@ class EmbeddingUnit:
     @property
     def dim(self) -> int:
         return self.embedding.embedding_dim
+
+
+class OnExchange:
+    """What Zen's FSDP2 comms share: a plain allocation (FSDP2's default one) and one
+    :class:`~zen_analysis.wire.exchange.Exchange` per process group, which counts their bytes by phase."""
+
+    exchange: Exchange | None = None
+
+    def allocate(self, size, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        return torch.empty(*size, dtype=dtype, device=device)
+
+    def _exchange(self, group: dist.ProcessGroup) -> Exchange:
+        if self.exchange is None or self.exchange.group is not group:
+            self.exchange = Exchange(group)
+        return self.exchange
 
 
 def _param_groups(unit: nn.Module) -> list:
