@@ -6,31 +6,13 @@ through ``torch.distributed.checkpoint`` is in the original order, loadable by a
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch import nn
+from test_fsdp import STEPS, VOCAB, _Integer  # a sibling test module: pytest puts its folder on the path
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 from zen_analysis.fsdp import install, shard
 from zen_analysis.fsdp.hashed import hashed_rows_of, received_rows, to_original
 from zen_analysis.ranks.procs import fork_launch
-
-VOCAB, DIM, STEPS = 1001, 8, 5
-
-
-class _Integer(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.embed = nn.Embedding(VOCAB, DIM)
-        self.head = nn.Linear(DIM, 3, bias=False)
-        g = torch.Generator().manual_seed(1)
-        with torch.no_grad():
-            self.embed.weight.copy_(torch.randint(-3, 4, (VOCAB, DIM), generator=g).float())
-            self.head.weight.copy_(torch.randint(-2, 3, (3, DIM), generator=g).float())
-
-    def forward(self, x: torch.Tensor, step: int) -> torch.Tensor:
-        e = self.embed(x)
-        c = torch.randint(-2, 3, e.shape, generator=torch.Generator().manual_seed(7 + step)).float()
-        return (e * c).sum() + self.head(e.detach()).sum()
 
 
 def _ids(rank: int, step: int) -> torch.Tensor:
