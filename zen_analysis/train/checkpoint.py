@@ -27,7 +27,7 @@ by rank 0 is the whole of it) or private to a rank and never resharded (its RNGs
 SGD replicas, trace position), and a resume must find the same world size anyway (bit-exact continuation). What DCP
 would add, its async save, pays only where a checkpoint costs a noticeable share of a step; each run records that
 cost (``checkpoint_s`` beside ``step_s`` in its ``metrics.jsonl``; the README's ``train.checkpoint_every`` row gives
-the default recipe's).
+the default recipe's). Sharded (FSDP2) state is checkpointed through DCP by :mod:`zen_analysis.fsdp.checkpoint`.
 """
 
 from __future__ import annotations
