@@ -48,7 +48,7 @@ def test_overlapped_sums_equal_inline_bit_for_bit(sync):
     # top-k's worker thread only if the machine scheduled it before backward ended (on 2 busy cores it may not)
     assert (overlapped["early_buckets"] > 0).all()
     assert (overlapped["overlap_s"] >= overlapped["hidden_s"]).all() and (overlapped["hidden_s"] >= 0).all()
-    if sync.get("compress") != "topk":
+    if sync.get("method") != "topk":
         assert (overlapped["hidden_s"] > 0).all()
     captured = m[m["captured"]]  # summed after backward: nothing launched early, nothing hidden
     assert (captured["early_buckets"] == 0).all() and (captured["hidden_s"] == 0).all()
