@@ -17,7 +17,10 @@ import tempfile
 import pytest
 import torch
 
+from zen_analysis.config import ModelConfig
+from zen_analysis.fsdp.integrations import ZenFSDPTrainer
 from zen_analysis.ranks.procs import fork_launch, free_port
+from zen_analysis.workload.model import build_model
 
 STEPS = 3
 VOCAB = 1000
@@ -67,9 +70,6 @@ class _Recording:
 
 
 def _model():
-    from zen_analysis.config import ModelConfig
-    from zen_analysis.workload.model import build_model
-
     torch.manual_seed(0)
     cfg = ModelConfig(arch="llama", hidden_size=32, num_layers=1, num_heads=2)  # untied embeddings
     return build_model(cfg, vocab_size=VOCAB, max_seq_len=16)
@@ -80,8 +80,6 @@ def _rank(rank, world, port, tmp):
     import torch.distributed as dist
     from torch.distributed.fsdp import FSDPModule
     from transformers import Trainer, TrainingArguments
-
-    from zen_analysis.fsdp.integrations import ZenFSDPTrainer
 
     tokens = torch.randint(0, VOCAB, (world * 4 * STEPS, LENGTH), generator=torch.Generator().manual_seed(1234))
     dataset = [{"input_ids": x, "labels": x} for x in tokens]

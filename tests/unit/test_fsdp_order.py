@@ -4,6 +4,7 @@ import pandas as pd
 import pytest
 import torch
 
+from zen_analysis.experiments.bench_fsdp import bench_fsdp_balance
 from zen_analysis.fsdp.hashed import balls_into_bins_bound, fsdp_shard_rows, hashed_order, inverse, received_rows
 from zen_analysis.zen.hashing import h0
 
@@ -42,8 +43,6 @@ def test_received_rows_counts_each_ranks_distinct_ids_at_their_owners():
 
 
 def test_the_balance_bench_reports_every_order_for_every_rank_count(tmp_path, monkeypatch):
-    from zen_analysis.experiments.bench_fsdp import bench_fsdp_balance
-
     monkeypatch.setenv("ZEN_ANALYSIS_DATA", str(tmp_path))
     table = bench_fsdp_balance(["recipes=lstm-words-smoke", "ranks=2,4", "steps=2"])
     assert isinstance(table, pd.DataFrame) and len(table) == 6

@@ -50,6 +50,7 @@ from zen_analysis.fsdp.hashed import STRATA, HashedRows
 from zen_analysis.fsdp.install import ZenFSDP
 from zen_analysis.fsdp.reduce_scatter import ROW_SOURCES, SparseReduceScatter
 from zen_analysis.fsdp.units import UnitError, embedding_units
+from zen_analysis.sync.integrations import find_wrapped
 
 __all__ = ["ZenFSDPTrainer", "ZenFSDPTrainerMixin", "find_fsdp"]  # noqa: F822
 
@@ -63,16 +64,7 @@ _WRAP_HINT = (
 def find_fsdp(model: Any):
     """The FSDP2 root module inside ``model`` (itself, or under ``torch.compile``'s ``_orig_mod`` or a wrapper's
     ``module``), or None."""
-    for _ in range(8):
-        if isinstance(model, FSDPModule):
-            return model
-        inner = getattr(model, "_orig_mod", None)
-        if not isinstance(inner, nn.Module):
-            inner = getattr(model, "module", None)
-        if not isinstance(inner, nn.Module) or inner is model:
-            return None
-        model = inner
-    return None
+    return find_wrapped(model, FSDPModule)
 
 
 def _input_embedding(model: nn.Module) -> tuple[str, nn.Embedding | None]:

@@ -56,8 +56,14 @@ def _check_mode(mode: str) -> None:
 def find_ddp(model: Any):
     """The ``DistributedDataParallel`` inside ``model`` (itself, or under ``torch.compile``'s ``_orig_mod`` or a
     wrapper's ``module``), or None: a framework may hand back the DDP model wrapped once more."""
+    return find_wrapped(model, DistributedDataParallel)
+
+
+def find_wrapped(model: Any, kind: type):
+    """The first module of type ``kind`` met unwrapping ``model`` (itself, then ``torch.compile``'s ``_orig_mod`` or
+    a wrapper's ``module``, up to 8 levels), or None."""
     for _ in range(8):
-        if isinstance(model, DistributedDataParallel):
+        if isinstance(model, kind):
             return model
         inner = getattr(model, "_orig_mod", None)
         if not isinstance(inner, nn.Module):
