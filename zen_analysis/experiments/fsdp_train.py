@@ -84,8 +84,8 @@ def _wrap(model, variant: FSDPVariant, mesh):
     mp = MixedPrecisionPolicy(reduce_dtype=torch.bfloat16 if variant.reduce_dtype == "bf16" else None)
     inner = model.model
     if variant.zen:
-        zen = shard(model, mesh=mesh, blocks=inner.layers, hashed_rows=variant.hashed, all_gather=variant.all_gather,
-                    mp_policy=mp)  # fmt: skip
+        wrap = {"hashed_rows": variant.hashed, "all_gather": variant.all_gather, "mp_policy": mp}
+        zen = shard(model, mesh=mesh, blocks=inner.layers, **wrap)
     else:
         zen = None
         fully_shard(inner.embed_tokens, mesh=mesh, mp_policy=mp)
