@@ -16,6 +16,7 @@ import tempfile
 
 import pytest
 import torch
+from test_integrations import _as_external_cluster  # a sibling test module: pytest puts its folder on the path
 
 from zen_analysis.config import ModelConfig
 from zen_analysis.fsdp.integrations import ZenFSDPTrainer
@@ -25,20 +26,6 @@ from zen_analysis.workload.model import build_model
 STEPS = 3
 VOCAB = 1000
 LENGTH = 9
-
-
-def _as_external_cluster(rank: int, world: int, port: int) -> None:
-    """What torchrun would have set: accelerate takes the multi-process path and keeps fork_launch's group."""
-    os.environ.update(
-        RANK=str(rank),
-        LOCAL_RANK=str(rank),
-        WORLD_SIZE=str(world),
-        LOCAL_WORLD_SIZE=str(world),
-        NODE_RANK="0",
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-        OMP_NUM_THREADS="1",
-    )
 
 
 def _fsdp_on_cpu(base: type) -> type:
