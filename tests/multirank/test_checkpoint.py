@@ -17,6 +17,7 @@ LOCAL = {"warmup_steps": 1, "interval": 2}  # local SGD: a sync every 2 steps af
 
 
 def _cfg(run_id: str, capture: bool = False, **sync):
+    sync = dict(sync)
     cfg = recipes.smoke()
     cfg.name = cfg.run_id = run_id
     cfg.dist.num_ranks = 2
@@ -25,6 +26,9 @@ def _cfg(run_id: str, capture: bool = False, **sync):
     if capture:  # every step captured, natural and top-k with error feedback; 2 steps a shard: shards span checkpoints
         cfg.capture.every, cfg.capture.steps_per_shard = 1, 2
     cfg.train.checkpoint_every = 2
+    cfg.dist.sharding = sync.pop("sharding", "none")
+    if cfg.dist.sharding == "fsdp":  # its capture: the natural records
+        cfg.capture.topk_scope = "none"
     for key, value in sync.items():
         setattr(cfg.sync, key, value)
     if cfg.sync.method in ("diloco", "edit", "a_edit"):
@@ -74,8 +78,21 @@ def _run(cfg, **kw):
         ({"method": "topk", "scheme": "auto", "planner_topology": "paper-tcp25", "planner_every": 2}, 3),
         ({"method": "diloco"}, 3),  # every rank's own model and inner optimizer, the anchors, the outer momentum
         ({"method": "edit"}, 5),  # and the anomaly detectors
+        # FSDP2: every rank's shards through DCP, the hashed table and its moments in the original order
+        ({"sharding": "fsdp", "method": "natural", "scheme": "auto", "planner_every": 3}, 3),
     ],
-    ids=["dense", "zen", "zen-overlap", "topk-zen", "topk-agsparse-overlap", "auto", "topk-auto", "diloco", "edit"],
+    ids=[
+        "dense",
+        "zen",
+        "zen-overlap",
+        "topk-zen",
+        "topk-agsparse-overlap",
+        "auto",
+        "topk-auto",
+        "diloco",
+        "edit",
+        "fsdp-auto",
+    ],
 )
 def test_a_run_killed_and_resumed_equals_the_uninterrupted_run(sync, die_at):
     full = _run(_cfg("ckpt-full", **sync), overwrite=True)

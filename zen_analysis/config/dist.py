@@ -7,6 +7,7 @@ from dataclasses import dataclass
 BACKENDS = ("auto", "gloo", "nccl")
 LAUNCHERS = ("auto", "fork", "torchrun")
 NETWORKS = ("loopback", "netlab")
+SHARDINGS = ("none", "fsdp")
 
 
 @dataclass(kw_only=True)
@@ -34,7 +35,17 @@ class DistConfig:
     """netlab only: ranks sharing a lab node (loopback between them, the node's link to the others). Under
     torchrun, one torchrun per node, inside its namespace, meeting at node 0's lab address."""
 
+    sharding: str = "none"
+    """``none``: every rank holds the whole model (data parallel, DDP's layout). ``fsdp``: FSDP2's
+    ``fully_shard`` (:mod:`zen_analysis.fsdp.training`): the input embedding a unit of its own, each transformer
+    block one, the rest the root; every parameter, gradient and optimizer moment sharded by rows across the ranks.
+    ``sync.method=dense`` is stock FSDP2; ``natural`` with ``sync.scheme=zen`` sums the embedding's gradient by
+    Zen's sparse reduce-scatter over hashed row ownership, ``auto`` chooses dense or sparse for it. LLM families
+    only; the capture records the embedding's natural gradient (``capture.topk_scope=none``)."""
+
     def __post_init__(self) -> None:
+        if self.sharding not in SHARDINGS:
+            raise ValueError(f"dist.sharding={self.sharding!r} is unknown; choose one of {SHARDINGS}")
         if self.num_ranks < 1:
             raise ValueError("dist.num_ranks must be >= 1")
         if self.backend not in BACKENDS:

@@ -68,6 +68,7 @@ class ExperimentConfig:
                 "gives every embedding row a gradient. Set model.tie_embeddings=false or capture.natural=false."
             )
         self._check_ctr()
+        self._check_sharding()
         missing = self._sparse_embedding_missing()
         if _on(self.model.sparse_embedding) and missing:
             raise ValueError(
@@ -109,19 +110,52 @@ class ExperimentConfig:
                 "capture.topk_scope=tensor with capture.topk_tensors, or capture.pseudo (local SGD)"
             )
 
+    def _check_sharding(self) -> None:
+        """``dist.sharding=fsdp``: FSDP2 shards the LLM families' transformers, sums every step (a dense or Zen
+        reduce-scatter: no top-k, no local SGD) and holds no sparse gradient; what it cannot go with is an error
+        saying what to set."""
+        if self.dist.sharding != "fsdp":
+            return
+        s, m = self.sync, self.model
+        refusals = {
+            f"model.arch={m.arch} (FSDP2 shards the LLM families: llama, gpt2, opt, gemma2)": m.arch
+            not in ("llama", "gpt2", "opt", "gemma2"),
+            f"sync.method={s.method} (dense is stock FSDP2; natural sums the embedding by Zen's reduce-scatter)": (
+                s.method not in (StepMethod.DENSE, StepMethod.NATURAL)
+            ),
+            f"sync.scheme={s.scheme} (the embedding unit's reduce-scatter is zen or auto)": s.scheme
+            not in ("allreduce", "zen", "auto"),
+            "sync.method=natural with model.tie_embeddings=true (a tied table's gradient is dense)": (
+                s.method == StepMethod.NATURAL and m.tie_embeddings
+            ),
+            "model.sparse_embedding=true (FSDP2 shards dense gradients)": m.sparse_embedding is True,
+            "sync.overlap=true (FSDP2 overlaps its own collectives)": s.overlap is True,
+            "train.embedding_update=lazy (the sharded table steps with the rest)": self.train.embedding_update
+            == "lazy",
+            "perturb.bandwidth_gbps (use dist.network=netlab for a slow link)": self.perturb.bandwidth_gbps > 0,
+            "sync.granularity=elements (the reduce-scatter sums rows)": s.granularity != "rows",
+            "sync.gpus_per_node > 1 (Zen's hierarchical mode is DDP's)": s.gpus_per_node > 1,
+            "capture.topk_scope (top-k capture is of DDP buckets; FSDP captures the natural gradient): set "
+            "capture.topk_scope=none": self.capture.enabled and self.capture.topk_scope != "none",
+        }
+        bad = [what for what, refused in refusals.items() if refused]
+        if bad:
+            raise ValueError(f"dist.sharding=fsdp cannot go with {'; '.join(bad)}")
+
     def _sparse_embedding_missing(self) -> list[str]:
         """The settings a sparse embedding gradient needs that this config lacks (empty: it applies). Tied embeddings
         give every row a gradient through the LM head; the top-k sync compresses dense buckets."""
         needs = {
             "model.tie_embeddings=false": not self.model.tie_embeddings,
             "sync.method=dense or natural": self.sync.method != StepMethod.TOPK,
+            "dist.sharding=none": self.dist.sharding == "none",
         }
         return [k for k, ok in needs.items() if not ok]
 
     def _overlap_applies(self) -> bool:
         """Whether there is a per-step sum to start during backward on a real link: not under a local SGD method,
         not with ``perturb.bandwidth_gbps`` (its emulated delay sleeps after backward)."""
-        return self.sync.method not in METHODS and self.perturb.bandwidth_gbps <= 0
+        return self.sync.method not in METHODS and self.perturb.bandwidth_gbps <= 0 and self.dist.sharding == "none"
 
     def resolved(self) -> ExperimentConfig:
         """A copy with every ``auto`` switch (:data:`~zen_analysis.config.names.Switch`) made the bool it comes to:

@@ -126,7 +126,7 @@ def save(
         shutil.rmtree(partial, ignore_errors=True)  # a killed run's leftover
         partial.mkdir(parents=True)
     dist.barrier()
-    dcp.save(state_in_original_order(model, optimizer), checkpoint_id=partial)
+    write_state(partial, model, optimizer)
     dist.barrier()  # every rank's shards are in place
     if rank == 0:
         atomic_write_text(partial / MARKER, json.dumps({"step": step, "extra": extra}))
@@ -139,6 +139,25 @@ def save(
                 shutil.rmtree(old, ignore_errors=True)
     dist.barrier()  # no rank returns (and may load, or die) before the rename
     return final
+
+
+def write_state(path: str | os.PathLike, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """DCP's files of the model's and optimizer's sharded state in ``path`` (every rank its shards; a collective),
+    hashed tables in the original row order: what :func:`save` writes and :func:`read_state` reads."""
+    dcp.save(state_in_original_order(model, optimizer), checkpoint_id=path)
+
+
+def read_state(path: str | os.PathLike, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """:func:`write_state`'s files into ``model`` and ``optimizer`` (a collective); see :func:`load`."""
+    template = state_in_original_order(model, optimizer)
+    dcp.load(template, checkpoint_id=path)
+    tables = _checked_tables(model, template["model"])
+    set_state_dict(
+        model,
+        optimizer,
+        model_state_dict=template["model"],
+        optim_state_dict=_reorder_moments(template["optim"], tables, to_stored),
+    )
 
 
 def _fsync_dir(path: Path) -> None:
@@ -158,15 +177,7 @@ def load(path: str | os.PathLike, model: nn.Module, optimizer: torch.optim.Optim
     they are), so the state's layout is known to read into."""
     path = Path(path)
     meta = json.loads((path / MARKER).read_text())
-    template = state_in_original_order(model, optimizer)
-    dcp.load(template, checkpoint_id=path)
-    tables = _checked_tables(model, template["model"])
-    set_state_dict(
-        model,
-        optimizer,
-        model_state_dict=template["model"],
-        optim_state_dict=_reorder_moments(template["optim"], tables, to_stored),
-    )
+    read_state(path, model, optimizer)
     return meta["step"], meta["extra"]
 
 

@@ -59,7 +59,12 @@ def _sent(comms) -> int:
 
 
 def install(
-    model: nn.Module, *, row_source: str = "ids", all_gather: bool = False, max_replica_bytes: int | None = None
+    model: nn.Module,
+    *,
+    row_source: str = "ids",
+    all_gather: bool = False,
+    max_replica_bytes: int | None = None,
+    only: Iterable[str] | None = None,
 ) -> ZenFSDP:
     """Zen's sparse reduce-scatter on every FSDP2 unit of ``model`` that holds an untied embedding on its own. A
     table in a unit with other parameters (GPT-2's position table in the root, say), or tied, stays stock FSDP2 with
@@ -69,8 +74,14 @@ def install(
     pull as the table's all-gather too (:class:`~zen_analysis.fsdp.all_gather.ChangedRowsAllGather`: only the rows
     that changed move, bit for bit stock's result), at the cost of a replica of the table per rank
     (``max_replica_bytes`` caps it; over the cap the gather stays dense). Off by default: FSDP2 is chosen to save
-    memory, and the replica is the memory DDP holds. Call it after ``fully_shard`` and before the first backward."""
+    memory, and the replica is the memory DDP holds. ``only``: the tables (by qualified name) to sum, the rest left
+    to stock FSDP2 without a word (a position table whose forward takes no ids, say). Call it after
+    ``fully_shard`` and before the first backward."""
     units, refused = scan_units(model)
+    if only is not None:
+        wanted = set(only)
+        units = [u for u in units if u.name in wanted]
+        refused = refused if not units else []  # the refusals explain an empty choice, and only it
     if not units:
         if refused:
             raise refused[0]

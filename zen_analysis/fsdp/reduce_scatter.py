@@ -72,8 +72,9 @@ class SparseReduceScatter(OnExchange, ReduceScatter):
         """``rows`` this rank pushed (its own shard's included), ``received`` rows its shard was sent (its own
         included, before summing), ``owned`` distinct rows it summed."""
 
-    def _rows(self, table_RD: torch.Tensor) -> torch.Tensor:
-        """Sorted distinct rows of ``table_RD`` that can be non-zero (module docstring, step 1)."""
+    def rows(self, table_RD: torch.Tensor) -> torch.Tensor:
+        """Sorted distinct rows of ``table_RD`` that can be non-zero (module docstring, step 1); takes the ids
+        recorded since the last call."""
         ids = self.lookups.take(table_RD.device) if self.lookups is not None else None
         if ids is None:
             return nonzero_rows(table_RD)
@@ -81,7 +82,8 @@ class SparseReduceScatter(OnExchange, ReduceScatter):
             return nonzero_rows(table_RD)
         return ids
 
-    def __call__(self, output_tensor, input_tensor, group, op, async_op: bool = False):
+    def __call__(self, output_tensor, input_tensor, group, op, async_op: bool = False, *, rows_K=None):
+        """FSDP2's call; ``rows_K``: the rows :meth:`rows` found already (a caller that looked before choosing)."""
         ex = self._exchange(group)
         world, rank = ex.world, ex.rank
         table_RD = input_tensor.view(-1, self.dim)
@@ -92,7 +94,7 @@ class SparseReduceScatter(OnExchange, ReduceScatter):
                 f"not its table's rows of {self.dim}: does the unit hold anything besides the table?"
             )
         scale, divisor = division(op, world)
-        rows_K = self._rows(table_RD)
+        rows_K = self.rows(table_RD) if rows_K is None else rows_K
         values_KD = table_RD.index_select(0, rows_K)
         if scale is not None:
             values_KD.mul_(scale)

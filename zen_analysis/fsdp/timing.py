@@ -22,10 +22,19 @@ class CommClock:
     seconds: dict[tuple[str, str], float] = field(default_factory=dict)
     calls: dict[tuple[str, str], int] = field(default_factory=dict)
     synchronous: bool = True
+    nbytes: dict[tuple[str, str], int] = field(default_factory=dict)
+    """Bytes of the buffers the collectives were handed (an all-gather's input shard, a reduce-scatter's whole
+    input), by (collective, unit), since the last :meth:`take_bytes`."""
 
-    def add(self, kind: str, unit: str, seconds: float) -> None:
+    def add(self, kind: str, unit: str, seconds: float, nbytes: int = 0) -> None:
         self.seconds[(kind, unit)] = self.seconds.get((kind, unit), 0.0) + seconds
         self.calls[(kind, unit)] = self.calls.get((kind, unit), 0) + 1
+        self.nbytes[(kind, unit)] = self.nbytes.get((kind, unit), 0) + nbytes
+
+    def take_bytes(self) -> dict[tuple[str, str], int]:
+        """:attr:`nbytes` so far; resets it."""
+        out, self.nbytes = self.nbytes, {}
+        return out
 
     def take(self) -> dict[tuple[str, str], float]:
         """The seconds so far, by (collective, unit); resets the clock."""
@@ -43,7 +52,7 @@ class _TimedAllGather(AllGather):
     def __call__(self, output_tensor, input_tensor, group, async_op: bool = False):
         t0 = time.perf_counter()
         work = self.inner(output_tensor, input_tensor, group, async_op)
-        self.clock.add("all_gather", self.unit, time.perf_counter() - t0)
+        self.clock.add("all_gather", self.unit, time.perf_counter() - t0, _nbytes(input_tensor))
         return work
 
 
@@ -57,8 +66,12 @@ class _TimedReduceScatter(ReduceScatter):
     def __call__(self, output_tensor, input_tensor, group, op, async_op: bool = False):
         t0 = time.perf_counter()
         work = self.inner(output_tensor, input_tensor, group, op, async_op)
-        self.clock.add("reduce_scatter", self.unit, time.perf_counter() - t0)
+        self.clock.add("reduce_scatter", self.unit, time.perf_counter() - t0, _nbytes(input_tensor))
         return work
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
 
 
 def _current(unit, kind: str):

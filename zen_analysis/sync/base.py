@@ -65,6 +65,9 @@ class GradSync:
     pseudo_capture = None
     """Local SGD under ``capture.pseudo``: the recorder of pseudo-gradients (:meth:`capture_pseudo_gradients`),
     whose ``seconds`` count as capture time."""
+    sharded: bool = False
+    """The model's parameters are sharded across ranks (FSDP2, :mod:`zen_analysis.fsdp.training`): checkpoints go
+    through ``torch.distributed.checkpoint``, and the final parameters are gathered before rank 0 writes them."""
     early_buckets: int = 0
     """With ``overlap``: buckets whose sum was launched before backward ended, added up over steps (which buckets
     those are follows from the graph alone; how much of their time backward hides depends on the machine)."""
@@ -79,6 +82,16 @@ class GradSync:
         """The loop calls it just before the backward of a step's last micro-batch (not on capture steps: the
         capture edits gradients after backward). An overlapping sync starts summing each bucket as soon as backward
         has produced its final gradients; :meth:`synchronize` finishes. Default: nothing."""
+
+    def before_backward(self, *, last: bool) -> None:
+        """The loop calls it before every micro-batch's backward, ``last`` for the step's last one (capture steps
+        included). FSDP2 accumulates the earlier ones unsharded and reduce-scatters at the last. Default:
+        nothing."""
+
+    def step_counters(self) -> dict:
+        """What the sync counted during the step that just ended, as fields of its ``metrics.jsonl`` row (the
+        loop calls it once a step, after the optimizer). Default: none."""
+        return {}
 
     def set_link(self, delay: Callable[[int], None], link_seconds: Callable[[int], float]) -> None:
         """The emulated slow link of ``perturb.bandwidth_gbps`` (before :meth:`attach`)."""

@@ -27,7 +27,9 @@ by rank 0 is the whole of it) or private to a rank and never resharded (its RNGs
 SGD replicas, trace position), and a resume must find the same world size anyway (bit-exact continuation). What DCP
 would add, its async save, pays only where a checkpoint costs a noticeable share of a step; each run records that
 cost (``checkpoint_s`` beside ``step_s`` in its ``metrics.jsonl``; the README's ``train.checkpoint_every`` row gives
-the default recipe's). Sharded (FSDP2) state is checkpointed through DCP by :mod:`zen_analysis.fsdp.checkpoint`.
+the default recipe's). Sharded state (``dist.sharding=fsdp``) is the exception, and goes through DCP
+(:mod:`zen_analysis.fsdp.checkpoint`) into the checkpoint's ``sharded/`` folder, every rank its shards; the RNG,
+sync and capture states stay per rank beside it, and ``meta.json`` hashes DCP's files as it hashes the others.
 """
 
 from __future__ import annotations
@@ -46,8 +48,11 @@ import torch.distributed as dist
 from zen_analysis.atomic import atomic_write_text, file_sha256
 from zen_analysis.config import ExperimentConfig
 from zen_analysis.config.names import METHODS
+from zen_analysis.fsdp import checkpoint as fsdp_checkpoint
 
 DIR = "checkpoints"
+SHARDED = "sharded"
+"""An FSDP2 run's model and optimizer state, in DCP's files, inside a checkpoint's folder."""
 
 
 def unsupported(cfg: ExperimentConfig) -> str | None:
@@ -74,11 +79,14 @@ def save(
     replicated: bool,
     keep: int,
     capture_state: dict | None = None,
+    sharded: bool = False,
 ) -> float:
     """Write the checkpoint of ``step`` (the next step to run) on every rank, with this rank's ``sync_state``
     (:meth:`~zen_analysis.sync.base.GradSync.state_dict`) and ``capture_state``
     (:meth:`~zen_analysis.capture.hooks.GradientCapture.state_dict`); ``replicated``: every rank holds the same
-    model and optimizer state, so rank 0 writes it once. Returns the seconds it took."""
+    model and optimizer state, so rank 0 writes it once; ``sharded``: the model is FSDP2's, its state and its one
+    optimizer's written by every rank through DCP into ``sharded/`` (:mod:`zen_analysis.fsdp.checkpoint`: hashed
+    tables and their moments in the original row order). Returns the seconds it took."""
     t0 = time.perf_counter()
     root = run_dir / DIR
     final, partial = root / f"step-{step:08d}", root / f"step-{step:08d}.partial"
@@ -90,15 +98,18 @@ def save(
     if torch.cuda.is_available():
         rng["cuda"] = torch.cuda.get_rng_state_all()
     mine = {"rng": rng, "sync": sync_state, "capture": capture_state}
-    if not replicated:
+    if sharded:
+        (optimizer,) = optimizers
+        fsdp_checkpoint.write_state(partial / SHARDED, model, optimizer)
+    elif not replicated:
         mine["model"], mine["optim"] = model.state_dict(), [o.state_dict() for o in optimizers]
     torch.save(mine, partial / f"rank{rank}.pt")
-    if rank == 0 and replicated:
+    if rank == 0 and replicated and not sharded:
         torch.save(model.state_dict(), partial / "model.pt")
         torch.save([o.state_dict() for o in optimizers], partial / "optim.pt")
     _barrier(world)  # every rank's file is there
     if rank == 0:
-        files = {p.name: file_sha256(p) for p in sorted(partial.iterdir())}
+        files = {str(p.relative_to(partial)): file_sha256(p) for p in sorted(partial.rglob("*")) if p.is_file()}
         (partial / "meta.json").write_text(json.dumps({"step": step, "world": world, "files": files}))
         shutil.rmtree(final, ignore_errors=True)
         os.replace(partial, final)
@@ -178,11 +189,15 @@ def restore(path: Path, *, rank: int, model, optimizers) -> tuple[dict, dict | N
     """Load checkpoint ``path`` into this rank's model, optimizers and RNGs; returns its sync state and capture
     state (None: the run captured nothing)."""
     mine = torch.load(path / f"rank{rank}.pt", weights_only=False)
-    replicated = "model" not in mine
-    model.load_state_dict(torch.load(path / "model.pt", weights_only=False) if replicated else mine["model"])
-    optim = torch.load(path / "optim.pt", weights_only=False) if replicated else mine["optim"]
-    for opt, state in zip(optimizers, optim, strict=True):
-        opt.load_state_dict(state)
+    if (path / SHARDED).is_dir():  # every rank reads its shards (a collective)
+        (optimizer,) = optimizers
+        fsdp_checkpoint.read_state(path / SHARDED, model, optimizer)
+    else:
+        replicated = "model" not in mine
+        model.load_state_dict(torch.load(path / "model.pt", weights_only=False) if replicated else mine["model"])
+        optim = torch.load(path / "optim.pt", weights_only=False) if replicated else mine["optim"]
+        for opt, state in zip(optimizers, optim, strict=True):
+            opt.load_state_dict(state)
     rng = mine["rng"]
     torch.set_rng_state(rng["torch"])
     np.random.set_state(rng["numpy"])

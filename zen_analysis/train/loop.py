@@ -27,6 +27,7 @@ from zen_analysis import paths
 from zen_analysis.atomic import atomic_path, atomic_write_json
 from zen_analysis.capture.traces import collect_shards, write_manifest
 from zen_analysis.config import ExperimentConfig
+from zen_analysis.fsdp import training as fsdp_training
 from zen_analysis.ranks import env
 from zen_analysis.ranks.env import RankInfo
 from zen_analysis.sync.base import GradSync
@@ -40,7 +41,7 @@ from zen_analysis.wire.inflight import hold
 from zen_analysis.workload.ctr import CTRData
 from zen_analysis.workload.data import TokenData
 from zen_analysis.workload.export import export_model
-from zen_analysis.workload.model import model_loss, to_device
+from zen_analysis.workload.model import build_model, model_loss, to_device
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -217,6 +218,7 @@ def _micro_batches(run: TrainingRun, sync: GradSync, step: int, *, capturing: bo
             micro_loss = model_loss(model, x, y) / V  # mean over the rank's batch
             if v == V - 1 and not capturing:  # sync.overlap: buckets start summing as backward fills them
                 sync.before_last_backward()
+            sync.before_backward(last=v == V - 1)  # FSDP2: reduce-scatter at the step's last backward only
             micro_loss.backward()
         local_loss += micro_loss.item()
     if capturing:
@@ -236,6 +238,8 @@ def _clip(run: TrainingRun, sync: GradSync) -> dict:
     sparse = {p: embedding_rows(p.grad) for p in model.parameters() if p.grad is not None and p.grad.is_sparse}
     if clip > 0 and (rows or sparse):
         clip_grad_norm_by_rows(model.parameters(), clip, {**sparse, **rows})
+    elif clip > 0 and sync.sharded:  # the norm of every rank's shards
+        fsdp_training.clip_grad_norm_(list(model.parameters()), clip)
     elif clip > 0:
         torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
     # AdamW's: a sparse=True embedding's summed rows, in a dense table kept from step to step
@@ -255,6 +259,7 @@ def _save_checkpoint(run: TrainingRun, sync: GradSync, step: int) -> float:
         optimizers=run.optimizers,
         sync_state=sync.state_dict(),
         replicated=not sync.local,  # local SGD: each rank its own model between syncs
+        sharded=sync.sharded,
         keep=t.keep_checkpoints,
         capture_state=capture.state_dict() if capture else None,
     )
@@ -275,6 +280,7 @@ def _finish(run: TrainingRun, sync: GradSync, *, loss: float, steps_done: int, t
     elapsed = time.perf_counter() - t_start
     total_steps = int(round(_mean_over_ranks(float(steps_done), info) * info.world_size))  # workers may differ (A-EDiT)
     val_loss = validation_loss(model, run.data, cfg, info)
+    full = fsdp_training.full_state_dict(model) if sync.sharded else None  # every rank: a collective
     summary = {
         "run_id": cfg.run_id,
         "num_steps": t.num_steps,
@@ -288,7 +294,7 @@ def _finish(run: TrainingRun, sync: GradSync, *, loss: float, steps_done: int, t
         "steps_done": steps_done,
         "capture_s_rank0": (capture.seconds + getattr(pseudo, "seconds", 0.0)) if capture else 0.0,
         "trace_bytes_rank0": capture.writer.bytes_written if capture else 0,
-        "param_sha256": parameter_digest(model),
+        "param_sha256": parameter_digest(model, full),
     }
     if run.autos:  # what each auto switch came to on this run
         summary["auto"] = run.autos
@@ -305,9 +311,12 @@ def _finish(run: TrainingRun, sync: GradSync, *, loss: float, steps_done: int, t
         atomic_write_json(run_dir / "summary.json", summary)
         if t.save_params:
             with atomic_path(run_dir / "params.pt") as tmp:
-                torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, tmp)
+                torch.save(full or {k: v.detach().cpu() for k, v in model.state_dict().items()}, tmp)
         if t.export:
             build = {"vocab_size": run.data.vocab_size, "max_seq_len": t.seq_len, **run.data.input_dims}
+            if full is not None:  # the sharded model, gathered into an unsharded one
+                model = build_model(cfg.resolved().model, **build)
+                model.load_state_dict(full)
             prepared = getattr(run.data, "prepared", None)
             tokenizer = getattr(prepared, "tokenizer_file", None)  # text data: its tokenizer; CTR data has none
             export_model(model, cfg.model, run_dir / "export", build=build, tokenizer_file=tokenizer)

@@ -34,10 +34,12 @@ def package_versions() -> dict[str, str]:
     return out
 
 
-def parameter_digest(model: torch.nn.Module) -> str:
-    """sha256 over every parameter's bytes: equal digests mean bit-identical replicas."""
+def parameter_digest(model: torch.nn.Module, full: dict[str, torch.Tensor] | None = None) -> str:
+    """sha256 over every parameter's bytes: equal digests mean bit-identical replicas. ``full``: the values by name
+    where the model's own are shards (FSDP2: its gathered state dict, tables in the original row order)."""
     h = hashlib.sha256()
     for name, p in model.named_parameters():
         h.update(name.encode())
-        h.update(p.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+        value = full[name] if full is not None else p
+        h.update(value.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
     return h.hexdigest()

@@ -10,6 +10,7 @@ from zen_analysis.comm import SCHEMES
 from zen_analysis.comm.planner import Planner
 from zen_analysis.config import LocalSGDSection, SyncConfig
 from zen_analysis.evaluation.calibrate import planner_topology
+from zen_analysis.fsdp.training import FSDPSync
 from zen_analysis.local_sgd import METHODS, LocalSGD, method_config
 from zen_analysis.sync.base import DenseAllReduce, GradSync
 from zen_analysis.sync.compressed import CompressedSync
@@ -21,13 +22,24 @@ SYNCS = {"allreduce": DenseAllReduce}
 SPARSE_SCHEMES = tuple(name for name in SCHEMES if name not in SYNCS)
 
 
-def build_sync(cfg: SyncConfig, local_sgd=None, *, network: dict | None = None) -> GradSync:
+def build_sync(cfg: SyncConfig, local_sgd=None, *, network: dict | None = None, sharding: str = "none") -> GradSync:
     """The synchronization ``cfg.method`` names, its sparse part summed by ``cfg.scheme``: ``dense`` (every gradient
     dense), ``natural`` (the embedding's sparse gradient by the scheme), ``topk`` (every gradient bucket top-k
     sparsified, summed by the scheme) or a local SGD method (``local_sgd``: its section). ``network`` (``network``,
-    ``bandwidth_gbps``, ``ranks_per_node`` of the ``dist`` section): where ``auto``'s planner runs."""
+    ``bandwidth_gbps``, ``ranks_per_node`` of the ``dist`` section): where ``auto``'s planner runs. ``sharding``:
+    ``dist.sharding``; under ``fsdp`` the sync is FSDP2's (:class:`~zen_analysis.fsdp.training.FSDPSync`), its input
+    embedding's reduce-scatter stock (``method=dense``), Zen's (``scheme=zen``) or chosen per unit (``auto``)."""
     set_cache_limit(int(cfg.zen_cache_mb * 2**20))
     wire = None if cfg.wire_dtype == "model" else getattr(torch, cfg.wire_dtype)
+    if sharding == "fsdp":
+        return FSDPSync(
+            embedding="dense" if cfg.method == "dense" else "zen" if cfg.scheme == "zen" else "auto",
+            reduce_dtype=wire,
+            seed=cfg.hash_seed,
+            row_source=cfg.row_source,
+            every=cfg.planner_every,
+            hysteresis=cfg.planner_hysteresis,
+        )
     planner = _planner(cfg, network) if cfg.scheme == "auto" else None
     if cfg.method in METHODS:
         section = local_sgd or LocalSGDSection()

@@ -17,6 +17,7 @@ from zen_analysis import paths
 from zen_analysis.capture.hooks import GradientCapture
 from zen_analysis.capture.traces import TraceWriter, write_manifest
 from zen_analysis.config import AUTO, ExperimentConfig
+from zen_analysis.fsdp.capture import FSDPCapture
 from zen_analysis.ranks.env import RankInfo
 from zen_analysis.sync.base import GradSync
 from zen_analysis.train import checkpoint
@@ -146,7 +147,7 @@ def _build_model(
 def _build_sync(cfg: ExperimentConfig, built: ExperimentConfig, sync: GradSync | None, info: RankInfo) -> GradSync:
     """The sync passed in, or the one ``cfg.sync`` names; with ``perturb.bandwidth_gbps`` its slow link."""
     network = {k: getattr(cfg.dist, k) for k in ("network", "bandwidth_gbps", "ranks_per_node")}
-    sync = sync or build_sync(built.sync, cfg.local_sgd, network=network)
+    sync = sync or build_sync(built.sync, cfg.local_sgd, network=network, sharding=cfg.dist.sharding)
     if cfg.perturb.bandwidth_gbps > 0:  # every cross-worker all-reduce of the sync also pays a slow link
         sync.set_link(
             lambda nbytes: network_delay(cfg, nbytes, info.world_size),
@@ -192,7 +193,8 @@ def _open_capture(
             world_size=info.world_size,
             steps_per_shard=cfg.capture.steps_per_shard,
         )
-        capture = GradientCapture(cfg.capture, model, writer, rank=info.rank, seed=cfg.train.seed)
+        capture_type = FSDPCapture if sync.sharded else GradientCapture  # FSDP2: from the embedding's ids and output
+        capture = capture_type(cfg.capture, model, writer, rank=info.rank, seed=cfg.train.seed)
     tensors = capture.tensor_info() if capture else {}
     if capture and cfg.capture.pseudo != "off":  # local SGD's pseudo-gradients at each outer sync, same shards
         tensors.update(sync.capture_pseudo_gradients(capture.writer, rank=info.rank, mode=cfg.capture.pseudo))

@@ -72,6 +72,7 @@ class StepTimer:
         """What the sync counted this step: a sparse scheme's bytes and seconds on the embedding, and with
         ``sync.overlap`` the sums started during backward, how long they took and how much of it backward hid."""
         sync, row = self._sync, {}
+        counted = sync.step_counters()  # first: it may bring the sparse byte count up to date
         if sync.sparse_bytes_sent is not None:
             row["sparse_bytes_sent_rank0"] = sync.sparse_bytes_sent - self._sparse_bytes0
             row["sparse_s"] = sync.sparse_seconds - self._sparse_s0
@@ -79,4 +80,5 @@ class StepTimer:
             row["overlap_s"] = sync.overlap_seconds - self._overlap_s0
             row["hidden_s"] = sync.hidden_seconds - self._hidden_s0
             row["early_buckets"] = sync.early_buckets - self._early0
+        row.update(counted)
         return row
