@@ -5,11 +5,13 @@ parameters, or ties it, is refused with what to do."""
 
 import pytest
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-from zen_analysis.fsdp import UnitError, install
+from zen_analysis.fsdp import EmbeddingUnit, UnitError, install
+from zen_analysis.fsdp.auto import AutoReduceScatter
 from zen_analysis.ranks.procs import fork_launch
 
 VOCAB, DIM, STEPS = 1001, 8, 5  # 1001 rows: the last shard is padded on 2 and 4 ranks
@@ -156,3 +158,25 @@ def test_a_unit_mixing_or_tying_the_table_is_refused_with_how_to_wrap_it():
     assert "holds the embedding 'embed' with 3 other parameters" in mixed and "fully_shard(model.embed)" in mixed
     assert "tied" in tied and "stock FSDP2" in tied
     assert "no FSDP2 unit of this model holds an nn.Embedding" in none
+
+
+def _auto(rank, world):
+    """``auto``'s reduce-scatter on a few rows (Zen) and on every row (dense), against ``reduce_scatter_tensor``."""
+    emb = nn.Embedding(VOCAB, DIM)
+    comm = AutoReduceScatter(EmbeddingUnit(unit=emb, embedding=emb, name="t"), every=1, row_source="scan")
+    per = -(-VOCAB // world)
+    out = []
+    for touched in (torch.tensor([3, 500, 1000]), torch.arange(VOCAB)):
+        table = torch.zeros(world * per, DIM)
+        values = torch.randint(1, 4, (touched.numel(), DIM), generator=torch.Generator().manual_seed(rank))
+        table[touched] = values.float()
+        got, want = torch.empty(per * DIM), torch.empty(per * DIM)
+        comm(got, table.view(-1), dist.group.WORLD, dist.ReduceOp.SUM)
+        dist.reduce_scatter_tensor(want, table.view(-1), op=dist.ReduceOp.SUM)
+        out.append((comm.choice, torch.equal(got, want)))
+    return out
+
+
+def test_auto_chooses_zen_for_a_few_rows_and_dense_for_all_with_stock_sums():
+    for rank_out in fork_launch(_auto, 2):
+        assert rank_out == [("zen", True), ("dense", True)]

@@ -203,6 +203,7 @@ class FSDPSync(GradSync):
             "embedding_reduce_scatter": self.embedding,
             "hashed_rows": self.hashed is not None,
             "reduce_dtype": str(self.reduce_dtype).removeprefix("torch.") if self.reduce_dtype else "model",
+            "collective_seconds": "the collectives'" if self.clock.synchronous else "launches only (CUDA streams)",
         }
 
 

@@ -159,7 +159,7 @@ def _check_launchable(cfg: ExperimentConfig, target, *, overwrite: bool, resume:
             raise ValueError(f"checkpoints and resume do not cover this run yet: {why}")
     if resume and overwrite:
         raise ValueError("resume continues a run and overwrite replaces it: pass one of them")
-    if cfg.sync.scheme == "auto":  # the planner, per step or per local SGD sync group
+    if cfg.sync.scheme == "auto" and cfg.dist.sharding == "none":  # the planner (FSDP2's auto prices bytes alone)
         d = cfg.dist
         planner_topology(
             cfg.sync.planner_topology,
