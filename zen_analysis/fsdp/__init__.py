@@ -14,7 +14,10 @@ to the ranks that own them, instead of the whole table.
   complete one;
 * :mod:`~zen_analysis.fsdp.install`: :func:`shard`, ``fully_shard`` the Zen way in one call, and :func:`install`,
   one call on a model the user sharded already; :mod:`~zen_analysis.fsdp.integrations`, the transformers Trainer;
-* :mod:`~zen_analysis.fsdp.timing`: where a step's time goes (each unit's collectives timed).
+* :mod:`~zen_analysis.fsdp.timing`: where a step's time goes (each unit's collectives timed);
+* the toolkit's loop under ``dist.sharding=fsdp``: :mod:`~zen_analysis.fsdp.training` (its sync: the model sharded,
+  the embedding unit's reduce-scatter stock, Zen's or :mod:`~zen_analysis.fsdp.auto`'s choice per unit) and
+  :mod:`~zen_analysis.fsdp.capture` (each worker's embedding gradient from its ids and output gradient).
 """
 
 from zen_analysis.fsdp.all_gather import ChangedRowsAllGather
