@@ -89,7 +89,7 @@ class FSDPCapture(GradientCapture):
                 )
             ids_N = torch.cat(self._ids) if self._ids else torch.zeros(0, dtype=torch.long)
             grads_ND = torch.cat(self._grads) if self._grads else torch.zeros(0, self.shape[1])
-            grad = torch.sparse_coo_tensor(ids_N.unsqueeze(0), grads_ND, self.shape)
+            grad = torch.sparse_coo_tensor(ids_N.unsqueeze(0), grads_ND, self.shape, check_invariants=True)
             self.writer.add(
                 SparseGrad.from_dense(grad, step=step, worker=worker, rank=self.rank, tensor=self.name, kind="natural")
             )
