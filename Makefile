@@ -6,7 +6,7 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 PY := $(VENV)/bin/python
-EXTRAS ?= cpu,notebooks,test,integrations
+EXTRAS ?= cpu,notebooks,test,integrations,docs
 comma := ,
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
@@ -16,8 +16,9 @@ export HF_DATASETS_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export PYTHONUNBUFFERED ?= 1
+export NO_MKDOCS_2_WARNING ?= 1
 
-.PHONY: venv test test-fast lint format reproduce reproduce-full bench lab clean
+.PHONY: venv test test-fast lint format docs reproduce reproduce-full bench lab clean
 
 venv: $(STAMP)
 
@@ -27,12 +28,15 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --progress-bar off -e '.[$(EXTRAS)]'
 	touch $@
 
-test: venv lint
+test: venv lint docs
 	$(PY) -m pytest -q --timeout=900 --durations=15 tests --nbmake --nbmake-timeout=600 notebooks
 
 lint: venv
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+
+docs: venv  # the site, from docs/ (mkdocs.yml); --strict: a broken link, page or API reference fails
+	$(VENV)/bin/mkdocs build --strict --quiet
 
 format: venv
 	$(PY) -m ruff check --fix .
@@ -54,4 +58,4 @@ lab: venv
 	$(VENV)/bin/jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root)  # root (CI, containers): JupyterLab refuses without it
 
 clean:
-	rm -rf data/runs data/traces data/derived figures/*.png figures/*.pdf
+	rm -rf site data/runs data/traces data/derived figures/*.png figures/*.pdf

@@ -6,7 +6,8 @@ Derive a recipe by calling another and editing fields; a notebook does the same:
     cfg.train.num_steps = 20
 
 ``smoke`` recipes run in seconds (tests, notebooks under ``make test``); ``default`` is what
-``make reproduce`` trains, sized for a CPU machine of 2 cores (its time: the README's "What `make reproduce` does").
+``make reproduce`` trains, sized for a CPU machine of 2 cores (its time: Getting started's "What `make reproduce` does"
+(``docs/getting-started.md``)).
 
 The natural-sparsity recipes (``lstm``, ``lstm-words``, ``deepfm`` and their smoke siblings) turn on what is
 lossless by default (:func:`lossless_defaults`): a sparse embedding gradient and sums started during backward,
@@ -112,7 +113,7 @@ def gemma2_smoke() -> ExperimentConfig:
 def lossless_defaults(cfg: ExperimentConfig) -> ExperimentConfig:
     """``cfg`` with ``model.sparse_embedding=auto`` and ``sync.overlap=auto``: on where they apply
     (:meth:`ExperimentConfig.resolved`), the same numbers as off up to summation order, and the embedding's sparse
-    sum of the README's ``bench train`` (the sparse gradient's rows summed by the scheme, the other buckets summed
+    sum of the guide's ``bench train`` (the sparse gradient's rows summed by the scheme, the other buckets summed
     while backward runs) with no flag to set; and that bench's 4 MB buckets (``sync.bucket_mb``), as overlap hides
     only the buckets that fill before backward ends: with DDP's 25 MB the word LSTM's other gradients (9 MB) are
     one bucket, ready when backward is done."""
@@ -147,7 +148,7 @@ def lstm_words() -> ExperimentConfig:
     """``lstm`` on a word vocabulary: ids by descending frequency with a long tail, as the Zen paper's LSTM on One
     Billion Word (~800k words) has; the 32k BPE's tail is far shorter.
 
-    Every type seen at least twice is kept (``min_count=2``; the README's training section gives the vocabulary this
+    Every type seen at least twice is kept (``min_count=2``; the guide's training page gives the vocabulary this
     makes on the default corpus); ``vocab_size`` caps it at 2^17. ``min_count=1`` would about double the vocabulary with
     types seen once, and the CPU per rank-step grows with it (the embedding's gradient and optimizer step are per row).
     The adaptive softmax's head holds the 1,024 most frequent words. Sync and capture as ``lstm``; top-k stays per

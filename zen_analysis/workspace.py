@@ -2,7 +2,8 @@
 
 Why: glibc serves large allocations with fresh ``mmap``s, so every page of a new buffer faults on first touch, and
 a collective receiving tens of MB into a fresh buffer spends more time faulting pages than moving bytes (the
-README's Zen speed section measures it). A named workspace keeps its pages mapped between calls.
+the guide's Zen speed section (``docs/guide/zen.md``) measures it). A named workspace keeps its pages mapped between
+calls.
 
 ``buffer(name, numel, dtype, device)`` returns a tensor of ``numel`` elements (uninitialised) that stays valid
 until the next request of the same name on the same thread: callers must not hand it out beyond that (results

@@ -41,9 +41,12 @@ def _script(code: str) -> str:
 def test_the_readme_has_its_blocks():
     scripts = [_script(code) for _, _, code in BLOCKS if "dist.init_process_group" in code]
     assert sorted(scripts) == sorted(SCRIPTS)  # one complete DDP script, one FSDP2 script
-    head = (ROOT / "README.md").read_text().split("\n")[:200]
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 250, "the README is a front page: the rest goes to docs/"
+    head = readme.split("\n")[:120]
     assert "## Zen in your own DDP training" in head and "## Quick start: the notebooks" in head
-    assert "## Zen in your own FSDP2 training" in head
+    first_screen = "\n".join(head)  # the way to Zen in DDP, FSDP2, Lightning and the Trainer
+    assert all(word in first_screen for word in ("**FSDP2**", "**Lightning**", "**The transformers Trainer**"))
 
 
 @pytest.mark.parametrize("where, line, code", BLOCKS, ids=[f"{w}:{n}" for w, n, _ in BLOCKS])

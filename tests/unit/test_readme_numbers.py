@@ -3,9 +3,9 @@ the test, one number changed; make reproduce itself runs the comparison on its o
 
 from pathlib import Path
 
-from zen_analysis.experiments.readme import mismatches
+from zen_analysis.experiments.readme import documented_text, mismatches
 
-README = (Path(__file__).parents[2] / "README.md").read_text()
+README = documented_text(Path(__file__).parents[2])  # the README and the guide's pages
 
 CAPTURE = """run reproduce-default (finished): llama, 4 ranks x 8 workers = 32 workers, steps [0] captured, 1 MB
 corpus stdlib (31.5 MB, sha256 0), vocab 8192, git 0

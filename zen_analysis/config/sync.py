@@ -73,7 +73,7 @@ class SyncConfig:
     used dropped first (``zen.bitmap.set_cache_limit``; the set in use is always kept): 8 + 4 / world bytes per
     element of each synchronised tensor size, e.g. 152 MiB for the lstm-words embedding (17.7M elements) on 4 ranks.
     256 holds the set of the largest tensor among ``make reproduce``'s recipes while bounding what a full cache
-    adds to a rank's RSS (``scripts/zen_cache_rss.py workload`` measures it; the README's "Zen, the system")."""
+    adds to a rank's RSS (``scripts/zen_cache_rss.py workload`` measures it; the guide's "Zen, the system")."""
 
     def __post_init__(self) -> None:
         if self.overlap not in (True, False, AUTO):

@@ -9,7 +9,7 @@ stored in ``data/calibration/local-<n>.json`` (loopback) or ``netlab-<n>.json`` 
 
 Why the schemes and not each primitive timed alone: a gloo call on a shared CPU may wait a scheduler tick, more
 often when ranks wake from local work, so a primitive timed in a tight loop prices a call cheaper than a scheme's
-call sequence pays (the numbers: the README's "Measured: replay on gloo, model vs measurement").
+call sequence pays (the numbers: the guide's "Measured: replay on gloo, model vs measurement").
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def calibrate(
     written) on what a whole run takes end to end (median of the slowest rank, no sync between collectives)
     beyond its modelled wire time — not on the local time of the synced runs, which on a shared CPU counts the
     ranks' contention after every barrier (more ranks woken together than there are cores) and prices local work
-    too high end to end (the README's "Measuring on an emulated network"); two tensor sizes (``numel``) separate
+    too high end to end (the guide's "Measuring on an emulated network"); two tensor sizes (``numel``) separate
     the per-element scan from the per-non-zero work. Saved as ``local-<n>.json`` with ``method: schemes``.
 
     ``bandwidth_gbps``: the same inside the emulated network, each rank behind a link of that rate; the
@@ -231,7 +231,7 @@ def fit_local_work(samples) -> tuple[tuple[str, float, float, float], ...]:
     0). On the whole run, not on the residual alone: a small run's residual is noise around zero (negative where
     its calls overlapped better than the synced wire times they were fitted on), and weighting it by itself lets
     one large sample decide the fit, whose per-element cost then prices the small runs too high (the case that
-    showed it: the README's "`auto`: the planner chooses the scheme")."""
+    showed it: the guide's "`auto`: the planner chooses the scheme")."""
     fits = []
     for scheme, g in samples.groupby("scheme"):
         X = g[["scanned", "bytes", "written"]].to_numpy(dtype=float)
@@ -279,7 +279,7 @@ def netlab(num_ranks: int, bandwidth_gbps: float, *, ranks_per_node: int = 1, re
     to matter (:data:`NETLAB_HOST_GBPS`; ``netlab-host-<n>.json``, calibrated on first use). Where the link's payload
     rate is above the host's fitted bandwidth for a primitive, the host's alpha and bandwidth price it. Without
     that, a fast link prices dense all-reduce below what the host moves, and the planner picks it where AGsparse
-    and Zen are faster (the measurement: the README's "`auto`: the planner chooses the scheme", "The host, not
+    and Zen are faster (the measurement: the guide's "`auto`: the planner chooses the scheme", "The host, not
     only the link").
 
     ``ranks_per_node`` > 1: nodes of that many ranks sharing one shaped link, loopback inside the node; the

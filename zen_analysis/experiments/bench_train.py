@@ -255,7 +255,7 @@ def defaults_verdict(table, scheme: str = "zen", target: float = 0.9) -> str:
     tokens/s over dense all-reduce's, each with only the scheme set (:data:`DEFAULTS`), beside the best lossless
     fixed variant's ratio (its tokens/s over ``allreduce``'s, both with the bench's settings; bf16 is lossy and
     ``auto`` not fixed), and the first as a fraction of the second against ``target``, the share of the bench's
-    gain the defaults alone should carry (the verdict: the README's "Against what PyTorch users already have")."""
+    gain the defaults alone should carry (the verdict: the guide's "Against what PyTorch users already have")."""
     lines = []
     fixed = set(TRAIN_SCHEMES) - {"auto"}
     for (workload, ranks, rate), cell in table.groupby(["workload", "ranks", "bandwidth_gbps"]):

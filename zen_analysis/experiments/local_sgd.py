@@ -146,7 +146,7 @@ def compare_methods(
 EDIT_TUNED = {"local_sgd.outer_lr": 1.0, "local_sgd.outer_momentum": 0.0}
 """EDiT's outer optimizer for short runs (``make reproduce``): plain averaging of the pseudo-gradients. DiLoCo's
 lr 0.7 / Nesterov momentum 0.9 are tuned for hundreds of inner steps per sync; over tens of syncs of a few steps
-the momentum overshoots (README, "EDiT and A-EDiT")."""
+the momentum overshoots (the guide's "EDiT and A-EDiT")."""
 
 ABLATION_SPIKES = {
     "perturb.spikes": "repeat",

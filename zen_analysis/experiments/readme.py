@@ -1,4 +1,7 @@
-"""The README's deterministic numbers from ``make reproduce``, checked against the files a run wrote.
+"""The documentation's deterministic numbers from ``make reproduce``, checked against the files a run wrote.
+
+The tables live in the user guide (``docs/``; the README links to it): :func:`documented_text` is the README and
+every page of ``docs/``, the text the checks read. What the messages call "README" is that text.
 
 Training is seeded end to end, so the final losses, the embedding densities and the sparse bytes a rerun of
 ``make reproduce`` writes equal the ones the README quotes. :func:`mismatches` compares two of the README's tables
@@ -21,6 +24,12 @@ PARITY_ROWS = {
     "top-5% + Zen": "topk-zen",
 }
 """The parity table's rows in the README, by the variant ``parity_summary.txt`` names them."""
+
+
+def documented_text(root: Path) -> str:
+    """The README and every Markdown page under ``root / "docs"``, one after the other."""
+    pages = [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
+    return "\n\n".join(p.read_text() for p in pages if p.exists())
 
 
 def _cells(line: str) -> list[str]:

@@ -55,7 +55,7 @@ from zen_analysis.experiments.pseudo_gradients import (
     pseudo_gradient_sweep,
     short_base,
 )
-from zen_analysis.experiments.readme import mismatches
+from zen_analysis.experiments.readme import documented_text, mismatches
 from zen_analysis.experiments.run_ids import (
     EVALUATE_STEPS,
     REPLAY_RANKS,
@@ -273,7 +273,7 @@ def _stage_edit(overrides) -> None:
 
 
 def _edit_pseudo_gradients(overrides, out_dir) -> None:
-    """The edit stage's short version of the README's "Sparse pseudo-gradients": C1-C3 of top-2% pseudo-gradients
+    """The edit stage's short version of the guide's "Sparse pseudo-gradients": C1-C3 of top-2% pseudo-gradients
     beside the gradients' (one EDiT run capturing both), and, where the emulated network can be built, dense EDiT
     against EDiT with top-k pseudo-gradients through Zen and AGsparse behind 0.5 Gbit/s links (the full sweep:
     ``zen-analysis bench netlab --set parts=pseudo``)."""
@@ -327,10 +327,10 @@ STAGES = {
     "edit": _stage_edit,
     "scale": _stage_scale,
 }
-"""``make reproduce``'s stages in order (README: "What `make reproduce` does"); each reads what the earlier ones
-wrote, so ``--only zen`` works on a data root where the train and schemes stages have run. The stages that train
-(``train``, ``zen``'s parity runs, ``edit``, ``scale``) take the ``--set`` overrides, applied last to every run
-they train; the others train nothing and take none."""
+"""``make reproduce``'s stages in order (Getting started: "What `make reproduce` does"); each reads what the earlier
+ones wrote, so ``--only zen`` works on a data root where the train and schemes stages have run. The stages that train
+(``train``, ``zen``'s parity runs, ``edit``, ``scale``) take the ``--set`` overrides, applied last to every run they
+train; the others train nothing and take none."""
 
 
 def reproduce(
@@ -357,11 +357,12 @@ def reproduce(
 
 
 def _check_readme() -> None:
-    """Say whether the README's deterministic numbers (:mod:`zen_analysis.experiments.readme`) equal this run's."""
+    """Say whether the documentation's deterministic numbers (:mod:`zen_analysis.experiments.readme`) equal this
+    run's."""
     readme = paths.REPO_ROOT / "README.md"
     if not readme.exists():  # an installed package: no README beside it
         return
-    compared, wrong = mismatches(readme.read_text(), paths.derived_dir() / "reproduce")
+    compared, wrong = mismatches(documented_text(paths.REPO_ROOT), paths.derived_dir() / "reproduce")
     if wrong:
         print(f"=== README: {len(wrong)} of {compared} deterministic numbers differ from this run's files:")
         print("\n".join(f"  {w}" for w in wrong))

@@ -65,7 +65,7 @@ def add_reproduce_parser(sub: argparse._SubParsersAction) -> None:
         "reproduce",
         help="the main job: train + capture on the default data, then summarise",
         description="The main job, stage by stage: train, characterize, schemes, netlab, zen; with --full also "
-        "edit and scale (the README's table says what each writes).",
+        "edit and scale (the guide's table says what each writes).",
     )
     p.add_argument(
         "--set",

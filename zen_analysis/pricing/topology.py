@@ -51,7 +51,7 @@ class Topology:
     """The same for row-granular sums (:meth:`~zen_analysis.comm.schemes.base.CommScheme.sum_rows`, a traffic of
     ``width`` > 0): per element scanned (none: the rows are given), per byte sent or received, per row written.
     Fitted apart: a row's index is handled once for its D values, so the per-element costs of a flat sum price an
-    embedding's rows too high (the measurement: the README's "`auto`: the planner chooses the scheme"). Without an
+    embedding's rows too high (the measurement: the guide's "`auto`: the planner chooses the scheme"). Without an
     entry a row sum is priced by the flat costs."""
 
     def local_costs(self, scheme: str, *, rows: bool = False) -> tuple[float, float, float] | None:

@@ -165,7 +165,7 @@ class NetLab:
     ``r // ranks_per_node``. ``burst`` (bytes) is the token bucket's depth: by default 1 ms of traffic at the
     rate, at least 128 KiB (below that, at 2.5 Gbit/s and up, the link falls short of its rate). A deep bucket
     refills while ranks compute and lets the next message through at memory speed, so the sparse schemes' small
-    messages would look nearly free (the README's "Measuring on an emulated network"). Use as a context
+    messages would look nearly free (the guide's "Measuring on an emulated network"). Use as a context
     manager, or call :meth:`close`; a dying creator is covered by the guard process."""
 
     def __init__(self, ranks: int, bandwidth_gbps: float, *, ranks_per_node: int = 1, burst: int | None = None) -> None:

@@ -8,7 +8,7 @@ builds on it.
 * :func:`fork_launch`: run ``fn(rank, world, *args)`` on N forked gloo ranks and gather what each returns (tests,
   benchmarks and notebooks that exchange tensors without training).
 * :func:`torchrun_per_node` / :func:`run_in_lab`: one ``torchrun`` per emulated lab node
-  (:mod:`zen_analysis.ranks.netlab`), the README's multi-node recipe on one machine.
+  (:mod:`zen_analysis.ranks.netlab`), the guide's multi-node recipe on one machine.
 * :func:`fork_ranks`, :func:`start_process` and :class:`RankGroup`: the one supervisor every launcher here uses
   (the training launcher's fork and torchrun paths, :func:`fork_launch`, the lab's torchrun nodes): start the
   processes (forked ranks run one preamble: one thread, die with the parent, Ctrl-C left to the parent, their
@@ -249,7 +249,7 @@ def torchrun_per_node(
 ) -> RankGroup:
     """One ``torchrun`` per lab node running ``program`` (``["-m", "module", ...]`` or ``["script.py", ...]``),
     each inside its node's namespace with ``ranks_per_node`` processes, meeting by c10d rendezvous at node 0's lab
-    address: the README's multi-node recipe, with the lab's links between the nodes. Node i's output goes to
+    address: the guide's multi-node recipe, with the lab's links between the nodes. Node i's output goes to
     ``log_dir/torchrun-node<i>.log`` (node 0's to this process's stdout and stderr with ``node0_inherits_output``)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "GLOO_SOCKET_IFNAME": LAB_INTERFACE}

@@ -7,7 +7,8 @@ only read caches), then starts ``cfg.dist.num_ranks`` ranks:
   torch's thread pool deadlocks otherwise), asks the kernel to kill it if the parent dies (no orphans), and runs
   :func:`zen_analysis.ranks.entry.run_rank`. Fork, unlike spawn, also runs functions defined in a notebook.
 * GPU (NCCL): a ``torchrun`` subprocess running ``python -m zen_analysis.ranks.entry`` (CUDA must never be
-  initialised in a process that forks). Several machines: run the same torchrun command on each (README).
+  initialised in a process that forks). Several machines: run the same torchrun command on each (the guide's "GPUs and
+  several machines").
 
 While ranks run, a progress bar follows rank 0's ``metrics.jsonl`` and rank 0's log lines are echoed. When a rank
 fails, the others are killed at once and :class:`RankFailedError` is raised naming the rank, with its traceback;

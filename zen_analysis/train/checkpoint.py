@@ -26,7 +26,7 @@ ranks and reshards it on load. Here the state is either replicated (the data-par
 by rank 0 is the whole of it) or private to a rank and never resharded (its RNGs, error-feedback residuals, local
 SGD replicas, trace position), and a resume must find the same world size anyway (bit-exact continuation). What DCP
 would add, its async save, pays only where a checkpoint costs a noticeable share of a step; each run records that
-cost (``checkpoint_s`` beside ``step_s`` in its ``metrics.jsonl``; the README's ``train.checkpoint_every`` row gives
+cost (``checkpoint_s`` beside ``step_s`` in its ``metrics.jsonl``; the guide's ``train.checkpoint_every`` row gives
 the default recipe's). Sharded state (``dist.sharding=fsdp``) is the exception, and goes through DCP
 (:mod:`zen_analysis.fsdp.checkpoint`) into the checkpoint's ``sharded/`` folder, every rank its shards; the RNG,
 sync and capture states stay per rank beside it, and ``meta.json`` hashes DCP's files as it hashes the others.

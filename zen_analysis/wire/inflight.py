@@ -6,7 +6,7 @@ temporary: a packed bucket, a count vector) is then deallocated from that thread
 interpreter exit that aborts the process ("terminate called without an active exception", SIGABRT): torch keeps a
 DDP model's process group, and so its threads, alive past ``destroy_process_group()``, and a thread that asks for
 the GIL after finalization began is torn down mid-unwind. A DDP comm hook written in Python meets it: the README's
-DDP script could exit so, after printing its result (``scripts/exit_aborts.py`` counts such exits; the README's
+DDP script could exit so, after printing its result (``scripts/exit_aborts.py`` counts such exits; the guide's
 "Zen in your own DDP training: the details").
 
 :func:`hold` keeps each tensor, with its count of C++ references before the call, until the count is back (the

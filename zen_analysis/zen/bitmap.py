@@ -92,7 +92,7 @@ def release_freed_memory() -> bool:
     Why: the sets of tensors below glibc's dynamic mmap threshold (up to 32 MB: a 1M-8M-element set and its
     temporaries) live on the heap, and freed heap chunks stay in the process (RSS) until trimmed, so a cache that
     builds and evicts many sets would hold far more than it counts (``scripts/zen_cache_rss.py sizes`` measures
-    both; the README's section "Zen, the system" gives the numbers). Called after each build and each eviction."""
+    both; the guide's section "Zen, the system" gives the numbers). Called after each build and each eviction."""
     global _libc_trim
     if _libc_trim is None:
         _libc_trim = False
