@@ -40,6 +40,7 @@ from zen_analysis.config import apply_overrides
 from zen_analysis.derived import read_table, write_table
 from zen_analysis.evaluation.evaluate import evaluate_runs, normalized, speedups, wire_size_table
 from zen_analysis.evaluation.measure import report, summarize
+from zen_analysis.experiments import results_pages
 from zen_analysis.experiments.hashing_cost import hashing_cost
 from zen_analysis.experiments.lab_sweeps import node_comparison, scheme_sweep
 from zen_analysis.experiments.local_sgd import (
@@ -78,7 +79,7 @@ from zen_analysis.sparsity.characterize import characterize
 from zen_analysis.sparsity.report import claims_table, to_markdown
 from zen_analysis.sparsity.workloads import combined_tables
 
-FULL_ONLY = ("edit", "scale")
+FULL_ONLY = results_pages.FULL_ONLY
 """Stages run by ``--full`` (``make reproduce-full``) or by naming them in ``--only``."""
 
 
@@ -352,8 +353,13 @@ def reproduce(
     for i, name in enumerate(chosen, 1):
         print(f"=== stage {list(STAGES).index(name) + 1}/{len(STAGES)}: {name} ({i} of {len(chosen)} chosen)")
         stage = STAGES[name]
+        before = results_pages.snapshot()
         stage(overrides) if inspect.signature(stage).parameters else stage()  # the stages that train take them
+        results_pages.record(name, before)  # what it wrote: its results page's tables and figures
     _check_readme()
+    if (paths.REPO_ROOT / "docs" / "results").is_dir():  # a checkout (an installed package has no docs/)
+        pages = results_pages.write_pages()
+        print(f"=== results pages: {', '.join(p.name for p in pages)} in {pages[0].parent} (`make docs` shows them)")
 
 
 def _check_readme() -> None:

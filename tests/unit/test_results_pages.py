@@ -1,0 +1,33 @@
+"""The results pages are what a stage wrote: its files noted as it runs, rendered (a Markdown table inline, a text
+table preformatted, a figure copied and shown), and a stage that has not run says which command runs it."""
+
+import json
+
+from zen_analysis import paths
+from zen_analysis.experiments import results_pages
+
+
+def test_a_stage_page_shows_what_the_stage_wrote(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZEN_ANALYSIS_DATA", str(tmp_path / "data"))
+    monkeypatch.setenv("ZEN_ANALYSIS_FIGURES", str(tmp_path / "figures"))
+    derived = paths.derived_dir() / "reproduce"
+    derived.mkdir(parents=True)
+    paths.figures_dir().mkdir(parents=True)
+    (derived / "old.txt").write_text("from an earlier stage\n")
+    before = results_pages.snapshot()
+    (derived / "claims.md").write_text("| claim | holds |\n|---|---|\n| C1 | True |\n")
+    (derived / "table.txt").write_text("variant  loss\n    zen  5.2\n")
+    (paths.figures_dir() / "fig2b.png").write_bytes(b"\x89PNG fake")
+    made = ["claims.md", "fig2b.png", "table.txt"]
+    assert results_pages.record("characterize", before) == made
+    assert json.loads((derived / "outputs.json").read_text()) == {"characterize": made}
+    out = tmp_path / "results"
+    pages = results_pages.write_pages(out)
+    assert [p.name for p in pages] == [f"{s}.md" for s in results_pages.TITLES]
+    page = (out / "characterize.md").read_text()
+    assert page.startswith(results_pages.GENERATED)
+    assert "| C1 | True |" in page and "```text\nvariant  loss\n    zen  5.2\n```" in page
+    assert "![fig2b.png](figures/fig2b.png)" in page and (out / "figures" / "fig2b.png").read_bytes() == b"\x89PNG fake"
+    assert "from an earlier stage" not in page
+    assert "`zen-analysis reproduce --only scale` writes this page" in (out / "scale.md").read_text()
+    assert "`make reproduce-full`" in (out / "scale.md").read_text()
