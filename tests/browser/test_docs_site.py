@@ -64,9 +64,12 @@ def test_the_home_page_renders_and_the_search_finds_register(site, browser):  # 
 def test_a_results_page_shows_its_figures(site, browser):  # noqa: F811
     from selenium.webdriver.common.by import By
 
-    browser.get(f"{site}/guide/characterization/")
+    browser.get(f"{site}/results/characterize/")  # a page make reproduce generated
     images = _wait(lambda: browser.find_elements(By.CSS_SELECTOR, "article img"), 30, "the page's figures")
     assert len(images) >= 2
-    loaded = [browser.execute_script("return arguments[0].complete && arguments[0].naturalWidth", i) for i in images]
-    assert all(w and w > 100 for w in loaded), loaded  # every figure fetched and decoded
+
+    def widths():
+        return [browser.execute_script("return arguments[0].complete && arguments[0].naturalWidth", i) for i in images]
+
+    _wait(lambda: all(w and w > 100 for w in widths()), 30, f"every figure fetched and decoded ({widths()})")
     browser.save_screenshot(str(SHOTS / "docs_results.png"))

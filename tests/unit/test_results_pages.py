@@ -18,7 +18,8 @@ def test_a_stage_page_shows_what_the_stage_wrote(tmp_path, monkeypatch):
     (derived / "claims.md").write_text("| claim | holds |\n|---|---|\n| C1 | True |\n")
     (derived / "table.txt").write_text("variant  loss\n    zen  5.2\n")
     (paths.figures_dir() / "fig2b.png").write_bytes(b"\x89PNG fake")
-    made = ["claims.md", "fig2b.png", "table.txt"]
+    (derived / "table.parquet").write_bytes(b"PAR1\xa0\x00")  # binary: named, not shown
+    made = ["claims.md", "fig2b.png", "table.parquet", "table.txt"]
     assert results_pages.record("characterize", before) == made
     assert json.loads((derived / "outputs.json").read_text()) == {"characterize": made}
     out = tmp_path / "results"
@@ -28,6 +29,6 @@ def test_a_stage_page_shows_what_the_stage_wrote(tmp_path, monkeypatch):
     assert page.startswith(results_pages.GENERATED)
     assert "| C1 | True |" in page and "```text\nvariant  loss\n    zen  5.2\n```" in page
     assert "![fig2b.png](figures/fig2b.png)" in page and (out / "figures" / "fig2b.png").read_bytes() == b"\x89PNG fake"
-    assert "from an earlier stage" not in page
+    assert "from an earlier stage" not in page and "Also written: `data/derived/reproduce/table.parquet`" in page
     assert "`zen-analysis reproduce --only scale` writes this page" in (out / "scale.md").read_text()
     assert "`make reproduce-full`" in (out / "scale.md").read_text()

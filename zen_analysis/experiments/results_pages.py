@@ -5,9 +5,9 @@ Which files a stage made is observed, not listed by hand: :func:`snapshot` befor
 note every file of ``data/derived/reproduce/`` and every PNG of ``figures/`` that is new or changed, into
 ``data/derived/reproduce/outputs.json`` (stage by stage, so ``--only`` runs add to it). :func:`write_pages` then
 renders each stage's page: a Markdown file (``claims.md``) inline, a text table as a preformatted block, a figure
-copied beside the pages (``docs/results/figures/``) and shown. A stage that has not run gets a page that says which
-command runs it, so the site's navigation never points at a missing page. Nothing here is typed by hand: a sentence
-of interpretation belongs in the user guide, beside a link to the page.
+copied beside the pages (``docs/results/figures/``) and shown, any other file (Parquet) named. A stage that has not run
+gets a page that says which command runs it, so the site's navigation never points at a missing page. Nothing here is
+typed by hand: a sentence of interpretation belongs in the user guide, beside a link to the page.
 
 ``make reproduce`` writes the pages last; they are committed, so the site shows real results without a run, and a
 rerun on a fresh clone gives the same pages wherever the tables are deterministic (losses, densities, bytes; step
@@ -73,11 +73,11 @@ def _page(stage: str, made: list[str] | None, figures_out: Path) -> str:
         lines.append(f"Not run yet on this checkout's data: {_command(stage)} writes this page.")
         return "\n".join(lines) + "\n"
     lines += [f"Written by {_command(stage)}.", ""]
-    for name in made:
-        if name.endswith(".png"):
-            continue
+    data = [n for n in made if not n.endswith(".png") and (_derived() / n).exists()]
+    for name in data:
         path = _derived() / name
-        if not path.exists():
+        if not name.endswith((".txt", ".md")):  # a table for programs (Parquet): named, not shown
+            lines += [f"Also written: `data/derived/reproduce/{name}`.", ""]
             continue
         lines += [f"## `{name}`", "", f"`data/derived/reproduce/{name}`:", ""]
         text = path.read_text().rstrip("\n")
