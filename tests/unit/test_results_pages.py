@@ -32,3 +32,10 @@ def test_a_stage_page_shows_what_the_stage_wrote(tmp_path, monkeypatch):
     assert "from an earlier stage" not in page and "Also written: `data/derived/reproduce/table.parquet`" in page
     assert "`zen-analysis reproduce --only scale` writes this page" in (out / "scale.md").read_text()
     assert "`make reproduce-full`" in (out / "scale.md").read_text()
+
+
+def test_only_the_checkouts_own_data_root_writes_the_committed_pages(tmp_path, monkeypatch):
+    monkeypatch.delenv("ZEN_ANALYSIS_DATA", raising=False)
+    assert results_pages.writes_pages()
+    monkeypatch.setenv("ZEN_ANALYSIS_DATA", str(tmp_path))  # a test's data root, or a user's scratch one
+    assert not results_pages.writes_pages()

@@ -56,7 +56,6 @@ from zen_analysis.experiments.pseudo_gradients import (
     pseudo_gradient_sweep,
     short_base,
 )
-from zen_analysis.experiments.readme import documented_text, mismatches
 from zen_analysis.experiments.run_ids import (
     EVALUATE_STEPS,
     REPLAY_RANKS,
@@ -356,21 +355,6 @@ def reproduce(
         before = results_pages.snapshot()
         stage(overrides) if inspect.signature(stage).parameters else stage()  # the stages that train take them
         results_pages.record(name, before)  # what it wrote: its results page's tables and figures
-    _check_readme()
-    if (paths.REPO_ROOT / "docs" / "results").is_dir():  # a checkout (an installed package has no docs/)
+    if results_pages.writes_pages():
         pages = results_pages.write_pages()
         print(f"=== results pages: {', '.join(p.name for p in pages)} in {pages[0].parent} (`make docs` shows them)")
-
-
-def _check_readme() -> None:
-    """Say whether the documentation's deterministic numbers (:mod:`zen_analysis.experiments.readme`) equal this
-    run's."""
-    readme = paths.REPO_ROOT / "README.md"
-    if not readme.exists():  # an installed package: no README beside it
-        return
-    compared, wrong = mismatches(documented_text(paths.REPO_ROOT), paths.derived_dir() / "reproduce")
-    if wrong:
-        print(f"=== README: {len(wrong)} of {compared} deterministic numbers differ from this run's files:")
-        print("\n".join(f"  {w}" for w in wrong))
-    elif compared:
-        print(f"=== README: its {compared} deterministic numbers (losses, densities, bytes) equal this run's files")

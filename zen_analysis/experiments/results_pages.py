@@ -92,6 +92,14 @@ def _page(stage: str, made: list[str] | None, figures_out: Path) -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
+def writes_pages() -> bool:
+    """Whether ``make reproduce`` writes the checkout's results pages: only from the checkout's own data root (a run
+    on another one, ``$ZEN_ANALYSIS_DATA``, as the tests do, leaves the committed pages alone) and only in a
+    checkout (an installed package has no ``docs/``)."""
+    own = paths.data_dir().resolve() == (paths.REPO_ROOT / "data").resolve()
+    return own and (paths.REPO_ROOT / "docs" / "results").is_dir()
+
+
 def write_pages(out: Path | None = None) -> list[Path]:
     """Write every stage's page under ``out`` (``docs/results/`` of the checkout) from ``outputs.json``; returns
     the pages. Figures no stage lists any more are removed from ``out/figures``."""
