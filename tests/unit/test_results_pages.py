@@ -39,3 +39,17 @@ def test_only_the_checkouts_own_data_root_writes_the_committed_pages(tmp_path, m
     assert results_pages.writes_pages()
     monkeypatch.setenv("ZEN_ANALYSIS_DATA", str(tmp_path))  # a test's data root, or a user's scratch one
     assert not results_pages.writes_pages()
+
+
+def test_a_benchmark_writes_its_page_and_the_index_lists_every_one(tmp_path):
+    import pandas as pd
+
+    result = {"table": pd.DataFrame({"variant": ["stock", "zen"], "step_s": [1.5, 0.75]}), "ratio": 2.0}
+    page = results_pages.write_bench_page("fsdp", "stock vs Zen", ["ranks=4"], result, out=tmp_path)
+    text = page.read_text()
+    assert "`zen-analysis bench fsdp --set ranks=4`" in text and "stock vs Zen." in text
+    assert "  zen    0.75" in text and "```json\n2.0\n```" in text
+    index = results_pages.write_bench_index({"fsdp": ("stock vs Zen", True), "hashing": ("h", False)}, out=tmp_path)
+    assert "| [`fsdp`](fsdp.md) | stock vs Zen | the network lab (root) | a run |" in index.read_text()
+    assert "| [`hashing`](hashing.md) | h | loopback (`make bench`) | not run yet |" in index.read_text()
+    assert "`zen-analysis bench hashing` writes this page" in (tmp_path / "hashing.md").read_text()

@@ -12,6 +12,8 @@ import importlib
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from zen_analysis.experiments import results_pages
+
 
 class Benchmark(NamedTuple):
     target: str
@@ -77,5 +79,11 @@ def resolve(name: str):
 
 
 def run(name: str, overrides: Sequence[str] = ()) -> object:
-    """Run one benchmark with its ``--set key=value`` options."""
-    return resolve(name)(list(overrides))
+    """Run one benchmark with its ``--set key=value`` options; from the checkout's own data root, its results page
+    is written too (:func:`~zen_analysis.experiments.results_pages.write_bench_page`)."""
+    result = resolve(name)(list(overrides))
+    if results_pages.writes_pages():
+        page = results_pages.write_bench_page(name, BENCHMARKS[name].about, overrides, result)
+        results_pages.write_bench_index({n: (b.about, b.needs_lab) for n, b in BENCHMARKS.items()})
+        print(f"results page: {page}")
+    return result
