@@ -9,6 +9,9 @@ import sys
 import pytest
 import torch
 
+from zen_analysis import recipes
+from zen_analysis.runs.launch import launch
+
 pytestmark = pytest.mark.gpu
 
 SCRIPT = r"""
@@ -95,8 +98,6 @@ def test_zen_fsdp2_on_two_gpus_matches_stock_fsdp2(tmp_path):
 
 
 def _loop_cfg(ranks: int, run_id: str, **sync):
-    from zen_analysis import recipes
-
     cfg = recipes.smoke()
     cfg.name = cfg.run_id = run_id
     cfg.dist.num_ranks, cfg.dist.backend, cfg.dist.launcher = ranks, "nccl", "torchrun"
@@ -110,8 +111,6 @@ def _loop_cfg(ranks: int, run_id: str, **sync):
 
 @pytest.mark.skipif(torch.cuda.device_count() < 1, reason="needs a CUDA device")
 def test_the_loop_trains_under_fsdp2_on_one_gpu():
-    from zen_analysis.runs.launch import launch
-
     run = launch(_loop_cfg(1, "gpu-fsdp-loop", method="natural", scheme="zen"), progress=False, echo=False)
     assert run.traces().manifest["finished"] and len(run.metrics()) == 6
     assert (run.run_dir / "checkpoints" / "step-00000004" / "sharded").is_dir()
@@ -120,8 +119,6 @@ def test_the_loop_trains_under_fsdp2_on_one_gpu():
 @pytest.mark.multigpu
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
 def test_the_loop_under_fsdp2_on_two_gpus_zen_equals_stock():
-    from zen_analysis.runs.launch import launch
-
     stock = launch(_loop_cfg(2, "gpu-fsdp-stock"), progress=False, echo=False)
     zen = launch(_loop_cfg(2, "gpu-fsdp-zen", method="natural", scheme="zen"), progress=False, echo=False)
     assert zen.summary["param_sha256"] == stock.summary["param_sha256"]
