@@ -5,7 +5,7 @@ the modules that build on these) characterise their sparsity, evaluate communica
 
 The names most notebooks need::
 
-    from zen_analysis import recipes, launch, TraceReader
+    from zen_analysis import recipes, launch, TraceReader  # each loads on first use
     result = launch(recipes.smoke())
     reader = result.traces()
 """
@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 __all__ = ["ExperimentConfig", "RankFailedError", "RunResult", "TraceReader", "apply_overrides", "launch", "recipes"]
 
-if TYPE_CHECKING:
-    from zen_analysis import recipes
-    from zen_analysis.capture.reader import TraceReader
-    from zen_analysis.config import ExperimentConfig, apply_overrides
-    from zen_analysis.ranks.procs import RankFailedError
-    from zen_analysis.runs.launch import RunResult, launch
+if TYPE_CHECKING:  # type checkers only: at run time __getattr__ imports each name on first use (no torch at import)
+    from zen_analysis import recipes  # lazy facade, see __getattr__
+    from zen_analysis.capture.reader import TraceReader  # lazy facade, see __getattr__
+    from zen_analysis.config import ExperimentConfig, apply_overrides  # lazy facade, see __getattr__
+    from zen_analysis.ranks.procs import RankFailedError  # lazy facade, see __getattr__
+    from zen_analysis.runs.launch import RunResult, launch  # lazy facade, see __getattr__
 
 _LAZY = {
     "ExperimentConfig": "zen_analysis.config",
