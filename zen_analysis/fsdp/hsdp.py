@@ -225,7 +225,8 @@ def clip_grad_norm_(
     """``torch.nn.utils.clip_grad_norm_`` for a model whose gradients are DTensors on more than one mesh (the Zen
     table on the shard sub-mesh, the other HSDP units on the 2-D mesh), which torch's refuses: the gradients are
     grouped by mesh, each group's norm reduced over its own mesh (one collective a mesh), the groups' norms
-    combined, and every gradient scaled by the one total. Returns the total norm (a plain tensor)."""
+    combined (one mesh, as under FSDP2: its norm as it is), and every gradient scaled by the one total. Returns the
+    total norm (a plain tensor)."""
     by_mesh: dict = {}
     for p in parameters:
         if p.grad is not None:
@@ -234,7 +235,7 @@ def clip_grad_norm_(
     for group in by_mesh.values():
         n = get_total_norm([p.grad for p in group], norm_type, error_if_nonfinite, foreach)
         norms.append(n.full_tensor() if isinstance(n, DTensor) else n)
-    total = get_total_norm(norms, norm_type, error_if_nonfinite, foreach)
+    total = norms[0] if len(norms) == 1 else get_total_norm(norms, norm_type, error_if_nonfinite, foreach)
     for group in by_mesh.values():
         clip_grads_with_norm_(group, max_norm, total, foreach)
     return total

@@ -33,7 +33,7 @@ from torch.distributed.tensor import DTensor
 
 from zen_analysis.fsdp.auto import AutoReduceScatter
 from zen_analysis.fsdp.hashed import STRATA, HashedRows, hashed_rows_of
-from zen_analysis.fsdp.install import install
+from zen_analysis.fsdp.install import _sent, install
 from zen_analysis.fsdp.timing import CommClock, time_comms
 from zen_analysis.fsdp.units import UnitError, embedding_units
 from zen_analysis.sync.base import GradSync
@@ -65,17 +65,6 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
             value = value.full_tensor()
         out[name] = value.detach().cpu()
     return out
-
-
-def clip_grad_norm_(parameters, max_norm: float) -> torch.Tensor:
-    """``torch.nn.utils.clip_grad_norm_`` over sharded gradients: the total norm of every shard's, gathered whole
-    (one all-reduce), then each gradient scaled as torch scales it."""
-    grads = [p.grad for p in parameters if p.grad is not None]
-    total = torch.nn.utils.get_total_norm(grads, norm_type=2.0)
-    if isinstance(total, DTensor):
-        total = total.full_tensor()
-    torch.nn.utils.clip_grads_with_norm_([p for p in parameters if p.grad is not None], max_norm, total)
-    return total
 
 
 class FSDPSync(GradSync):
@@ -185,9 +174,7 @@ class FSDPSync(GradSync):
         """Bytes the embedding unit's Zen comm sent so far (the dense calls of ``auto`` included)."""
         if self.comm is None:
             return 0
-        ex = self.comm.exchange
-        sparse = sum(r.bytes_sent for r in ex.records.values()) if ex is not None else 0
-        return sparse + getattr(self.comm, "dense_bytes", 0)
+        return _sent([self.comm]) + getattr(self.comm, "dense_bytes", 0)
 
     @property
     def decisions(self) -> dict | None:

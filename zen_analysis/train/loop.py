@@ -28,6 +28,7 @@ from zen_analysis.atomic import atomic_path, atomic_write_json
 from zen_analysis.capture.traces import collect_shards, write_manifest
 from zen_analysis.config import ExperimentConfig
 from zen_analysis.fsdp import training as fsdp_training
+from zen_analysis.fsdp.hsdp import clip_grad_norm_ as clip_sharded_grad_norm_
 from zen_analysis.ranks import env
 from zen_analysis.ranks.env import RankInfo
 from zen_analysis.sync.base import GradSync
@@ -239,7 +240,7 @@ def _clip(run: TrainingRun, sync: GradSync) -> dict:
     if clip > 0 and (rows or sparse):
         clip_grad_norm_by_rows(model.parameters(), clip, {**sparse, **rows})
     elif clip > 0 and sync.sharded:  # the norm of every rank's shards
-        fsdp_training.clip_grad_norm_(list(model.parameters()), clip)
+        clip_sharded_grad_norm_(list(model.parameters()), clip)
     elif clip > 0:
         torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
     # AdamW's: a sparse=True embedding's summed rows, in a dense table kept from step to step
