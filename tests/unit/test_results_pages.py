@@ -19,14 +19,15 @@ def test_a_stage_page_shows_what_the_stage_wrote(tmp_path, monkeypatch):
     (derived / "table.txt").write_text("variant  loss\n    zen  5.2\n")
     (paths.figures_dir() / "fig2b.png").write_bytes(b"\x89PNG fake")
     (derived / "table.parquet").write_bytes(b"PAR1\xa0\x00")  # binary: named, not shown
+    assert [f.name for f in results_pages.figures_since(before)] == ["fig2b.png"]  # what a benchmark drew
     made = ["claims.md", "fig2b.png", "table.parquet", "table.txt"]
-    assert results_pages.record("characterize", before) == made
-    assert json.loads((derived / "outputs.json").read_text()) == {"characterize": made}
+    assert results_pages.record("characterize", before, seconds=83.4) == made
+    assert json.loads((derived / "outputs.json").read_text())["characterize"]["files"] == made
     out = tmp_path / "results"
     pages = results_pages.write_pages(out)
     assert [p.name for p in pages] == [f"{s}.md" for s in results_pages.TITLES]
     page = (out / "characterize.md").read_text()
-    assert page.startswith(results_pages.GENERATED)
+    assert page.startswith(results_pages.GENERATED) and "in 1 min 23 s on " in page
     assert "| C1 | True |" in page and "```text\nvariant  loss\n    zen  5.2\n```" in page
     assert "![fig2b.png](figures/fig2b.png)" in page and (out / "figures" / "fig2b.png").read_bytes() == b"\x89PNG fake"
     assert "from an earlier stage" not in page and "Also written: `data/derived/reproduce/table.parquet`" in page
@@ -45,11 +46,68 @@ def test_a_benchmark_writes_its_page_and_the_index_lists_every_one(tmp_path):
     import pandas as pd
 
     result = {"table": pd.DataFrame({"variant": ["stock", "zen"], "step_s": [1.5, 0.75]}), "ratio": 2.0}
-    page = results_pages.write_bench_page("fsdp", "stock vs Zen", ["ranks=4"], result, out=tmp_path)
+    (tmp_path / "drawn.png").write_bytes(b"\x89PNG fake")
+    page = results_pages.write_bench_page(
+        "fsdp", "stock vs Zen", ["ranks=4"], result, out=tmp_path, seconds=61.04, figures=[tmp_path / "drawn.png"]
+    )
     text = page.read_text()
-    assert "`zen-analysis bench fsdp --set ranks=4`" in text and "stock vs Zen." in text
+    assert "![drawn.png](figures/drawn.png)" in text and (tmp_path / "figures" / "drawn.png").exists()
+    assert "## `zen-analysis bench fsdp --set ranks=4`" in text and "stock vs Zen." in text and "(61 s)" in text
     assert "  zen    0.75" in text and "```json\n2.0\n```" in text
     index = results_pages.write_bench_index({"fsdp": ("stock vs Zen", True), "hashing": ("h", False)}, out=tmp_path)
     assert "| [`fsdp`](fsdp.md) | stock vs Zen | the network lab (root) | a run |" in index.read_text()
     assert "| [`hashing`](hashing.md) | h | loopback (`make bench`) | not run yet |" in index.read_text()
     assert "`zen-analysis bench hashing` writes this page" in (tmp_path / "hashing.md").read_text()
+
+
+def test_a_benchmark_page_keeps_each_command_and_quotes_a_headline_as_its_range(tmp_path):
+    import pandas as pd
+
+    def run(overrides, zen_s, lead):
+        result = {"table": pd.DataFrame({"variant": ["zen"], "step_s": [zen_s]})}
+        headline = {"Zen vs stock (x)": lead, "no baseline (x)": float("nan")}
+        return results_pages.write_bench_page("ddp", "d", overrides, result, out=tmp_path, headline=headline)
+
+    for zen_s, lead in [(0.5, 2.16), (0.4, 2.51), (0.7, 1.9), (0.6, 2.3)]:  # four runs of one command
+        run(["ranks=16"], zen_s, lead)
+    text = run(["ranks=4"], 0.25, 1.03).read_text()  # another command adds a section
+    sections = text.split("## `zen-analysis bench ddp ")
+    assert len(sections) == 3 and sections[1].startswith("--set ranks=16`") and sections[2].startswith("--set ranks=4`")
+    assert "3 runs:" in sections[1] and "| Zen vs stock (x) | 2.3 | 1.9-2.51 |" in sections[1]  # the last three
+    assert "   zen     0.6" in sections[1] and "0.7" not in sections[1].split("|---|")[1]  # the newest tables only
+    assert "| Zen vs stock (x) | 1.03 | one run |" in sections[2] and "no baseline" not in text
+    runs = json.loads((tmp_path / "ddp.runs.json").read_text())["runs"]
+    assert [bool(r["body"]) for r in runs] == [False, False, True, True]
+
+
+def test_the_lab_benchmarks_headlines_are_their_ratios_to_stock():
+    import pandas as pd
+
+    from zen_analysis.experiments import bench_ddp, bench_fsdp, benchmarks
+
+    named = [b.headline for b in benchmarks.BENCHMARKS.values() if b.headline]
+    assert len(named) == 3 and all(callable(benchmarks._function(h)) for h in named)
+
+    ddp = pd.DataFrame(
+        {
+            "network": ["1 Gbit/s"] * 4,
+            "variant": ["stock", "stock-sparse", "natural", "natural-sparse"],
+            "step_s_median": [2.0, 0.5, 0.8, 0.4],
+        }
+    )
+    assert bench_ddp.ddp_headline({"ddp": ddp}) == {
+        "natural vs stock sparse=True, 1 Gbit/s (x)": 0.625,
+        "natural-sparse vs stock sparse=True, 1 Gbit/s (x)": 1.25,
+    }
+    assert bench_ddp.ddp_headline({"ddp": ddp[ddp.variant != "stock-sparse"]}) == {}  # no baseline, no headline
+    exchange = pd.DataFrame(
+        {"ranks": [16, 16], "bandwidth_gbps": [1.0, 1.0], "scheme": ["stock", "zen"], "lead_vs_stock": [1.0, 2.2]}
+    )
+    assert bench_ddp.exchange_headline({"exchange": exchange}) == {"Zen vs stock sparse, 16 ranks, 1 Gbit/s (x)": 2.2}
+    fsdp = pd.DataFrame(
+        {"ranks": [8, 8], "variant": ["stock", "zen"], "step_speedup": [1.0, 1.5], "embed_rs_speedup": [1.0, 25.0]}
+    )
+    assert bench_fsdp.fsdp_headline(fsdp) == {
+        "zen step vs stock, 8 ranks (x)": 1.5,
+        "zen embedding reduce-scatter vs stock, 8 ranks (x)": 25.0,
+    }

@@ -119,3 +119,25 @@ def bench_exchange(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     shown = df[cols].round({"measured_s": 4, "modelled_s": 4, "lead_vs_stock": 2, "lead_vs_stock_modelled": 2})
     publish(df, paths.derived_dir() / "exchange" / str(opts["run"]), shown, {k: str(v) for k, v in opts.items()})
     return {"exchange": df}
+
+
+def ddp_headline(result: dict) -> dict[str, float]:
+    """``bench ddp``'s headline: each Zen variant's step against stock DDP's ``sparse=True`` path, per network."""
+    summary = result["ddp"]
+    out = {}
+    for network, g in summary.groupby("network", sort=False):
+        steps = g.set_index("variant")["step_s_median"]
+        for variant in ("natural", "natural-sparse"):
+            if "stock-sparse" in steps and variant in steps and steps[variant] > 0:
+                out[f"{variant} vs stock sparse=True, {network} (x)"] = float(steps["stock-sparse"] / steps[variant])
+    return out
+
+
+def exchange_headline(result: dict) -> dict[str, float]:
+    """``bench exchange``'s headline: Zen's lead over stock DDP's sparse all-reduce, per rank count and link."""
+    df = result["exchange"]
+    zen = df[df["scheme"] == "zen"]
+    return {
+        f"Zen vs stock sparse, {n} ranks, {bw:g} Gbit/s (x)": float(lead)
+        for n, bw, lead in zip(zen["ranks"], zen["bandwidth_gbps"], zen["lead_vs_stock"])
+    }

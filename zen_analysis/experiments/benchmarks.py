@@ -9,6 +9,7 @@ and its drivers at the top of its module); :func:`run` imports the one it runs. 
 from __future__ import annotations
 
 import importlib
+import time
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -23,6 +24,9 @@ class Benchmark(NamedTuple):
     """One line for ``zen-analysis bench --help``."""
     needs_lab: bool = False
     """Runs behind the network lab's shaped links (root; tens of minutes): not in ``make bench``."""
+    headline: str | None = None
+    """``"module:function"`` taking what the benchmark returned to the values its page quotes as a range over runs
+    (a speedup, a lead), or ``None``."""
 
 
 BENCHMARKS = {
@@ -46,7 +50,12 @@ BENCHMARKS = {
     "netlab": Benchmark(
         "bench_lab:bench_netlab", "schemes, hierarchical Zen and training on the emulated network", True
     ),
-    "ddp": Benchmark("bench_ddp:bench_ddp", "the example DDP script, stock vs Zen, on loopback and shaped links", True),
+    "ddp": Benchmark(
+        "bench_ddp:bench_ddp",
+        "the example DDP script, stock vs Zen, on loopback and shaped links",
+        True,
+        "bench_ddp:ddp_headline",
+    ),
     "train": Benchmark(
         "bench_train:bench_train", "training throughput of the paper's workloads across schemes and ranks", True
     ),
@@ -54,8 +63,14 @@ BENCHMARKS = {
         "bench_ddp:bench_exchange",
         "a captured run's embedding rows summed by stock DDP's sparse path and by Zen, in the lab",
         True,
+        "bench_ddp:exchange_headline",
     ),
-    "fsdp": Benchmark("bench_fsdp:bench_fsdp", "stock FSDP2 vs Zen-FSDP2 on a 256k-vocabulary Llama, in the lab", True),
+    "fsdp": Benchmark(
+        "bench_fsdp:bench_fsdp",
+        "stock FSDP2 vs Zen-FSDP2 on a 256k-vocabulary Llama, in the lab",
+        True,
+        "bench_fsdp:fsdp_headline",
+    ),
     "fsdp-balance": Benchmark(
         "bench_fsdp:bench_fsdp_balance", "FSDP2 shards' received rows: contiguous vs h0 vs stratified h0 row order"
     ),
@@ -72,18 +87,29 @@ def default_benchmarks() -> list[str]:
     return [name for name, b in BENCHMARKS.items() if not b.needs_lab]
 
 
+def _function(target: str):
+    module, function = target.split(":")
+    return getattr(importlib.import_module(f"zen_analysis.experiments.{module}"), function)
+
+
 def resolve(name: str):
     """The function behind a benchmark's name (imports its module)."""
-    module, function = BENCHMARKS[name].target.split(":")
-    return getattr(importlib.import_module(f"zen_analysis.experiments.{module}"), function)
+    return _function(BENCHMARKS[name].target)
 
 
 def run(name: str, overrides: Sequence[str] = ()) -> object:
     """Run one benchmark with its ``--set key=value`` options; from the checkout's own data root, its results page
     is written too (:func:`~zen_analysis.experiments.results_pages.write_bench_page`)."""
+    bench = BENCHMARKS[name]
+    before, start = results_pages.snapshot(), time.perf_counter()
     result = resolve(name)(list(overrides))
+    seconds = time.perf_counter() - start
     if results_pages.writes_pages():
-        page = results_pages.write_bench_page(name, BENCHMARKS[name].about, overrides, result)
+        headline = _function(bench.headline)(result) if bench.headline else None
+        drawn = results_pages.figures_since(before)
+        page = results_pages.write_bench_page(
+            name, bench.about, overrides, result, seconds=seconds, headline=headline, figures=drawn
+        )
         results_pages.write_bench_index({n: (b.about, b.needs_lab) for n, b in BENCHMARKS.items()})
         print(f"results page: {page}")
     return result

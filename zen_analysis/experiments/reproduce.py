@@ -29,6 +29,7 @@ Stages (:data:`STAGES`; ``zen-analysis reproduce --only STAGE`` / ``--skip STAGE
 from __future__ import annotations
 
 import inspect
+import time
 from collections.abc import Sequence
 
 from matplotlib import pyplot as plt
@@ -352,9 +353,9 @@ def reproduce(
     for i, name in enumerate(chosen, 1):
         print(f"=== stage {list(STAGES).index(name) + 1}/{len(STAGES)}: {name} ({i} of {len(chosen)} chosen)")
         stage = STAGES[name]
-        before = results_pages.snapshot()
+        before, start = results_pages.snapshot(), time.perf_counter()
         stage(overrides) if inspect.signature(stage).parameters else stage()  # the stages that train take them
-        results_pages.record(name, before)  # what it wrote: its results page's tables and figures
+        results_pages.record(name, before, time.perf_counter() - start)  # its page's tables and figures, its time
     if results_pages.writes_pages():
         pages = results_pages.write_pages()
         print(f"=== results pages: {', '.join(p.name for p in pages)} in {pages[0].parent} (`make docs` shows them)")

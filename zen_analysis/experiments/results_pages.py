@@ -11,8 +11,10 @@ typed by hand: a sentence of interpretation belongs in the user guide, beside a 
 
 Each benchmark writes its own page the same way (:func:`write_bench_page`, ``docs/results/bench/<name>.md``): what
 ``zen-analysis bench <name>`` returned, its tables preformatted and its other values as JSON, under the command
-with its ``--set`` options and the date; ``docs/results/bench/index.md`` lists every benchmark and whether its page
-holds a run.
+with its ``--set`` options, the date and the wall time. A page keeps a section per command, so a benchmark run
+with other options adds to its page rather than replacing it, and its headline values (a speedup, a lead) are
+quoted as their range over the command's last runs (``<name>.runs.json`` beside the page holds them);
+``docs/results/bench/index.md`` lists every benchmark and whether its page holds a run.
 
 ``make reproduce`` writes the pages last; they are committed, so the site shows real results without a run, and a
 rerun on a fresh clone gives the same pages wherever the tables are deterministic (losses, densities, bytes; step
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -54,17 +57,30 @@ def _outputs_path() -> Path:
     return _derived() / "outputs.json"
 
 
+def figures_since(before: dict[str, float]) -> list[Path]:
+    """The figures (``figures/*.png``) new or changed since ``before`` (:func:`snapshot`)."""
+    return [Path(p) for p, t in sorted(snapshot().items()) if p.endswith(".png") and before.get(p) != t]
+
+
 def snapshot() -> dict[str, float]:
     """Every file a stage may write (``data/derived/reproduce/*``, ``figures/*.png``) with its modification time."""
     found = [*_derived().glob("*"), *paths.figures_dir().glob("*.png")]
     return {str(p): p.stat().st_mtime_ns for p in found if p.is_file() and p.name != "outputs.json"}
 
 
-def record(stage: str, before: dict[str, float]) -> list[str]:
-    """Note in ``outputs.json`` the files ``stage`` made since ``before`` (:func:`snapshot`); returns their names."""
-    made = sorted(Path(p).name for p, t in snapshot().items() if before.get(p) != t)
+def _outputs() -> dict[str, dict]:
+    """``outputs.json``: each stage's files, wall time and date (an entry of an older run: its files alone)."""
     outputs = json.loads(_outputs_path().read_text()) if _outputs_path().exists() else {}
-    outputs[stage] = made
+    return {stage: got if isinstance(got, dict) else {"files": got} for stage, got in outputs.items()}
+
+
+def record(stage: str, before: dict[str, float], seconds: float | None = None) -> list[str]:
+    """Note in ``outputs.json`` the files ``stage`` made since ``before`` (:func:`snapshot`) and its wall time
+    ``seconds``; returns the files' names."""
+    made = sorted(Path(p).name for p, t in snapshot().items() if before.get(p) != t)
+    outputs = _outputs()
+    outputs[stage] = {"files": made, "date": str(datetime.date.today()), "cores": os.cpu_count()}
+    outputs[stage] |= {"seconds": round(seconds, 1)} if seconds is not None else {}
     _derived().mkdir(parents=True, exist_ok=True)
     atomic_write_text(_outputs_path(), json.dumps(outputs, indent=1, sort_keys=True) + "\n")
     return made
@@ -75,12 +91,20 @@ def _command(stage: str) -> str:
     return f"`{whole}`, or this stage alone: `zen-analysis reproduce --only {stage}`"
 
 
-def _page(stage: str, made: list[str] | None, figures_out: Path) -> str:
+def _took(seconds: float) -> str:
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest:02d} s" if minutes else f"{rest} s"
+
+
+def _page(stage: str, ran: dict | None, figures_out: Path) -> str:
     lines = [GENERATED, "", f"# {TITLES[stage]}", ""]
+    made = (ran or {}).get("files")
     if not made:
         lines.append(f"Not run yet on this checkout's data: {_command(stage)} writes this page.")
         return "\n".join(lines) + "\n"
-    lines += [f"Written by {_command(stage)}.", ""]
+    when = f" on {ran['date']}" if "date" in ran else ""
+    when += f", in {_took(ran['seconds'])} on {ran.get('cores')} cores" if "seconds" in ran else ""
+    lines += [f"Written by {_command(stage)}{when}.", ""]
     data = [n for n in made if not n.endswith(".png") and (_derived() / n).exists()]
     for name in data:
         path = _derived() / name
@@ -112,10 +136,10 @@ def write_pages(out: Path | None = None) -> list[Path]:
     """Write every stage's page under ``out`` (``docs/results/`` of the checkout) from ``outputs.json``; returns
     the pages. Figures no stage lists any more are removed from ``out/figures``."""
     out = out or paths.REPO_ROOT / "docs" / "results"
-    outputs = json.loads(_outputs_path().read_text()) if _outputs_path().exists() else {}
+    outputs = _outputs()
     figures_out = out / "figures"
     figures_out.mkdir(parents=True, exist_ok=True)
-    listed = {n for made in outputs.values() for n in made if n.endswith(".png")}
+    listed = {n for ran in outputs.values() for n in ran["files"] if n.endswith(".png")}
     for old in figures_out.glob("*.png"):
         if old.name not in listed:
             old.unlink()
@@ -133,11 +157,14 @@ def _bench_dir() -> Path:
 
 def _value_lines(key: str, value: Any) -> list[str]:
     """One returned value of a benchmark as Markdown: a table preformatted, anything else as JSON (or its text)."""
-    head = [f"## `{key}`", ""] if key else []
+    head = [f"### `{key}`", ""] if key else []
     if hasattr(value, "to_string"):  # a pandas table or series (not imported here: the CLI imports this module)
         return [*head, "```text", value.to_string(), "```", ""]
-    if isinstance(value, str):
-        return [*head, "```text", value.rstrip("\n"), "```", ""]
+    if isinstance(value, (str, Path)):  # a path under the checkout is shown relative to it
+        text = str(value).replace(f"{paths.REPO_ROOT}/", "")
+        return [*head, "```text", text.rstrip("\n"), "```", ""]
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):  # several tables
+        return head + [line for v in value for line in _value_lines("", v)]
     try:
         text = json.dumps(value, indent=1, sort_keys=True, default=str)
     except (TypeError, ValueError):
@@ -145,17 +172,85 @@ def _value_lines(key: str, value: Any) -> list[str]:
     return [*head, "```json", text, "```", ""]
 
 
-def write_bench_page(name: str, about: str, overrides: Sequence[str], result: Any, out: Path | None = None) -> Path:
-    """The page of benchmark ``name`` (``about``: its help line) from what it returned; returns the page."""
+KEEP_RUNS = 3
+"""Runs of one command a benchmark page keeps: a headline ratio is quoted as its range over them."""
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.3g}" if abs(value) < 100 else f"{value:,.0f}"
+
+
+def _command_section(runs: list[dict]) -> list[str]:
+    """One command's part of a benchmark page: its runs (date, wall time), its headline values with their range over
+    the runs, and the newest run's tables."""
+    newest = runs[-1]
+    when = ", ".join(f"{r['date']} ({_fmt(r['seconds'])} s)" if r.get("seconds") else r["date"] for r in runs)
+    lines = [f"## `{newest['command']}`", "", f"{len(runs)} run{'s' * (len(runs) > 1)}: {when}.", ""]
+    labels = [k for k in newest.get("headline", {}) if all(k in r.get("headline", {}) for r in runs)]
+    if labels:
+        lines += ["| headline | newest run | range over the runs |", "|---|---|---|"]
+        for label in labels:
+            values = [float(r["headline"][label]) for r in runs]
+            spread = f"{_fmt(min(values))}-{_fmt(max(values))}" if len(values) > 1 else "one run"
+            lines.append(f"| {label} | {_fmt(values[-1])} | {spread} |")
+        lines.append("")
+    return lines + newest["body"]
+
+
+def render_bench_page(name: str, about: str, runs: list[dict]) -> str:
+    """A benchmark's page from its runs (``<name>.runs.json``): one section per command, in the order they first
+    ran."""
+    lines = [GENERATED, "", f"# `bench {name}`", "", f"{about}.", ""]
+    commands = list(dict.fromkeys(r["command"] for r in runs))
+    if not commands:
+        lines.append(f"Not run yet on this checkout: `zen-analysis bench {name}` writes this page.")
+    for command in commands:
+        lines += _command_section([r for r in runs if r["command"] == command])
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def write_bench_page(
+    name: str,
+    about: str,
+    overrides: Sequence[str],
+    result: Any,
+    out: Path | None = None,
+    seconds: float | None = None,
+    headline: dict[str, float] | None = None,
+    figures: Sequence[Path] = (),
+) -> Path:
+    """Add a run of benchmark ``name`` (``about``: its help line; ``seconds``: its wall time; ``headline``: the
+    values quoted as a range over runs; ``figures``: the PNGs it drew, copied to ``figures/`` beside the page) to
+    ``<name>.runs.json`` and write its page; returns the page.
+
+    The page keeps one section per command (its ``--set`` options): a rerun replaces that command's tables and
+    keeps its last :data:`KEEP_RUNS` headline values, other commands' sections stay as they were."""
     out = out or _bench_dir()
     out.mkdir(parents=True, exist_ok=True)
+    runs_path = out / f"{name}.runs.json"
+    runs = json.loads(runs_path.read_text())["runs"] if runs_path.exists() else []
     command = " ".join(["zen-analysis bench", name, *(f"--set {o}" for o in overrides)])
-    lines = [GENERATED, "", f"# `bench {name}`", "", f"{about}.", "", f"`{command}`, {datetime.date.today()}:", ""]
     items = result.items() if isinstance(result, dict) else [("", result)]
-    for key, value in items:
-        lines += _value_lines(str(key), value)
+    body = [line for key, value in items for line in _value_lines(str(key), value)]
+    if figures:
+        (out / "figures").mkdir(exist_ok=True)
+        body += ["### Figures", ""]
+    for figure in figures:  # the figures the run drew, copied beside the page
+        shutil.copyfile(figure, out / "figures" / figure.name)
+        body += [f"`figures/{figure.name}`:", "", f"![{figure.name}](figures/{figure.name})", ""]
+    run = {"command": command, "date": str(datetime.date.today()), "body": body}
+    run |= {"seconds": round(seconds, 1)} if seconds is not None else {}
+    quoted = {k: float(v) for k, v in (headline or {}).items() if v == v}  # a NaN (no baseline that run) left out
+    run |= {"headline": quoted} if quoted else {}
+    runs.append(run)
+    kept = [r for r in runs if r["command"] != command] + [r for r in runs if r["command"] == command][-KEEP_RUNS:]
+    kept.sort(key=runs.index)
+    for r in kept:  # only the newest run of a command keeps its tables
+        if r["command"] == command and r is not run:
+            r["body"] = []
+    atomic_write_text(runs_path, json.dumps({"runs": kept}, indent=1) + "\n")
     page = out / f"{name}.md"
-    atomic_write_text(page, "\n".join(lines).rstrip("\n") + "\n")
+    atomic_write_text(page, render_bench_page(name, about, kept))
     return page
 
 
@@ -169,11 +264,7 @@ def write_bench_index(benchmarks: dict[str, tuple[str, bool]], out: Path | None 
     for name, (about, lab) in benchmarks.items():
         page = out / f"{name}.md"
         if not page.exists():
-            atomic_write_text(
-                page,
-                f"{GENERATED}\n\n# `bench {name}`\n\n{about}.\n\nNot run yet on this checkout: "
-                f"`zen-analysis bench {name}` writes this page.\n",
-            )
+            atomic_write_text(page, render_bench_page(name, about, []))
         ran = "Not run yet" not in page.read_text()
         where = "the network lab (root)" if lab else "loopback (`make bench`)"
         lines.append(f"| [`{name}`]({name}.md) | {about} | {where} | {'a run' if ran else 'not run yet'} |")

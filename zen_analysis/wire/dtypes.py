@@ -100,7 +100,7 @@ def positive_zeros(x: torch.Tensor) -> torch.Tensor:
     should be identical would hash differently. The sign of a zero sum is the one thing a sparse scheme cannot
     match ``all_reduce`` on (``-0.0`` where every rank held ``-0.0``, which only a dense exchange learns), so the
     dtype contract makes it ``+0.0`` on every rank. One vectorized pass, small beside the non-zero scan it follows
-    (the guide's "Communication schemes" section gives its cost)."""
+    (it sits inside the local work that ``zen-analysis bench zen`` times)."""
     if x.is_floating_point():
         x.add_(0.0)
     return x
