@@ -1,9 +1,12 @@
 """Multi-rank training on gloo, launched like a notebook cell does, and the launcher's failure handling."""
 
+import json
 import os
+import sysconfig
 import time
 from pathlib import Path
 
+import datasets
 import pytest
 import torch
 import torch.distributed as dist
@@ -214,3 +217,24 @@ def test_ensure_run_reuses_a_finished_run_with_the_same_config(capsys):
     cfg.train.num_steps = 3
     ensure_run(cfg, progress=False, echo=False)
     assert manifest.stat().st_mtime_ns != stamp  # a different config trains again
+
+
+@pytest.mark.parametrize("how", ["text files", "save_to_disk"])
+def test_the_smoke_recipe_trains_on_a_datasets_corpus(how, tmp_path):
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    sources = [stdlib / f"{name}.py" for name in ("argparse", "csv", "textwrap")]
+    sources += sorted((stdlib / "json").glob("*.py"))
+    lines = [line for path in sources for line in path.read_text().splitlines()]
+    if how == "text files":
+        (tmp_path / "code.txt").write_text("\n".join(lines) + "\n")
+        data = {"data__hf_builder": "text", "data__hf_files": (str(tmp_path / "code.txt"),)}
+    else:
+        datasets.Dataset.from_dict({"code": lines}).save_to_disk(str(tmp_path / "saved"))
+        data = {"data__hf_disk": str(tmp_path / "saved"), "data__hf_column": "code"}
+    cfg = _smoke(data__source="hf", data__max_bytes=0, train__num_steps=2, capture__enabled=False, **data)
+    result = launch(cfg, progress=False, echo=False)
+    prepared = json.loads((result.run_dir / "data.json").read_text())
+    assert prepared["corpus_name"].startswith("hf:") and len(result.metrics()) == 2
+    bad = _smoke(data__source="hf", **{**data, "data__hf_column": "body"})
+    with pytest.raises(ValueError, match="data.hf_column='body'"):  # in the launcher, before any rank starts
+        launch(bad, progress=False, echo=False)

@@ -45,14 +45,14 @@ def test_hub_dataset_offline_fails_fast_with_advice():
         "from zen_analysis.config import DataConfig\n"
         "from zen_analysis.workload.corpus import load_corpus\n"
         "try:\n"
-        "    load_corpus(DataConfig(source='hub', hub_dataset='wikitext', hub_config='wikitext-2-raw-v1'))\n"
+        "    load_corpus(DataConfig(source='hf', hf_builder='wikitext', hf_config='wikitext-2-raw-v1'))\n"
         "except ValueError as e:\n"
         "    print('ERR', e)\n"
     )
     t0 = time.monotonic()
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-    assert "ERR could not load hub dataset 'wikitext'" in out.stdout, out.stderr
-    assert "data.source=files" in out.stdout
+    assert "ERR could not load dataset 'wikitext'" in out.stdout, out.stderr
+    assert "data.hf_files" in out.stdout and "data.hf_disk" in out.stdout
     assert time.monotonic() - t0 < 60
 
 

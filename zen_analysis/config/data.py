@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-DATA_SOURCES = ("stdlib", "files", "hub", "criteo-synth")
+DATA_SOURCES = ("stdlib", "files", "hf", "criteo-synth")
 TOKENIZERS = ("bpe", "words")
 CTR_SOURCES = ("criteo-synth",)
 """Sources of click-through-rate samples (``zen_analysis.workload.ctr``) rather than text: ``model.arch=deepfm``
@@ -15,16 +15,32 @@ CTR_FIELD_ORDERS = ("cardinality", "criteo")
 @dataclass(kw_only=True)
 class DataConfig:
     source: str = "stdlib"
-    """``stdlib`` (the running interpreter's standard-library .py files, offline), ``files`` or ``hub``: text for the
+    """``stdlib`` (the running interpreter's standard-library .py files, offline), ``files`` (text files) or ``hf``
+    (a ``datasets`` dataset: a builder over local files, a ``save_to_disk`` folder or a hub dataset): text for the
     language models; ``criteo-synth``: Criteo-like click-through-rate samples generated offline for DeepFM
-    (``zen_analysis.workload.ctr``; the ``ctr_*`` fields below, and none of the text fields, apply to it)."""
+    (``zen_analysis.workload.ctr``; the ``ctr_*`` fields below, and none of the text fields, apply to it). The
+    earlier ``hub`` source is ``hf`` (mapped with a notice)."""
     files: tuple[str, ...] = ()
     """With source=files: text files or directories (all files below a directory are read)."""
-    hub_dataset: str = ""
-    """With source=hub: a Hugging Face dataset name for ``datasets.load_dataset`` (needs network)."""
-    hub_config: str = ""
-    hub_split: str = "train"
-    text_field: str = "text"
+    hf_builder: str = ""
+    """With source=hf: what ``datasets.load_dataset`` loads: a packaged builder over ``hf_files`` (``text``,
+    ``json``, ``csv``, ``parquet``; left empty, inferred from the files' extension) or a dataset's name on the hub
+    (needs the network unless it is in the ``datasets`` cache)."""
+    hf_config: str = ""
+    """With source=hf: the builder's configuration name, if it has several (``wikitext-2-raw-v1``)."""
+    hf_files: tuple[str, ...] = ()
+    """With source=hf: local data files for the builder (comma-separated on the command line; globs allowed)."""
+    hf_disk: str = ""
+    """With source=hf: a folder written by ``Dataset.save_to_disk`` / ``DatasetDict.save_to_disk``, read with
+    ``datasets.load_from_disk`` (instead of ``hf_builder``)."""
+    hf_split: str = "train"
+    """With source=hf: the split to read; the toolkit holds out its own validation documents from it
+    (``val_fraction``)."""
+    hf_column: str = "text"
+    """With source=hf: the column holding each document's text."""
+    hf_streaming: bool = False
+    """With source=hf: read the dataset as a stream (``streaming=True``) for corpora that do not fit in memory or
+    on disk; needs ``max_bytes`` (the documents are read in order until it is reached)."""
     max_bytes: int = 0
     """Cap on the corpus size in bytes (whole documents, in a fixed order); 0 takes everything."""
     vocab_size: int = 8192
@@ -63,8 +79,7 @@ class DataConfig:
             raise ValueError(f"data.source={self.source!r} is unknown; choose one of {DATA_SOURCES}")
         if self.source == "files" and not self.files:
             raise ValueError("data.source='files' needs data.files=path[,path...]")
-        if self.source == "hub" and not self.hub_dataset:
-            raise ValueError("data.source='hub' needs data.hub_dataset=<name on the Hugging Face hub>")
+        self._check_hf()
         if self.tokenizer not in TOKENIZERS:
             raise ValueError(f"data.tokenizer={self.tokenizer!r} is unknown; choose one of {TOKENIZERS}")
         if self.tokenizer == "bpe" and self.vocab_size < 300:
@@ -76,6 +91,31 @@ class DataConfig:
         if not 0.0 < self.val_fraction < 0.5:
             raise ValueError("data.val_fraction must be in (0, 0.5)")
         self._check_ctr()
+
+    def _check_hf(self) -> None:
+        hf = {f.name for f in fields(self) if f.name.startswith("hf_")}
+        if self.source != "hf":
+            changed = [f"data.{f.name}" for f in fields(self) if f.name in hf and getattr(self, f.name) != f.default]
+            if changed:
+                raise ValueError(
+                    f"{', '.join(changed)} apply to data.source=hf only; remove them or set data.source=hf"
+                )
+            return
+        if bool(self.hf_disk) == bool(self.hf_builder or self.hf_files):
+            raise ValueError(
+                "data.source=hf reads one dataset: set data.hf_builder (with data.hf_files for local files, e.g. "
+                "data.hf_builder=text data.hf_files=a.txt,b.txt) or data.hf_disk=<a save_to_disk folder>, not both"
+            )
+        if self.hf_disk and (self.hf_config or self.hf_streaming):
+            raise ValueError(
+                "data.hf_disk is read whole by load_from_disk: data.hf_config and data.hf_streaming do not apply"
+            )
+        if self.hf_streaming and not self.max_bytes:
+            raise ValueError(
+                "data.hf_streaming=true reads the stream until data.max_bytes: set it (e.g. data.max_bytes=50000000)"
+            )
+        if not self.hf_column:
+            raise ValueError("data.hf_column names the text column; it cannot be empty")
 
     def _check_ctr(self) -> None:
         ctr_fields = [f for f in fields(self) if f.name.startswith("ctr_")]

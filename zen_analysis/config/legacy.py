@@ -4,7 +4,8 @@ Until 2026-12 one key, ``sync.scheme``, named three kinds of thing (a communicat
 method), ``sync.compress`` (``none`` | ``topk``) said whether every bucket was top-k'd, and ``local_sgd.scheme``
 named the scheme summing pseudo-gradients, whose ``local_sgd.compress`` said ``none`` for dense. Today
 ``sync.method`` is the training method and ``sync.scheme`` the scheme, and ``local_sgd.compress`` uses the
-methods' words (``dense``). :func:`upgrade` maps a stored config (``runs/<id>/config.json``, a config file) and
+methods' words (``dense``). The ``hub`` data source, read through ``datasets``, became ``hf`` with its keys in the
+``hf_`` family (:data:`DATA_KEYS`). :func:`upgrade` maps a stored config (``runs/<id>/config.json``, a config file) and
 :func:`upgrade_overrides` the ``--set`` items, so runs and commands written before still work.
 """
 
@@ -15,7 +16,11 @@ from typing import Any
 
 from zen_analysis.config.names import METHODS
 
-OLD_KEYS = ("sync.compress", "local_sgd.scheme")
+DATA_KEYS = {"hub_dataset": "hf_builder", "hub_config": "hf_config", "hub_split": "hf_split", "text_field": "hf_column"}
+"""The earlier ``data.source=hub`` keys and today's names."""
+DATA_DEFAULTS = {"hub_dataset": "", "hub_config": "", "hub_split": "train", "text_field": "text"}
+"""The earlier keys' defaults: a stored config holds them all."""
+OLD_KEYS = ("sync.compress", "local_sgd.scheme", *(f"data.{k}" for k in DATA_KEYS))
 """Keys that are fields no more: mapped on load and in ``--set``."""
 
 
@@ -31,10 +36,28 @@ def _method(scheme: str, compress: str) -> tuple[str, str]:
     return ("dense", "allreduce") if scheme == "allreduce" else ("natural", scheme)
 
 
+def _upgrade_data(d: Any, source: str) -> Any:
+    """``d``'s ``data`` section with the ``hub`` source's keys renamed (:data:`DATA_KEYS`) and ``source=hub`` made
+    ``hf``. A stored config holds every key, so the notice names only what was set (``source=hub``, a key off its
+    default); keys at their defaults are renamed silently."""
+    data = d.get("data") if isinstance(d, dict) else None
+    if not isinstance(data, dict) or not (set(data) & set(DATA_KEYS) or data.get("source") == "hub"):
+        return d
+    renamed = {k: v for k, v in data.items() if k in DATA_KEYS or (k == "source" and v == "hub")}
+    data = {DATA_KEYS.get(k, k): ("hf" if k in renamed and k == "source" else v) for k, v in data.items()}
+    was_set = {k: v for k, v in renamed.items() if k == "source" or v != DATA_DEFAULTS[k]}
+    if was_set:
+        new = [f"data.{DATA_KEYS.get(k, k)}={'hf' if k == 'source' else v}" for k, v in was_set.items()]
+        _notice(source, [f"data.{k}={v}" for k, v in was_set.items()], new)
+    return {**d, "data": data}
+
+
 def upgrade(d: Any, source: str = "") -> Any:
     """``d`` (a whole config as a JSON-like dict) in today's keys; unchanged, and silent, if it already is. An
     earlier config is recognised by its keys: ``sync.compress`` or ``local_sgd.scheme``, a local SGD method in
-    ``sync.scheme``, ``local_sgd.compress=none``, or a sparse ``sync.scheme`` without ``sync.method``."""
+    ``sync.scheme``, ``local_sgd.compress=none``, or a sparse ``sync.scheme`` without ``sync.method``; the ``hub``
+    data source's keys."""
+    d = _upgrade_data(d, source)
     if not isinstance(d, dict) or not isinstance(d.get("sync"), dict):
         return d
     sync = dict(d["sync"])
@@ -87,6 +110,10 @@ def upgrade_overrides(items: list[str] | tuple[str, ...], method: str) -> list[s
             mapped = [f"sync.scheme={value}"]
         elif key == "local_sgd.compress" and value == "none":
             mapped = ["local_sgd.compress=dense"]
+        elif key.startswith("data.") and key[5:] in DATA_KEYS:
+            mapped = [f"data.{DATA_KEYS[key[5:]]}={value}"]
+        elif key == "data.source" and value == "hub":
+            mapped = ["data.source=hf"]
         elif key == "sync.scheme" and not {"sync.method", "sync.compress"} & set(keys):
             if value == "allreduce" and method == "natural":
                 mapped = [item, "sync.method=dense"]

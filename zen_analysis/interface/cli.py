@@ -121,9 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    # Nothing here needs the hub unless a hub dataset is named; never wait on network retries otherwise.
+    # Nothing here needs the hub unless a datasets corpus is named (data.source=hf, or the earlier hub); never wait
+    # on network retries otherwise.
     argv = sys.argv[1:] if argv is None else argv
-    if not any("data.source=hub" in a for a in argv):
+    if not any(f"data.source={source}" in a for a in argv for source in ("hf", "hub")):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     args = build_parser().parse_args(argv)

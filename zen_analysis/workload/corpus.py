@@ -5,8 +5,10 @@ interpreter (about 31 MB of real code in ~1,800 files on Python 3.11): present o
 and identical for a given interpreter version. The hash covers paths and contents, so a different interpreter
 (or ``data.max_bytes``) yields a different tokenizer and token cache rather than a stale one.
 
-Local text files and Hugging Face hub datasets are accepted too; the hub is contacted only when a hub dataset
-is named, and a failure there says how to go offline instead of surfacing a connection stack trace.
+Local text files are accepted too, and any ``datasets`` dataset (``data.source=hf``,
+:mod:`zen_analysis.workload.hf_corpus`: local files through a packaged builder, a ``save_to_disk`` folder, or the
+hub, contacted only when a hub dataset is named; a failure there says how to go offline instead of surfacing a
+connection stack trace).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from zen_analysis.config import DataConfig
 
 @dataclass(frozen=True)
 class Corpus:
-    """Documents in a fixed order plus the hash of their ids and texts."""
+    """Documents in a fixed order plus the hash that keys the caches built from them: of their ids and texts, or
+    of a ``datasets`` dataset's fingerprint."""
 
     name: str
     doc_ids: tuple[str, ...]
@@ -81,29 +84,13 @@ def _file_documents(specs: tuple[str, ...]) -> list[tuple[str, Path]]:
     return out
 
 
-def _hub_texts(cfg: DataConfig) -> list[tuple[str, str]]:
-    import datasets  # deferred: slow import, Hub corpora only
-
-    try:
-        ds = datasets.load_dataset(cfg.hub_dataset, cfg.hub_config or None, split=cfg.hub_split)
-    except Exception as exc:  # noqa: BLE001 - any hub/network failure gets the same advice
-        raise ValueError(
-            f"could not load hub dataset {cfg.hub_dataset!r} ({type(exc).__name__}: {exc}). Loading from the hub "
-            "needs network access and HF_HUB_OFFLINE / HF_DATASETS_OFFLINE unset; offline, use data.source=stdlib "
-            "or data.source=files with data.files=<your text files>."
-        ) from exc
-    if cfg.text_field not in ds.column_names:
-        raise ValueError(
-            f"hub dataset has no column {cfg.text_field!r}; set data.text_field to one of {ds.column_names}"
-        )
-    return [(f"{cfg.hub_dataset}:{i}", t) for i, t in enumerate(ds[cfg.text_field]) if t]
-
-
 def load_corpus(cfg: DataConfig) -> Corpus:
     """Read the corpus that ``cfg`` names, truncated to whole documents within ``cfg.max_bytes``."""
-    if cfg.source == "hub":
-        pairs = _hub_texts(cfg)
-        name = f"hub:{cfg.hub_dataset}"
+    fingerprint = None
+    if cfg.source == "hf":
+        from zen_analysis.workload import hf_corpus  # deferred: datasets is a slow import, its corpora only
+
+        name, pairs, fingerprint = hf_corpus.documents(cfg)
     else:
         docs = _stdlib_documents() if cfg.source == "stdlib" else _file_documents(cfg.files)
         name = "stdlib" if cfg.source == "stdlib" else "files"
@@ -117,20 +104,16 @@ def load_corpus(cfg: DataConfig) -> Corpus:
             total += len(text.encode("utf-8"))
             if cfg.max_bytes and total >= cfg.max_bytes:
                 break
-    if cfg.max_bytes and cfg.source == "hub":
-        kept, total = [], 0
-        for doc_id, text in pairs:
-            kept.append((doc_id, text))
-            total += len(text.encode("utf-8"))
-            if total >= cfg.max_bytes:
-                break
-        pairs = kept
     if len(pairs) < 2:
         raise ValueError(f"corpus {name!r} has {len(pairs)} non-empty document(s); need at least 2 (train and val)")
-    h = hashlib.sha256()
-    for doc_id, text in pairs:
-        h.update(doc_id.encode())
-        h.update(b"\0")
-        h.update(text.encode("utf-8"))
-        h.update(b"\0")
-    return Corpus(name=name, doc_ids=tuple(d for d, _ in pairs), texts=tuple(t for _, t in pairs), sha256=h.hexdigest())
+    if fingerprint is not None:  # datasets' own hash of the dataset keys the caches
+        key = hf_corpus.fingerprint_key(cfg, fingerprint)
+    else:
+        h = hashlib.sha256()
+        for doc_id, text in pairs:
+            h.update(doc_id.encode())
+            h.update(b"\0")
+            h.update(text.encode("utf-8"))
+            h.update(b"\0")
+        key = h.hexdigest()
+    return Corpus(name=name, doc_ids=tuple(d for d, _ in pairs), texts=tuple(t for _, t in pairs), sha256=key)
