@@ -223,3 +223,18 @@ def test_a_resumed_run_does_not_echo_the_previous_attempts_errors(capsys):
     text = log.read_text()  # the log keeps both attempts, the boundary marked
     marker = text.index("resumed from step 2; the lines above are earlier attempts'")
     assert text.index("Connection reset by peer") < marker < text.index("resumed from step 2 (step-00000002)")
+
+
+def test_a_pretrained_run_killed_and_resumed_equals_the_uninterrupted_run(tiny_checkpoint):
+    def cfg_of(run_id):  # an encoder, untied, its fresh masked-LM head in the checkpoint too; Zen sums its embedding
+        cfg = _cfg(run_id, method="natural", scheme="zen")
+        cfg.model.pretrained, cfg.model.tie_embeddings, cfg.train.num_steps = tiny_checkpoint("bert"), False, 4
+        return cfg
+
+    full = _run(cfg_of("ckpt-pt-full"), overwrite=True)
+    cfg = cfg_of("ckpt-pt-crash")
+    with pytest.raises(RankFailedError, match="SIGKILL"):
+        _run(cfg, overwrite=True, target=_killed_at(3))
+    resumed = _run(cfg, resume=True)
+    assert resumed.metrics()["loss"].tolist() == full.metrics()["loss"].tolist()
+    assert resumed.summary["param_sha256"] == full.summary["param_sha256"]

@@ -10,10 +10,12 @@ import datasets
 import pytest
 import torch
 import torch.distributed as dist
+from transformers import AutoTokenizer
 
 from zen_analysis import recipes
 from zen_analysis.ranks.procs import RankFailedError
 from zen_analysis.runs.launch import launch
+from zen_analysis.workload.export import load_exported
 
 
 def _smoke(**fields):
@@ -238,3 +240,25 @@ def test_the_smoke_recipe_trains_on_a_datasets_corpus(how, tmp_path):
     bad = _smoke(data__source="hf", **{**data, "data__hf_column": "body"})
     with pytest.raises(ValueError, match="data.hf_column='body'"):  # in the launcher, before any rank starts
         launch(bad, progress=False, echo=False)
+
+
+@pytest.mark.parametrize("kind", ["bert", "gpt2"])
+def test_a_pretrained_checkpoint_trains_and_its_embedding_is_captured(kind, tiny_checkpoint):
+    spec = tiny_checkpoint(kind)
+    cfg = _smoke(model__pretrained=spec, model__tie_embeddings=False, train__num_steps=2, capture__every=1)
+    cfg.train.export = cfg.train.save_params = True
+    result = launch(cfg, progress=False, echo=False)
+    stored = json.loads((result.run_dir / "config.json").read_text())["model"]
+    assert (stored["objective"], stored["tie_embeddings"]) == ("masked" if kind == "bert" else "causal", False)
+    losses = result.metrics()["loss"]
+    assert len(losses) == 2 and losses.notna().all()
+    summary = result.traces().summary()
+    natural = sorted(summary[summary["kind"] == "natural"]["tensor"].unique())
+    embedding = "bert.embeddings.word_embeddings.weight" if kind == "bert" else "transformer.wte.weight"
+    assert natural == [embedding] and (summary["kind"] == "topk").any()
+    exported = load_exported(result.run_dir / "export").eval()  # the checkpoint's classes, the trained weights
+    assert type(exported).__name__ == ("BertForMaskedLM" if kind == "bert" else "GPT2LMHeadModel")
+    trained = torch.load(result.run_dir / "params.pt", weights_only=True)
+    assert exported.state_dict().keys() == trained.keys()
+    assert all(torch.equal(v, trained[k]) for k, v in exported.state_dict().items())
+    assert AutoTokenizer.from_pretrained(result.run_dir / "export").vocab == AutoTokenizer.from_pretrained(spec).vocab

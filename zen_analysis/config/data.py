@@ -48,8 +48,11 @@ class DataConfig:
     on the word vocabulary (the most frequent types, the two specials included); smaller when fewer types reach
     ``min_count``."""
     tokenizer: str = "bpe"
-    """``bpe`` (byte-level BPE, ids in merge order) or ``words`` (one id per identifier, number or punctuation
-    character, ids by descending training-split frequency, like One Billion Word's vocabulary: a long tail)."""
+    """``bpe`` (byte-level BPE trained on the corpus, ids in merge order), ``words`` (one id per identifier, number or
+    punctuation character, ids by descending training-split frequency, like One Billion Word's vocabulary: a long
+    tail), or a pretrained tokenizer: a hub id or a folder written by ``save_pretrained`` (a fast tokenizer), whose
+    ids the corpus is cut into (``vocab_size`` and ``min_count`` then do not apply). With ``model.pretrained`` it
+    is that checkpoint's tokenizer, always."""
     min_count: int = 2
     """``words`` only: types seen fewer times in the training split are not in the vocabulary; they map to
     ``[UNK]``."""
@@ -80,8 +83,8 @@ class DataConfig:
         if self.source == "files" and not self.files:
             raise ValueError("data.source='files' needs data.files=path[,path...]")
         self._check_hf()
-        if self.tokenizer not in TOKENIZERS:
-            raise ValueError(f"data.tokenizer={self.tokenizer!r} is unknown; choose one of {TOKENIZERS}")
+        if not self.tokenizer:
+            raise ValueError(f"data.tokenizer is empty: {' or '.join(TOKENIZERS)}, or a pretrained tokenizer's hub id")
         if self.tokenizer == "bpe" and self.vocab_size < 300:
             raise ValueError("data.vocab_size must be >= 300 (256 byte symbols plus merges and specials)")
         if self.tokenizer == "words" and self.vocab_size < 3:

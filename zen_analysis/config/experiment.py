@@ -62,7 +62,7 @@ class ExperimentConfig:
             self.perturb,
         ):
             sub.__post_init__()
-        if self.capture.enabled and self.capture.natural and self.model.tie_embeddings:
+        if self.capture.enabled and self.capture.natural and _on(self.model.tie_embeddings):
             raise ValueError(
                 "capture.natural needs untied embeddings: with tied input/output embeddings the LM head "
                 "gives every embedding row a gradient. Set model.tie_embeddings=false or capture.natural=false."
@@ -126,7 +126,7 @@ class ExperimentConfig:
             f"sync.scheme={s.scheme} (the embedding unit's reduce-scatter is zen or auto)": s.scheme
             not in ("allreduce", "zen", "auto"),
             "sync.method=natural with model.tie_embeddings=true (a tied table's gradient is dense)": (
-                s.method == StepMethod.NATURAL and m.tie_embeddings
+                s.method == StepMethod.NATURAL and _on(m.tie_embeddings)
             ),
             "model.sparse_embedding=true (FSDP2 shards dense gradients)": m.sparse_embedding is True,
             "sync.overlap=true (FSDP2 overlaps its own collectives)": s.overlap is True,
@@ -146,7 +146,7 @@ class ExperimentConfig:
         """The settings a sparse embedding gradient needs that this config lacks (empty: it applies). Tied embeddings
         give every row a gradient through the LM head; the top-k sync compresses dense buckets."""
         needs = {
-            "model.tie_embeddings=false": not self.model.tie_embeddings,
+            "model.tie_embeddings=false": not _on(self.model.tie_embeddings),
             "sync.method=dense or natural": self.sync.method != StepMethod.TOPK,
             "dist.sharding=none": self.dist.sharding == "none",
         }
@@ -160,11 +160,17 @@ class ExperimentConfig:
     def resolved(self) -> ExperimentConfig:
         """A copy with every ``auto`` switch (:data:`~zen_analysis.config.names.Switch`) made the bool it comes to:
         ``model.sparse_embedding`` on with untied embeddings and no top-k (``sync.method`` not ``topk``),
-        ``sync.overlap`` on where a per-step sum runs on a real link. What a run builds its model and sync from
-        (:func:`zen_analysis.train.loop.train`); the config itself keeps ``auto``, so ``--set`` over a recipe, a
-        stored config, a resume and a reused run all see the setting as given. Both are lossless (the same numbers
-        up to summation order), so ``auto`` turns on only what keeps the run's meaning."""
+        ``sync.overlap`` on where a per-step sum runs on a real link; a model built from config untied
+        (``model.tie_embeddings``) and trained next-token (``model.objective``); a pretrained checkpoint's own tie
+        and objective are read from it by :func:`zen_analysis.workload.pretrained.resolve`, before this. What a run
+        builds its model and sync from (:func:`zen_analysis.train.loop.train`); the config itself keeps ``auto``,
+        so ``--set`` over a recipe, a stored config, a resume and a reused run all see the setting as given. Both
+        switches are lossless (the same numbers up to summation order), so ``auto`` turns on only what keeps the
+        run's meaning."""
         out = copy.deepcopy(self)
+        if not out.model.pretrained:  # a checkpoint's own are read by zen_analysis.workload.pretrained.resolve
+            out.model.tie_embeddings = _on(out.model.tie_embeddings)
+            out.model.objective = "causal" if out.model.objective == AUTO else out.model.objective
         if out.model.sparse_embedding == AUTO:
             out.model.sparse_embedding = not self._sparse_embedding_missing()
         if out.sync.overlap == AUTO:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from zen_analysis.config.names import AUTO, Switch
 
 ARCHS = ("llama", "opt", "gemma2", "gpt2", "lstm", "deepfm")
+OBJECTIVES = ("auto", "causal", "masked")
 DEEPFM_MLP = (400, 400, 400)
 """DeepFM's hidden layers as in its paper (Guo et al., IJCAI'17: 400-400-400 on Criteo)."""
 
@@ -25,8 +26,23 @@ class ModelConfig:
     intermediate_size: int = 0
     """MLP width; 0 means the architecture's usual ratio (Llama 8/3 x hidden rounded to 64; OPT, GPT-2 and Gemma 2
     4 x, Gemma 2's gated, as Gemma2-2B's 9216 = 4 x 2304)."""
-    tie_embeddings: bool = False
-    """Tied input/output embeddings give every embedding row a gradient: natural sparsity disappears."""
+    pretrained: str = ""
+    """A ``transformers`` checkpoint to start from: a hub id, or a folder written by ``save_pretrained``. Its
+    architecture, weights and tokenizer (the corpus is tokenized with it) are the run's; the fields that size a
+    model built from config (``arch``, ``hidden_size``, ...) are then ignored, so a recipe's run can start from a
+    checkpoint with ``--set model.pretrained=...``. A causal LM
+    trains next-token; an encoder (a BERT-like checkpoint) trains as a masked LM with a fresh head
+    (``objective``). A hub id needs the network unless it is in the Hugging Face cache
+    (:mod:`zen_analysis.workload.pretrained`)."""
+    objective: str = "auto"
+    """``causal`` (next-token prediction), ``masked`` (BERT's masked LM: 15% of the positions chosen, 80% of them
+    made the mask token, 10% a random id, 10% kept; the loss over the chosen ones) or ``auto``: masked for a
+    pretrained checkpoint that is not a causal LM, causal otherwise."""
+    tie_embeddings: Switch = AUTO
+    """Tied input/output embeddings give every embedding row a gradient through the output layer: natural sparsity
+    disappears (and the natural-sparsity syncs refuse them). ``auto``: untied for a model built from config, the
+    checkpoint's own for ``pretrained``; ``false`` on a tied checkpoint gives the output layer its own copy of the
+    shared matrix (the same function at step 0), ``true`` ties an untied one."""
     sparse_embedding: Switch = False
     """``nn.Embedding(sparse=True)`` for the input embedding: backward gives the rows touched as a sparse COO
     gradient, with no dense (vocabulary x hidden) gradient to zero and fill every step; the sync sums its rows, and
@@ -42,6 +58,12 @@ class ModelConfig:
     features to the one logit."""
 
     def __post_init__(self) -> None:
+        if self.tie_embeddings not in (True, False, AUTO):
+            raise ValueError(f"model.tie_embeddings must be true, false or 'auto', got {self.tie_embeddings!r}")
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"model.objective={self.objective!r} is unknown; choose one of {OBJECTIVES}")
+        if self.objective == "masked" and not self.pretrained:
+            raise ValueError("model.objective=masked trains a pretrained encoder: set model.pretrained too")
         if self.sparse_embedding not in (True, False, AUTO):
             raise ValueError(f"model.sparse_embedding must be true, false or 'auto', got {self.sparse_embedding!r}")
         if self.adaptive_cutoffs and self.arch != "lstm":
@@ -60,7 +82,7 @@ class ModelConfig:
             raise ValueError(
                 f"model.mlp_sizes must be one or more positive widths (e.g. 400,400,400), got {self.mlp_sizes}"
             )
-        if self.arch == "deepfm" and self.tie_embeddings:
+        if self.arch == "deepfm" and self.tie_embeddings is True:
             raise ValueError("model.arch=deepfm has no output embedding to tie: set model.tie_embeddings=false")
         if self.arch not in ("lstm", "deepfm") and self.hidden_size % self.num_heads:
             raise ValueError(

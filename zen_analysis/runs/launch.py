@@ -55,7 +55,7 @@ from zen_analysis.ranks.procs import (
 from zen_analysis.runs import observe
 from zen_analysis.runs.rundir import RunInUseError, claim_run, prepare_run, target_spec, write_run
 from zen_analysis.train.checkpoint import unsupported
-from zen_analysis.workload.model import preload
+from zen_analysis.workload.model import preload, resolve_pretrained
 
 __all__ = ["RunInUseError", "RunResult", "ensure_run", "launch", "prepare_run"]
 
@@ -129,7 +129,7 @@ def launch(
         RunInUseError: another launch is running this id; nothing was touched.
         RankFailedError: a rank raised, crashed or timed out (the others are stopped first).
     """
-    cfg = copy.deepcopy(cfg)
+    cfg = resolve_pretrained(copy.deepcopy(cfg))
     _check_launchable(cfg, target, overwrite=overwrite, resume=resume)
     watchers = observe.observers(on_metrics)
     try:
@@ -295,7 +295,7 @@ def _start_forked(cfg: ExperimentConfig, run_dir: Path, target, lab) -> RankGrou
     this process, in its lab node's namespace when there is a ``lab``) running
     :func:`~zen_analysis.ranks.entry.run_rank`; the training loop and the model's code are imported here first, so
     the ranks inherit them (imported at the top of this module, before any fork)."""
-    preload(cfg.model.arch)
+    preload(cfg.model.arch, cfg.model.pretrained)
     world = cfg.dist.num_ranks
     fn = target if callable(target) else None
 

@@ -234,6 +234,9 @@ def prepare_run(
     ``overwrite`` and never while another launch holds it. The lock is released on return: the ranks you start
     are not guarded against a later ``prepare`` of the same id.
     """
+    from zen_analysis.workload.model import resolve_pretrained  # deferred: torch; the CLI imports rundir
+
+    cfg = resolve_pretrained(cfg)
     with claim_run(cfg, overwrite=overwrite):
         return write_run(cfg, target, progress)
 

@@ -27,7 +27,7 @@ from zen_analysis.train.provenance import git_commit, package_versions
 from zen_analysis.train.registry import build_sync
 from zen_analysis.workload.ctr import CTRData
 from zen_analysis.workload.data import PreparedData, TokenData, open_data, prepared_for_run
-from zen_analysis.workload.model import build_model, input_embedding_name
+from zen_analysis.workload.model import build_model, input_embedding_name, resolve_pretrained
 
 
 @dataclass
@@ -79,6 +79,7 @@ def setup_run(
     run_dir = paths.run_dir(cfg.run_id)
     if info.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
+    cfg = resolve_pretrained(cfg)  # a launcher did already (its config.json): the same settings
     prepared, data = _build_data(cfg, run_dir)
     built = cfg.resolved()  # model.sparse_embedding and sync.overlap: auto made on or off
     autos = _autos(cfg, built)
@@ -119,9 +120,10 @@ def setup_run(
 
 
 def _build_data(cfg: ExperimentConfig, run_dir: Path) -> tuple[PreparedData, TokenData | CTRData]:
-    """The run's prepared data and the batches read from it."""
+    """The run's prepared data and the batches read from it (masked-LM pairs for ``model.objective=masked``)."""
     prepared = prepared_for_run(cfg.data, run_dir)
-    return prepared, open_data(prepared, seq_len=cfg.train.seq_len, seed=cfg.train.seed)
+    objective = cfg.resolved().model.objective
+    return prepared, open_data(prepared, seq_len=cfg.train.seq_len, seed=cfg.train.seed, objective=objective)
 
 
 def _autos(cfg: ExperimentConfig, built: ExperimentConfig) -> dict[str, bool]:

@@ -1,5 +1,6 @@
 """A trained model as files other programs load: the LLM families in Hugging Face's format, the rest as a state dict.
 
+* a pretrained checkpoint's model (``model.pretrained``): ``save_pretrained`` and the checkpoint's own tokenizer;
 * Llama, GPT-2, OPT, Gemma 2: ``save_pretrained`` (``config.json`` + ``model.safetensors``) and the run's tokenizer as
   a ``PreTrainedTokenizerFast`` (``tokenizer.json`` + its config), so a plain script loads both with
   ``AutoModelForCausalLM.from_pretrained(path)`` and ``AutoTokenizer.from_pretrained(path)``;
@@ -29,6 +30,16 @@ def export_model(model: nn.Module, cfg: ModelConfig, out: Path, *, build: dict, 
     """Write ``model`` (built from ``cfg`` with ``build``'s keywords: vocab_size, max_seq_len, ...) under ``out``;
     with a ``tokenizer_file`` (a ``tokenizers`` JSON) the tokenizer beside it. Returns ``out``."""
     out.mkdir(parents=True, exist_ok=True)
+    if cfg.pretrained:  # the checkpoint's classes and its own tokenizer (kept beside the token cache)
+        from transformers import AutoTokenizer  # deferred: slow import, export only
+
+        # every tensor under its own name: an untied checkpoint's loader does not re-tie the aliases save_pretrained
+        # would drop (BERT's decoder.bias, an alias of predictions.bias, came back fresh), so nothing is dropped
+        state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        model.save_pretrained(out, safe_serialization=True, state_dict=state)
+        if tokenizer_file is not None:
+            AutoTokenizer.from_pretrained(Path(tokenizer_file).parent).save_pretrained(out)
+        return out
     if cfg.arch in HF_ARCHS:
         model.save_pretrained(out, safe_serialization=True)
         if tokenizer_file is not None:
@@ -47,13 +58,15 @@ def export_model(model: nn.Module, cfg: ModelConfig, out: Path, *, build: dict, 
 
 
 def load_exported(path: str | Path) -> nn.Module:
-    """An exported model back: a Hugging Face directory through ``AutoModelForCausalLM``, this toolkit's own
+    """An exported model back: a Hugging Face directory through ``AutoModelForCausalLM`` (``AutoModelForMaskedLM`` for a
+    masked LM), this toolkit's own
     (``zen_model.json``) through :func:`build_model` and its state dict."""
     path = Path(path)
     if not (path / OWN_CONFIG).exists():
-        from transformers import AutoModelForCausalLM  # deferred: slow import, export only
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM  # deferred: export only
 
-        return AutoModelForCausalLM.from_pretrained(path)
+        masked = any(a.endswith("ForMaskedLM") for a in AutoConfig.from_pretrained(path).architectures or [])
+        return (AutoModelForMaskedLM if masked else AutoModelForCausalLM).from_pretrained(path)
     spec = json.loads((path / OWN_CONFIG).read_text())
     model_cfg = ModelConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in spec["model"].items()})
     model = build_model(model_cfg, **spec["build"])

@@ -29,7 +29,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from zen_analysis.config import AUTO, ModelConfig
+from zen_analysis.config import AUTO, ExperimentConfig, ModelConfig
 
 
 class LSTMLanguageModel(nn.Module):
@@ -132,9 +132,22 @@ class DeepFM(nn.Module):
         return nn.functional.binary_cross_entropy_with_logits(self(inputs), targets_B)
 
 
-def preload(arch: str) -> None:
-    """Import the model classes of ``arch`` now (a launcher does this before forking: ranks inherit them)."""
-    if arch == "llama":
+def resolve_pretrained(cfg: ExperimentConfig) -> ExperimentConfig:
+    """``cfg`` with a pretrained checkpoint's settings made explicit (:func:`zen_analysis.workload.pretrained.resolve`:
+    its tie, objective and tokenizer), so the stored config says what ran; ``cfg`` itself without one."""
+    if not cfg.model.pretrained:
+        return cfg
+    from zen_analysis.workload import pretrained  # deferred: transformers, pretrained checkpoints only
+
+    return pretrained.resolve(cfg)
+
+
+def preload(arch: str, pretrained: str = "") -> None:
+    """Import the model classes of ``arch`` (or a pretrained checkpoint's loader) now (a launcher does this before
+    forking: ranks inherit them)."""
+    if pretrained:
+        from zen_analysis.workload import pretrained as _  # noqa: F401 # deferred: transformers, checkpoints only
+    elif arch == "llama":
         from transformers import LlamaForCausalLM  # noqa: F401 # deferred: slow import, HF models only
     elif arch == "gpt2":
         from transformers import GPT2LMHeadModel  # noqa: F401 # deferred: slow import, HF models only
@@ -157,7 +170,7 @@ def _llama(cfg: ModelConfig, vocab_size: int, max_seq_len: int) -> nn.Module:
         num_attention_heads=cfg.num_heads,
         num_key_value_heads=cfg.num_heads,
         max_position_embeddings=max_seq_len,
-        tie_word_embeddings=cfg.tie_embeddings,
+        tie_word_embeddings=cfg.tie_embeddings is True,  # auto: untied, built from config
         attention_dropout=cfg.dropout,
         bos_token_id=0,
         eos_token_id=0,
@@ -180,7 +193,7 @@ def _gpt2(cfg: ModelConfig, vocab_size: int, max_seq_len: int) -> nn.Module:
         resid_pdrop=cfg.dropout,
         embd_pdrop=cfg.dropout,
         attn_pdrop=cfg.dropout,
-        tie_word_embeddings=cfg.tie_embeddings,
+        tie_word_embeddings=cfg.tie_embeddings is True,  # auto: untied, built from config
         bos_token_id=0,
         eos_token_id=0,
     )
@@ -206,7 +219,7 @@ def _opt(cfg: ModelConfig, vocab_size: int, max_seq_len: int) -> nn.Module:
         dropout=cfg.dropout,
         attention_dropout=cfg.dropout,
         layerdrop=0.0,
-        tie_word_embeddings=cfg.tie_embeddings,
+        tie_word_embeddings=cfg.tie_embeddings is True,  # auto: untied, built from config
         bos_token_id=0,
         eos_token_id=0,
         pad_token_id=None,
@@ -237,7 +250,7 @@ def _gemma2(cfg: ModelConfig, vocab_size: int, max_seq_len: int) -> nn.Module:
         max_position_embeddings=max_seq_len,
         sliding_window=max_seq_len,
         attention_dropout=cfg.dropout,
-        tie_word_embeddings=cfg.tie_embeddings,
+        tie_word_embeddings=cfg.tie_embeddings is True,  # auto: untied, built from config
         bos_token_id=0,
         eos_token_id=0,
         pad_token_id=None,
@@ -257,6 +270,12 @@ def build_model(
     DeepFM's ``num_fields`` and ``num_dense`` come from its data (``CTRData.input_dims``), the one place they are
     known; ``vocab_size`` is then the rows of its table."""
     sparse = cfg.sparse_embedding != AUTO and bool(cfg.sparse_embedding)
+    if cfg.pretrained:  # the checkpoint's architecture and weights (resolved: its tie and objective explicit)
+        from zen_analysis.workload import pretrained  # deferred: transformers, pretrained checkpoints only
+
+        model = pretrained.load_model(cfg)
+        model.get_input_embeddings().sparse = sparse
+        return model
     if cfg.arch == "deepfm":
         if num_fields < 1 or num_dense < 1:
             raise ValueError(
@@ -286,7 +305,7 @@ def build_model(
     model = builders[cfg.arch](cfg, vocab_size, max_seq_len)  # ModelConfig validates arch
     model.get_input_embeddings().sparse = sparse  # nn.Embedding reads it in every forward
     tied = model.get_input_embeddings().weight is model.get_output_embeddings().weight
-    assert tied == cfg.tie_embeddings, f"{cfg.arch}: tie_embeddings={cfg.tie_embeddings} but model tied={tied}"
+    assert tied == (cfg.tie_embeddings is True), f"{cfg.arch}: tie_embeddings={cfg.tie_embeddings} but tied={tied}"
     pad = model.get_input_embeddings().padding_idx
     assert pad is None, f"{cfg.arch}: embedding row {pad} is a padding row (never gets a gradient)"
     return model
@@ -309,10 +328,11 @@ def to_device(inputs, device: torch.device):
 
 
 def lm_loss(model: nn.Module, inputs_BT: torch.Tensor, targets_BT: torch.Tensor) -> torch.Tensor:
-    """Mean next-token cross-entropy over every position."""
+    """Mean cross-entropy over every target position: next-token, or a masked LM's chosen positions."""
     if isinstance(model, LSTMLanguageModel):
         return model.loss(inputs_BT, targets_BT)
     logits_BTV = model(input_ids=inputs_BT, use_cache=False).logits
+    # a masked LM's targets are -100 off the chosen positions: cross_entropy's ignore_index leaves them out
     return nn.functional.cross_entropy(logits_BTV.reshape(-1, logits_BTV.size(-1)).float(), targets_BT.reshape(-1))
 
 
