@@ -129,6 +129,32 @@ def test_claims_table_judges_each_claim(run_id):
     assert md.count("\n") == len(claims) + 1 and md.startswith("| claim |")
 
 
+def test_a_pretrained_workload_is_set_beside_the_random_init_llama(run_id):
+    from zen_analysis.sparsity.report import AGAINST, claims_table
+    from zen_analysis.sparsity.workloads import combined_tables
+
+    tables = combined_tables([run_id])
+    natural = "synthetic-characterize: synthetic-characterize embedding"
+
+    def labelled(workload):
+        return {n: t[t["workload"] == natural].assign(workload=workload) for n, t in tables.items()}
+
+    pretrained, llama = labelled("minilm: pretrained embedding"), labelled("default: llama embedding")
+    for t in llama.values():  # the random-init Llama's overlap a little higher, its skew a little lower
+        for column, shift in (("overlap", 0.1), ("gamma", 0.5), ("skewness", -1.0)):
+            if column in t:
+                t[column] = t[column] + shift
+    both = {n: pd.concat([pretrained[n], llama[n]], ignore_index=True) for n in tables}
+    claims = claims_table(both).set_index(["claim", "workload"])[AGAINST]
+    ours = claims.xs("minilm: pretrained embedding", level="workload")
+    assert ours["C1 overlap roughly normal, wide"].endswith("workers share less of their non-zeros")
+    assert ours["C2 gamma grows with n, stays < n"].endswith("the sum densifies less")
+    assert ours["C3 >60% of non-zeros in partition 1 of 8"].endswith(": the same")
+    assert ours["C3 skewness at 128 partitions"].endswith("the busiest partition holds more over its fair share")
+    assert (claims.xs("default: llama embedding", level="workload") == "").all()
+    assert AGAINST not in claims_table(combined_tables([run_id])).columns  # only beside a pretrained workload
+
+
 def test_bucket_views_name_the_parameters_that_hold_the_non_zeros():
     """A bucket of two parameters, a: [0, 100) and b: [100, 400): every worker's non-zeros fall 3 in a, 1 in b,
     so a holds 75% of the non-zeros on 25% of the elements; with 4 partitions of 100, partition 0 is a."""

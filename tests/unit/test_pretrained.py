@@ -102,3 +102,15 @@ def test_the_bundled_minilm_loads_through_the_config_as_from_pretrained_loads_it
         hidden = ours.bert(**batch).last_hidden_state
         assert torch.equal(hidden, plain(**batch).last_hidden_state)  # the checkpoint's embeddings, offline
     assert ours.get_output_embeddings().weight is not ours.get_input_embeddings().weight
+
+
+def test_make_reproduce_trains_the_minilm_only_where_its_checkpoint_is_at_hand(monkeypatch, tmp_path):
+    from zen_analysis.experiments import run_ids
+
+    monkeypatch.setattr(recipes, "minilm_checkpoint", lambda: recipes.MINILM_HUB_ID)  # not installed
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path))  # an empty cache
+    assert "nor in the Hugging Face cache, and the hub is offline" in run_ids.unavailable("minilm")
+    assert "reproduce-minilm" not in run_ids.reproduce_run_ids() and "reproduce-default" in run_ids.reproduce_run_ids()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # online: from_pretrained downloads it
+    assert run_ids.unavailable("minilm") is None and run_ids.reproduce_run_ids()[-1] == "reproduce-minilm"

