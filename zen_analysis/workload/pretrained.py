@@ -111,10 +111,12 @@ def load_model(cfg: ModelConfig, log=None) -> nn.Module:
     quiet = logging.getLogger("transformers.modeling_utils")
     level = quiet.level
     quiet.setLevel(logging.ERROR)  # the missing-keys report: said once below, in the run's log
+    transformers.utils.logging.disable_progress_bar()  # every rank's "Loading weights" bar, in every rank's log
     try:
         model, info = auto.from_pretrained(cfg.pretrained, dtype=torch.float32, output_loading_info=True)
     finally:
         quiet.setLevel(level)
+        transformers.utils.logging.enable_progress_bar()
     _set_tie(model, cfg.tie_embeddings is True)
     fresh = sorted(info.get("missing_keys", ()))
     if log is not None and fresh:
