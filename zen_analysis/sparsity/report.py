@@ -43,19 +43,27 @@ def _against(row: dict, rows: list[dict]) -> str:
     if ref is None:
         return ""
     a, b = row["_value"], ref["_value"]
+    at = ""
     if isinstance(a, dict):  # C2: gamma by n, compared at the largest n both reach
         n = max(set(a) & set(b))
         a, b, at = a[n], b[n], f" at n={n}"
-    if np.isclose(a, b):
-        return f"{a:.2f} against {b:.2f}: the same"
-    more = "more" if a > b else "less"
-    if row["claim"].startswith("C1"):
-        return f"mean overlap {a:.2f} against {b:.2f}: workers share {more} of their non-zeros"
-    if row["claim"].startswith("C2"):
-        return f"gamma {a:.1f} against {b:.1f}{at}: the sum densifies {more}"
-    if row["claim"].startswith("C3 >60%"):
-        return f"{100 * a:.0f}% against {100 * b:.0f}% in partition 1: {more} skewed to the first ids"
-    return f"skewness {a:.1f} against {b:.1f}: the busiest partition holds {more} over its fair share"
+    claim = row["claim"]
+    if claim.startswith("C3 >60%"):
+        a, b, fmt = 100 * a, 100 * b, "{:.0f}%"
+    else:
+        fmt = "{:.2f}" if claim.startswith("C1") else "{:.1f}"
+    shown = f"{fmt.format(a)} against {fmt.format(b)}"
+    if claim.startswith("C1"):
+        shown, then = f"mean overlap {shown}", "workers share {} of their non-zeros"
+    elif claim.startswith("C2"):
+        shown, then = f"gamma {shown}{at}", "the sum densifies {}"
+    elif claim.startswith("C3 >60%"):
+        shown, then = f"{shown} in partition 1", "{} skewed to the first ids"
+    else:
+        shown, then = f"skewness {shown}", "the busiest partition holds {} over its fair share"
+    if fmt.format(a) == fmt.format(b):  # equal as printed: no direction to tell
+        return f"{shown}: the same"
+    return f"{shown}: {then.format('more' if a > b else 'less')}"
 
 
 def claims_table(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
