@@ -80,8 +80,8 @@ def setup_run(
     if info.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
     cfg = resolve_pretrained(cfg)  # a launcher did already (its config.json): the same settings
-    prepared, data = _build_data(cfg, run_dir)
     built = cfg.resolved()  # model.sparse_embedding and sync.overlap: auto made on or off
+    prepared, data = _build_data(cfg, built, run_dir)
     autos = _autos(cfg, built)
     model = _build_model(cfg, built, data, info)
     sync = _build_sync(cfg, built, sync, info)
@@ -119,11 +119,14 @@ def setup_run(
     return run, sync
 
 
-def _build_data(cfg: ExperimentConfig, run_dir: Path) -> tuple[PreparedData, TokenData | CTRData]:
-    """The run's prepared data and the batches read from it (masked-LM pairs for ``model.objective=masked``)."""
+def _build_data(
+    cfg: ExperimentConfig, built: ExperimentConfig, run_dir: Path
+) -> tuple[PreparedData, TokenData | CTRData]:
+    """The run's prepared data and the batches read from it (masked-LM pairs for ``model.objective=masked``, read
+    from ``built``, the resolved config)."""
     prepared = prepared_for_run(cfg.data, run_dir)
-    objective = cfg.resolved().model.objective
-    return prepared, open_data(prepared, seq_len=cfg.train.seq_len, seed=cfg.train.seed, objective=objective)
+    t, objective = cfg.train, built.model.objective
+    return prepared, open_data(prepared, seq_len=t.seq_len, seed=t.seed, objective=objective)
 
 
 def _autos(cfg: ExperimentConfig, built: ExperimentConfig) -> dict[str, bool]:
