@@ -155,6 +155,21 @@ def test_a_pretrained_workload_is_set_beside_the_random_init_llama(run_id):
     assert AGAINST not in claims_table(combined_tables([run_id])).columns  # only beside a pretrained workload
 
 
+def test_a_small_difference_from_the_random_init_llama_is_called_about_the_same():
+    from zen_analysis.sparsity.report import _against
+
+    c3 = "C3 >60% of non-zeros in partition 1 of 8"
+
+    def against(value, ref, base="default: llama "):
+        rows = [{"claim": c3, "workload": base + "embedding", "_value": ref}]
+        return _against({"claim": c3, "workload": "minilm-smoke: pretrained embedding", "_value": value}, rows)
+
+    assert against(0.58, 0.57) == "58% against 57% in partition 1: about the same (within 5%)"
+    assert against(0.29, 0.24).endswith(": more skewed to the first ids")
+    assert against(0.29, 0.24, base="smoke: llama ").endswith(": more skewed to the first ids")  # the fallback
+    assert against(0.29, 0.24, base="opt: opt ") == ""  # no random-init Llama to set it beside
+
+
 def test_bucket_views_name_the_parameters_that_hold_the_non_zeros():
     """A bucket of two parameters, a: [0, 100) and b: [100, 400): every worker's non-zeros fall 3 in a, 1 in b,
     so a holds 75% of the non-zeros on 25% of the elements; with 4 partitions of 100, partition 0 is a."""

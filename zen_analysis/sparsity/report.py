@@ -27,9 +27,12 @@ def _sample_skewness(x: np.ndarray) -> float:
 PRETRAINED = ": pretrained "
 """What a pretrained checkpoint's workloads are labelled with
 (:func:`~zen_analysis.sparsity.workloads.workload_labels`)."""
-RANDOM_INIT = "default: llama "
-"""The random-init workloads a pretrained one is set beside: the default Llama's (same corpus, a model built from
-config)."""
+RANDOM_INIT = ("default: llama ", "smoke: llama ")
+"""The random-init workloads a pretrained one is set beside, the first present: the default Llama's (same corpus, a
+model built from config), else the smoke Llama's (the notebooks' small fallback runs)."""
+SAME_WITHIN = 0.05
+"""Relative difference under which a pretrained value and the random-init one are called about the same: under it,
+a direction would be read off a run-to-run wobble."""
 AGAINST = "against the random-init Llama"
 
 
@@ -39,7 +42,9 @@ def _against(row: dict, rows: list[dict]) -> str:
     if PRETRAINED not in row["workload"]:
         return ""
     kind = row["workload"].split(PRETRAINED, 1)[1]  # "embedding" or "top-5% of buckets"
-    ref = next((r for r in rows if r["claim"] == row["claim"] and r["workload"] == RANDOM_INIT + kind), None)
+    ref = next(
+        (r for base in RANDOM_INIT for r in rows if r["claim"] == row["claim"] and r["workload"] == base + kind), None
+    )
     if ref is None:
         return ""
     a, b = row["_value"], ref["_value"]
@@ -63,6 +68,8 @@ def _against(row: dict, rows: list[dict]) -> str:
         shown, then = f"skewness {shown}", "the busiest partition holds {} over its fair share"
     if fmt.format(a) == fmt.format(b):  # equal as printed: no direction to tell
         return f"{shown}: the same"
+    if abs(a - b) < SAME_WITHIN * abs(b):
+        return f"{shown}: about the same (within {SAME_WITHIN:.0%})"
     return f"{shown}: {then.format('more' if a > b else 'less')}"
 
 
