@@ -111,7 +111,7 @@ def test_the_planners_topology_is_this_machine_or_the_lab_at_the_runs_rank_count
         netlab_calibration_path(3),
         {**fitted.to_dict(), "name": "netlab-1", "method": "schemes", "local_fit": LOCAL_FIT},
     )
-    with pytest.raises(FileNotFoundError, match="netlab-host-3.json"):  # the lab's host limit is fitted too
+    with pytest.raises(FileNotFoundError, match=netlab_host_calibration_path(3).name):  # the host limit is fitted too
         planner_topology("auto", 3, network="netlab", calibrate_missing=False)
     host = replace(fitted, calibrated=(("all_reduce", 5e-4, 0.2e9),))  # the host moves 200 MB/s of all-reduce
     atomic_write_json(

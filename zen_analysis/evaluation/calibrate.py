@@ -14,6 +14,7 @@ call sequence pays (the numbers: the guide's "Measured: replay on gloo, model vs
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Sequence
 from dataclasses import replace
@@ -32,8 +33,15 @@ from zen_analysis.ranks.netlab import TCP_PAYLOAD_FRACTION, available
 from zen_analysis.sparsity.synthetic import synthetic_index_sets
 
 
+def _calibration_file(name: str):
+    """``data/calibration/<name>.json``; ``<name>-quick.json`` under ``ZEN_ANALYSIS_QUICK=1`` (``make test``'s
+    notebooks fit with fewer repeats and smaller tensors), so a quick fit is never read as ``make reproduce``'s."""
+    quick = "-quick" if os.environ.get("ZEN_ANALYSIS_QUICK") == "1" else ""
+    return paths.data_dir() / "calibration" / f"{name}{quick}.json"
+
+
 def calibration_path(num_ranks: int = 2):
-    return paths.data_dir() / "calibration" / f"local-{num_ranks}.json"
+    return _calibration_file(f"local-{num_ranks}")
 
 
 NETLAB_CALIBRATION_GBPS = 1.0
@@ -41,7 +49,7 @@ NETLAB_CALIBRATION_GBPS = 1.0
 
 
 def netlab_calibration_path(num_ranks: int):
-    return paths.data_dir() / "calibration" / f"netlab-{num_ranks}.json"
+    return _calibration_file(f"netlab-{num_ranks}")
 
 
 NETLAB_HOST_GBPS = 40.0
@@ -50,7 +58,7 @@ bytes, so what is measured is the host (gloo, the kernel's TCP over veth and the
 
 
 def netlab_host_calibration_path(num_ranks: int):
-    return paths.data_dir() / "calibration" / f"netlab-host-{num_ranks}.json"
+    return _calibration_file(f"netlab-host-{num_ranks}")
 
 
 def calibrate(
