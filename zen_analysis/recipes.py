@@ -260,6 +260,18 @@ def minilm() -> ExperimentConfig:
     )
 
 
+def minilm_smoke() -> ExperimentConfig:
+    """``minilm`` short, for tests and the notebooks' fallback: the same pretrained checkpoint on 2 MB of the stdlib
+    corpus, 2 ranks x 2 workers of 2 sequences of 64 tokens, 4 steps captured every 2, DGC top-k per 1 MB bucket."""
+    cfg = minilm()
+    cfg.name = "minilm-smoke"
+    cfg.data.max_bytes = 2_000_000
+    cfg.train = TrainConfig(num_steps=4, seq_len=64, batch_per_worker=2, workers_per_rank=2, warmup_steps=2, lr=1e-4)
+    cfg.capture = CaptureConfig(every=2, steps_per_shard=2, bucket_mb=1.0)
+    cfg.dist = DistConfig(num_ranks=2, timeout_s=120.0)
+    return cfg
+
+
 def deepfm_smoke() -> ExperimentConfig:
     """``deepfm`` tiny: 20k rows, 8-dim embeddings, a 64-64 DNN, 2 ranks x 2 workers of 256 samples, 6 steps: seconds,
     for tests."""
@@ -295,6 +307,7 @@ RECIPES: dict[str, Callable[[], ExperimentConfig]] = {
     "workers128": workers128,
     "workers1024": workers1024,
     "minilm": minilm,
+    "minilm-smoke": minilm_smoke,
 }
 
 

@@ -75,6 +75,20 @@ def test_widget_callbacks_recompute_in_place(run_id):
     assert ex.figure is not None and ex.num_updates > n0 + 3
 
 
+def test_the_summary_row_is_what_the_plots_show(run_id, other_run):
+    ex = DensityExplorer(run_id)
+    ex.controls["num_workers"].value = 4
+    row = ex.summary()
+    s = explore_stats(run_id, "emb", 0, 4, 8, "row")
+    assert row["run"] == run_id and row["tensor"] == "emb" and row["step"] == 0 and row["workers"] == 4
+    assert row["density (median)"] == pytest.approx(np.median([_rows(0, w).numel() / R for w in range(4)]))
+    assert row["gamma"] == pytest.approx(densification_ratio([_rows(0, w) for w in range(4)]))
+    assert row["partition 1 of 8"] == pytest.approx(s["shares"][:, 0].mean())
+    assert row["overlap (mean)"] == pytest.approx(np.nanmean(s["overlaps"]))
+    ex.controls["run"].value = other_run  # the other run's row, side by side
+    assert ex.summary()["run"] == other_run and ex.summary()["workers"] == 200
+
+
 def _title_matches(ex):
     c = {k: v.value for k, v in ex.controls.items()}
     expected = (

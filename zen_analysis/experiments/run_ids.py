@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from zen_analysis import recipes
+from zen_analysis import paths, recipes
 
 REPRODUCE_RUNS = ("default", "lstm-words", "workers128", "opt", "gemma2", "deepfm", "minilm")
 """Recipes trained and characterized by ``make reproduce``; their run ids are ``reproduce-<recipe>``. ``minilm`` (a
@@ -32,10 +32,10 @@ def reproduce_run_id(recipe: str) -> str:
 
 
 def unavailable(recipe: str) -> str | None:
-    """Why ``make reproduce`` cannot train ``recipe`` here, or ``None``: the pretrained MiniLM needs its bundled
-    package or the checkpoint in the Hugging Face cache (or the hub, online)."""
-    if recipe != "minilm" or recipes.minilm_checkpoint() != recipes.MINILM_HUB_ID:
-        return None
+    """Why ``recipe`` cannot be trained here, or ``None``: a recipe of the pretrained MiniLM (``minilm``,
+    ``minilm-smoke``) needs its bundled package or the checkpoint in the Hugging Face cache (or the hub, online)."""
+    if recipes.get(recipe).model.pretrained != recipes.MINILM_HUB_ID:
+        return None  # not the MiniLM, or its bundled folder
     if os.environ.get("HF_HUB_OFFLINE", "0") not in ("1", "true", "True"):
         return None
     from huggingface_hub import try_to_load_from_cache  # deferred: slow import, the MiniLM check only
@@ -57,3 +57,18 @@ def reproduce_run_ids() -> list[str]:
     """The runs ``make reproduce`` trains and characterizes (:func:`reproduce_recipes`), by run id: the list the
     notebooks read, so a workload added here shows up in every one of them."""
     return [reproduce_run_id(name) for name in reproduce_recipes()]
+
+
+def reproduce_or_fallback(run_id: str, fallback: str) -> str | None:
+    """``run_id`` where its traces are on disk (a ``make reproduce`` run), else the run of the ``fallback`` recipe,
+    trained now if need be (the notebooks' small recipes: seconds); ``None`` where the fallback cannot be trained
+    here (:func:`unavailable`), said on stdout."""
+    from zen_analysis.runs.launch import ensure_run  # deferred: the launcher's imports, for the notebooks only
+
+    if (paths.trace_dir(run_id) / "manifest.json").exists():
+        return run_id
+    why = unavailable(fallback)
+    if why is not None:
+        print(f"{run_id} is not on disk and {fallback} cannot be trained here: {why}")
+        return None
+    return ensure_run(recipes.get(fallback), echo=False)

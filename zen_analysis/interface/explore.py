@@ -292,6 +292,24 @@ class DensityExplorer:
                 control.disabled = False
             self.busy = False
 
+    def summary(self) -> dict:
+        """What the plots show, in one row: the run, tensor, step and workers drawn, the median density per worker,
+        the union's density, gamma at the workers drawn (C2), the mean share of partition 1 (C3) and the mean
+        pairwise overlap (C1); a row per run sets two runs side by side (notebook 03)."""
+        s, c = self.stats, self.controls
+        overlaps = s["overlaps"][~np.isnan(s["overlaps"])]
+        return {
+            "run": c["run"].value,
+            "tensor": c["tensor"].value.removeprefix("model."),
+            "step": c["step"].value,
+            "workers": len(s["workers"]),
+            "density (median)": float(np.median(s["density"])),
+            "union density": s["union_density"],
+            "gamma": float(s["gamma"][-1]),
+            f"partition 1 of {c['num_partitions'].value}": float(s["shares"][:, 0].mean()),
+            "overlap (mean)": float(overlaps.mean()) if overlaps.size else float("nan"),
+        }
+
     def _worker_count(self, c: dict) -> int:
         return min(c["num_workers"], len(_reader(c["run"]).workers()))
 
