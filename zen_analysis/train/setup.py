@@ -5,6 +5,7 @@ open ``metrics.jsonl``. :func:`setup_run` runs them in order; :mod:`zen_analysis
 
 from __future__ import annotations
 
+import dataclasses
 import platform
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from zen_analysis import paths
 from zen_analysis.capture.hooks import GradientCapture
 from zen_analysis.capture.traces import TraceWriter, write_manifest
 from zen_analysis.config import AUTO, ExperimentConfig
+from zen_analysis.config.model import model_label
 from zen_analysis.fsdp.capture import FSDPCapture
 from zen_analysis.ranks.env import RankInfo
 from zen_analysis.sync.base import GradSync
@@ -227,8 +229,7 @@ def _manifest(cfg: ExperimentConfig, info: RankInfo, prepared: PreparedData, ten
 
 def _model_name(cfg: ExperimentConfig) -> str:
     """What the start-of-run line calls the model: its architecture, or the checkpoint and its objective."""
-    m = cfg.model
-    return f"{m.pretrained} ({m.objective} LM)" if m.pretrained else m.arch
+    return model_label(dataclasses.asdict(cfg.model))
 
 
 def _announce(cfg, info, log, data, num_params: int, autos: dict, capture, manifest: dict) -> None:
