@@ -31,8 +31,8 @@ RANDOM_INIT = ("default: llama ", "smoke: llama ")
 """The random-init workloads a pretrained one is set beside, the first present: the default Llama's (same corpus, a
 model built from config), else the smoke Llama's (the notebooks' small fallback runs)."""
 SAME_WITHIN = 0.05
-"""Relative difference under which a pretrained value and the random-init one are called about the same: under it,
-a direction would be read off a run-to-run wobble."""
+"""Relative difference under which a pretrained value and the random-init one are called about the same: each is one
+run of its recipe, so a smaller difference is not read as a direction."""
 AGAINST = "against the random-init Llama"
 
 
