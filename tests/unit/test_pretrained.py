@@ -112,6 +112,10 @@ def test_make_reproduce_trains_the_minilm_only_where_its_checkpoint_is_at_hand(m
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path))  # an empty cache
     assert "nor in the Hugging Face cache, and the hub is offline" in run_ids.unavailable("minilm")
     assert "reproduce-minilm" not in run_ids.reproduce_run_ids() and "reproduce-default" in run_ids.reproduce_run_ids()
+    # the notebooks' fallback: nothing to show beside the Llama, said, not a failed launch
+    monkeypatch.setenv("ZEN_ANALYSIS_DATA", str(tmp_path / "data"))
+    assert run_ids.reproduce_or_fallback("reproduce-minilm", "minilm-smoke") is None
+    assert run_ids.unavailable("minilm-smoke") == run_ids.unavailable("minilm") and run_ids.unavailable("smoke") is None
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # online: from_pretrained downloads it
     assert run_ids.unavailable("minilm") is None and run_ids.reproduce_run_ids()[-1] == "reproduce-minilm"
 
