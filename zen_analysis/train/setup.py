@@ -227,18 +227,14 @@ def _manifest(cfg: ExperimentConfig, info: RankInfo, prepared: PreparedData, ten
     }
 
 
-def _model_name(cfg: ExperimentConfig) -> str:
-    """What the start-of-run line calls the model: its architecture, or the checkpoint and its objective."""
-    return model_label(dataclasses.asdict(cfg.model))
-
-
 def _announce(cfg, info, log, data, num_params: int, autos: dict, capture, manifest: dict) -> None:
     """Rank 0: the manifest written (with capture on) and the start-of-run log lines."""
     t, tensors = cfg.train, manifest["tensors"]
     if capture:
         write_manifest(paths.trace_dir(cfg.run_id), manifest)
     log(
-        f"run {cfg.run_id}: {_model_name(cfg)} {num_params / 1e6:.2f}M params, vocab {data.vocab_size}, "
+        f"run {cfg.run_id}: {model_label(dataclasses.asdict(cfg.model))} {num_params / 1e6:.2f}M params, "
+        f"vocab {data.vocab_size}, "
         f"{info.world_size} ranks x {t.workers_per_rank} workers, global batch {cfg.global_batch} x {t.seq_len} "
         f"tokens, {t.num_steps} steps on {info.device}"
     )
