@@ -100,3 +100,67 @@ def test_hashed_rows_train_to_stock_fsdp2_and_checkpoint_in_the_original_order(t
             for k, v in r["hashed"]["state"].items():
                 assert torch.equal(state[k], v), f"the checkpoint read by a {variant} model: {k} differs"
             assert torch.equal(lookup, r["hashed_lookup"]), variant
+
+
+class _Options(_Integer):
+    """:class:`_Integer` with the table's ``nn.Embedding`` options (``padding_idx``, ``max_norm``, ...)."""
+
+    def __init__(self, **options) -> None:
+        super().__init__()
+        weight = self.embed.weight.detach().clone()
+        self.embed = torch.nn.Embedding(VOCAB, weight.shape[1], **options)
+        with torch.no_grad():
+            self.embed.weight.copy_(weight)
+
+
+OPTIONS = (
+    {"padding_idx": 0},
+    {"padding_idx": -1},  # nn.Embedding reads it as VOCAB - 1
+    {"padding_idx": 5, "scale_grad_by_freq": True},
+    {"max_norm": 4.0},
+)
+
+
+def _with_options(rank, world):
+    """Each of OPTIONS under stock FSDP2 and under ``shard()``: the gradient each step and the state after STEPS,
+    in the original order, with the padding id at a few places of every batch."""
+    mesh = init_device_mesh("cpu", (world,))
+    out = []
+    for options in OPTIONS:
+        runs = {}
+        for variant in ("stock", "hashed"):
+            torch.manual_seed(0)
+            model = _Options(**options)
+            pad = model.embed.padding_idx
+            if variant == "hashed":
+                shard(model, mesh=mesh, seed=3)
+            else:
+                fully_shard(model.embed, mesh=mesh)
+                fully_shard(model, mesh=mesh)
+            opt = torch.optim.SGD(model.parameters(), lr=1.0)
+            grads = []
+            for step in range(STEPS):
+                ids = _ids(rank, step)
+                if pad is not None:
+                    ids[:, 0] = pad
+                model(ids, step).backward()
+                grad = model.embed.weight.grad
+                h = hashed_rows_of(model.embed)
+                grads.append((to_original(grad, h) if h else grad).full_tensor())
+                opt.step()
+                opt.zero_grad()
+            runs[variant] = (grads, _full(model.state_dict()), pad)
+        out.append(runs)
+    return out
+
+
+def test_padding_max_norm_and_scale_grad_by_freq_train_under_hashed_rows_as_under_stock_fsdp2():
+    for r in fork_launch(_with_options, 2, timeout_s=240):
+        for options, runs in zip(OPTIONS, r):
+            (stock, state, pad), (hashed, hashed_state, _) = runs["stock"], runs["hashed"]
+            for step, (a, b) in enumerate(zip(hashed, stock)):
+                assert torch.equal(a, b), f"{options}: step {step}'s gradient differs from stock FSDP2's"
+            for k, v in state.items():
+                assert torch.equal(hashed_state[k], v), f"{options}: {k} after {STEPS} steps differs"
+            if pad is not None:  # the padding row never moved
+                assert not stock[-1][pad].any()

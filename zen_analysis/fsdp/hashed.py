@@ -11,7 +11,13 @@ stored rows, for any number of ranks, is a hash partition, and Theorem 2 bounds 
 :class:`HashedRows` applies it to one ``nn.Embedding`` before ``fully_shard``:
 
 * the weight is permuted in place (stored row ``j`` holds id ``order[j]``);
-* a forward pre-hook maps each id to its stored row (``row_of_id[ids]``: one index gather over the batch's ids);
+* a forward pre-hook maps each id to its stored row (``row_of_id[ids]``: an index gather over the batch's ids); an id
+  outside ``[0, V)`` is passed on as it is, so ``F.embedding`` raises for it what it raises on a plain table
+  (``IndexError`` on the CPU, a device assert on CUDA: no host sync to check it);
+* ``padding_idx`` is mapped the same way: the module's ``padding_idx`` names the pad's stored row, as its weight is
+  in the stored order (its row stays as it is and gets no gradient; ``reset_parameters`` zeroes that row), and
+  :attr:`HashedRows.padding_id` keeps the id. ``max_norm`` renormalises the looked-up rows, and
+  ``scale_grad_by_freq`` counts each id as often as before: both act on the stored rows of the same ids;
 * ``state_dict`` gives the table in the original row order and ``load_state_dict`` takes it in that order (so
   ``torch.distributed.checkpoint`` and ``save_pretrained`` see the original order). Under FSDP2 the table is a
   sharded DTensor, and reordering it gathers the full table on every rank for that call (the memory of one
@@ -19,7 +25,8 @@ stored rows, for any number of ranks, is a hash partition, and Theorem 2 bounds 
   the table (an optimizer's moments).
 
 What a user does not get: code that indexes ``embedding.weight`` directly (not through the module's forward) sees
-the stored order; resizing the table (``resize_token_embeddings``) must happen before :class:`HashedRows`.
+the stored order; resizing the table (``resize_token_embeddings``) or setting ``padding_idx`` must happen before
+:class:`HashedRows`.
 """
 
 from __future__ import annotations
@@ -112,9 +119,15 @@ class HashedRows:
         self.seed = seed
         self.order_R = hashed_order(embedding.num_embeddings, seed, strata=strata)
         self.row_of_id_R = inverse(self.order_R)
+        self._row_of_id = {self.row_of_id_R.device: self.row_of_id_R}
+        """``row_of_id_R`` on each device the ids came from (copied there once; a buffer would be left uninitialised
+        by ``to_empty`` after meta-device construction)."""
+        self.padding_id = _padding_id(embedding.padding_idx, embedding.num_embeddings)
+        """The padding id, in the original order (None without one); ``embedding.padding_idx`` is its stored row."""
         with torch.no_grad():
             embedding.weight.copy_(embedding.weight.index_select(0, self.order_R.to(embedding.weight.device)))
-        embedding.register_buffer("_zen_row_of_id", self.row_of_id_R.to(embedding.weight.device), persistent=False)
+        if self.padding_id is not None:
+            embedding.padding_idx = int(self.row_of_id_R[self.padding_id])
         embedding._zen_hashed_rows = self
 
         def to_original_hook(module, state_dict, prefix, local_metadata) -> None:
@@ -126,7 +139,7 @@ class HashedRows:
                 state_dict[prefix + "weight"] = to_stored(state_dict[prefix + "weight"], self)
 
         self._handles = [
-            embedding.register_forward_pre_hook(_map_ids, prepend=True),
+            embedding.register_forward_pre_hook(self._map_ids, prepend=True, with_kwargs=True),
             embedding.register_state_dict_post_hook(to_original_hook),
             embedding.register_load_state_dict_pre_hook(to_stored_hook),
         ]
@@ -135,11 +148,40 @@ class HashedRows:
         """The ids of stored rows (a capture's rows in the vocabulary's terms)."""
         return self.order_R.to(stored_K.device)[stored_K]
 
+    def stored_rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """int64, ``ids``' shape: the stored row of each id in ``[0, V)``, and any other id as it is (so that
+        ``F.embedding`` raises for it what it raises on a plain table, on the device, without a host sync)."""
+        row_of_id = self._row_of_id.get(ids.device)
+        if row_of_id is None:
+            row_of_id = self._row_of_id[ids.device] = self.row_of_id_R.to(ids.device)
+        last = row_of_id.numel() - 1
+        inside = (ids >= 0) & (ids <= last)
+        return torch.where(inside, row_of_id[ids.clamp(0, last)], ids)
 
-def _map_ids(module: nn.Module, args: tuple) -> tuple:
-    """The forward pre-hook: each id replaced by its stored row."""
-    ids = args[0]
-    return (module._zen_row_of_id.to(ids.device)[ids], *args[1:])
+    def _map_ids(self, module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+        """The forward pre-hook: the ids (``input``, positional or by name) replaced by their stored rows. Ids of a
+        dtype ``F.embedding`` refuses (it takes int64 and int32) are left for it to refuse."""
+        if args:
+            ids, rest = args[0], args[1:]
+        elif "input" in kwargs:
+            ids, rest = kwargs["input"], ()
+        else:
+            return None
+        if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.int64, torch.int32):
+            return None
+        rows = self.stored_rows(ids)
+        if args:
+            return (rows, *rest), kwargs
+        return args, {**kwargs, "input": rows}
+
+
+def _padding_id(padding_idx: int | None, num_rows: int) -> int | None:
+    """``padding_idx`` as ``nn.Embedding`` and ``F.embedding`` read it: a negative one counts from the end."""
+    if padding_idx is None:
+        return None
+    if not -num_rows <= padding_idx < num_rows:
+        raise ValueError(f"padding_idx {padding_idx} is outside the table's {num_rows} rows")
+    return padding_idx + num_rows if padding_idx < 0 else padding_idx
 
 
 def to_original(t: torch.Tensor, hashed: HashedRows) -> torch.Tensor:
