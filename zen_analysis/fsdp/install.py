@@ -38,6 +38,24 @@ class ZenFSDP:
     """The sparse all-gathers (``all_gather=True``), by name."""
     hashed: dict[str, HashedRows] = field(default_factory=dict)
     """The tables :func:`shard` stored in the hashed row order, by name."""
+    units: dict[str, nn.Module] = field(default_factory=dict)
+    """The FSDP2 unit of each table, by name."""
+    replaced: dict[str, tuple] = field(default_factory=dict)
+    """The (reduce-scatter, all-gather) each unit had before, by name: what :meth:`remove` puts back."""
+
+    def remove(self) -> None:
+        """Take Zen off the model: each unit's reduce-scatter and all-gather back to what they were before
+        :func:`install` (stock FSDP2's), the id recorders off. :func:`install` may then be called again (with other
+        options, say); this object's counters stop where they are. The tables stay in their row order."""
+        for name, unit in self.units.items():
+            reduce_scatter, all_gather = self.replaced[name]
+            comm = self.reduce_scatters[name]
+            if comm.lookups is not None:
+                comm.lookups.remove()
+            unit.set_custom_reduce_scatter(reduce_scatter)
+            if name in self.all_gathers:
+                unit.set_custom_all_gather(all_gather)
+        self.units.clear()
 
     def bytes_sent(self) -> int:
         """Bytes this rank's Zen comms sent to other ranks so far (counts, rows, and any dense fallback gather)."""
@@ -76,7 +94,9 @@ def install(
     (``max_replica_bytes`` caps it; over the cap the gather stays dense). Off by default: FSDP2 is chosen to save
     memory, and the replica is the memory DDP holds. ``only``: the tables (by qualified name) to sum, the rest left
     to stock FSDP2 without a word (a position table whose forward takes no ids, say). Call it after
-    ``fully_shard`` and before the first backward."""
+    ``fully_shard`` and before the first backward, once: a unit with Zen on it already (:func:`shard` installs it)
+    is refused, since the first install's id recorder would go on recording (:meth:`ZenFSDP.remove` takes Zen off
+    for another install)."""
     units, refused = scan_units(model)
     if only is not None:
         wanted = set(only)
@@ -89,10 +109,20 @@ def install(
             "no FSDP2 unit of this model holds an nn.Embedding: apply fully_shard(model.<embedding>) to the table "
             "first, then to the modules around it"
         )
+    for u in units:
+        on = zen_comm(u.unit)
+        if on is not None:
+            raise UnitError(
+                f"Zen is on {u.name!r}'s FSDP2 unit already ({type(on).__name__}, from shard() or an earlier "
+                "install()): use the ZenFSDP that call returned; to install it again with other options, call "
+                "remove() on that ZenFSDP first"
+            )
     for why in refused:
         warnings.warn(f"left to stock FSDP2: {why}", stacklevel=2)
     zen = ZenFSDP()
     for u in units:
+        zen.units[u.name] = u.unit
+        zen.replaced[u.name] = (_comm(u.unit, "reduce_scatter"), _comm(u.unit, "all_gather"))
         comm = SparseReduceScatter(u, row_source=row_source)
         u.unit.set_custom_reduce_scatter(comm)
         zen.reduce_scatters[u.name] = comm
@@ -101,6 +131,21 @@ def install(
             u.unit.set_custom_all_gather(gather)
             zen.all_gathers[u.name] = gather
     return zen
+
+
+def _comm(unit: nn.Module, kind: str):
+    """The unit's ``kind`` comm now (an instance of stock FSDP2's default when none was set)."""
+    group = unit._get_fsdp_state()._fsdp_param_groups[0]
+    return group._reduce_scatter_comm if kind == "reduce_scatter" else group._all_gather_comm
+
+
+def zen_comm(unit: nn.Module):
+    """The Zen reduce-scatter on an FSDP2 ``unit`` (a :class:`SparseReduceScatter`, or a comm around one: ``auto``'s,
+    a timer's), or None: two on one table would each record its ids every step."""
+    comm = _comm(unit, "reduce_scatter")
+    while comm is not None and not isinstance(comm, SparseReduceScatter):
+        comm = getattr(comm, "inner", None) or getattr(comm, "sparse", None)
+    return comm
 
 
 def untied_embeddings(model: nn.Module) -> list[tuple[str, nn.Embedding]]:
