@@ -50,7 +50,9 @@ class LookedUp:
         self._weight: torch.Tensor | None = None
         """The weight the current forward uses (FSDP2 swaps in its unsharded parameter before this pre-hook)."""
         self._lookups: list[torch.Tensor] = []
-        """This backward's gradients from the lookups, held until the weight's hook sees the sum."""
+        """This backward's gradient from its lookup, held until the weight's hook sees the sum."""
+        self._seen = 0
+        """Lookup gradients this backward handed on so far."""
         self._only_lookups = True
         """Whether every backward since the last :meth:`take` had its gradient from one lookup alone."""
         self._why = ""
@@ -86,14 +88,17 @@ class LookedUp:
             self._watched[id(weight)] = (weight, weight.register_hook(self._summed))
 
     def _lookup_grad(self, grad: torch.Tensor | None) -> None:
-        if grad is not None:
-            self._lookups.append(grad)
+        if grad is None:
+            return
+        self._seen += 1
+        # a second lookup settles it (no check): its gradients are let go, so autograd may sum them in place
+        self._lookups = [grad] if self._seen == 1 else []
 
     def _summed(self, grad: torch.Tensor) -> None:
         """The weight's gradient hook: ``grad`` is every contribution of this backward summed."""
-        lookups, self._lookups = self._lookups, []
-        if len(lookups) != 1:
-            self._doubt(f"{len(lookups)} lookups of the table in one backward, which the check cannot tell apart")
+        lookups, seen, self._lookups, self._seen = self._lookups, self._seen, [], 0
+        if seen != 1:
+            self._doubt(f"{seen} lookups of the table in one backward, which the check cannot tell apart")
         elif lookups[0] is not grad and (
             lookups[0].data_ptr() != grad.data_ptr() or lookups[0]._version != grad._version
         ):
@@ -110,7 +115,7 @@ class LookedUp:
         record."""
         ids, self._ids = self._ids, []
         only, why, self._only_lookups, self._why = self._only_lookups, self._why, True, ""
-        self._lookups = []
+        self._lookups, self._seen = [], 0
         if not self.enabled or any(i is None for i in ids):
             return None
         if not only:
