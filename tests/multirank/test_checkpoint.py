@@ -65,6 +65,23 @@ def _run(cfg, **kw):
     return launch(copy.deepcopy(cfg), progress=False, echo=False, **kw)
 
 
+_TIMINGS = ("seconds", "stats_seconds")
+"""What a decision took on this machine: the only part of the planner's summary a resumed run may change."""
+
+
+def _schedule(summary: dict):
+    """The run summary's ``planner`` entry without its timings: when each decision came and what it chose."""
+
+    def strip(x):
+        if isinstance(x, dict):
+            return {k: strip(v) for k, v in x.items() if k not in _TIMINGS}
+        if isinstance(x, list):
+            return [strip(v) for v in x]
+        return x
+
+    return strip(summary.get("planner"))
+
+
 @pytest.mark.parametrize(
     "sync, die_at",
     [
@@ -106,6 +123,8 @@ def test_a_run_killed_and_resumed_equals_the_uninterrupted_run(sync, die_at):
     assert b["step"].tolist() == list(range(6))
     assert b["loss"].tolist() == a["loss"].tolist()  # bit for bit, the rows before the checkpoint kept
     assert resumed.summary["param_sha256"] == full.summary["param_sha256"]
+    # auto: the decisions come at the uninterrupted run's steps, and the summary lists every one of them
+    assert _schedule(resumed.summary) == _schedule(full.summary)
     checkpoints = sorted(p.name for p in (paths.run_dir("ckpt-crash") / "checkpoints").iterdir())
     assert checkpoints == ["step-00000002", "step-00000004"] and "checkpoint_s" in b.columns
 

@@ -12,6 +12,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from zen_analysis.fsdp import EmbeddingUnit, UnitError, install
 from zen_analysis.fsdp.auto import AutoReduceScatter
+from zen_analysis.fsdp.training import FSDPSync
 from zen_analysis.ranks.procs import fork_launch
 
 VOCAB, DIM, STEPS = 1001, 8, 5  # 1001 rows: the last shard is padded on 2 and 4 ranks
@@ -180,3 +181,38 @@ def _auto(rank, world):
 def test_auto_chooses_zen_for_a_few_rows_and_dense_for_all_with_stock_sums():
     for rank_out in fork_launch(_auto, 2):
         assert rank_out == [("zen", True), ("dense", True)]
+
+
+def _auto_resumed(rank, world):
+    """``auto`` every 3 calls over 6 steps (a few rows, then every row): whole, stopped after 4 calls and resumed from
+    its sync's state, and resumed from a checkpoint that holds none (one written before the planner's was saved)."""
+    emb = nn.Embedding(VOCAB, DIM)
+    per = -(-VOCAB // world)
+
+    def synced(state=None):
+        sync = FSDPSync(embedding="auto", every=3)
+        sync.comm = AutoReduceScatter(EmbeddingUnit(unit=emb, embedding=emb, name="t"), every=3, row_source="scan")
+        if state is not None:
+            sync.load_state_dict(state)
+        return sync
+
+    def run(sync, steps):
+        for step in steps:
+            table = torch.zeros(world * per, DIM)
+            table[torch.tensor([3, 500, 1000]) if step < 3 else torch.arange(VOCAB)] = 1.0
+            sync.comm(torch.empty(per * DIM), table.view(-1), dist.group.WORLD, dist.ReduceOp.SUM)
+        return sync
+
+    whole = run(synced(), range(6))
+    state = run(synced(), range(4)).state_dict()
+    resumed, old = run(synced(state), range(4, 6)), run(synced({}), range(4, 6))
+    return whole.decisions, resumed.decisions, old.decisions, resumed.comm.choice
+
+
+def test_auto_resumed_from_its_state_decides_at_the_uninterrupted_calls_and_lists_every_decision():
+    for whole, resumed, old, choice in fork_launch(_auto_resumed, 2):
+        calls = [(d["call"], d["choice"]) for d in whole["t"]]
+        assert calls == [(0, "zen"), (3, "dense")]
+        assert resumed == whole and choice == "dense"  # no decision at the resumed call 4: the one of call 3 stands
+        # no state (an older checkpoint): a decision at the first call after the resume, its counter from 0
+        assert [(d["call"], d["choice"]) for d in old["t"]] == [(0, "dense")]

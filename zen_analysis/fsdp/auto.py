@@ -18,6 +18,8 @@ float rounding, bit for bit on integer-valued gradients), so a switch changes ti
 
 from __future__ import annotations
 
+import copy
+
 import torch
 import torch.distributed as dist
 from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter
@@ -62,6 +64,16 @@ class AutoReduceScatter(ReduceScatter):
             return self.sparse(output_tensor, input_tensor, group, op, async_op, rows_K=rows_K)
         self.dense_bytes += (world - 1) * input_tensor.numel() * input_tensor.element_size() // world
         return dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group, async_op=async_op)
+
+    def state_dict(self) -> dict:
+        """The call counter, the current choice and every decision: what a resumed run needs to decide at the calls
+        an uninterrupted one does, from the same current choice (hysteresis), and to list every decision. Byte
+        counters stay out: a step's bytes are the difference of two readings within one process."""
+        return {"calls": self.calls, "choice": self.choice, "decisions": copy.deepcopy(self.decisions)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.calls, self.choice = int(state["calls"]), state["choice"]
+        self.decisions = copy.deepcopy(state["decisions"])
 
     def _decide(self, rows_K: torch.Tensor, table_RD: torch.Tensor, group, world: int) -> None:
         count = torch.tensor([rows_K.numel()], dtype=torch.int64, device=table_RD.device)

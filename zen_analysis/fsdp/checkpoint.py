@@ -31,7 +31,10 @@ generator carried over from earlier steps: its batch a pure function of (step, r
 absent or reseeded from (step, rank). A loop that draws from a global generator must save its state itself (in
 ``extra``, or beside the checkpoint). Zen's comms need nothing either: the reduce-scatter keeps
 no state between steps (byte counters aside), and the sparse all-gather compares its shard's bits with what it last
-sent, so rows a load changed are sent (a fresh process has no replica yet: its first gather is dense).
+sent, so rows a load changed are sent (a fresh process has no replica yet: its first gather is dense). ``auto``'s
+reduce-scatter (:class:`~zen_analysis.fsdp.auto.AutoReduceScatter`) is the exception: its call counter and decisions
+say when it decides next; its ``state_dict()`` is JSON, so pass it in ``extra`` and give it back to
+``load_state_dict`` after :func:`load` (the toolkit's loop carries it in each rank's sync state).
 ``extra`` is JSON, rank 0's: pass the same on every rank (a scheduler's ``state_dict()``, a data position).
 """
 

@@ -176,6 +176,25 @@ class FSDPSync(GradSync):
             return 0
         return _sent([self.comm]) + getattr(self.comm, "dense_bytes", 0)
 
+    def state_dict(self) -> dict:
+        """``auto``: the embedding unit's planner state (its call counter, current choice and decisions), so a
+        resumed run decides at the uninterrupted run's steps; {} otherwise (FSDP2 keeps nothing else between
+        steps beyond the model and optimizer, which the checkpoint's DCP files hold)."""
+        if isinstance(self.comm, AutoReduceScatter):
+            return {"auto": self.comm.state_dict()}
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """:meth:`state_dict`'s state, after :meth:`attach`. A checkpoint written before the planner's state was
+        saved holds none: the unit then decides at its first call after the resume and every ``every`` calls
+        from there, and the summary lists only the decisions made since the resume."""
+        if not isinstance(self.comm, AutoReduceScatter):
+            return super().load_state_dict(state)
+        if "auto" in state:
+            self.comm.load_state_dict(state["auto"])
+        elif state:
+            raise ValueError(f"the fsdp auto sync's checkpoint state has {sorted(state)}, not its planner's ('auto')")
+
     @property
     def decisions(self) -> dict | None:
         if isinstance(self.comm, AutoReduceScatter):

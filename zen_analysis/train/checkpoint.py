@@ -16,10 +16,11 @@ match their checksums (a truncated or altered one is skipped, saying so, and the
 metrics rows from its step on and every rank's trace shards written after it (their steps run again; the shards it
 lists must be there unchanged), and continues: the losses, metrics and trace shards of the resumed run equal an
 uninterrupted run's, bit for bit. Covered: the dense all-reduce, the natural-sparsity syncs (every scheme, by rows or
-elements, overlapped or not), the planner (``auto``: its step counter and choices, so it decides at the same steps
-from the same sketches), top-k with error feedback and the step-based local SGD methods (Post-Local SGD, DiLoCo,
-EDiT: anchors, outer momentum, anomaly detectors), with or without capture. A-EDiT's syncs follow the clock: for
-them :func:`unsupported` says why; such runs train without checkpoints and ``--resume`` refuses them.
+elements, overlapped or not), the planner (``auto``, under DDP and FSDP2: its step counter and decisions, so it
+decides at the same steps from the same sketches and the summary lists every decision), top-k with error feedback
+and the step-based local SGD methods (Post-Local SGD, DiLoCo, EDiT: anchors, outer momentum, anomaly detectors), with
+or without capture. A-EDiT's syncs follow the clock: for them :func:`unsupported` says why; such runs train without
+checkpoints and ``--resume`` refuses them.
 
 Why ``torch.save`` per rank and not ``torch.distributed.checkpoint`` (DCP): DCP shards one logical state across
 ranks and reshards it on load. Here the state is either replicated (the data-parallel model and optimizer: one copy
