@@ -11,6 +11,7 @@ from zen_analysis import paths
 from zen_analysis.interface.cli import main
 from zen_analysis.runs import launch as launch_module
 from zen_analysis.workload import data as data_module
+from zen_analysis.workload.hf_corpus import _invalid_utf8
 
 GOOD = "".join(f"def f{i}(x):\n    return x * {i}  # line {i}\n" for i in range(200))
 TINY = ["--set", "train.num_steps=1", "--set", "dist.num_ranks=1", "--set", "capture.enabled=false"]
@@ -61,6 +62,29 @@ def _files(run_id: str) -> dict[str, bytes]:
 
 
 CORPORA = {
+    "empty": ({"a.txt": b""}, ["data.hf_files={d}/a.txt"], r"data.hf_files: '\S+/a.txt' is empty: .*remove it"),
+    "not-utf8": (
+        {"b.txt": GOOD.encode() + b"caf\xe9\n"},
+        ["data.hf_files={d}/good.txt,{d}/b.txt"],
+        rf"data.hf_files: \S+/b.txt is not UTF-8 text \(byte {len(GOOD) + 3}, line {GOOD.count(chr(10)) + 1}: "
+        r"invalid continuation byte\); re-encode it .*or remove it from data.hf_files",
+    ),
+    "json-on-txt": (
+        {},
+        ["data.hf_builder=json", "data.hf_files={d}/good.txt"],
+        r"the json builder cannot read \S+/good.txt \(ArrowInvalid: JSON parse error.*\); its extension says text: "
+        r"set data.hf_builder=text",
+    ),
+    "not-utf8-in-a-stream": (
+        {"b.txt": GOOD.encode() + b"caf\xe9\n"},
+        ["data.hf_streaming=true", "data.hf_files={d}/good.txt,{d}/b.txt"],
+        r"data.hf_files: \S+/b.txt is not UTF-8 text \(byte \d+, line \d+: invalid continuation byte\)",
+    ),
+    "one-bad-file-of-several": (
+        {"rows.jsonl": b'{"text": "a b c"}\n', "torn.jsonl": b'{"text": "a b c"}\n{"text": "d e\n'},
+        ["data.hf_files={d}/rows.jsonl,{d}/torn.jsonl"],
+        r"the json builder cannot read \S+/torn.jsonl \(ArrowInvalid: .*\); correct the file, or set data.hf_builder",
+    ),
     "missing-column": (
         {},
         ["data.hf_column=content", "data.hf_files={d}/good.txt"],
@@ -103,3 +127,15 @@ def test_an_existing_run_is_refused_before_its_data_is_prepared(lab, monkeypatch
     monkeypatch.setattr(data_module, "prepare", no_data)
     got = _refused(monkeypatch, "exists", "data.source=hf", f"data.hf_files={lab}/good.txt")
     assert "run exists already exists" in got and "--overwrite" in got
+
+
+def test_the_first_byte_that_is_not_utf8_is_found_across_read_chunks(tmp_path):
+    path, chunk = tmp_path / "c.txt", 1 << 20  # what _invalid_utf8 reads at a time
+    path.write_bytes(b"ok\n" * 400_000 + "\u00e9".encode()[:1])  # the file ends inside a character
+    assert _invalid_utf8(str(path)) == (1_200_000, 400_001)
+    path.write_bytes(b"x" * (chunk - 1) + b"\xe9\nmore")  # a character cut by the chunk, then not continued
+    assert _invalid_utf8(str(path)) == (chunk - 1, 1)
+    path.write_bytes(b"x" * (chunk - 1) + "\u00e9\n".encode() + b"\n\xff")  # a character across chunks is fine
+    assert _invalid_utf8(str(path)) == (chunk + 3, 3)
+    path.write_bytes(b"ok\n" * 400_000 + "\u00e9\n".encode())
+    assert _invalid_utf8(str(path)) is None
