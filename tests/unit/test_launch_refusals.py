@@ -4,8 +4,10 @@ the same id with good data trains (issue 56: tied embeddings under FSDP2, a toke
 table, an empty or unreadable corpus file, a missing column, a glob matching nothing)."""
 
 import re
+import shutil
 
 import pytest
+import transformers
 
 from zen_analysis import paths
 from zen_analysis.interface.cli import main
@@ -127,6 +129,41 @@ def test_an_existing_run_is_refused_before_its_data_is_prepared(lab, monkeypatch
     monkeypatch.setattr(data_module, "prepare", no_data)
     got = _refused(monkeypatch, "exists", "data.source=hf", f"data.hf_files={lab}/good.txt")
     assert "run exists already exists" in got and "--overwrite" in got
+
+
+def test_tied_embeddings_under_fsdp2_are_refused_with_the_fix_as_set_or_as_a_checkpoint_ties_them(
+    lab, monkeypatch, tiny_checkpoint
+):
+    fsdp = ("data.source=hf", f"data.hf_files={lab}/good.txt", "dist.sharding=fsdp")
+    expected = "dist.sharding=fsdp cannot go with model.tie_embeddings=true, or a checkpoint that ties them"
+    got = _refused(monkeypatch, "tied", *fsdp, "model.tie_embeddings=true")
+    assert expected in got and "set model.tie_embeddings=false" in got
+    tied = tiny_checkpoint("gpt2")
+    assert transformers.AutoConfig.from_pretrained(tied).tie_word_embeddings  # auto: the checkpoint's tie
+    got = _refused(monkeypatch, "tied-checkpoint", *fsdp, f"model.pretrained={tied}")
+    assert expected in got
+    assert not paths.run_dir("tied").exists() and not paths.run_dir("tied-checkpoint").exists()
+
+
+def test_a_tokenizer_with_more_ids_than_the_model_has_rows_is_refused(lab, monkeypatch, tiny_checkpoint):
+    folder = lab / "small-table"
+    shutil.copytree(tiny_checkpoint("gpt2"), folder)
+    config = transformers.AutoConfig.from_pretrained(folder)
+    num_ids = len(transformers.AutoTokenizer.from_pretrained(folder))
+    config.vocab_size = num_ids // 2
+    transformers.GPT2LMHeadModel(config).save_pretrained(folder)
+    got = _refused(
+        monkeypatch,
+        "small-table",
+        "data.source=hf",
+        f"data.hf_files={lab}/good.txt",
+        f"model.pretrained={folder}",
+        "model.tie_embeddings=false",
+    )
+    rows = num_ids // 2
+    assert f"its tokenizer has {num_ids} ids but its embedding table has {rows} rows" in got
+    assert f"ids {rows}..{num_ids - 1} have no row" in got and "resize_token_embeddings" in got
+    assert not paths.run_dir("small-table").exists()
 
 
 def test_the_first_byte_that_is_not_utf8_is_found_across_read_chunks(tmp_path):
