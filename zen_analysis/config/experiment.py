@@ -125,9 +125,11 @@ class ExperimentConfig:
             ),
             f"sync.scheme={s.scheme} (the embedding unit's reduce-scatter is zen or auto)": s.scheme
             not in ("allreduce", "zen", "auto"),
-            "sync.method=natural with model.tie_embeddings=true (a tied table's gradient is dense)": (
-                s.method == StepMethod.NATURAL and _on(m.tie_embeddings)
-            ),
+            # a tied table is one parameter in two FSDP2 units (the embedding's and the head's), which torch
+            # refuses at the first step on every rank; a pretrained checkpoint's own tie is resolved before this
+            "model.tie_embeddings=true, or a checkpoint that ties them (FSDP2 shards the embedding and the output "
+            "layer in separate units, which cannot share a parameter): set model.tie_embeddings=false, which gives "
+            "the output layer its own copy": _on(m.tie_embeddings),
             "model.sparse_embedding=true (FSDP2 shards dense gradients)": m.sparse_embedding is True,
             "sync.overlap=true (FSDP2 overlaps its own collectives)": s.overlap is True,
             "train.embedding_update=lazy (the sharded table steps with the rest)": self.train.embedding_update

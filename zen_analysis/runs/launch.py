@@ -1,7 +1,8 @@
 """Start N ranks from a notebook cell or a script, and return when they finish.
 
-``launch(cfg)`` writes ``data/runs/<run_id>/config.json``, prepares the data in the calling process (so ranks
-only read caches), then starts ``cfg.dist.num_ranks`` ranks:
+``launch(cfg)`` checks the config and prepares the data in the calling process (so ranks only read caches, and a
+refused config or corpus leaves the run directory as it was), writes ``data/runs/<run_id>/config.json``, then
+starts ``cfg.dist.num_ranks`` ranks:
 
 * CPU (gloo): forked children. Each one first calls ``torch.set_num_threads(1)`` (a fork after the parent used
   torch's thread pool deadlocks otherwise), asks the kernel to kill it if the parent dies (no orphans), and runs
@@ -53,8 +54,9 @@ from zen_analysis.ranks.procs import (
     torchrun_per_node,
 )
 from zen_analysis.runs import observe
-from zen_analysis.runs.rundir import RunInUseError, claim_run, prepare_run, target_spec, write_run
+from zen_analysis.runs.rundir import RunInUseError, check_unused, claim_run, prepare_run, target_spec, write_run
 from zen_analysis.train.checkpoint import unsupported
+from zen_analysis.workload.data import prepare
 from zen_analysis.workload.model import preload, resolve_pretrained
 
 __all__ = ["RunInUseError", "RunResult", "ensure_run", "launch", "prepare_run"]
@@ -125,17 +127,20 @@ def launch(
         A :class:`RunResult` read back from the run directory.
 
     Raises:
-        ValueError: a bad config or run id, or the id exists and ``overwrite`` is false; nothing was touched.
+        ValueError: a bad config, run id or corpus (named, with what to do), or the id exists and ``overwrite`` is
+            false; nothing was touched.
         RunInUseError: another launch is running this id; nothing was touched.
         RankFailedError: a rank raised, crashed or timed out (the others are stopped first).
     """
     cfg = resolve_pretrained(copy.deepcopy(cfg))
     _check_launchable(cfg, target, overwrite=overwrite, resume=resume)
+    prepared = prepare(cfg.data, progress=progress)  # before the claim: a refused corpus leaves the run as it was
     watchers = observe.observers(on_metrics)
     try:
         with claim_run(cfg, overwrite=overwrite, resume=resume) as lock, _network(cfg) as lab:  # until ranks stop
             result = _launch_claimed(
                 cfg,
+                prepared,
                 target=target,
                 progress=progress,
                 echo=echo,
@@ -152,8 +157,13 @@ def launch(
 
 
 def _check_launchable(cfg: ExperimentConfig, target, *, overwrite: bool, resume: bool) -> None:
-    """Before anything is touched: a resume checkpoints cover and no overwrite beside it, the planner's topology
-    calibrated (here on first use: a rank must not fork one), and under torchrun an importable target."""
+    """Before anything is touched: a valid config, a new run id unless replacing or resuming one (asked again
+    under the lock; here too, before the data is prepared), a resume checkpoints cover and no overwrite beside it,
+    the planner's topology calibrated (here on first use: a rank must not fork one), and under torchrun an
+    importable target."""
+    cfg.validate()
+    if cfg.run_id and not (overwrite or resume):
+        check_unused(cfg.run_id)
     if resume:
         why = unsupported(cfg)
         if why:
@@ -200,11 +210,21 @@ def _network(cfg: ExperimentConfig):
 
 
 def _launch_claimed(
-    cfg: ExperimentConfig, *, target, progress, echo, timeout_s, on_metrics, lab=None, resumed_from: int | None = None
+    cfg: ExperimentConfig,
+    prepared,
+    *,
+    target,
+    progress,
+    echo,
+    timeout_s,
+    on_metrics,
+    lab=None,
+    resumed_from: int | None = None,
 ) -> RunResult:
-    """Write the run, start the ranks and watch them. ``resumed_from``: the checkpoint's step (:func:`claim_run`
-    found it and dropped the metrics rows from it on, before the live view reads the file: its rows count once)."""
-    run_dir = write_run(cfg, target, progress, resume=resumed_from is not None)
+    """Write the run (``prepared``: its data), start the ranks and watch them. ``resumed_from``: the checkpoint's
+    step (:func:`claim_run` found it and dropped the metrics rows from it on, before the live view reads the file:
+    its rows count once)."""
+    run_dir = write_run(cfg, target, prepared, resume=resumed_from is not None)
     log_starts = _mark_new_attempt(run_dir, resumed_from) if resumed_from is not None else {}
     world = cfg.dist.num_ranks
     launcher = _resolve_launcher(cfg)

@@ -75,16 +75,24 @@ class RunLock:
         os.ftruncate(self._fd, 0)
         os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
 
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing the descriptor drops the flock
-            self._fd = None
+    def release(self, *, discard_if_empty: bool = False) -> None:
+        """Drop the lock; with ``discard_if_empty``, first remove the lock file and the run directory where they
+        are all there is (a launch refused before it wrote anything leaves no trace)."""
+        if self._fd is None:
+            return
+        run_dir = self.path.parent
+        if discard_if_empty and {p.name for p in run_dir.iterdir()} <= {LOCK_NAME}:
+            self.path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # another launch may have put something there since
+                run_dir.rmdir()
+        os.close(self._fd)  # closing the descriptor drops the flock
+        self._fd = None
 
     def __enter__(self) -> RunLock:
         return self if self._fd is not None else self.acquire()
 
-    def __exit__(self, *exc: object) -> None:
-        self.release()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        self.release(discard_if_empty=exc_type is not None)
 
 
 def claim_run(cfg: ExperimentConfig, *, overwrite: bool, resume: bool = False) -> RunLock:
@@ -113,24 +121,28 @@ def claim_run(cfg: ExperimentConfig, *, overwrite: bool, resume: bool = False) -
                 store.unlink()
             return lock
         old = [p for p in run_dir.iterdir() if p.name != LOCK_NAME]
-        if (old or trace_dir.exists()) and not overwrite:
-            raise ValueError(
-                f"run {cfg.run_id} already exists ({run_dir}); pass overwrite=True (command line: --overwrite) to "
-                "replace it, or choose another run id"
-            )
+        if not overwrite:
+            check_unused(cfg.run_id)
         lock.mark_holder()
         for p in old:
             shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
         if trace_dir.exists():
             shutil.rmtree(trace_dir)
     except BaseException:
-        if {p.name for p in run_dir.iterdir()} <= {LOCK_NAME}:  # a directory holding only our lock: leave no trace
-            lock.path.unlink(missing_ok=True)
-            with contextlib.suppress(OSError):  # another launch may have put something there since
-                run_dir.rmdir()
-        lock.release()
+        lock.release(discard_if_empty=True)
         raise
     return lock
+
+
+def check_unused(run_id: str) -> None:
+    """Refuse a run id that names a run already (its directory holds more than a lock, or it has traces). A
+    launch asks before it prepares the data, to fail at once, and :func:`claim_run` again under the lock."""
+    run_dir, trace_dir = paths.run_dir(run_id), paths.trace_dir(run_id)
+    if (run_dir.is_dir() and any(p.name != LOCK_NAME for p in run_dir.iterdir())) or trace_dir.exists():
+        raise ValueError(
+            f"run {run_id} already exists ({run_dir}); pass overwrite=True (command line: --overwrite) to "
+            "replace it, or choose another run id"
+        )
 
 
 _NOTHING_TO_RESUME = (
@@ -208,15 +220,16 @@ def _check_resumable(cfg: ExperimentConfig, run_dir: Path) -> tuple[int, Path]:
 
 
 def write_run(
-    cfg: ExperimentConfig, target: Callable[..., Any] | str | None, progress: bool, *, resume: bool = False
+    cfg: ExperimentConfig, target: Callable[..., Any] | str | None, prepared: Any, *, resume: bool = False
 ) -> Path:
-    from zen_analysis.workload.data import prepare  # deferred: torch; the CLI imports rundir
-
+    """Write the claimed run's config.json, launch.json and data.json (``prepared``, the data
+    :func:`zen_analysis.workload.data.prepare` returned: prepared before the run was claimed, so a corpus it
+    refused left the run directory as it was)."""
     run_dir = paths.run_dir(cfg.run_id)
     atomic_write_text(run_dir / "config.json", cfg.to_json())
     atomic_write_json(run_dir / "launch.json", {"target": target_spec(target), "resume": resume})
     # ranks read this instead of re-reading and re-hashing the corpus each
-    atomic_write_json(run_dir / "data.json", prepare(cfg.data, progress=progress).to_dict())
+    atomic_write_json(run_dir / "data.json", prepared.to_dict())
     return run_dir
 
 
@@ -234,11 +247,16 @@ def prepare_run(
     ``overwrite`` and never while another launch holds it. The lock is released on return: the ranks you start
     are not guarded against a later ``prepare`` of the same id.
     """
+    from zen_analysis.workload.data import prepare  # deferred: torch; the CLI imports rundir
     from zen_analysis.workload.model import resolve_pretrained  # deferred: torch; the CLI imports rundir
 
     cfg = resolve_pretrained(cfg)
+    cfg.validate()
+    if cfg.run_id and not overwrite:
+        check_unused(cfg.run_id)  # before the data, which may take minutes; claim_run asks again under the lock
+    prepared = prepare(cfg.data, progress=progress)  # before the claim: a refused corpus leaves the run as it was
     with claim_run(cfg, overwrite=overwrite):
-        return write_run(cfg, target, progress)
+        return write_run(cfg, target, prepared)
 
 
 KEEP_PREFIX = "reproduce-"

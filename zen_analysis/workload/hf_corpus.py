@@ -11,6 +11,7 @@ changes; a stream has no fingerprint, so its documents' text is hashed as they a
 
 from __future__ import annotations
 
+import codecs
 import glob
 import hashlib
 from pathlib import Path
@@ -23,20 +24,96 @@ from zen_analysis.config import DataConfig
 BUILDERS_BY_SUFFIX = {".txt": "text", ".text": "text", ".json": "json", ".jsonl": "json", ".csv": "csv"}
 BUILDERS_BY_SUFFIX |= {".parquet": "parquet", ".arrow": "arrow"}
 """The packaged ``datasets`` builder a data file's extension implies, when ``data.hf_builder`` is left empty."""
+_BUILDERS = sorted(set(BUILDERS_BY_SUFFIX.values()))
 
 
 def _files(cfg: DataConfig) -> list[str]:
-    """``data.hf_files``, each checked: a path that exists, or a glob that matches at least one file."""
+    """``data.hf_files``, each checked: a path to a file with something in it, or a glob that matches at least one
+    such file (a glob may match empty ones too: a source tree's ``__init__.py``)."""
     out = []
     for spec in cfg.hf_files:
         path = Path(spec).expanduser()
         if glob.has_magic(spec):
-            if not glob.glob(str(path), recursive=True):
+            matches = [m for m in glob.glob(str(path), recursive=True) if Path(m).is_file()]
+            if not matches:
                 raise ValueError(f"data.hf_files: no file matches {spec!r}")
+            if not any(Path(m).stat().st_size for m in matches):
+                raise ValueError(
+                    f"data.hf_files: every file {spec!r} matches is empty ({len(matches)} of them): point the glob "
+                    "at the files that hold the text"
+                )
         elif not path.is_file():
             raise ValueError(f"data.hf_files: {spec!r} does not exist (or is not a file)")
+        elif not path.stat().st_size:
+            raise ValueError(
+                f"data.hf_files: {spec!r} is empty: there is no text to train on; remove it from data.hf_files, or "
+                "write the corpus there first"
+            )
         out.append(str(path))
     return out
+
+
+def _matched(files: list[str]) -> list[str]:
+    """The files ``files`` (paths and globs, as :func:`_files` returns them) name, in order."""
+    return [m for f in files for m in (sorted(glob.glob(f, recursive=True)) if glob.has_magic(f) else [f])]
+
+
+def _invalid_utf8(path: str) -> tuple[int, int] | None:
+    """(byte offset, line) of the first byte of ``path`` that is not UTF-8, or ``None`` where all of it is."""
+    decoder, offset, line = codecs.getincrementaldecoder("utf-8")(), 0, 1
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            pending = decoder.getstate()[0]  # the start of a character the last chunk cut (no newline in it)
+            try:
+                decoder.decode(chunk)
+            except UnicodeDecodeError as exc:  # exc.start counts from the pending bytes
+                return offset - len(pending) + exc.start, line + exc.object[: exc.start].count(b"\n")
+            offset, line = offset + len(chunk), line + chunk.count(b"\n")
+    pending = decoder.getstate()[0]
+    return (offset - len(pending), line) if pending else None  # the file ends inside a character
+
+
+def _unreadable(cfg: DataConfig, name: str, files: list[str], cause: BaseException) -> ValueError:
+    """The error to raise where the ``name`` builder failed to read ``files`` with ``cause`` (``datasets`` says
+    neither which file nor what to do): the file at fault, found by reading each alone, and the fix."""
+    paths = _matched(files)
+    if isinstance(cause, UnicodeDecodeError):
+        for path in paths:
+            if where := _invalid_utf8(path):
+                return ValueError(
+                    f"data.hf_files: {path} is not UTF-8 text (byte {where[0]}, line {where[1]}: {cause.reason}); "
+                    f"re-encode it (e.g. iconv -f latin1 -t utf-8 {path} > {Path(path).stem}-utf8{Path(path).suffix})"
+                    " or remove it from data.hf_files"
+                )
+    culprit = paths[0] if len(paths) == 1 else next((p for p in paths if _fails_alone(cfg, name, p)), None)
+    what = f"{culprit}" if culprit else f"the files {', '.join(paths[:5])}" + (" ..." if len(paths) > 5 else "")
+    implied = BUILDERS_BY_SUFFIX.get(Path(culprit).suffix.lower()) if culprit else None
+    if cfg.hf_builder and implied and implied != cfg.hf_builder:
+        fix = f"its extension says {implied}: set data.hf_builder={implied}, or leave it empty to infer it"
+    else:
+        fix = f"correct the file, or set data.hf_builder to the builder that reads it ({', '.join(_BUILDERS)})"
+    return ValueError(f"data.hf_files: the {name} builder cannot read {what} ({type(cause).__name__}: {cause}); {fix}")
+
+
+def _fails_alone(cfg: DataConfig, name: str, path: str) -> bool:
+    """Whether the ``name`` builder fails on ``path`` alone (read as a stream: no cache is written)."""
+    try:
+        for _ in datasets.load_dataset(name, cfg.hf_config or None, data_files=[path], split="train", streaming=True):
+            pass
+    except Exception:  # noqa: BLE001 - whatever stops it is what we are looking for
+        return True
+    return False
+
+
+def _read(rows: Any, cfg: DataConfig) -> Any:
+    """The rows of a stream (which reads its files only as it is iterated), a data file it cannot read said as
+    :func:`_unreadable` says it."""
+    try:
+        yield from rows
+    except Exception as exc:  # noqa: BLE001 - raised by datasets while reading, not by the caller's loop
+        if not cfg.hf_files:
+            raise
+        raise _unreadable(cfg, builder(cfg), _files(cfg), exc) from exc
 
 
 def builder(cfg: DataConfig) -> str:
@@ -84,6 +161,8 @@ def _load(cfg: DataConfig) -> Any:
             raise ValueError(f"data.hf_split={cfg.hf_split!r}: {exc}") from exc
         raise
     except Exception as exc:  # noqa: BLE001 - any hub/network failure gets the same advice
+        if files and isinstance(exc, datasets.exceptions.DatasetGenerationError):  # a file the builder cannot read
+            raise _unreadable(cfg, name, files, exc.__cause__ or exc) from exc
         if files:
             raise
         raise ValueError(
@@ -95,10 +174,10 @@ def _load(cfg: DataConfig) -> Any:
     return loaded
 
 
-def _columns(loaded: Any) -> list[str]:
+def _columns(loaded: Any, cfg: DataConfig) -> list[str]:
     names = loaded.column_names
     if names is None:  # a stream whose features are not known before it is read
-        first = next(iter(loaded), {})
+        first = next(iter(_read(loaded, cfg)), {})
         names = list(first)
     return list(names)
 
@@ -107,11 +186,11 @@ def documents(cfg: DataConfig) -> tuple[str, list[tuple[str, str]], str | None]:
     """(the corpus's name, its non-empty documents as (id, text) in the dataset's order, the dataset's fingerprint or
     ``None`` for a stream), read up to ``data.max_bytes`` (whole documents; 0: all)."""
     loaded = _load(cfg)
-    columns = _columns(loaded)
+    columns = _columns(loaded, cfg)
     if cfg.hf_column not in columns:
         raise ValueError(f"data.hf_column={cfg.hf_column!r}: the dataset's columns are {columns}")
     name = f"hf:{cfg.hf_disk or builder(cfg)}" + (f"/{cfg.hf_config}" if cfg.hf_config else "")
-    texts = loaded if cfg.hf_streaming else loaded.select_columns([cfg.hf_column])
+    texts = _read(loaded, cfg) if cfg.hf_streaming else loaded.select_columns([cfg.hf_column])
     pairs, total = [], 0
     for i, row in enumerate(texts):
         text = row[cfg.hf_column]

@@ -13,9 +13,10 @@ capture refuse it, saying so. ``model.tie_embeddings=false`` gives the output la
 matrix (the same function at step 0); then the input embedding's gradient has rows only for the batch's tokens.
 
 :func:`resolve` makes a config's checkpoint-dependent settings explicit before a run starts (in the launcher, so a
-missing checkpoint, a sequence longer than its positions or a tied checkpoint under a natural sync is refused
-before any rank starts); :func:`load_model` builds the model on each rank (every rank seeds torch first, so a fresh
-head is the same everywhere); :func:`fast_tokenizer` is the tokenizer the data is cut with.
+missing checkpoint, a sequence longer than its positions, a tokenizer with more ids than the embedding table has
+rows, or a tied checkpoint under a natural sync or FSDP2 is refused before any rank starts); :func:`load_model`
+builds the model on each rank (every rank seeds torch first, so a fresh head is the same everywhere);
+:func:`fast_tokenizer` is the tokenizer the data is cut with.
 """
 
 from __future__ import annotations
@@ -64,8 +65,8 @@ def max_positions(config: transformers.PretrainedConfig) -> int | None:
 def resolve(cfg: ExperimentConfig) -> ExperimentConfig:
     """``cfg`` with what the checkpoint decides made explicit: ``model.tie_embeddings`` (``auto``: the
     checkpoint's), ``model.objective`` (``auto``: causal for a causal LM, masked for an encoder) and
-    ``data.tokenizer`` (the checkpoint's), then validated again (a tied checkpoint under a natural sync is refused
-    there). Unchanged without ``model.pretrained``."""
+    ``data.tokenizer`` (the checkpoint's), then validated again (a tied checkpoint under a natural sync or FSDP2 is
+    refused there). Unchanged without ``model.pretrained``."""
     m = cfg.model
     if not m.pretrained:
         return cfg
@@ -86,6 +87,14 @@ def resolve(cfg: ExperimentConfig) -> ExperimentConfig:
             f"data.tokenizer unset (or set it to {m.pretrained!r})"
         )
     out.data.tokenizer = m.pretrained
+    rows, num_ids = getattr(config, "vocab_size", None), len(fast_tokenizer(m.pretrained))
+    if isinstance(rows, int) and num_ids > rows:  # else an id past the table is an IndexError on every rank
+        raise ValueError(
+            f"model.pretrained={m.pretrained!r}: its tokenizer has {num_ids} ids but its embedding table has "
+            f"{rows} rows (config.json vocab_size), so ids {rows}..{num_ids - 1} have no row; save the "
+            "tokenizer the model was trained with beside it, or resize the model's embeddings to the tokenizer "
+            "(model.resize_token_embeddings(len(tokenizer)), then save_pretrained)"
+        )
     limit = max_positions(config)
     if limit is not None and cfg.train.seq_len > limit:
         raise ValueError(f"train.seq_len={cfg.train.seq_len} exceeds {m.pretrained!r}'s {limit} positions")
