@@ -1,8 +1,9 @@
 """``data.source=hf``: any ``datasets`` dataset as the training corpus, offline, on datasets the tests write: a
 packaged builder over local files, a ``save_to_disk`` folder, a stream; a missing file, split or column refused
-naming it; the caches keyed by the dataset's fingerprint; the earlier ``hub`` keys mapped with a notice."""
+naming it; the caches keyed by the bytes read, not a path or mtime; the earlier ``hub`` keys mapped with a notice."""
 
 import json
+import os
 
 import datasets
 import pytest
@@ -11,6 +12,8 @@ from zen_analysis.config import DataConfig, ExperimentConfig
 from zen_analysis.config.legacy import upgrade_overrides
 from zen_analysis.config.overrides import from_dict
 from zen_analysis.workload.corpus import load_corpus
+from zen_analysis.workload.data import prepare
+from zen_analysis.workload.hf_corpus import content_sha256
 
 LINES = [f"def f{i}(x):\n    return x * {i}  # line {i}" for i in range(40)]
 
@@ -58,7 +61,7 @@ def test_a_stream_reads_up_to_max_bytes_and_hashes_what_it_read(tmp_path):
     whole = load_corpus(_hf(hf_builder="text", hf_files=files, max_bytes=300))
     stream = load_corpus(_hf(hf_builder="text", hf_files=files, max_bytes=300, hf_streaming=True))
     assert stream.texts == whole.texts and 300 <= stream.num_bytes < 300 + max(map(len, LINES))
-    assert stream.sha256 != whole.sha256  # a stream has no fingerprint: its documents are hashed
+    assert stream.sha256 == whole.sha256  # the same documents read, the same key (the caches key on content)
 
 
 def test_what_is_missing_is_named_before_anything_loads(tmp_path):
@@ -89,3 +92,51 @@ def test_the_earlier_hub_keys_load_with_a_notice(capsys):
     assert "config.json: earlier config keys data.source=hub" in capsys.readouterr().err
     items = upgrade_overrides(["data.source=hub", "data.text_field=body", "train.seed=1"], "dense")
     assert items == ["data.source=hf", "data.hf_column=body", "train.seed=1"]
+
+
+def test_a_changed_file_is_read_again_whatever_its_mtime(tmp_path, monkeypatch):
+    """``datasets`` keys its Arrow cache of local files on their path and mtime alone: a file replaced by other text
+    of another size, its mtime set back, was served from the old cache, and so were the tokenizer and token cache
+    (issue 56). The caches key on the files' bytes."""
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf"))
+    monkeypatch.setenv("ZEN_ANALYSIS_DATA", str(tmp_path / "data"))
+    path, stamp = tmp_path / "corpus.txt", (1_700_000_000, 1_700_000_000)
+    cfg = _hf(hf_builder="text", hf_files=(str(path),))
+    path.write_text("\n".join(LINES) + "\n")
+    os.utime(path, stamp)
+    first, first_data = load_corpus(cfg), prepare(cfg, progress=False)
+    assert first_data.num_documents == len(first.texts) == 2 * len(LINES)
+    shorter = [f"word{i} " * (i % 5 + 1) for i in range(12)]
+    path.write_text("\n".join(shorter) + "\n")
+    os.utime(path, stamp)  # the same path and mtime, other bytes of another size
+    second, second_data = load_corpus(cfg), prepare(cfg, progress=False)
+    assert list(second.texts) == [s.rstrip("\n") for s in shorter] and second.sha256 != first.sha256
+    assert second_data.num_documents == 12 and second_data.corpus_sha256 == second.sha256
+    assert second_data.tokens_dir != first_data.tokens_dir and second_data.tokenizer_file != first_data.tokenizer_file
+    path.write_text("\n".join(LINES) + "\n")  # the first bytes again, a new mtime: the first key, the first caches
+    assert load_corpus(cfg).sha256 == first.sha256 and prepare(cfg, progress=False) == first_data
+
+
+def test_the_token_cache_keys_on_the_documents_not_on_datasets_fingerprint(tmp_path, monkeypatch):
+    """Each content read through a fresh ``datasets`` cache: its fingerprint (a hash of the path and mtime) is the
+    same for both, the documents are not, and neither are the caches built from them."""
+    monkeypatch.setenv("ZEN_ANALYSIS_DATA", str(tmp_path / "data"))
+    path, stamp = tmp_path / "corpus.txt", (1_700_000_000, 1_700_000_000)
+    cfg = _hf(hf_builder="text", hf_files=(str(path),))
+    got = []
+    for i, lines in enumerate((LINES, LINES[:7])):
+        monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / f"hf{i}"))
+        path.write_text("\n".join(lines) + "\n")
+        os.utime(path, stamp)
+        got.append(prepare(cfg, progress=False))
+    assert [g.num_documents for g in got] == [80, 14] and got[0].corpus_sha256 != got[1].corpus_sha256
+
+
+def test_the_content_hash_covers_every_file_a_glob_matches(tmp_path):
+    files = _write_text(tmp_path)
+    whole = content_sha256([str(tmp_path / "*.txt")])
+    assert whole == content_sha256(list(files)) != content_sha256(files[:1])  # what datasets reads, in its order
+    stamp = os.stat(files[1]).st_mtime_ns
+    (tmp_path / "b.txt").write_text("\n".join(LINES[20:30]) + "\n")
+    os.utime(files[1], ns=(stamp, stamp))
+    assert content_sha256([str(tmp_path / "*.txt")]) != whole  # the bytes changed, the path and mtime did not

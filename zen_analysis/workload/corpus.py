@@ -23,8 +23,8 @@ from zen_analysis.config import DataConfig
 
 @dataclass(frozen=True)
 class Corpus:
-    """Documents in a fixed order plus the hash that keys the caches built from them: of their ids and texts, or
-    of a ``datasets`` dataset's fingerprint."""
+    """Documents in a fixed order plus the hash that keys the caches built from them: the sha256 of their ids and
+    texts, whatever the source (the bytes read, never a path, size or mtime)."""
 
     name: str
     doc_ids: tuple[str, ...]
@@ -86,11 +86,10 @@ def _file_documents(specs: tuple[str, ...]) -> list[tuple[str, Path]]:
 
 def load_corpus(cfg: DataConfig) -> Corpus:
     """Read the corpus that ``cfg`` names, truncated to whole documents within ``cfg.max_bytes``."""
-    fingerprint = None
     if cfg.source == "hf":
         from zen_analysis.workload import hf_corpus  # deferred: datasets is a slow import, its corpora only
 
-        name, pairs, fingerprint = hf_corpus.documents(cfg)
+        name, pairs = hf_corpus.documents(cfg)
     else:
         docs = _stdlib_documents() if cfg.source == "stdlib" else _file_documents(cfg.files)
         name = "stdlib" if cfg.source == "stdlib" else "files"
@@ -106,14 +105,11 @@ def load_corpus(cfg: DataConfig) -> Corpus:
                 break
     if len(pairs) < 2:
         raise ValueError(f"corpus {name!r} has {len(pairs)} non-empty document(s); need at least 2 (train and val)")
-    if fingerprint is not None:  # datasets' own hash of the dataset keys the caches
-        key = hf_corpus.fingerprint_key(cfg, fingerprint)
-    else:
-        h = hashlib.sha256()
-        for doc_id, text in pairs:
-            h.update(doc_id.encode())
-            h.update(b"\0")
-            h.update(text.encode("utf-8"))
-            h.update(b"\0")
-        key = h.hexdigest()
-    return Corpus(name=name, doc_ids=tuple(d for d, _ in pairs), texts=tuple(t for _, t in pairs), sha256=key)
+    # The documents themselves key the caches: a datasets fingerprint hashes paths and mtimes, not bytes.
+    h = hashlib.sha256()
+    for doc_id, text in pairs:
+        h.update(doc_id.encode())
+        h.update(b"\0")
+        h.update(text.encode("utf-8"))
+        h.update(b"\0")
+    return Corpus(name=name, doc_ids=tuple(d for d, _ in pairs), texts=tuple(t for _, t in pairs), sha256=h.hexdigest())

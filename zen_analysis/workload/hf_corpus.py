@@ -3,10 +3,14 @@
 list of documents for :mod:`zen_analysis.workload.corpus`.
 
 Everything a user can get wrong is checked here, in the launcher's process, before any rank starts: a data file
-that does not exist, a split or a text column the dataset does not have (each named, with what there is). The
-documents are keyed for the caches by the dataset's own fingerprint (``Dataset._fingerprint``: ``datasets``' hash
-of its files and transforms), so a tokenizer and token cache are built once per dataset and rebuilt when it
-changes; a stream has no fingerprint, so its documents' text is hashed as they are read.
+that does not exist, a split or a text column the dataset does not have (each named, with what there is).
+
+``datasets`` keys its Arrow cache of local data files, and the dataset's fingerprint, on the files' paths and
+modification times only (``data_files._get_single_origin_metadata``: the mtime, not the size or bytes), so a file
+replaced in place with its mtime set back was served from the old cache, and a fingerprint-keyed token cache was
+stale even over a fresh ``datasets`` cache. Local files are therefore loaded into a cache folder named by the
+sha256 of their bytes (:func:`content_sha256`): a changed byte is a new folder, read afresh. The tokenizer and token
+cache are keyed by the documents read (:func:`zen_analysis.workload.corpus.load_corpus`), never by the fingerprint.
 """
 
 from __future__ import annotations
@@ -14,10 +18,12 @@ from __future__ import annotations
 import codecs
 import glob
 import hashlib
+import os
 from pathlib import Path
 from typing import Any
 
 import datasets
+from datasets.data_files import resolve_pattern
 
 from zen_analysis.config import DataConfig
 
@@ -116,6 +122,23 @@ def _read(rows: Any, cfg: DataConfig) -> Any:
         raise _unreadable(cfg, builder(cfg), _files(cfg), exc) from exc
 
 
+def content_sha256(specs: list[str]) -> str:
+    """The sha256 of the bytes of every local file ``specs`` name, each resolved as ``datasets`` resolves it (a glob
+    through its own matcher, so the files hashed are the files it reads), streamed file by file."""
+    h = hashlib.sha256()
+    for spec in specs:
+        for path in resolve_pattern(spec, base_path=os.getcwd()):
+            with open(path, "rb") as f:
+                h.update(hashlib.file_digest(f, "sha256").digest())  # fixed length: no separator needed
+    return h.hexdigest()
+
+
+def _content_cache_dir(files: list[str]) -> str:
+    """``datasets``' cache folder for these files: one per content under ``HF_DATASETS_CACHE``, as its own key (path
+    and mtime) misses a file rewritten with an old mtime."""
+    return str(Path(datasets.config.HF_DATASETS_CACHE) / "zen_analysis-by-content" / content_sha256(files)[:16])
+
+
 def builder(cfg: DataConfig) -> str:
     """The builder ``cfg`` loads with: ``data.hf_builder``, or the one the data files' extension implies."""
     if cfg.hf_builder:
@@ -155,6 +178,7 @@ def _load(cfg: DataConfig) -> Any:
             data_files=files or None,
             split=cfg.hf_split,
             streaming=cfg.hf_streaming,
+            cache_dir=_content_cache_dir(files) if files and not cfg.hf_streaming else None,
         )
     except ValueError as exc:
         if "split" in str(exc).lower():  # the message lists the splits there are
@@ -182,9 +206,9 @@ def _columns(loaded: Any, cfg: DataConfig) -> list[str]:
     return list(names)
 
 
-def documents(cfg: DataConfig) -> tuple[str, list[tuple[str, str]], str | None]:
-    """(the corpus's name, its non-empty documents as (id, text) in the dataset's order, the dataset's fingerprint or
-    ``None`` for a stream), read up to ``data.max_bytes`` (whole documents; 0: all)."""
+def documents(cfg: DataConfig) -> tuple[str, list[tuple[str, str]]]:
+    """(the corpus's name, its non-empty documents as (id, text) in the dataset's order), read up to
+    ``data.max_bytes`` (whole documents; 0: all)."""
     loaded = _load(cfg)
     columns = _columns(loaded, cfg)
     if cfg.hf_column not in columns:
@@ -202,11 +226,4 @@ def documents(cfg: DataConfig) -> tuple[str, list[tuple[str, str]], str | None]:
         total += len(text.encode("utf-8"))
         if cfg.max_bytes and total >= cfg.max_bytes:
             break
-    fingerprint = None if cfg.hf_streaming else getattr(loaded, "_fingerprint", None)
-    return name, pairs, fingerprint
-
-
-def fingerprint_key(cfg: DataConfig, fingerprint: str) -> str:
-    """The caches' key of a fingerprinted dataset: its fingerprint with what the toolkit reads of it."""
-    what = f"{fingerprint}\0{cfg.hf_split}\0{cfg.hf_column}\0{cfg.max_bytes}"
-    return hashlib.sha256(what.encode()).hexdigest()
+    return name, pairs
