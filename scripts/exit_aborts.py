@@ -1,6 +1,7 @@
 """Count the runs whose exit aborts: a torchrun of a small Zen DDP program, R times, and how many ended non-zero.
 
     .venv/bin/python scripts/exit_aborts.py plain --ranks 8 --runs 100      # the README's script, sparse=True
+    .venv/bin/python scripts/exit_aborts.py plain --ranks 4 --runs 100 --hooks natural,stock --load 2  # under load
     .venv/bin/python scripts/exit_aborts.py trainer --ranks 2 --runs 100    # ZenTrainer (transformers)
     .venv/bin/python scripts/exit_aborts.py lightning --ranks 2 --runs 100  # ZenDDPStrategy (Lightning)
 
@@ -12,7 +13,9 @@ group left to the interpreter's exit). ``trainer`` trains a 1-layer Llama with
 ``ZenTrainer`` and ``lightning`` a small LM with ``ZenDDPStrategy``, each ending as a user's script would, with no
 teardown of its own. A run counts as an abort when torchrun exits non-zero; its stderr is searched for
 ``terminate called`` (the C++ runtime's message before SIGABRT) and ``SIGABRT``. Prints one line per run (a failed
-one with what its stderr says) and a summary line: ``case ranks runs failed terminate sigabrt seconds``.
+one with what its stderr says) and a summary line per hook: ``case hook teardown ranks load runs failed terminate
+sigabrt seconds``. ``--hooks natural,stock`` runs stock DDP (the same script, no ``register``) beside Zen's hook,
+alternating, so both meet the same machine; ``--load N`` keeps N busy processes running beside them.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from pathlib import Path
 VOCAB = 1000
 
 
-def _plain(teardown: str) -> None:
+def _plain(teardown: str, hook: str = "natural") -> None:
     import torch
     import torch.distributed as dist
     from torch import nn
@@ -41,7 +44,7 @@ def _plain(teardown: str) -> None:
     rank = dist.get_rank()
     torch.manual_seed(0)
     model = DDP(nn.Sequential(nn.Embedding(VOCAB, 32, sparse=True), nn.Linear(32, VOCAB)))
-    state = register(model, mode="natural")
+    state = register(model, mode="natural") if hook == "natural" else None
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     data = torch.Generator().manual_seed(rank)
     for _ in range(10):
@@ -51,7 +54,7 @@ def _plain(teardown: str) -> None:
         loss.backward()
         opt.step()
     if rank == 0:
-        print(f"loss {loss.item():.3f}; Zen sent {state.bytes_sent:,} bytes", flush=True)
+        print(f"loss {loss.item():.3f}; Zen sent {state.bytes_sent if state else 0:,} bytes", flush=True)
     if teardown == "readme":
         del model, state, opt
         dist.destroy_process_group()
@@ -139,33 +142,49 @@ def _lightning() -> None:
         print(f"Zen sent {trainer.strategy.zen_state.bytes_sent:,} bytes", flush=True)
 
 
-def _count(case: str, ranks: int, runs: int, teardown: str, timeout_s: float) -> None:
+def _busy_loop() -> None:
+    while True:
+        pass
+
+
+def _count(case: str, ranks: int, runs: int, teardown: str, timeout_s: float, hooks: list[str], load: int) -> None:
     torchrun = Path(sys.executable).with_name("torchrun")
-    cmd = [str(torchrun), "--standalone", f"--nproc-per-node={ranks}", __file__, "--worker", case]
-    cmd += ["--teardown", teardown]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    failed = terminate = sigabrt = 0
+    # another job keeping the cores busy: where the aborts show (a rank's gloo thread descheduled past its exit)
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(load)]
+    counts = {h: {"failed": 0, "terminate": 0, "sigabrt": 0} for h in hooks}
     t0 = time.perf_counter()
-    for i in range(runs):
-        try:
-            p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s)
-            code, err = p.returncode, p.stderr
-        except subprocess.TimeoutExpired as e:
-            code, err = "timeout", (e.stderr or b"").decode(errors="replace") if isinstance(e.stderr, bytes) else ""
-        if code != 0:
-            failed += 1
-            terminate += "terminate called" in err
-            sigabrt += "SIGABRT" in err
-            tail = " | ".join(line for line in err.splitlines()[-200:] if "terminate" in line or "Signal" in line)
-            print(f"run {i}: exit {code}: {tail[:400]}", flush=True)
-        else:
-            print(f"run {i}: ok ({failed} failed so far)", flush=True)
+    try:
+        for i in range(runs):
+            for hook in hooks:  # side by side: the machine's load and speed are the same for both
+                cmd = [str(torchrun), "--standalone", f"--nproc-per-node={ranks}", __file__, "--worker", case]
+                cmd += ["--teardown", teardown, "--hook", hook]
+                try:
+                    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s)
+                    code, err = p.returncode, p.stderr
+                except subprocess.TimeoutExpired as e:
+                    code = "timeout"
+                    err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+                c = counts[hook]
+                if code != 0:
+                    c["failed"] += 1
+                    c["terminate"] += "terminate called" in err
+                    c["sigabrt"] += "SIGABRT" in err
+                    lines = err.splitlines()[-200:]
+                    tail = " | ".join(line for line in lines if "terminate" in line or "Signal" in line)
+                    print(f"run {i} {hook}: exit {code}: {tail[:400]}", flush=True)
+                else:
+                    print(f"run {i} {hook}: ok ({c['failed']} failed so far)", flush=True)
+    finally:
+        for h in hogs:
+            h.kill()
     seconds = time.perf_counter() - t0
-    print(
-        f"case={case} teardown={teardown} ranks={ranks} runs={runs} failed={failed} terminate={terminate} "
-        f"sigabrt={sigabrt} seconds={seconds:.0f}",
-        flush=True,
-    )
+    for hook, c in counts.items():
+        print(
+            f"case={case} hook={hook} teardown={teardown} ranks={ranks} load={load} runs={runs} failed={c['failed']} "
+            f"terminate={c['terminate']} sigabrt={c['sigabrt']} seconds={seconds:.0f}",
+            flush=True,
+        )
 
 
 def main() -> None:
@@ -177,16 +196,26 @@ def main() -> None:
         "--teardown", choices=["readme", "destroy", "none"], default="readme", help="plain: how the script ends"
     )
     p.add_argument("--timeout", type=float, default=300.0, help="seconds one run may take")
+    p.add_argument(
+        "--hooks", default="natural", help="plain: natural (Zen's hook), stock (stock DDP), or both: natural,stock"
+    )
+    p.add_argument("--load", type=int, default=0, help="busy processes kept running beside the runs (the cores' load)")
+    p.add_argument("--hook", choices=["natural", "stock"], default="natural", help=argparse.SUPPRESS)
     p.add_argument("--worker", choices=["plain", "trainer", "lightning"], help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker == "plain":
-        _plain(args.teardown)
+        _plain(args.teardown, args.hook)
     elif args.worker == "trainer":
         _trainer()
     elif args.worker == "lightning":
         _lightning()
     else:
-        _count(args.case, args.ranks, args.runs, args.teardown, args.timeout)
+        hooks = args.hooks.split(",")
+        if case_hooks_bad := [
+            h for h in hooks if h not in ("natural", "stock") or (h == "stock" and args.case != "plain")
+        ]:
+            p.error(f"--hooks: {case_hooks_bad} (stock is the plain case's; choose natural, stock)")
+        _count(args.case, args.ranks, args.runs, args.teardown, args.timeout, hooks, args.load)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,10 @@
 """A tensor handed to a collective stays referenced from Python until the backend has released it."""
 
+import contextlib
+
 import torch
 
+from zen_analysis.ranks.procs import fork_launch
 from zen_analysis.wire import inflight
 
 
@@ -86,3 +89,44 @@ def test_a_chained_callback_is_pending_until_destroyed():
     assert inflight.pending() == 1  # the callback waits on the future
     fut.set_result(torch.ones(1))  # runs and destroys it (here on this thread; in a DDP hook on gloo's)
     assert inflight.pending() == 0 and torch.equal(chained.wait(), torch.full((1,), 2.0))
+
+
+def _pending_work_holds(rank, world, guarded):
+    """How many references a pending gloo work issued inside backward adds to backward's thread-local Python
+    object (rank 1 joins the all-reduce a moment late, so rank 0's work is still pending when it looks)."""
+    import sys
+    import time
+
+    import torch.distributed as dist
+
+    t = torch.ones(4)
+    if rank == 1:
+        time.sleep(0.5)
+        dist.all_reduce(t)
+        return None
+    seen = {}
+
+    def issue(grad):  # a hook backward calls, as DDP's comm hooks and FSDP2's reduce-scatters are
+        seen["obj"] = torch._C._get_obj_in_tls("context")
+        seen["before"] = sys.getrefcount(seen["obj"])
+        with inflight.no_python_tls() if guarded else contextlib.nullcontext():
+            seen["work"] = dist.all_reduce(t, async_op=True)
+        return grad
+
+    x = torch.ones(2, requires_grad=True)
+    x.register_hook(issue)
+    (x * 2).sum().backward()  # backward let go of its own reference; a pending work may still hold one
+    extra = sys.getrefcount(seen["obj"]) - seen["before"] + 1  # + 1: the thread-local state's own, gone now
+    assert not seen["work"].is_completed()
+    seen.pop("work").wait()
+    return extra
+
+
+def test_a_work_issued_in_backward_holds_its_python_object_unless_the_hook_leaves_it_out():
+    """torch's exit hazard for gloo, stock DDP's included: ``backward()`` stashes a Python object in the thread-local
+    state, every collective issued during backward copies that state into its work, and gloo's thread destroys the
+    work, taking the GIL to release the copy (SIGABRT once finalization began). Inside ``no_python_tls`` (what the
+    toolkit's hooks run in) the work holds none."""
+    unguarded, _ = fork_launch(_pending_work_holds, 2, False)
+    guarded, _ = fork_launch(_pending_work_holds, 2, True)
+    assert unguarded == 1 and guarded == 0, (unguarded, guarded)

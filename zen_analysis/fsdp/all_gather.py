@@ -60,7 +60,7 @@ from zen_analysis.fsdp.units import EmbeddingUnit, OnExchange
 from zen_analysis.wire.coo import coo_layout, pack_coo, unpack_coo
 from zen_analysis.wire.dtypes import SUPPORTED
 from zen_analysis.wire.exchange import Exchange, PhaseRecord
-from zen_analysis.wire.inflight import hold
+from zen_analysis.wire.inflight import hold, outside_python_tls
 
 PHASE = "all_gather"
 """The phase the exchange counts this comm's bytes under (counts as ``control``, rows or the dense gather as
@@ -144,6 +144,7 @@ class ChangedRowsAllGather(OnExchange, AllGather):
     def _replica_fits(self, nbytes: int) -> bool:
         return self.max_replica_bytes is None or nbytes <= self.max_replica_bytes
 
+    @outside_python_tls
     def __call__(self, output_tensor, input_tensor, group, async_op: bool = False):
         ex = self._exchange(group)
         world, rank = ex.world, ex.rank

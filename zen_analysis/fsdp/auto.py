@@ -27,7 +27,7 @@ from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter
 from zen_analysis.fsdp.reduce_scatter import SparseReduceScatter
 from zen_analysis.fsdp.units import EmbeddingUnit
 from zen_analysis.wire.coo import coo_words
-from zen_analysis.wire.inflight import hold
+from zen_analysis.wire.inflight import hold, outside_python_tls
 
 
 class AutoReduceScatter(ReduceScatter):
@@ -53,6 +53,7 @@ class AutoReduceScatter(ReduceScatter):
     def exchange(self):
         return self.sparse.exchange
 
+    @outside_python_tls
     def __call__(self, output_tensor, input_tensor, group, op, async_op: bool = False):
         table_RD = input_tensor.view(-1, self.sparse.dim)
         rows_K = self.sparse.rows(table_RD)  # every call: the recorded ids are taken, used or not

@@ -38,6 +38,7 @@ from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 from zen_analysis.fsdp.reduce_scatter import SparseReduceScatter
 from zen_analysis.fsdp.units import EmbeddingUnit, UnitError, embedding_units
 from zen_analysis.wire.exchange import Exchange, ring_bytes_sent
+from zen_analysis.wire.inflight import outside_python_tls
 from zen_analysis.wire.rows import nonzero_rows
 from zen_analysis.zen.sparse_allreduce import zen_sum_rows
 
@@ -129,6 +130,7 @@ class ZenHSDP:
     def _param_group(self):
         return self.unit.unit._get_fsdp_state()._fsdp_param_groups[0]
 
+    @outside_python_tls
     def _replica_sum(self, reduce_output: torch.Tensor) -> None:
         """The all-reduce hook: this shard's gradient summed across the replicas in place, by rows (Zen), then
         divided as stock HSDP's all-reduce divides. Under gradient accumulation without the replica sum, the shard's

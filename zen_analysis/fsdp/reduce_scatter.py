@@ -33,6 +33,7 @@ from zen_analysis.fsdp.units import EmbeddingUnit, OnExchange
 from zen_analysis.sync.lookups import LookedUp
 from zen_analysis.wire.coo import coo_words, pack_coo, sum_by_index, unpack_coo
 from zen_analysis.wire.exchange import Exchange
+from zen_analysis.wire.inflight import outside_python_tls
 from zen_analysis.wire.rows import nonzero_rows
 
 ROW_SOURCES = ("ids", "scan")
@@ -82,6 +83,7 @@ class SparseReduceScatter(OnExchange, ReduceScatter):
             return nonzero_rows(table_RD)
         return ids
 
+    @outside_python_tls
     def __call__(self, output_tensor, input_tensor, group, op, async_op: bool = False, *, rows_K=None):
         """FSDP2's call; ``rows_K``: the rows :meth:`rows` found already (a caller that looked before choosing)."""
         ex = self._exchange(group)

@@ -21,7 +21,7 @@ from torch import nn
 from zen_analysis.capture.buckets import bucket_parameters
 from zen_analysis.wire.dtypes import on_wire
 from zen_analysis.wire.exchange import ring_volume
-from zen_analysis.wire.inflight import hold
+from zen_analysis.wire.inflight import hold, outside_python_tls
 from zen_analysis.wire.rows import sparse_rows
 
 
@@ -155,6 +155,7 @@ class ReadyBuckets:
     def arm(self) -> None:
         self._left, self._next, self.armed, self.first_launch = list(self._sizes), 0, True, None
 
+    @outside_python_tls
     def _ready(self, b: int, _param: nn.Parameter) -> None:
         if not self.armed:
             return

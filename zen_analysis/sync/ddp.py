@@ -47,9 +47,11 @@ from zen_analysis.sync.selection import (  # sparse_parameters: re-exported for 
     tied_names,
     warn_tied,
 )
+from zen_analysis.wire.inflight import outside_python_tls
 from zen_analysis.zen.bitmap import cache_limit, set_cache_limit
 
 
+@outside_python_tls
 def comm_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP communication hook: DGC top-k per bucket (residuals per parameter), then the state's sparse scheme; on
     a worker thread when ``state.overlap``."""

@@ -16,7 +16,7 @@ from zen_analysis.sync.compressed import Stats
 from zen_analysis.sync.lookups import LookedUp
 from zen_analysis.wire.dtypes import positive_zeros
 from zen_analysis.wire.exchange import ring_bytes_sent
-from zen_analysis.wire.inflight import hold, then
+from zen_analysis.wire.inflight import hold, outside_python_tls, then
 from zen_analysis.wire.rows import nonzero_rows, sparse_rows
 
 
@@ -146,6 +146,7 @@ def _looked_up(state: NaturalState, p: nn.Parameter, table_RD: torch.Tensor) -> 
     return rows
 
 
+@outside_python_tls
 def natural_hook(state: NaturalState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP communication hook of natural sparsity: the state's parameters' gradients summed with its sparse
     scheme (lossless), the rest of the bucket all-reduced densely; averaged over the group, as DDP does."""

@@ -24,12 +24,23 @@ last one.
 :func:`settle`, run at exit (an ``atexit`` handler runs before finalization, the GIL free while it sleeps), waits for
 both, then keeps whatever it held to the end of the process instead of releasing it: a count that dropped for
 another reason (the user deleted the model, and with it DDP's references) would otherwise let a tensor go while
-gloo still holds it, and a leak at exit is harmless where an abort is not."""
+gloo still holds it, and a leak at exit is harmless where an abort is not.
+
+A third hazard is torch's own, and it hits stock DDP on gloo as often as any hook: ``backward()`` stashes a Python
+object (a ``contextvars`` context, for compiled autograd's device threads) in the thread-local state, and every gloo
+collective issued during backward copies that state into its work object. The work is destroyed on gloo's thread
+when its last reference goes, and the copy's release takes the GIL there: after finalization began, SIGABRT (a core
+of an aborted stock DDP rank shows ``~AsyncWork`` -> ``~ThreadLocalState`` -> ``SafePyObject`` -> ``take_gil``).
+:func:`no_python_tls` takes the object out of the thread-local state while a hook of the toolkit issues its
+collectives and puts it back after, so the toolkit's works hold no Python object; ``scripts/exit_aborts.py`` counts
+the aborts of both, under load."""
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
+import functools
 import threading
 import time
 import weakref
@@ -64,6 +75,39 @@ def then(fut: torch.futures.Future, fn: Callable) -> torch.futures.Future:
         _CHAINED[:] = [(r, c) for r, c in _CHAINED if r() is not None]
         _CHAINED.append((weakref.ref(fn), chained))
     return chained
+
+
+_TLS_KEY = "context"
+"""The key ``torch.autograd.graph._engine_run_backward`` stashes its Python object under for the backward's length."""
+
+
+@contextlib.contextmanager
+def no_python_tls():
+    """The thread-local Python object that backward stashes left out while the block runs (module docstring): the
+    collectives issued inside copy a thread-local state that holds no Python object, so gloo's thread destroys
+    their works without the GIL. A no-op outside backward, or on a torch without the stash."""
+    has = getattr(torch._C, "_is_key_in_tls", None)
+    if has is None or not has(_TLS_KEY):
+        yield
+        return
+    obj = torch._C._get_obj_in_tls(_TLS_KEY)
+    torch._C._remove_obj_from_tls(_TLS_KEY)
+    try:
+        yield
+    finally:
+        torch._C._stash_obj_in_tls(_TLS_KEY, obj)
+
+
+def outside_python_tls(fn: Callable) -> Callable:
+    """``fn`` run inside :func:`no_python_tls`: for a hook that backward calls (a DDP comm hook, FSDP2's custom
+    reduce-scatter), so that what it issues carries no Python object to gloo's thread."""
+
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        with no_python_tls():
+            return fn(*args, **kwargs)
+
+    return wrapped
 
 
 def _busy() -> int:
