@@ -15,7 +15,8 @@ teardown of its own. A run counts as an abort when torchrun exits non-zero; its 
 ``terminate called`` (the C++ runtime's message before SIGABRT) and ``SIGABRT``. Prints one line per run (a failed
 one with what its stderr says) and a summary line per hook: ``case hook teardown ranks load runs failed terminate
 sigabrt seconds``. ``--hooks natural,stock`` runs stock DDP (the same script, no ``register``) beside Zen's hook,
-alternating, so both meet the same machine; ``--load N`` keeps N busy processes running beside them.
+alternating, so both meet the same machine; ``--load N`` keeps N busy processes running beside them;
+``--lab-nodes N`` runs each in the network lab (``zen-analysis netlab``: N nodes, one torchrun each, 1 Gbit/s).
 """
 
 from __future__ import annotations
@@ -147,7 +148,9 @@ def _busy_loop() -> None:
         pass
 
 
-def _count(case: str, ranks: int, runs: int, teardown: str, timeout_s: float, hooks: list[str], load: int) -> None:
+def _count(
+    case: str, ranks: int, runs: int, teardown: str, timeout_s: float, hooks: list[str], load: int, lab_nodes: int
+) -> None:
     torchrun = Path(sys.executable).with_name("torchrun")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     # another job keeping the cores busy: where the aborts show (a rank's gloo thread descheduled past its exit)
@@ -157,8 +160,12 @@ def _count(case: str, ranks: int, runs: int, teardown: str, timeout_s: float, ho
     try:
         for i in range(runs):
             for hook in hooks:  # side by side: the machine's load and speed are the same for both
-                cmd = [str(torchrun), "--standalone", f"--nproc-per-node={ranks}", __file__, "--worker", case]
-                cmd += ["--teardown", teardown, "--hook", hook]
+                worker = [__file__, "--worker", case, "--teardown", teardown, "--hook", hook]
+                if lab_nodes:  # one torchrun per lab node, over 1 Gbit/s links (zen-analysis netlab, as root)
+                    cmd = [sys.executable, "-m", "zen_analysis", "netlab", f"--nodes={lab_nodes}"]
+                    cmd += [f"--ranks-per-node={ranks // lab_nodes}", "--bandwidth-gbps=1", "--", *worker]
+                else:
+                    cmd = [str(torchrun), "--standalone", f"--nproc-per-node={ranks}", *worker]
                 try:
                     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s)
                     code, err = p.returncode, p.stderr
@@ -181,7 +188,8 @@ def _count(case: str, ranks: int, runs: int, teardown: str, timeout_s: float, ho
     seconds = time.perf_counter() - t0
     for hook, c in counts.items():
         print(
-            f"case={case} hook={hook} teardown={teardown} ranks={ranks} load={load} runs={runs} failed={c['failed']} "
+            f"case={case} hook={hook} teardown={teardown} ranks={ranks} lab_nodes={lab_nodes} load={load} runs={runs} "
+            f"failed={c['failed']} "
             f"terminate={c['terminate']} sigabrt={c['sigabrt']} seconds={seconds:.0f}",
             flush=True,
         )
@@ -200,6 +208,9 @@ def main() -> None:
         "--hooks", default="natural", help="plain: natural (Zen's hook), stock (stock DDP), or both: natural,stock"
     )
     p.add_argument("--load", type=int, default=0, help="busy processes kept running beside the runs (the cores' load)")
+    p.add_argument(
+        "--lab-nodes", type=int, default=0, help="run each in the network lab: this many nodes at 1 Gbit/s (root)"
+    )
     p.add_argument("--hook", choices=["natural", "stock"], default="natural", help=argparse.SUPPRESS)
     p.add_argument("--worker", choices=["plain", "trainer", "lightning"], help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -215,7 +226,9 @@ def main() -> None:
             h for h in hooks if h not in ("natural", "stock") or (h == "stock" and args.case != "plain")
         ]:
             p.error(f"--hooks: {case_hooks_bad} (stock is the plain case's; choose natural, stock)")
-        _count(args.case, args.ranks, args.runs, args.teardown, args.timeout, hooks, args.load)
+        if args.lab_nodes and args.ranks % args.lab_nodes:
+            p.error(f"--ranks {args.ranks} is not a multiple of --lab-nodes {args.lab_nodes}")
+        _count(args.case, args.ranks, args.runs, args.teardown, args.timeout, hooks, args.load, args.lab_nodes)
 
 
 if __name__ == "__main__":

@@ -64,7 +64,8 @@ def _train(rank, world, case, variant):
         weight = to_original(weight.detach(), hashed_rows_of(model.embed))
     params = [weight.full_tensor()] + [p.full_tensor() for n, p in model.named_parameters() if "embed" not in n]
     look = zen.reduce_scatters["embed"].lookups if zen is not None else None
-    return grads, params, said, (look.outside_steps if look is not None else None)
+    watched = len(look._watched) if look is not None else 1  # one gradient hook: FSDP2 keeps its unsharded weight
+    return grads, params, said, (look.outside_steps if look is not None else None), watched
 
 
 def _cases(rank, world, case):
@@ -74,9 +75,10 @@ def _cases(rank, world, case):
 @pytest.mark.parametrize("case", ["eval", "regularizer"])
 def test_zen_under_fsdp2_sums_the_rows_the_gradient_has(case):
     for out in fork_launch(_cases, 2, case, timeout_s=240):
-        g_s, p_s, _, _ = out["stock"]
+        g_s, p_s, *_ = out["stock"]
         for variant in ("install", "shard"):
-            g_z, p_z, said, outside = out[variant]
+            g_z, p_z, said, outside, watched = out[variant]
+            assert watched == 1, f"{case}/{variant}: {watched} weights hooked"
             for step, (a, b) in enumerate(zip(g_z, g_s)):
                 assert torch.equal(a, b), f"{case}/{variant}: step {step}'s gradient differs from stock FSDP2's"
             for a, b in zip(p_z, p_s):
