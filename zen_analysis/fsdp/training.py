@@ -35,7 +35,7 @@ from zen_analysis.fsdp.auto import AutoReduceScatter
 from zen_analysis.fsdp.hashed import STRATA, HashedRows, hashed_rows_of
 from zen_analysis.fsdp.install import _sent, install
 from zen_analysis.fsdp.timing import CommClock, time_comms
-from zen_analysis.fsdp.units import UnitError, embedding_units
+from zen_analysis.fsdp.units import UnitError, unit_of
 from zen_analysis.sync.base import GradSync
 from zen_analysis.wire.inflight import hold
 
@@ -131,7 +131,9 @@ class FSDPSync(GradSync):
         self.root = model
         self.units = {names[id(m)] or "(root)": m for m in (table, *blocks, model)}
         if self.embedding != "dense":
-            (unit,) = [u for u in embedding_units(model) if u.embedding is table]
+            # the token table's unit alone: a position table (GPT-2's wpe, OPT's embed_positions) shares the root
+            # with the head and final norm and stays stock FSDP2, as its dense gradient wants
+            unit = unit_of(model, table)
             if self.embedding == "zen":
                 self.comm = install(model, row_source=self.row_source, only=(unit.name,)).reduce_scatters[unit.name]
             else:

@@ -90,6 +90,21 @@ def embedding_units(model: nn.Module) -> list[EmbeddingUnit]:
     return found
 
 
+def unit_of(model: nn.Module, table: nn.Embedding) -> EmbeddingUnit:
+    """The FSDP2 unit ``table`` was made (``fully_shard(table)``), checked as :func:`scan_units` checks a unit, by its
+    name in ``model``; the other units are not looked at, so a position table in the root (GPT-2's ``wpe``, OPT's
+    ``embed_positions``) stays stock FSDP2 without refusing the token table's Zen."""
+    if not isinstance(table, FSDPModule):
+        raise UnitError(
+            f"{type(table).__name__} is not an FSDP2 unit of its own: call fully_shard() on it before fully_shard() "
+            "of the modules around it"
+        )
+    got = _check(table, {id(m): n for n, m in model.named_modules()})
+    if got is None or got.embedding is not table:
+        raise UnitError(f"{type(table).__name__}: its FSDP2 unit holds no nn.Embedding weight of its own")
+    return got
+
+
 def _check(unit: nn.Module, names: dict[int, str]) -> EmbeddingUnit | None:
     groups = _param_groups(unit)
     params = [fp for g in groups for fp in g.fsdp_params]
