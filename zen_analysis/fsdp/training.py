@@ -4,8 +4,9 @@ shards the model at ``attach`` and lets FSDP2's own collectives do the summing.
 How the model is sharded (:meth:`FSDPSync.attach`): rank 0's parameters broadcast (the replicas start equal, as
 DDP's do), then ``fully_shard`` on the input embedding alone (a unit of its own: what Zen's reduce-scatter needs),
 on each transformer block (the classes the model names in ``_no_split_modules``, as the transformers Trainer's
-FSDP wrapping does), and on the model, the root (the LM head, final norm and any other table). ``sync.wire_dtype``
-is FSDP2's ``reduce_dtype``. The embedding unit's reduce-scatter is
+FSDP wrapping does), and on the model, the root (the LM head, final norm and any other table: GPT-2's and OPT's
+position tables, whose gradient is dense, stay there under stock FSDP2). ``sync.wire_dtype`` is FSDP2's
+``reduce_dtype``. The embedding unit's reduce-scatter is
 
 * ``sync.method=dense``: stock FSDP2's (the table in its own order);
 * ``sync.method=natural``, ``sync.scheme=zen``: Zen's sparse reduce-scatter
