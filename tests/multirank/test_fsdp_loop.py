@@ -69,6 +69,42 @@ def test_fsdp2_in_the_loop_trains_as_ddp_and_zen_as_stock_fsdp2():
     assert density["loop-ddp"].equals(density["loop-fsdp-zen"])
 
 
+@pytest.mark.parametrize(
+    ("recipe", "token", "position"),
+    [
+        (recipes.gpt2_smoke, "transformer.wte", "transformer.wpe"),
+        (recipes.opt_smoke, "model.decoder.embed_tokens", "model.decoder.embed_positions"),
+    ],
+)
+def test_gpt2_and_opt_under_zen_and_auto_give_stock_fsdp2s_parameters(recipe, token, position):
+    """A position table sits in the root unit with the head and final norm: it stays stock FSDP2 and Zen sums the
+    token table alone (every rank used to fail with a UnitError on the root unit)."""
+
+    def cfg(run_id, **sync):
+        c = _cfg(run_id, "fsdp", **sync)
+        fam = recipe()
+        c.model, c.capture.topk_tensors = fam.model, fam.capture.topk_tensors
+        c.capture.enabled = False
+        return c
+
+    arch = recipe().model.arch
+    stock = _run(cfg(f"loop-fsdp-{arch}"))
+    zen = _run(cfg(f"loop-fsdp-{arch}-zen", method="natural", scheme="zen"))
+    auto = _run(cfg(f"loop-fsdp-{arch}-auto", method="natural", scheme="auto", planner_every=2))
+    assert zen.summary["param_sha256"] == stock.summary["param_sha256"] == auto.summary["param_sha256"]
+    losses = {name: r.metrics()["loss"].tolist() for name, r in [("stock", stock), ("zen", zen), ("auto", auto)]}
+    assert losses["zen"] == losses["stock"] == losses["auto"]
+    params = torch.load(stock.run_dir / "params.pt")
+    assert f"{position}.weight" in params  # the table trained, in the root unit
+    sync = zen.summary["sync"]
+    assert sync["embedding_reduce_scatter"] == "zen" and sync["hashed_rows"]
+    assert sync["embedding_unit"] == token
+    assert "(root)" in sync["units"] and position not in sync["units"]
+    assert zen.metrics().iloc[-1]["sparse_bytes_sent_rank0"] > 0  # Zen's rows went, not stock's table
+    (decisions,) = auto.summary["planner"].values()
+    assert [d["choice"] for d in decisions] == ["zen", "zen"]
+
+
 def test_what_fsdp2_cannot_go_with_is_refused_before_any_rank_starts():
     with pytest.raises(ValueError, match="capture.topk_scope"):
         cfg = _cfg("loop-bad", "fsdp")

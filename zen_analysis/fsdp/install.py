@@ -26,6 +26,7 @@ from zen_analysis.fsdp.all_gather import ChangedRowsAllGather
 from zen_analysis.fsdp.hashed import STRATA, HashedRows
 from zen_analysis.fsdp.reduce_scatter import SparseReduceScatter
 from zen_analysis.fsdp.units import UnitError, scan_units
+from zen_analysis.sync.selection import select_sparse
 
 
 @dataclass
@@ -157,6 +158,15 @@ def untied_embeddings(model: nn.Module) -> list[tuple[str, nn.Embedding]]:
     return [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Embedding) and holders[id(m.weight)] == 1]
 
 
+def zen_tables(model: nn.Module) -> list[tuple[str, nn.Embedding]]:
+    """(name, module) of the tables :func:`shard` hashes and sums with Zen: the untied embeddings natural sparsity
+    sums by default (:func:`~zen_analysis.sync.selection.select_sparse`), so a transformers model's token table
+    alone. A position table is left out: its gradient is dense, and its forward may take no ids (OPT's
+    ``embed_positions`` takes the attention mask, which a hashed order's pre-hook would remap)."""
+    chosen = {id(w) for w in select_sparse(model)[0]}
+    return [(n, m) for n, m in untied_embeddings(model) if id(m.weight) in chosen]
+
+
 def shard(
     model: nn.Module,
     *,
@@ -170,20 +180,31 @@ def shard(
     max_replica_bytes: int | None = None,
     **fsdp_kwargs,
 ) -> ZenFSDP:
-    """``fully_shard`` ``model`` with Zen in one call: every untied ``nn.Embedding`` stored in the hashed row order
-    (``hashed_rows``; :class:`~zen_analysis.fsdp.hashed.HashedRows` with ``seed`` and ``strata``) and made a unit of
-    its own, each of ``blocks`` a unit, then the model the root unit; ``fsdp_kwargs`` (``mp_policy``,
-    ``reshard_after_forward``, ...) go to every ``fully_shard`` call. Then :func:`install`. A tied table stays in
-    the root unit with stock FSDP2 (its gradient is dense)."""
-    tables = untied_embeddings(model)
+    """``fully_shard`` ``model`` with Zen in one call: each table of :func:`zen_tables` (the untied token table of a
+    transformers model) stored in the hashed row order (``hashed_rows``;
+    :class:`~zen_analysis.fsdp.hashed.HashedRows` with ``seed`` and ``strata``) and made a unit of its own, each of
+    ``blocks`` a unit, then the model the root unit; ``fsdp_kwargs`` (``mp_policy``, ``reshard_after_forward``, ...)
+    go to every ``fully_shard`` call. Then :func:`install` on those tables. A tied table and a position table
+    (GPT-2's ``wpe``, OPT's ``embed_positions``) stay in the root unit with stock FSDP2 (their gradients are
+    dense)."""
+    tables = zen_tables(model)
     if not tables:
-        raise UnitError("the model has no untied nn.Embedding: nothing for Zen to sum by rows (stock FSDP2 it is)")
+        raise UnitError(
+            "the model has no untied nn.Embedding that is not a position table: nothing for Zen to sum by rows "
+            "(stock FSDP2 it is)"
+        )
     hashed = {name: HashedRows(emb, seed=seed, strata=strata) for name, emb in tables if hashed_rows}
     for _, emb in tables:
         fully_shard(emb, mesh=mesh, **fsdp_kwargs)
     for block in blocks:
         fully_shard(block, mesh=mesh, **fsdp_kwargs)
     fully_shard(model, mesh=mesh, **fsdp_kwargs)
-    zen = install(model, row_source=row_source, all_gather=all_gather, max_replica_bytes=max_replica_bytes)
+    zen = install(
+        model,
+        row_source=row_source,
+        all_gather=all_gather,
+        max_replica_bytes=max_replica_bytes,
+        only=[name for name, _ in tables],  # the root's position table is stock FSDP2 by choice: no warning
+    )
     zen.hashed.update(hashed)
     return zen

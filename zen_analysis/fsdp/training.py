@@ -4,8 +4,9 @@ shards the model at ``attach`` and lets FSDP2's own collectives do the summing.
 How the model is sharded (:meth:`FSDPSync.attach`): rank 0's parameters broadcast (the replicas start equal, as
 DDP's do), then ``fully_shard`` on the input embedding alone (a unit of its own: what Zen's reduce-scatter needs),
 on each transformer block (the classes the model names in ``_no_split_modules``, as the transformers Trainer's
-FSDP wrapping does), and on the model, the root (the LM head, final norm and any other table). ``sync.wire_dtype``
-is FSDP2's ``reduce_dtype``. The embedding unit's reduce-scatter is
+FSDP wrapping does), and on the model, the root (the LM head, final norm and any other table: GPT-2's and OPT's
+position tables, whose gradient is dense, stay there under stock FSDP2). ``sync.wire_dtype`` is FSDP2's
+``reduce_dtype``. The embedding unit's reduce-scatter is
 
 * ``sync.method=dense``: stock FSDP2's (the table in its own order);
 * ``sync.method=natural``, ``sync.scheme=zen``: Zen's sparse reduce-scatter
@@ -35,7 +36,7 @@ from zen_analysis.fsdp.auto import AutoReduceScatter
 from zen_analysis.fsdp.hashed import STRATA, HashedRows, hashed_rows_of
 from zen_analysis.fsdp.install import _sent, install
 from zen_analysis.fsdp.timing import CommClock, time_comms
-from zen_analysis.fsdp.units import UnitError, embedding_units
+from zen_analysis.fsdp.units import UnitError, unit_of
 from zen_analysis.sync.base import GradSync
 from zen_analysis.wire.inflight import hold
 
@@ -131,7 +132,9 @@ class FSDPSync(GradSync):
         self.root = model
         self.units = {names[id(m)] or "(root)": m for m in (table, *blocks, model)}
         if self.embedding != "dense":
-            (unit,) = [u for u in embedding_units(model) if u.embedding is table]
+            # the token table's unit alone: a position table (GPT-2's wpe, OPT's embed_positions) shares the root
+            # with the head and final norm and stays stock FSDP2, as its dense gradient wants
+            unit = unit_of(model, table)
             if self.embedding == "zen":
                 self.comm = install(model, row_source=self.row_source, only=(unit.name,)).reduce_scatters[unit.name]
             else:

@@ -90,6 +90,18 @@ def embedding_units(model: nn.Module) -> list[EmbeddingUnit]:
     return found
 
 
+def unit_of(model: nn.Module, table: nn.Embedding) -> EmbeddingUnit:
+    """The FSDP2 unit ``table`` was made (``fully_shard(table)``), checked as :func:`scan_units` checks a unit, by its
+    name in ``model``; the other units are not looked at, so a position table in the root (GPT-2's ``wpe``, OPT's
+    ``embed_positions``) stays stock FSDP2 without refusing the token table's Zen."""
+    if not isinstance(table, FSDPModule):
+        raise UnitError(
+            f"{type(table).__name__} is not an FSDP2 unit of its own: call fully_shard() on it before fully_shard() "
+            "of the modules around it"
+        )
+    return _check(table, {id(m): n for n, m in model.named_modules()})  # never None: the unit holds table.weight
+
+
 def _check(unit: nn.Module, names: dict[int, str]) -> EmbeddingUnit | None:
     groups = _param_groups(unit)
     params = [fp for g in groups for fp in g.fsdp_params]
