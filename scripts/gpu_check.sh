@@ -17,7 +17,7 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 "$PY" -m pytest -q tests/gpu 2>&1 | tee "$OUT_DIR/gpu_tests.txt"
 "$PY" - "$OUT_DIR" <<'PYEOF'
 import sys
-from zen_analysis.zen.profile import hashing_cost
+from zen_analysis.experiments.hashing_cost import hashing_cost
 df = hashing_cost(numel=214_000_000, densities=(0.01, 0.02, 0.05, 0.1), device="cuda", repeats=5)
 df.to_csv(f"{sys.argv[1]}/fig16_hashing_cost_cuda.csv", index=False)
 print(df.to_string(index=False))
