@@ -25,7 +25,7 @@ from torch.distributed.fsdp import fully_shard
 from zen_analysis.fsdp.all_gather import ChangedRowsAllGather
 from zen_analysis.fsdp.hashed import STRATA, HashedRows
 from zen_analysis.fsdp.reduce_scatter import SparseReduceScatter
-from zen_analysis.fsdp.units import UnitError, scan_units
+from zen_analysis.fsdp.units import UnitError, current_comm, scan_units
 from zen_analysis.sync.selection import select_sparse
 
 
@@ -123,7 +123,7 @@ def install(
     zen = ZenFSDP()
     for u in units:
         zen.units[u.name] = u.unit
-        zen.replaced[u.name] = (_comm(u.unit, "reduce_scatter"), _comm(u.unit, "all_gather"))
+        zen.replaced[u.name] = (current_comm(u.unit, "reduce_scatter"), current_comm(u.unit, "all_gather"))
         comm = SparseReduceScatter(u, row_source=row_source)
         u.unit.set_custom_reduce_scatter(comm)
         zen.reduce_scatters[u.name] = comm
@@ -134,16 +134,10 @@ def install(
     return zen
 
 
-def _comm(unit: nn.Module, kind: str):
-    """The unit's ``kind`` comm now (an instance of stock FSDP2's default when none was set)."""
-    group = unit._get_fsdp_state()._fsdp_param_groups[0]
-    return group._reduce_scatter_comm if kind == "reduce_scatter" else group._all_gather_comm
-
-
 def zen_comm(unit: nn.Module):
     """The Zen reduce-scatter on an FSDP2 ``unit`` (a :class:`SparseReduceScatter`, or a comm around one: ``auto``'s,
     a timer's), or None: two on one table would each record its ids every step."""
-    comm = _comm(unit, "reduce_scatter")
+    comm = current_comm(unit, "reduce_scatter")
     while comm is not None and not isinstance(comm, SparseReduceScatter):
         comm = getattr(comm, "inner", None) or getattr(comm, "sparse", None)
     return comm

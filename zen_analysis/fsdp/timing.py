@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 import torch
 from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter
 
+from zen_analysis.fsdp.units import current_comm
+
 
 @dataclass
 class CommClock:
@@ -74,19 +76,13 @@ def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-def _current(unit, kind: str):
-    """The unit's installed comm (an instance of stock FSDP2's default when none was set)."""
-    group = unit._get_fsdp_state()._fsdp_param_groups[0]
-    return group._all_gather_comm if kind == "all_gather" else group._reduce_scatter_comm
-
-
 def time_comms(units: dict[str, object], clock: CommClock | None = None) -> CommClock:
     """Wrap every unit's all-gather and reduce-scatter (``units``: name -> ``FSDPModule``) in timers on one clock;
     call it after Zen's comms are installed, so they are what is timed."""
     clock = clock or CommClock()
     for name, unit in units.items():
-        unit.set_custom_all_gather(_TimedAllGather(_current(unit, "all_gather"), clock, name))
-        unit.set_custom_reduce_scatter(_TimedReduceScatter(_current(unit, "reduce_scatter"), clock, name))
+        unit.set_custom_all_gather(_TimedAllGather(current_comm(unit, "all_gather"), clock, name))
+        unit.set_custom_reduce_scatter(_TimedReduceScatter(current_comm(unit, "reduce_scatter"), clock, name))
         if any(p.device.type == "cuda" for p in unit.parameters()):
             clock.synchronous = False
     return clock

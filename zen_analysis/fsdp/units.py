@@ -90,6 +90,13 @@ def embedding_units(model: nn.Module) -> list[EmbeddingUnit]:
     return found
 
 
+def current_comm(unit: nn.Module, kind: str):
+    """The FSDP2 ``unit``'s ``kind`` comm now (``"all_gather"`` or ``"reduce_scatter"``): the custom one set, or an
+    instance of stock FSDP2's default when none was set."""
+    group = unit._get_fsdp_state()._fsdp_param_groups[0]
+    return group._all_gather_comm if kind == "all_gather" else group._reduce_scatter_comm
+
+
 def unit_of(model: nn.Module, table: nn.Embedding) -> EmbeddingUnit:
     """The FSDP2 unit ``table`` was made (``fully_shard(table)``), checked as :func:`scan_units` checks a unit, by its
     name in ``model``; the other units are not looked at, so a position table in the root (GPT-2's ``wpe``, OPT's
