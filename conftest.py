@@ -54,7 +54,10 @@ def _poll_shell_replies_in_slices(slice_s: float = 1.0) -> None:
     import time
     from queue import Empty
 
-    from jupyter_client.channels import AsyncZMQSocketChannel
+    try:
+        from jupyter_client.channels import AsyncZMQSocketChannel
+    except ModuleNotFoundError:  # a Python without the notebooks extra (a GPU machine's own): no kernels to poll
+        return
 
     whole = AsyncZMQSocketChannel.get_msg
     if getattr(whole, "in_slices", False):

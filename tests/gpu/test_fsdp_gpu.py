@@ -1,13 +1,13 @@
-"""Zen under FSDP2 on CUDA over NCCL: the sparse reduce-scatter (called directly at world size 1, where FSDP2 itself
-skips the collective) sums rows as on the CPU; with two devices, Zen-FSDP2 with hashed rows trains to stock
-FSDP2's losses and parameters. Skipped without CUDA devices (``scripts/gpu_check.sh`` runs them)."""
+"""Zen under FSDP2 on the GPU (CUDA over NCCL; CPU over gloo in the rehearsal, see conftest.py): the sparse
+reduce-scatter (called directly at world size 1, where FSDP2 itself skips the collective) sums rows as on the CPU,
+and the loop trains under FSDP2; with two devices, Zen-FSDP2 with hashed rows trains to stock FSDP2's losses and
+parameters. ``scripts/gpu_check.sh`` runs them."""
 
 import os
 import subprocess
 import sys
 
 import pytest
-import torch
 
 from zen_analysis import recipes
 from zen_analysis.runs.launch import launch
@@ -15,7 +15,7 @@ from zen_analysis.runs.launch import launch
 pytestmark = pytest.mark.gpu
 
 SCRIPT = r"""
-import os, torch, torch.distributed as dist
+import os, sys, torch, torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
@@ -23,23 +23,24 @@ from zen_analysis.fsdp import shard
 from zen_analysis.fsdp.reduce_scatter import SparseReduceScatter
 from zen_analysis.fsdp.units import EmbeddingUnit
 
-local = int(os.environ["LOCAL_RANK"])
-torch.cuda.set_device(local)
-dist.init_process_group("nccl")
+dev = sys.argv[1]
+if dev == "cuda":
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+dist.init_process_group("nccl" if dev == "cuda" else "gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
-mesh = init_device_mesh("cuda", (world,))
+mesh = init_device_mesh(dev, (world,))
 
-# the comm itself on CUDA tensors over NCCL (FSDP2 calls it only when world > 1)
-emb = nn.Embedding(1001, 8).cuda()
+# the comm itself on the device's tensors (FSDP2 calls it only when world > 1)
+emb = nn.Embedding(1001, 8).to(dev)
 rs = SparseReduceScatter(EmbeddingUnit(unit=emb, embedding=emb, name="t"), row_source="scan")
 per = -(-1001 // world)
-table = torch.zeros(world * per, 8, device="cuda")
-table[[3, 500, 1000]] = torch.arange(24, dtype=torch.float32, device="cuda").view(3, 8)
-out = torch.empty(per * 8, device="cuda")
+table = torch.zeros(world * per, 8, device=dev)
+table[[3, 500, 1000]] = torch.arange(24, dtype=torch.float32, device=dev).view(3, 8)
+out = torch.empty(per * 8, device=dev)
 rs(out, table.view(-1), dist.group.WORLD, dist.ReduceOp.SUM)
-want = torch.zeros(world * per, 8, device="cuda")
-want[[3, 500, 1000]] = world * torch.arange(24, dtype=torch.float32, device="cuda").view(3, 8)
-assert torch.equal(out.view(per, 8), want[rank * per : (rank + 1) * per]), "sparse reduce-scatter on CUDA"
+want = torch.zeros(world * per, 8, device=dev)
+want[[3, 500, 1000]] = world * torch.arange(24, dtype=torch.float32, device=dev).view(3, 8)
+assert torch.equal(out.view(per, 8), want[rank * per : (rank + 1) * per]), "sparse reduce-scatter on " + dev
 
 class LM(nn.Module):
     def __init__(self):
@@ -52,7 +53,7 @@ class LM(nn.Module):
 runs = {}
 for zen in (False, True):
     torch.manual_seed(0)
-    model = LM().cuda()
+    model = LM().to(dev)
     if zen:
         shard(model, mesh=mesh)
     else:
@@ -61,7 +62,7 @@ for zen in (False, True):
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     losses = []
     for step in range(5):
-        x = torch.randint(0, 1001, (4, 9), generator=torch.Generator().manual_seed(10 * step + rank)).cuda()
+        x = torch.randint(0, 1001, (4, 9), generator=torch.Generator().manual_seed(10 * step + rank)).to(dev)
         loss = nn.functional.cross_entropy(model(x[:, :-1]).flatten(0, 1), x[:, 1:].flatten())
         loss.backward()
         opt.step()
@@ -72,52 +73,48 @@ torch.testing.assert_close(torch.tensor(runs[True][0]), torch.tensor(runs[False]
 for k, v in runs[False][1].items():
     torch.testing.assert_close(runs[True][1][k], v, rtol=1e-5, atol=1e-6)
 if rank == 0:
-    print("fsdp nccl ok", world)
+    print("fsdp ok", world)
 dist.destroy_process_group()
 """
 
 
-def _run(tmp_path, ranks: int) -> None:
-    script = tmp_path / "fsdp_nccl.py"
+def _run(tmp_path, ranks: int, device: str) -> None:
+    script = tmp_path / "fsdp_device.py"
     script.write_text(SCRIPT)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks), str(script)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**os.environ})
+    proc = subprocess.run([*cmd, device], capture_output=True, text=True, timeout=600, env={**os.environ})
     assert proc.returncode == 0, proc.stderr[-4000:]
-    assert f"fsdp nccl ok {ranks}" in proc.stdout, proc.stdout
+    assert f"fsdp ok {ranks}" in proc.stdout, proc.stdout
 
 
-@pytest.mark.skipif(torch.cuda.device_count() < 1, reason="needs a CUDA device")
-def test_the_sparse_reduce_scatter_runs_on_cuda_over_nccl(tmp_path):
-    _run(tmp_path, 1)
+def test_the_sparse_reduce_scatter_runs_on_the_device(tmp_path, device):
+    _run(tmp_path, 1, device)
 
 
 @pytest.mark.multigpu
-@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
 def test_zen_fsdp2_on_two_gpus_matches_stock_fsdp2(tmp_path):
-    _run(tmp_path, 2)
+    _run(tmp_path, 2, "cuda")
 
 
-def _loop_cfg(ranks: int, run_id: str, **sync):
+def _loop_cfg(ranks: int, run_id: str, backend: str = "nccl", **sync):
     cfg = recipes.smoke()
     cfg.name = cfg.run_id = run_id
-    cfg.dist.num_ranks, cfg.dist.backend, cfg.dist.launcher = ranks, "nccl", "torchrun"
+    cfg.dist.num_ranks, cfg.dist.backend, cfg.dist.launcher = ranks, backend, "torchrun"
     cfg.dist.sharding = "fsdp"
     cfg.capture.topk_scope = "none"
-    cfg.train.checkpoint_every = 2  # DCP on CUDA tensors
+    cfg.train.checkpoint_every = 2  # DCP on the device's tensors
     for key, value in sync.items():
         setattr(cfg.sync, key, value)
     return cfg
 
 
-@pytest.mark.skipif(torch.cuda.device_count() < 1, reason="needs a CUDA device")
-def test_the_loop_trains_under_fsdp2_on_one_gpu():
-    run = launch(_loop_cfg(1, "gpu-fsdp-loop", method="natural", scheme="zen"), progress=False, echo=False)
+def test_the_loop_trains_under_fsdp2_on_one_device(backend):
+    run = launch(_loop_cfg(1, "gpu-fsdp-loop", backend, method="natural", scheme="zen"), progress=False, echo=False)
     assert run.traces().manifest["finished"] and len(run.metrics()) == 6
     assert (run.run_dir / "checkpoints" / "step-00000004" / "sharded").is_dir()
 
 
 @pytest.mark.multigpu
-@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
 def test_the_loop_under_fsdp2_on_two_gpus_zen_equals_stock():
     stock = launch(_loop_cfg(2, "gpu-fsdp-stock"), progress=False, echo=False)
     zen = launch(_loop_cfg(2, "gpu-fsdp-zen", method="natural", scheme="zen"), progress=False, echo=False)

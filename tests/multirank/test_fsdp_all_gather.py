@@ -16,6 +16,7 @@ from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultAllGath
 from zen_analysis.fsdp import EmbeddingUnit, embedding_units, install
 from zen_analysis.fsdp.all_gather import ChangedRowsAllGather
 from zen_analysis.ranks.procs import fork_launch
+from zen_analysis.wire.torch_features import all_gather_single
 
 VOCAB, DIM, STEPS = 1001, 8, 5  # 1001 rows: the last shard is padded on 2 and 4 ranks
 
@@ -109,7 +110,7 @@ def _edges(rank, world):
             shard[0] = -0.0
             shard[1].view(torch.int32)[:] = 0x7FC00001  # another NaN: a float == sees neither change
         dense = torch.empty(world * per * DIM)
-        dist.all_gather_single(dense, shard.view(-1))
+        all_gather_single(dense, shard.view(-1))
         for name, comm in comms.items():
             output = torch.empty(world * per * DIM)
             shard_in = output.narrow(0, rank * per * DIM, per * DIM)  # in place, as FSDP2 passes it

@@ -61,6 +61,7 @@ from zen_analysis.wire.coo import coo_layout, pack_coo, unpack_coo
 from zen_analysis.wire.dtypes import SUPPORTED
 from zen_analysis.wire.exchange import Exchange, PhaseRecord
 from zen_analysis.wire.inflight import hold, outside_python_tls
+from zen_analysis.wire.torch_features import all_gather_single
 
 PHASE = "all_gather"
 """The phase the exchange counts this comm's bytes under (counts as ``control``, rows or the dense gather as
@@ -224,7 +225,7 @@ def _dense_all_gather(
     exchange as a gather: this rank's block to each of the ``W - 1`` others, and theirs back."""
     t0 = time.perf_counter()
     hold(output_tensor, input_tensor)
-    dist.all_gather_single(output_tensor, input_tensor, group=group)
+    all_gather_single(output_tensor, input_tensor, group=group)
     wire = time.perf_counter() - t0
     moved = input_tensor.numel() * input_tensor.element_size() * (ex.world - 1)
     rec = ex.records.setdefault((PHASE, "payload"), PhaseRecord(PHASE, "payload"))

@@ -40,6 +40,7 @@ from zen_analysis.fsdp.units import EmbeddingUnit, UnitError, embedding_units
 from zen_analysis.wire.exchange import Exchange, ring_bytes_sent
 from zen_analysis.wire.inflight import outside_python_tls
 from zen_analysis.wire.rows import nonzero_rows
+from zen_analysis.wire.torch_features import fsdp_param_groups
 from zen_analysis.zen.sparse_allreduce import zen_sum_rows
 
 NO_OVERFLOW = (torch.float32, torch.bfloat16)
@@ -128,7 +129,7 @@ class ZenHSDP:
         self.unit.unit.set_force_sum_reduction_for_comms(self.division.force_sum)
 
     def _param_group(self):
-        return self.unit.unit._get_fsdp_state()._fsdp_param_groups[0]
+        return fsdp_param_groups(self.unit.unit)[0]
 
     @outside_python_tls
     def _replica_sum(self, reduce_output: torch.Tensor) -> None:

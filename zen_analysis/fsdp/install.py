@@ -27,6 +27,7 @@ from zen_analysis.fsdp.hashed import STRATA, HashedRows
 from zen_analysis.fsdp.reduce_scatter import SparseReduceScatter
 from zen_analysis.fsdp.units import UnitError, current_comm, scan_units
 from zen_analysis.sync.selection import select_sparse
+from zen_analysis.wire.torch_features import require_fsdp2_comm_hooks
 
 
 @dataclass
@@ -98,6 +99,7 @@ def install(
     ``fully_shard`` and before the first backward, once: a unit with Zen on it already (:func:`shard` installs it)
     is refused, since the first install's id recorder would go on recording (:meth:`ZenFSDP.remove` takes Zen off
     for another install)."""
+    require_fsdp2_comm_hooks()
     units, refused = scan_units(model)
     if only is not None:
         wanted = set(only)

@@ -35,21 +35,22 @@ from zen_analysis.wire.coo import coo_words, pack_coo, sum_by_index, unpack_coo
 from zen_analysis.wire.exchange import Exchange
 from zen_analysis.wire.inflight import outside_python_tls
 from zen_analysis.wire.rows import nonzero_rows
+from zen_analysis.wire.torch_features import premul_sum_factor
 
 ROW_SOURCES = ("ids", "scan")
 
 
-def division(op, world: int) -> tuple[float | None, int | None]:
+def division(op, world: int, unit=None) -> tuple[float | None, int | None]:
     """(factor each input row is multiplied by before the sum, divisor of the sum) for a reduce-scatter ``op``:
-    ``SUM`` (None, None), ``AVG`` (None, world), ``PREMUL_SUM(f)`` (f, None). Any other op is refused: FSDP2 passes
-    only these three."""
+    ``SUM`` (None, None), ``AVG`` (None, world), ``PREMUL_SUM(f)`` (f, None; ``unit``, the FSDP2 module, is where
+    torch 2.11 keeps f). Any other op is refused: FSDP2 passes only these three."""
     kind = getattr(op, "op", op)
     if kind == dist.ReduceOp.SUM:
         return None, None
     if kind == dist.ReduceOp.AVG:
         return None, world
     if kind == dist.ReduceOp.PREMUL_SUM:
-        return float(op.factor), None
+        return premul_sum_factor(op, unit), None
     raise ValueError(f"a sparse reduce-scatter sums gradients; FSDP2 passed {op!r} (SUM, AVG or PREMUL_SUM expected)")
 
 
@@ -64,6 +65,7 @@ class SparseReduceScatter(OnExchange, ReduceScatter):
         self.name = unit.name
         self.dim = unit.dim
         self.row_source = row_source
+        self.fsdp_unit = unit.unit
         self.lookups = LookedUp(unit.embedding, name=unit.name) if row_source == "ids" else None
         """The ids looked up; under :class:`~zen_analysis.fsdp.hashed.HashedRows` its forward pre-hook has mapped
         them to stored rows already (it runs first)."""
@@ -95,7 +97,7 @@ class SparseReduceScatter(OnExchange, ReduceScatter):
                 f"{self.name}: the unit's reduce-scatter buffer ({input_tensor.numel()} elements for {world} ranks) is "
                 f"not its table's rows of {self.dim}: does the unit hold anything besides the table?"
             )
-        scale, divisor = division(op, world)
+        scale, divisor = division(op, world, self.fsdp_unit)
         rows_K = self.rows(table_RD) if rows_K is None else rows_K
         values_KD = table_RD.index_select(0, rows_K)
         if scale is not None:

@@ -20,6 +20,7 @@ from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import Shard
 
 from zen_analysis.wire.exchange import Exchange
+from zen_analysis.wire.torch_features import fsdp_param_groups
 
 
 class UnitError(ValueError):
@@ -62,7 +63,7 @@ class OnExchange:
 
 def _param_groups(unit: nn.Module) -> list:
     """The unit's FSDP parameter groups (FSDP2 keeps one per mesh; a custom comm needs exactly one)."""
-    return [g for g in unit._get_fsdp_state()._fsdp_param_groups if g is not None]
+    return fsdp_param_groups(unit)
 
 
 def scan_units(model: nn.Module) -> tuple[list[EmbeddingUnit], list[UnitError]]:
@@ -93,7 +94,7 @@ def embedding_units(model: nn.Module) -> list[EmbeddingUnit]:
 def current_comm(unit: nn.Module, kind: str):
     """The FSDP2 ``unit``'s ``kind`` comm now (``"all_gather"`` or ``"reduce_scatter"``): the custom one set, or an
     instance of stock FSDP2's default when none was set."""
-    group = unit._get_fsdp_state()._fsdp_param_groups[0]
+    group = fsdp_param_groups(unit)[0]
     return group._all_gather_comm if kind == "all_gather" else group._reduce_scatter_comm
 
 

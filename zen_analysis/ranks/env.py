@@ -70,12 +70,16 @@ def init(cfg: DistConfig) -> RankInfo:
         device = torch.device("cuda", torch.cuda.current_device())
     else:
         device = torch.device("cpu")
-    if world > 1 and not dist.is_initialized():
-        # the fork launcher's file store (no socket); torchrun's ranks rendezvous by env:// at its endpoint
+    if (world > 1 or cfg.sharding == "fsdp") and not dist.is_initialized():  # FSDP2 shards over a mesh, even of 1
+        # the fork launcher's file store (no socket); torchrun's ranks rendezvous by env:// at its endpoint; a lone
+        # process started by neither, an in-memory store
         store_path = os.environ.get("ZEN_ANALYSIS_FILE_STORE")
+        store = dist.FileStore(store_path, world) if store_path else None
+        if store is None and world == 1 and "MASTER_ADDR" not in os.environ:
+            store = dist.HashStore()
         dist.init_process_group(
             backend=backend,
-            store=dist.FileStore(store_path, world) if store_path else None,
+            store=store,
             rank=rank,
             world_size=world,
             timeout=datetime.timedelta(seconds=cfg.timeout_s),
