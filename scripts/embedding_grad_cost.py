@@ -13,7 +13,7 @@ the loop's reused one (:func:`zen_analysis.train.optim.densify_sparse_grads`).
 Printed: the median seconds of forward, backward, optimizer step and zero_grad per variant and their difference. The
 dense gradient is a 71 MB tensor backward zeroes and fills and SGD reads and writes whole; DDP also copies it into
 its bucket (not timed here). This is why, on this CPU, Zen's drop-in on a dense ``.grad`` cannot match stock DDP's
-``sparse=True`` step whatever the sum costs (README, "Against what PyTorch users already have").
+``sparse=True`` step whatever the sum costs (docs/guide/your-training.md, "Against what PyTorch users already have").
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 it changed per round under the lazy update), EDiT on 4 ranks x 1 micro-batch behind 0.5 Gbit/s links (the network
 lab: root), 40 steps (warm-up 4, a sync every 8), ``train.embedding_update=lazy`` in every run: the dense all-reduce
 against ``local_sgd.compress=natural`` summed by Zen and by ``auto`` (the planner per sync group). One JSON line per
-variant (README, "Sparse pseudo-gradients"). About 6 minutes.
+variant (docs/guide/local-sgd.md, "Sparse pseudo-gradients"). About 6 minutes.
 
     .venv/bin/python scripts/pseudo_natural.py [--gbps 0.5]
 """

@@ -1,6 +1,6 @@
 """EDiT + top-k + Zen at several top-k ratios on 4 ranks x 0.1 Gbit/s (the network lab: root), with the settings of
 ``zen-analysis bench netlab --set parts=pseudo``: which ratio closes the validation-loss gap to dense EDiT, and what it
-costs in speed (README, "Sparse pseudo-gradients"). One JSON line per ratio. About 3 minutes.
+costs in speed (docs/guide/local-sgd.md, "Sparse pseudo-gradients"). One JSON line per ratio. About 3 minutes.
 
     .venv/bin/python scripts/pseudo_ratio.py
 """

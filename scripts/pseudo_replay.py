@@ -6,7 +6,8 @@ move a training run's outer sync by as much as the schemes differ). Medians of `
 
     .venv/bin/python scripts/pseudo_replay.py --run bench-claims-default-edit-pseudo-sent --ranks 8 --gbps 0.1,0.5,1
 
-The run comes from ``zen-analysis bench pseudo_claims --set ranks=8`` (README, "Sparse pseudo-gradients").
+The run comes from ``zen-analysis bench pseudo_claims --set ranks=8``
+(docs/guide/local-sgd.md, "Sparse pseudo-gradients").
 """
 
 import argparse

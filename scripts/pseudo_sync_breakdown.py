@@ -2,7 +2,7 @@
 blocks of 0.80M), each of 4 ranks (forked gloo; ``--gbps B``: behind B Gbit/s links in the network lab, root) selects
 the top 2% of a random pseudo-gradient plus its residual (``PseudoGradientTopK.select``) and Zen sums the selections
 (``build_scheme("zen").run``): seconds of the selection, of the sum, and of the sum's wire and local parts, medians of
-the slowest rank over ``--rounds`` rounds after one warm-up (README, "Sparse pseudo-gradients").
+the slowest rank over ``--rounds`` rounds after one warm-up (docs/guide/local-sgd.md, "Sparse pseudo-gradients").
 
     .venv/bin/python scripts/pseudo_sync_breakdown.py [--gbps 0.5] [--scheme zen] [--ratio 0.02]
 """

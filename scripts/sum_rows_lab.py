@@ -9,9 +9,9 @@ Each rank draws ``--tokens`` ids from a Zipf law (exponent ``--zipf``) over ``--
 vocabulary, 69,071 words; ids by frequency, as its vocabulary is ordered), keeps the distinct ones as its rows, gives
 each ``--dim`` random values, and every scheme in ``--schemes`` sums them ``--repeats`` times (a barrier before
 each). Printed per scheme, rank 0's: the median seconds of the repeats after the first two, the bytes the scheme
-sent in its last run, the rows the rank held, and the scheme's phases' seconds. It is what ``bench train``'s README
-discussion quotes: where a step touches a few hundred rows per rank, the number of collective calls decides, not the
-bytes.
+sent in its last run, the rows the rank held, and the scheme's phases' seconds. It is what the ``bench train``
+discussion quotes (docs/guide/network.md, "Measuring on an emulated network"): where a step touches a few hundred
+rows per rank, the number of collective calls decides, not the bytes.
 
 With ``--trace RUN`` the rows and values are a captured run's instead (its natural tensor, ``--tensor`` to choose),
 lab rank r holding one real rank-step (``zen_analysis.experiments.exchange.rank_step_rows``); ``zen-analysis bench
