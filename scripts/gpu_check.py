@@ -132,6 +132,7 @@ def step_env(out: Path, rehearse: bool) -> int:
     """``env.json``: the machine, the packages (missing ones named, with what they serve) and torch's features."""
     import torch
 
+    import zen_analysis
     from zen_analysis.wire.torch_features import features
 
     env = {
@@ -141,6 +142,7 @@ def step_env(out: Path, rehearse: bool) -> int:
         "python_executable": sys.executable,
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
+        "zen_analysis_from": str(Path(zen_analysis.__file__).parent),
         "features": features(),
         "packages": _packages(),
         **_gpu(torch, rehearse),

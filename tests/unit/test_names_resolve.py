@@ -275,11 +275,6 @@ def test_every_dotted_name_the_prose_writes_resolves():
 
 _CITE = re.compile(r"\b(README(?:\.md)?|docs/[\w/.-]+\.md),\s+\"([^\"]+)\"")
 _UNQUOTED = re.compile(r"\b(?:README(?:\.md)?|docs/[\w/.-]+\.md),\s+(?!\")\S+")
-PENDING = {("scripts/gpu_check.sh", "README", "GPUs")}
-"""Citations in files being rewritten elsewhere (gpu_check.sh's section is docs/guide/gpus.md's "GPUs and several
-machines"); drop an entry once its file is rewritten."""
-
-
 def headings(page: Path) -> set[str]:
     """A page's headings as written, backticks and a trailing ``{#id}`` left out (fenced blocks' ``#`` comments are
     not headings)."""
@@ -306,8 +301,6 @@ def test_every_section_a_script_cites_exists():
         for page, heading in citations(script.read_text()):
             cited += 1
             target = ROOT / ("README.md" if page.startswith("README") else page)
-            if (_rel(script), page, heading) in PENDING:
-                continue
             if not heading:
                 wrong.append(f"{_rel(script)}: {page!r}: not a quoted heading")
             elif not target.is_file():
