@@ -107,6 +107,8 @@ def test_a_measured_step_replaces_the_assumed_compute(run_id, rehearsal, tmp_pat
     _gpu_run(tmp_path, "c", "NVIDIA H200", "2026-03-01", rehearsal, scale=7.0)
     assert measured_step("lstm", "h100", root=tmp_path)["folder"] == "b"  # the newest run on that card
     assert measured_step("lstm", "a100", root=tmp_path) is None
+    bare = _gpu_run(tmp_path / "bare", "d", "", "", rehearsal.assign(device="cuda (NVIDIA H100 80GB HBM3)"))
+    assert measured_step("deepfm", "h100", root=tmp_path / "bare")["step_s"] == bare.loc["deepfm", "step_s"]
     df = paper_throughput(run_id, machines=2, device="h100", size="paper", measured=tmp_path).set_index("scheme")
     m = new.loc["lstm"]
     scale = 128 * recipes.lstm_words_smoke().train.seq_len / (128 * 128)  # modelled tokens / measured tokens

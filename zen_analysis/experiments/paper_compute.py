@@ -257,11 +257,13 @@ def measured_compute(root: str | Path | None = None) -> pd.DataFrame:
 
 def measured_step(workload: str, card: str, *, root: str | Path | None = None) -> pd.Series | None:
     """The newest paper-size measurement of ``workload`` on a GPU whose name holds ``card`` (``"h100"`` matches
-    ``"NVIDIA H100 80GB HBM3"``), from :func:`measured_compute`; None where no GPU run measured it."""
+    ``"NVIDIA H100 80GB HBM3"``; the name is env.json's, or the table's ``device`` where env.json has none), from
+    :func:`measured_compute`; None where no GPU run measured it."""
     df = measured_compute(root)
     if df.empty:
         return None
-    names = df["gpu_name"].astype(str).str.lower()
+    device = df["device"].astype(str) if "device" in df.columns else ""
+    names = (df["gpu_name"].astype(str) + " " + device).str.lower()
     hit = df[(df["workload"] == workload) & (df["size"] == "paper") & names.str.contains(card.lower(), regex=False)]
     if hit.empty:
         return None
