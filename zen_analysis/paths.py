@@ -51,6 +51,12 @@ def derived_dir() -> Path:
     return data_dir() / "derived"
 
 
+def gpu_dir() -> Path:
+    """Results of GPU runs, committed with the code: ``data/gpu/<folder>/`` in the checkout, one folder per run (its
+    tables and ``env.json``). Not under ``$ZEN_ANALYSIS_DATA``: these are measurements kept in git, not caches."""
+    return REPO_ROOT / "data" / "gpu"
+
+
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 """What a run id may be: a name (letters, digits, '.', '_', '-'; not starting with '.', '_' or '-'), never a
 path: ``.``, ``..``, ``a/b`` and absolute paths are refused, so no id can point a delete or a write elsewhere."""

@@ -4,12 +4,15 @@
 and predicts one training step per scheme on a topology (``paper-tcp25``: 16 nodes of 8 V100, NVLink inside, 25 Gbit/s
 TCP between): compute from a device profile (:data:`DEVICES`), communication from the traffic models, and the dense
 buckets' overlap with backward. Every number is arithmetic on stated assumptions (the docstrings and the table's
-columns say which); nothing here is a measurement of the paper's cluster.
+columns say which); nothing here is a measurement of the paper's cluster. Where a GPU run timed the paper's LSTM or
+DeepFM step on the card modelled (:mod:`~zen_analysis.experiments.paper_compute`, committed under ``data/gpu/``), that
+measured step is the compute, in place of the assumed peak x utilization.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -21,6 +24,7 @@ from zen_analysis.comm.schemes import build_scheme
 from zen_analysis.config import ExperimentConfig
 from zen_analysis.evaluation.calibrate import preset
 from zen_analysis.evaluation.crossover import stock_crossover, stock_seconds
+from zen_analysis.experiments.paper_compute import measured_step
 from zen_analysis.pricing.cost import phase_times, total_seconds
 from zen_analysis.pricing.topology import GBPS, Topology
 from zen_analysis.pricing.traffic import DDP_SPARSE, Traffic
@@ -47,9 +51,11 @@ DEVICES = {
     # datasheet peaks; the paper trained in FP32 on V100 (PyTorch 2.2, no mixed precision stated)
     "v100": DeviceProfile(name="V100 SXM2", peak_flops=15.7e12, precision="fp32", utilization=0.4),
     "a100": DeviceProfile(name="A100 SXM", peak_flops=156e12, precision="tf32 tensor cores", utilization=0.4),
+    "h100": DeviceProfile(name="H100 SXM", peak_flops=989e12, precision="bf16 tensor cores, dense", utilization=0.4),
     "h200": DeviceProfile(name="H200 SXM", peak_flops=989e12, precision="bf16 tensor cores, dense", utilization=0.4),
 }
-"""Device profiles by name: peak FLOP/s and the utilization assumed for all of them (0.4)."""
+"""Device profiles by name: peak FLOP/s and the utilization assumed for all of them (0.4). A name is also what picks a
+GPU run's measured step (:func:`~zen_analysis.experiments.paper_compute.measured_step`: the GPU's name holds it)."""
 
 SCHEMES = ("allreduce", "agsparse", "sparcml", "omnireduce", "zen", DDP_SPARSE)
 """What the table prices: the paper's baselines with Zen, and stock DDP's sparse all-gather where it applies."""
@@ -184,11 +190,10 @@ def _natural_step(
     return _Step(rows, n, params, batch, batch * seq_len, dense_comm)
 
 
-def _step_table(step: _Step, workload: str, compute: float, overlap: float) -> pd.DataFrame:
-    """:func:`paper_throughput`'s table from a modelled step: at most ``overlap`` x backward (2/3 of ``compute``)
-    of the dense buckets hidden, the step, samples and tokens per second, and the speedup over ``allreduce``'s
-    beside the paper's."""
-    hidden = min(step.dense_comm, overlap * compute * 2 / 3)
+def _step_table(step: _Step, workload: str, compute: float, backward: float, overlap: float) -> pd.DataFrame:
+    """:func:`paper_throughput`'s table from a modelled step: at most ``overlap`` x ``backward`` of the dense buckets
+    hidden, the step, samples and tokens per second, and the speedup over ``allreduce``'s beside the paper's."""
+    hidden = min(step.dense_comm, overlap * backward)
     df = pd.DataFrame(step.rows)
     df.insert(0, "workload", workload)
     df["gpus"] = step.gpus
@@ -215,6 +220,33 @@ def _dense_params(manifest: dict, table: tuple[int, int] | None) -> int:
     return total - (table[0] * table[1] if table else 0)
 
 
+class _Compute(NamedTuple):
+    """One GPU's compute per step: all of it, its backward, and where the number comes from."""
+
+    seconds: float
+    backward: float
+    source: str
+
+
+def _compute(step: _Step, workload: str, device: str, size: str, measured: str | Path | None) -> _Compute:
+    """The step's compute on ``device``: with ``size="paper"``, a GPU run's measured step of the paper's model on that
+    card where one exists (:func:`~zen_analysis.experiments.paper_compute.measured_step` under ``measured``, the
+    folder of GPU runs; None: ``data/gpu``), its forward and backward scaled by the modelled tokens per GPU over the
+    measured (batch x sequence length) where they differ, its optimizer step as measured (AdamW's step is per
+    parameter, not per token); else 6 x dense parameters x tokens per GPU / (peak x utilization), 2/3 of it backward."""
+    row = measured_step(workload, device, root=measured) if size == "paper" and workload in PAPER_BATCH else None
+    if row is not None:
+        scale = step.tokens_per_gpu / (float(row["batch"]) * float(row["seq_len"]))
+        fwd, bwd = float(row["forward_s"]) * scale, float(row["backward_s"]) * scale
+        scaled = f", forward and backward x {scale:g} for the tokens per GPU" if scale != 1 else ""
+        source = f"measured on {row['gpu_name']}, {row['date']} (data/gpu/{row['folder']}){scaled}"
+        return _Compute(fwd + bwd + float(row["optimizer_s"]), bwd, source)
+    dev = DEVICES[device]
+    compute = 6 * step.params * step.tokens_per_gpu / dev.flops
+    source = f"assumed: {dev.name}, {dev.precision}, {dev.peak_flops / 1e12:g} TFLOP/s x {dev.utilization:g}"
+    return _Compute(compute, compute * 2 / 3, source)
+
+
 def _comm_seconds(name: str, sets, numel: int, width: int, topo: Topology, factor: float) -> float:
     """One sparse sum's modelled seconds on ``topo``: a scheme's traffic (by rows when ``width``) scaled by ``factor``,
     or stock DDP's ring all-gather of the rows' counts (rows only)."""
@@ -233,6 +265,7 @@ def paper_throughput(
     overlap: float = 0.5,
     size: str = "trace",
     seed: int = 0,
+    measured: str | Path | None = None,
 ) -> pd.DataFrame:
     """Modelled training throughput per scheme of the workload captured in ``run`` on ``machines`` nodes of
     ``topology`` (8 GPUs each on the paper's presets), one row per scheme of :data:`SCHEMES` that applies.
@@ -240,9 +273,12 @@ def paper_throughput(
     Per GPU and step (``size="trace"``: the captured model; ``"paper"``: its traffic scaled to the paper's model size,
     :data:`PAPER_SIZE`, with the trace's densities, and compute from the paper's parameter count):
 
-    * ``compute_s`` = 6 x dense parameters x tokens per GPU / (peak x utilization) of ``device`` (:data:`DEVICES`);
-      dense parameters are the model's outside its embedding table (a lookup, not a matrix product). DeepFM: a
-      sample is a token (its FM term and lookups, a few hundred FLOPs per field, are left out). Backward is 2/3 of it.
+    * ``compute_s``: with ``size="paper"`` and a GPU run's measured step of the paper's LSTM or DeepFM on ``device``
+      (under ``measured``, the folder of GPU runs, default ``data/gpu``), forward + backward + optimizer as measured,
+      its backward the measured one (:func:`_compute`). Else assumed: 6 x dense parameters x tokens per GPU / (peak x
+      utilization) of ``device`` (:data:`DEVICES`); dense parameters are the model's outside its embedding table (a
+      lookup, not a matrix product). DeepFM: a sample is a token (its FM term and lookups, a few hundred FLOPs per
+      field, are left out). Backward is 2/3 of it. ``compute_source`` (and the ``device`` attr) says which.
     * ``dense_comm_s``: a ring all-reduce of the dense parameters (float32), for every scheme; at most ``overlap`` x
       backward of it hides behind backward (buckets launched as their gradients are ready).
     * ``sparse_comm_s``: the embedding's sum by the scheme, none of it hidden: the table's gradient is ready last (its
@@ -272,7 +308,6 @@ def paper_throughput(
     if not llm and natural is None:
         raise ValueError(f"run {reader.run_id}: no natural 2-D table captured (arch {arch!r}): nothing to model")
     topo_t = preset(topology) if isinstance(topology, str) else topology
-    dev = DEVICES[device]
     table = (natural[1]["shape"][0], natural[1]["shape"][1]) if natural else None
     dense = _dense_params(m, table)
     if llm:
@@ -281,13 +316,14 @@ def paper_throughput(
         train = cfg.get("train", {})
         step = _natural_step(reader, natural[0], table, topo_t, machines, dense, workload, size, train, seed=seed)
     params = step.params
-    compute = 6 * params * step.tokens_per_gpu / dev.flops
-    df = _step_table(step, workload, compute, overlap)
+    compute = _compute(step, workload, device, size, measured)
+    df = _step_table(step, workload, compute.seconds, compute.backward, overlap)
+    df["compute_source"] = compute.source
     ar_step = float(df.loc[df["scheme"] == "allreduce", "step_s"].iloc[0])
-    df["reason"] = [_reason(r, workload, compute / ar_step, params, size) for r in df.itertuples()]
+    df["reason"] = [_reason(r, workload, compute.seconds / ar_step, params, size) for r in df.itertuples()]
     df.attrs.update(
         run_id=reader.run_id,
-        device=f"{dev.name}, {dev.precision}, {dev.peak_flops / 1e12:g} TFLOP/s x {dev.utilization:g}",
+        device=compute.source,
         topology=topology if isinstance(topology, str) else topology.name,
         size=size,
         overlap=overlap,
