@@ -152,7 +152,7 @@ def step_env(out: Path, rehearse: bool) -> int:
     missing = [name for name, version in env["packages"].items() if version is None]
     for name in missing:
         needed = "NEEDED by the check" if name in NEEDED_BY_CHECK else SERVES.get(name, "not needed by the check")
-        print(f"missing package: {name} ({needed}); bring it as a wheel: docs/guide/gpus.md, 'A missing package'")
+        print(f'missing package: {name} ({needed}); bring it as a wheel (docs/guide/gpus.md, "A missing package")')
     if not rehearse and not env["cuda_available"]:
         print("no CUDA device visible to torch: this is not a GPU machine (use --rehearse on CPU)")
         return 1

@@ -6,6 +6,7 @@ from those files."""
 from __future__ import annotations
 
 import csv
+import importlib.metadata
 import json
 import os
 import re
@@ -36,11 +37,29 @@ def _normal(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+def _with_requirements(names: set[str]) -> set[str]:
+    """``names`` and what their versions installed here require (without extras): the machine's own versions
+    bring their own requirements, ours ours (this environment's huggingface_hub needs httpx2, the machine's not)."""
+    found, todo = set(), list(names)
+    while todo:
+        name = todo.pop()
+        if name in found:
+            continue
+        try:
+            requires = importlib.metadata.requires(name) or []
+        except importlib.metadata.PackageNotFoundError:
+            continue  # on the machine, not here
+        found.add(name)
+        todo += [_normal(re.split(r"[<>=!~\[ ;(]", r, maxsplit=1)[0]) for r in requires if "extra ==" not in r]
+    return found
+
+
 def machine_python(folder: Path) -> Path:
     """A venv without pip whose site-packages links only the distributions of this environment that the GPU
-    machine's image also has: its interpreter then imports what that machine would, and ``zen_analysis`` only from
-    ``PYTHONPATH``."""
-    wanted = {_normal(line) for line in MACHINE.read_text().splitlines() if line and not line.startswith("#")}
+    machine's image also has (with what their versions here require): its interpreter then imports what that
+    machine would, and ``zen_analysis`` only from ``PYTHONPATH``."""
+    wanted = _with_requirements({_normal(ln) for ln in MACHINE.read_text().splitlines() if ln and ln[0] != "#"})
+    wanted.discard("pip")  # the machine has pip, but the check must not need it: here `python -m pip` fails
     base = getattr(sys, "_base_executable", sys.executable)
     subprocess.run([base, "-m", "venv", "--without-pip", str(folder)], check=True)
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
