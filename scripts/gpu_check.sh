@@ -11,6 +11,7 @@ PY=${PY:-python3}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 export PYTHONUNBUFFERED=1 MPLBACKEND=Agg PIP_NO_INDEX=1
+export PYTORCH_NVML_BASED_CUDA_CHECK=1  # asking whether CUDA is there initialises no driver: ranks fork after it
 export ZEN_ANALYSIS_DATA=${ZEN_ANALYSIS_DATA:-$(mktemp -d -t zen-gpu-check-XXXXXX)}  # runs, traces, caches
 if compgen -G ".whl/*.whl" >/dev/null; then
     site=$(mktemp -d -t zen-gpu-check-site-XXXXXX)
