@@ -39,9 +39,12 @@ def test_an_exported_llm_loads_with_from_pretrained_and_gives_the_trained_logits
 
     cfg, run_dir = _train(recipe)
     out = run_dir / "export"
-    loaded = AutoModelForCausalLM.from_pretrained(out).eval()
-    vocab = loaded.config.vocab_size
+    vocab = AutoModelForCausalLM.from_pretrained(out).config.vocab_size
     trained = _trained(cfg, run_dir, vocab_size=vocab, max_seq_len=cfg.train.seq_len)
+    # the attention kernel is the loader's choice, not the checkpoint's (transformers 5.17 loads Gemma2 with sdpa,
+    # later releases with eager, as the toolkit trains it): like with like, so the weights and config are compared
+    attention = trained.config._attn_implementation
+    loaded = AutoModelForCausalLM.from_pretrained(out, attn_implementation=attention).eval()
     ids = torch.randint(0, vocab, (2, 16), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         assert torch.equal(loaded(ids).logits, trained(ids).logits)

@@ -2,6 +2,7 @@
 
 import contextlib
 
+import pytest
 import torch
 
 from zen_analysis.ranks.procs import fork_launch
@@ -107,6 +108,9 @@ def _pending_work_holds(rank, world, guarded):
     seen = {}
 
     def issue(grad):  # a hook backward calls, as DDP's comm hooks and FSDP2's reduce-scatters are
+        if not torch._C._is_key_in_tls("context"):  # this torch stashes nothing (2.11): the work holds nothing
+            seen["work"] = dist.all_reduce(t, async_op=True)
+            return grad
         seen["obj"] = torch._C._get_obj_in_tls("context")
         seen["before"] = sys.getrefcount(seen["obj"])
         with inflight.no_python_tls() if guarded else contextlib.nullcontext():
@@ -116,6 +120,9 @@ def _pending_work_holds(rank, world, guarded):
     x = torch.ones(2, requires_grad=True)
     x.register_hook(issue)
     (x * 2).sum().backward()  # backward let go of its own reference; a pending work may still hold one
+    if "obj" not in seen:
+        seen.pop("work").wait()
+        return None
     extra = sys.getrefcount(seen["obj"]) - seen["before"] + 1  # + 1: the thread-local state's own, gone now
     assert not seen["work"].is_completed()
     seen.pop("work").wait()
@@ -128,5 +135,7 @@ def test_a_work_issued_in_backward_holds_its_python_object_unless_the_hook_leave
     work, taking the GIL to release the copy (SIGABRT once finalization began). Inside ``no_python_tls`` (what the
     toolkit's hooks run in) the work holds none."""
     unguarded, _ = fork_launch(_pending_work_holds, 2, False)
+    if unguarded is None:
+        pytest.skip(f"torch {torch.__version__} stashes no Python object in backward's thread-local state")
     guarded, _ = fork_launch(_pending_work_holds, 2, True)
     assert unguarded == 1 and guarded == 0, (unguarded, guarded)
