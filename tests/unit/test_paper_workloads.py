@@ -1,6 +1,7 @@
 """The paper workloads' generators: Table 1's densities at the paper's batches, the sizes, the set contract, the fits
 (recovering a known law; reproducing the stored lstm-words capture) and the characterization's shape."""
 
+import json
 from dataclasses import replace
 
 import numpy as np
@@ -10,11 +11,11 @@ import torch
 from zen_analysis import paths
 from zen_analysis.capture.traces import SparseGrad, TraceWriter, write_manifest
 from zen_analysis.sparsity.paper_characterize import characterize_paper_workloads, deepfm_readings
+from zen_analysis.sparsity.paper_fits import IWSLT14_FIT, OPT_TOPK_FIT
 from zen_analysis.sparsity.paper_workloads import (
     IWSLT14_VOCAB,
     LLM_ELEMENTS,
     LSTM_WORDS_FIT,
-    OPT_TOPK_FIT,
     PAPER_INPUTS,
     PAPER_WORKLOADS,
     lstm_words_workload,
@@ -22,6 +23,7 @@ from zen_analysis.sparsity.paper_workloads import (
 )
 from zen_analysis.sparsity.workload_fit import (
     TopkFit,
+    TopkPart,
     ZipfFit,
     fit_capture,
     fit_topk,
@@ -95,6 +97,16 @@ def test_the_generator_reproduces_the_lstm_words_capture_it_was_fitted_on():
     assert abs(off.overlap / captured.overlap - 1) > 0.1 and abs(off.gamma / captured.gamma - 1) > 0.1
 
 
+def test_the_stored_fits_are_the_fits_of_the_statistics_stored_with_them():
+    for fit in (LSTM_WORDS_FIT, *IWSLT14_FIT.values()):
+        again = fit_zipf(fit.fitted_on, tokens=fit.tokens)
+        assert again.exponent == pytest.approx(fit.exponent, rel=1e-6) and again.draws == pytest.approx(fit.draws)
+    for part in OPT_TOPK_FIT.parts:  # rates stored to 4 digits
+        rates_B = torch.tensor(part.rates, dtype=torch.float64)
+        assert topk_overlap(rates_B, part.rho) == pytest.approx(part.fitted_on.overlap, rel=1e-3)
+    assert sum(p.share for p in OPT_TOPK_FIT.parts) == pytest.approx(1)
+
+
 def test_fit_zipf_recovers_the_law_that_drew_the_sets():
     truth = ZipfFit(exponent=1.1, draws=200, num_rows=5000, tokens=200, fitted_on=LSTM_WORDS_FIT.fitted_on)
     w = lstm_words_workload(truth)
@@ -137,21 +149,41 @@ def test_fit_capture_reads_a_natural_trace(tmp_path, monkeypatch):
 def test_fit_topk_recovers_the_correlation_and_the_profile(tmp_path, monkeypatch):
     monkeypatch.setenv("ZEN_ANALYSIS_DATA", str(tmp_path))
     rates = tuple(float(r) for r in np.linspace(0.2, 0.02, 16))
-    truth = TopkFit(rates=rates, rho=0.5, fitted_on=OPT_TOPK_FIT.fitted_on)
-    w = replace(paper_workload("opt", elements=2**16, fit=truth), density=float(np.mean(rates)))
+    truth = TopkPart(kind="layers", share=1.0, rates=rates, rho=0.5, fitted_on=LSTM_WORDS_FIT.fitted_on)
+    w = replace(paper_workload("opt", elements=2**16, fit=TopkFit(parts=(truth,))), density=float(np.mean(rates)))
     steps = [w.row_sets(8, step=s) for s in range(3)]
     fit = fit_topk([[sets] for sets in steps], [2**16], blocks=16)
     assert fit.rho == pytest.approx(0.5, abs=0.05)
     assert np.allclose(fit.rates, rates, rtol=0.1)
     assert topk_overlap(torch.tensor(fit.rates, dtype=torch.float64), fit.rho) == pytest.approx(fit.fitted_on.overlap)
     assert fit.fitted_on.share0 == pytest.approx(sum(rates[:2]) / sum(rates), rel=0.05)
+    # a store of two buckets: the layers' (these sets) and the LM head's (every rank the same elements)
+    head = torch.arange(0, 2**14, 4)
     recs = [
-        SparseGrad(s + 1, g, 0, "bucket00", "topk", (2**16,), idx, torch.ones(idx.numel()))
-        for s, sets in enumerate(steps) for g, idx in enumerate(sets)
+        SparseGrad(s + 1, g, 0, bucket, "topk", (2**16,), idx, torch.ones(idx.numel()))
+        for s, sets in enumerate(steps) for g, layer in enumerate(sets) for bucket, idx in (("b0", head), ("b1", layer))
     ]  # fmt: skip
     _write_store("fake-topk", recs)
+    manifest = paths.trace_dir("fake-topk") / "manifest.json"
+    m = json.loads(manifest.read_text())
+    m["tensors"]["b0"]["params"] = [["lm_head.weight", 0, 2**16]]
+    m["tensors"]["b1"]["params"] = [["layers.0.mlp.up_proj.bias", 0, 16], ["layers.0.mlp.up_proj.weight", 16, 2**16]]
+    manifest.write_text(json.dumps(m))
     again = fit_topk_capture("fake-topk", blocks=16, skip_first=False)
-    assert again == fit
+    assert [p.kind for p in again.parts] == ["layers", "embedding"] and [p.share for p in again.parts] == [0.5, 0.5]
+    assert again.parts[0] == replace(fit, share=0.5)
+    assert again.parts[1].rho > 0.99 and again.parts[1].fitted_on.overlap == 1.0
+
+
+def test_an_llms_space_is_its_layers_then_its_embedding_each_at_the_density():
+    w = paper_workload("llama", elements=2**18)
+    assert [p.kind for p in w.topk.parts] == ["layers", "embedding"]
+    embedding = w.topk.parts[1].share
+    assert embedding == pytest.approx(128_256 * 3_072 / 3.2e9)
+    cut = round((1 - embedding) * w.num_rows)
+    for s in w.row_sets(2):
+        assert int((s < cut).sum()) / cut == pytest.approx(0.05, rel=0.05)
+        assert int((s >= cut).sum()) / (w.num_rows - cut) == pytest.approx(0.05, rel=0.05)
 
 
 def test_deepfm_readings_show_which_reaches_table_1():

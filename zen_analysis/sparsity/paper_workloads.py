@@ -25,10 +25,11 @@ Each workload says what is synthetic in its ``synthetic`` line. In short:
   the density each reaches. The default reading keeps every stated number (214M, 1,024, 26 fields, 2.80%) and lets
   the row width, which the paper does not state, be what they imply.
 * **opt / llama / gemma2**: DGC top-5% sets of one TP shard's gradient (TP = 8 in a node, so 16 data-parallel
-  ranks at 16 machines, each summing its shard: ``gpus=16``), generated over 2^22 elements with the block profile
-  and rank correlation fitted on the toolkit's ``opt`` capture (:data:`OPT_TOPK_FIT`); ``scale`` carries the
-  factor to parameters / 8. One generated set stands for a bucket-shaped index space: the profile is the captured
-  buckets' rates by position relative to their bucket.
+  ranks at 16 machines, each summing its shard: ``gpus=16``), generated over 2^22 elements; ``scale`` carries the
+  factor to parameters / 8. The space is the model's decoder layers, then its (tied) token embedding, in the
+  shares of the paper's model (:data:`LLM_EMBEDDING`); each part has the block profile and rank correlation fitted
+  on the toolkit's ``opt`` capture for its kind of bucket (:data:`OPT_TOPK_FIT`: the layers' sets overlap far less
+  than the embedding's and LM head's), each part top-5% on its own as DGC selects per bucket.
 
 Memory: natural row sets are the distinct ids of a few thousand to a few hundred thousand draws; top-k sets are
 drawn at 2^22 elements. Nothing materialises a 406M-element table or a 3B-parameter gradient.
@@ -45,8 +46,8 @@ import torch
 
 from zen_analysis.config import DataConfig
 from zen_analysis.sparsity.metrics import partition_of
+from zen_analysis.sparsity.paper_fits import IWSLT14_FIT, IWSLT14_VOCAB, LSTM_WORDS_FIT, OPT_TOPK_FIT
 from zen_analysis.sparsity.workload_fit import (
-    SetStatistics,
     TopkFit,
     ZipfFit,
     draws_for_rows,
@@ -75,70 +76,13 @@ PAPER_INPUTS = {
 LSTM_VOCAB, LSTM_WIDTH = 793_471, 512  # One Billion Word's vocabulary x 512 = 406.3M (Table 1's 406M)
 LLM_TP, LLM_SEQ_LEN, LLM_ELEMENTS = 8, 1024, 2**22
 """The LLMs' tensor parallelism inside a node and sequence length (section 5.1), and the elements generated."""
-
-LSTM_WORDS_FIT = ZipfFit(
-    exponent=1.1930046504409986,
-    draws=303.00616798351547,
-    num_rows=69071,
-    tokens=512,
-    fitted_on=SetStatistics(
-        num_rows=69071, workers=32, steps=4, rows=138.4453125, overlap=0.26373989446856566,
-        gamma=15.769083823807847, share0=0.8701968158641455,
-    ),
-)  # fmt: skip
-"""The word LSTM's id law, fitted on ``lstm-words`` (Python 3.11 stdlib corpus: 69,071 words; 32 workers of 4 x 128
-tokens) by ``zen-analysis train lstm-words --run-id fit-lstm-words --set capture.topk_scope=none --set
-capture.every=1 --set train.num_steps=4`` and then ``workload_fit.fit_capture("fit-lstm-words")``. Which rows a batch
-touches depends on the data only, so 4 captured steps of 32 workers suffice."""
-
-IWSLT14_VOCAB = (32_011, 22_824)
-"""IWSLT'14 De-En word vocabularies (German source, English target, 4 specials each included): pcyin/pytorch_nmt's
-``data/iwslt.vocab.bin`` (commit bf28dae), built by its ``vocab.py`` (singletons dropped) on Ranzato et al.'s
-(ICLR'16, MIXER) word-level preprocessing of the 153k training pairs."""
-IWSLT14_FIT = {
-    "src": ZipfFit(
-        exponent=1.2873421455221252, draws=1942.3369698972006, num_rows=32011, tokens=1157,
-        fitted_on=SetStatistics(
-            num_rows=32011, workers=16, steps=20, rows=420.40625, overlap=0.3458067594588249,
-            gamma=7.077500528318285, share0=0.8185994563476967,
-        ),
-    ),
-    "tgt": ZipfFit(
-        exponent=1.2924510528845712, draws=2341.544636199618, num_rows=22824, tokens=1342,
-        fitted_on=SetStatistics(
-            num_rows=22824, workers=16, steps=20, rows=464.721875, overlap=0.35881677114555177,
-            gamma=6.775921791680682, share0=0.8045205199307549,
-        ),
-    ),
-}  # fmt: skip
-"""Each NMT side's id law: :func:`~zen_analysis.sparsity.workload_fit.fit_zipf` on 20 steps x 16 workers of 64
-random sentence pairs of IWSLT'14 De-En's valid and test text in the same repository and preprocessing (13,719
-pairs; 18.1 German words per sentence, 21.0 English tokens with <s> and </s>), words mapped to the vocabulary's ids.
-The text is not shipped here; the fitted numbers are."""
-
-OPT_TOPK_FIT = TopkFit(
-    rates=(
-        0.5848, 0.4895, 0.1285, 0.07679, 0.1948, 0.1547, 0.247, 0.2033, 0.1973, 0.1484, 0.1377, 0.1264, 0.1168,
-        0.1133, 0.09957, 0.09417, 0.08325, 0.08072, 0.07908, 0.07778, 0.06838, 0.06954, 0.06483, 0.06207, 0.04327,
-        0.04878, 0.04617, 0.0459, 0.0445, 0.03957, 0.03989, 0.03905, 0.03337, 0.03159, 0.03141, 0.02876, 0.02419,
-        0.02441, 0.02748, 0.02332, 0.02455, 0.02458, 0.0235, 0.01836, 0.02059, 0.01951, 0.02134, 0.02207, 0.01936,
-        0.01653, 0.01713, 0.0201, 0.0205, 0.02313, 0.018, 0.01817, 0.01934, 0.01613, 0.01708, 0.01703, 0.01667,
-        0.0175, 0.01689, 0.01719, 0.02912, 0.03021, 0.02708, 0.02694, 0.02641, 0.02369, 0.02752, 0.0232, 0.02465,
-        0.02198, 0.02542, 0.02177, 0.02256, 0.02211, 0.02402, 0.02286, 0.02591, 0.0239, 0.0225, 0.02272, 0.02379,
-        0.02322, 0.0247, 0.02288, 0.02416, 0.02268, 0.02578, 0.02287, 0.02104, 0.02205, 0.02275, 0.02437, 0.0129,
-        0.01295, 0.01321, 0.01124, 0.01254, 0.01518, 0.01135, 0.01293, 0.01321, 0.01165, 0.01306, 0.01132, 0.01044,
-        0.01621, 0.01277, 0.0137, 0.01341, 0.01111, 0.01435, 0.01512, 0.01487, 0.01544, 0.01277, 0.01266, 0.01265,
-        0.01334, 0.008237, 0.009761, 0.01266, 0.01146, 0.01176, 0.01199,
-    ),
-    rho=0.6737173175631228,
-    fitted_on=SetStatistics(
-        num_rows=5807616, workers=16, steps=2, rows=268451.15625, overlap=0.46601356011847095,
-        gamma=5.813187850629718, share0=0.526139589871854,
-    ),
-)  # fmt: skip
-"""The LLMs' top-k law, fitted on ``opt`` (8 DGC buckets of 1 MB cap, 16 workers, steps 10 and 20) by ``zen-analysis
-train opt --run-id fit-opt --set train.num_steps=30 --set train.workers_per_rank=4`` (``make reproduce``'s trim) and
-then ``workload_fit.fit_topk_capture("fit-opt")``."""
+LLM_EMBEDDING = {
+    "llama": 128_256 * 3_072,  # meta-llama/Llama-3.2-3B: vocab_size 128,256, tied, hidden 3,072 (Table 2)
+    "opt": (50_272 + 2_050) * 2_560,  # facebook/opt-2.7b: vocab 50,272 (tied) and 2,048 + 2 learned positions
+    "gemma2": 256_000 * 2_304,  # google/gemma-2-2b: vocab_size 256,000, tied, hidden 2,304 (Table 2)
+}
+"""Embedding parameters of the paper's LLMs (their Hugging Face configs; hidden sizes as Table 2): the share of the
+index space the top-k generator gives the embedding part."""
 
 
 @dataclass(frozen=True)
@@ -176,7 +120,8 @@ class PaperWorkload:
     laws: tuple[IdLaw, ...] = ()
     """Natural workloads: the id laws whose draws make a GPU's rows."""
     topk: TopkFit | None = None
-    """Top-k workloads: the block profile and rank correlation (rates rescaled to ``density``)."""
+    """Top-k workloads: the parts of the space in order, each with its share, block profile (rescaled to ``density``
+    per part) and rank correlation."""
 
     def row_sets(self, gpus: int, *, step: int = 0, seed: int = 0) -> list[torch.Tensor]:
         """``gpus`` sorted, distinct int64 row sets (one per GPU) for training step ``step``. GPU g's set depends
@@ -194,7 +139,7 @@ class PaperWorkload:
     def expected_density(self) -> float:
         """The laws' expected per-GPU density (natural); the rates' mean (top-k)."""
         if self.topk is not None:
-            return float(_rates(self).mean())
+            return float(_element_law(self)[0].mean())
         return _laws_density(self.laws)
 
 
@@ -218,22 +163,30 @@ def _draw(num_rows: int, exponent: float, draws: int, gen: torch.Generator) -> t
     return torch.searchsorted(_cdf(num_rows, exponent), u_T).clamp_(max=num_rows - 1)
 
 
-def _rates(w: PaperWorkload) -> torch.Tensor:
-    rates_B = torch.tensor(w.topk.rates, dtype=torch.float64)
-    return (rates_B * w.density / rates_B.mean()).clamp(max=1 - 1e-9)
+def _element_law(w: PaperWorkload) -> tuple[torch.Tensor, torch.Tensor]:
+    """(N,) each element's keep rate and rank correlation: the parts laid out in order by share, each part's blocks
+    over its range, each part's rates scaled to mean ``density`` (DGC keeps its ratio of every bucket)."""
+    N, parts = w.num_rows, w.topk.parts
+    ends = np.rint(np.cumsum([p.share for p in parts]) / sum(p.share for p in parts) * N).astype(int)
+    rate_N = torch.empty(N, dtype=torch.float64)
+    rho_N = torch.empty(N, dtype=torch.float64)
+    for part, start, end in zip(parts, [0, *ends[:-1]], ends):
+        rates_B = torch.tensor(part.rates, dtype=torch.float64)
+        rates_B = (rates_B * w.density / rates_B.mean()).clamp(max=1 - 1e-9)
+        rate_N[start:end] = rates_B[partition_of(torch.arange(end - start), end - start, rates_B.numel())]
+        rho_N[start:end] = part.rho
+    return rate_N, rho_N
 
 
 def _topk_sets(w: PaperWorkload, gpus: int, step: int, seed: int) -> list[torch.Tensor]:
-    """Rank g keeps e when sqrt(rho) z_e + sqrt(1 - rho) eps_ge > t_b(e): z fixed by the seed (the same elements
-    matter at every step), eps drawn per (seed, step, g), t_b the threshold that keeps block b at its rate."""
-    rho, N = w.topk.rho, w.num_rows
-    rates_B = _rates(w)
-    t_N = torch.special.ndtri(1 - rates_B)[partition_of(torch.arange(N), N, rates_B.numel())]
-    z_N = torch.randn(N, generator=_generator(w.name, seed, _SHARED), dtype=torch.float64)
-    bar_N = (t_N - rho**0.5 * z_N) / (1 - rho) ** 0.5  # eps above this keeps the element
+    """Rank g keeps e when sqrt(rho) z_e + sqrt(1 - rho) eps_ge > t(e): z fixed by the seed (the same elements
+    matter at every step), eps drawn per (seed, step, g), t(e) the threshold that keeps e's block at its rate."""
+    rate_N, rho_N = _element_law(w)
+    z_N = torch.randn(w.num_rows, generator=_generator(w.name, seed, _SHARED), dtype=torch.float64)
+    bar_N = (torch.special.ndtri(1 - rate_N) - rho_N.sqrt() * z_N) / (1 - rho_N).sqrt()  # eps above it keeps e
     out = []
     for g in range(gpus):
-        eps_N = torch.randn(N, generator=_generator(w.name, seed, _PER_GPU, step, g), dtype=torch.float64)
+        eps_N = torch.randn(w.num_rows, generator=_generator(w.name, seed, _PER_GPU, step, g), dtype=torch.float64)
         out.append(torch.nonzero(eps_N > bar_N).view(-1))
     return out
 
@@ -326,15 +279,18 @@ def _deepfm(*, rows: int | None = None, density: float = 0.0280, exponent: float
 def _llm(
     name: str, *, elements: int = LLM_ELEMENTS, density: float = 0.05, fit: TopkFit = OPT_TOPK_FIT
 ) -> PaperWorkload:
-    """An LLM's DGC top-k sets of one TP shard, generated over ``elements``."""
+    """An LLM's DGC top-k sets of one TP shard, generated over ``elements``: ``fit``'s parts in the model's shares."""
     inputs = PAPER_INPUTS[name]
+    embedding = LLM_EMBEDDING[name] / inputs["params"]
+    shares = {"layers": 1 - embedding, "embedding": embedding}
+    parts = tuple(replace(p, share=shares.get(p.kind, p.share)) for p in fit.parts)
     return PaperWorkload(
         name=name, kind="topk", num_rows=elements, width=1, scale=inputs["params"] / LLM_TP / elements,
         dense_params=0.0, samples_per_gpu=inputs["samples"], tokens_per_gpu=LLM_SEQ_LEN, density=density,
         synthetic=f"top-k sets over {elements:,} elements standing for one TP shard's gradient (params / {LLM_TP}): "
-        f"{len(fit.rates)}-block rate profile and rank correlation {fit.rho:.2f} fitted on the toolkit's opt capture "
-        f"({fit.fitted_on.workers} workers); nothing of the {name} model itself but its size",
-        topk=fit,
+        f"decoder layers then the embedding ({embedding:.1%} of {name}'s parameters), each with the block profile and "
+        "rank correlation fitted on the toolkit's opt capture for its kind of bucket; of the model only its sizes",
+        topk=TopkFit(parts=parts),
     )  # fmt: skip
 
 

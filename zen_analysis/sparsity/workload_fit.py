@@ -11,11 +11,14 @@ captures, so that only the paper's inputs (sizes, batches, densities) are taken 
   (a file's identifiers, a document's topic), so ``draws`` comes out below the tokens a worker saw: the ratio is
   the capture's burstiness, and only the law and the draws are carried to the paper's vocabulary. The densification
   ratio and the first-partition share are not fitted: they check the law (:func:`zipf_statistics`).
-* **DGC top-k sets** (the LLMs): ``blocks`` contiguous blocks of the index space, each selected at its own rate
-  (the skew: the captured buckets' rate profile, positions taken relative to each bucket), and a rank-to-rank
+* **DGC top-k sets** (the LLMs), one part per kind of bucket (:func:`tensor_kind`: the decoder layers', the
+  embeddings' and LM head's, whose sets overlap far more): ``blocks`` contiguous blocks, each selected at its own
+  rate (the skew: the kind's buckets' rate profile, positions taken relative to each bucket), and a rank-to-rank
   correlation ``rho`` of a Gaussian score: rank r keeps element e when ``sqrt(rho) z_e + sqrt(1 - rho) eps_re``
   exceeds its block's threshold, ``z`` shared by all ranks (the elements whose gradients are large everywhere),
-  ``eps`` a rank's own. ``rho`` is fitted to the captured overlap ratio; each block's rate is its mean.
+  ``eps`` a rank's own. ``rho`` is fitted to the kind's overlap ratio; each block's rate is its mean. Gamma and
+  the first-partition share check the part (the embedding part's gamma comes out low: a captured embedding bucket
+  holds the LM head and the token table, whose union grows faster than one correlation gives).
 
 Statistics are expectations (:func:`zipf_statistics`, :func:`topk_overlap`): the overlap ratio as E|I_1 ∩ I_2| /
 E|I| (the metric divides by the smaller set, which a few per cent more), gamma as E|∪ I_i| / E|I|.
@@ -209,13 +212,24 @@ def fit_capture(run: str | Path, *, tensor: str | None = None) -> ZipfFit:
 
 
 @dataclass(frozen=True)
-class TopkFit:
-    """Top-k sets fitted on a capture: each of ``len(rates)`` contiguous blocks kept at its rate (the mean is the
-    density), ranks correlated by ``rho`` (module docstring); ``fitted_on`` pools the captured buckets."""
+class TopkPart:
+    """Top-k sets of one kind of tensor: each of ``len(rates)`` contiguous blocks kept at its rate (their mean is
+    the density), ranks correlated by ``rho`` (module docstring); ``fitted_on`` pools the captured tensors."""
 
+    kind: str
+    """``layers`` (the decoder's matrices) or ``embedding`` (the token embeddings and LM head)."""
+    share: float
+    """Fraction of the index space this kind holds (in the capture, the fitted tensors' share of its elements)."""
     rates: tuple[float, ...]
     rho: float
     fitted_on: SetStatistics
+
+
+@dataclass(frozen=True)
+class TopkFit:
+    """A model's top-k sets as consecutive parts of its index space, one per kind of tensor."""
+
+    parts: tuple[TopkPart, ...]
 
 
 def _pair_probability(rates_B: torch.Tensor, rho: float) -> torch.Tensor:
@@ -233,10 +247,17 @@ def topk_overlap(rates_B: torch.Tensor, rho: float) -> float:
     return float(_pair_probability(rates_B, rho).sum() / rates_B.sum())
 
 
-def fit_topk(steps: Sequence[Sequence[Sequence[torch.Tensor]]], numels: Sequence[int], *, blocks: int = 128) -> TopkFit:
-    """Fit on top-k sets of several tensors (a run's buckets): ``steps[t][j]`` holds the worker sets of tensor j
-    (``numels[j]`` elements) at step t. Block b of a tensor is its b-th of ``blocks`` equal parts. Rates: each
-    block's kept fraction pooled over tensors, workers and steps; ``rho``: bisected to the pooled overlap ratio.
+def fit_topk(
+    steps: Sequence[Sequence[Sequence[torch.Tensor]]],
+    numels: Sequence[int],
+    *,
+    kind: str = "layers",
+    share: float = 1.0,
+    blocks: int = 128,
+) -> TopkPart:
+    """Fit on top-k sets of tensors of one kind: ``steps[t][j]`` holds the worker sets of tensor j (``numels[j]``
+    elements) at step t. Block b of a tensor is its b-th of ``blocks`` equal parts. Rates: each block's kept fraction
+    pooled over tensors, workers and steps; ``rho``: bisected to the pooled overlap ratio.
 
     ``fitted_on`` pools the tensors as one bucket-shaped space would show them: rows per worker summed over
     tensors, overlap as the sum of intersections over the sum of the smaller sets, gamma as the sum of unions over
@@ -273,24 +294,40 @@ def fit_topk(steps: Sequence[Sequence[Sequence[torch.Tensor]]], numels: Sequence
         gamma=union / mean,
         share0=float(kept_B[: blocks // 8].sum() / kept_B.sum()),
     )
-    return TopkFit(rates=tuple(float(r) for r in rates_B), rho=(lo + hi) / 2, fitted_on=stats)
+    rates = tuple(float(r) for r in rates_B)
+    return TopkPart(kind=kind, share=share, rates=rates, rho=(lo + hi) / 2, fitted_on=stats)
+
+
+EMBEDDING_NAMES = ("embed", "lm_head")
+"""A tensor (a DGC bucket) is of kind ``embedding`` when most of its elements are parameters named with one of these
+(token and position embeddings, the LM head), else ``layers``."""
+
+
+def tensor_kind(params: Sequence[Sequence]) -> str:
+    """``embedding`` or ``layers`` for a bucket holding ``params`` ((name, start, end) as the manifest lists them)."""
+    embedding = sum(end - start for name, start, end in params if any(k in name for k in EMBEDDING_NAMES))
+    return "embedding" if 2 * embedding > sum(end - start for _, start, end in params) else "layers"
 
 
 def fit_topk_capture(run: str | Path, *, blocks: int = 128, skip_first: bool = True) -> TopkFit:
-    """:func:`fit_topk` on every top-k tensor of ``run`` (a DGC run's buckets), at every captured step but the first
-    when ``skip_first`` and there are others: at step 0 error feedback holds no residual yet."""
+    """:func:`fit_topk` on ``run``'s top-k tensors (a DGC run's buckets), one part per kind (:func:`tensor_kind`;
+    a tensor without a parameter list is ``layers``), at every captured step but the first when ``skip_first`` and
+    there are others: at step 0 error feedback holds no residual yet."""
     reader = TraceReader(run)
-    topk = {t: i["numel"] for t, i in reader.manifest["tensors"].items() if i["kind"] == "topk"}
+    topk = {t: i for t, i in reader.manifest["tensors"].items() if i["kind"] == "topk"}
     if not topk:
         raise ValueError(f"{reader.run_id} has no top-k records (capture.topk_scope=none?)")
-    names = sorted(topk)
-    captured = sorted({s for t in names for s in reader.steps(t)})
+    captured = sorted({s for t in topk for s in reader.steps(t)})
     if skip_first and len(captured) > 1:
         captured = captured[1:]
-    steps = [[reader.index_sets(step)[t] for t in names] for step in captured]
-    return fit_topk(steps, [topk[t] for t in names], blocks=blocks)
-
-
-def union_share0(sets: Sequence[torch.Tensor], num_rows: int) -> float:
-    """Share of the union's non-zeros in the first of 8 contiguous partitions."""
-    return float(partition_shares(union_of(sets, num_rows), num_rows, 8)[0])
+    sets = [reader.index_sets(step) for step in captured]
+    kinds = {t: tensor_kind(i.get("params", [])) for t, i in topk.items()}
+    total = sum(i["numel"] for i in topk.values())
+    parts = []
+    for kind in ("layers", "embedding"):
+        names = sorted(t for t in topk if kinds[t] == kind)
+        if names:
+            numels = [topk[t]["numel"] for t in names]
+            steps = [[step_sets[t] for t in names] for step_sets in sets]
+            parts.append(fit_topk(steps, numels, kind=kind, share=sum(numels) / total, blocks=blocks))
+    return TopkFit(parts=tuple(parts))
