@@ -215,3 +215,21 @@ def test_bad_options_are_errors():
         paper_figures(("lstm",), schemes=("zen",), workload_of=FAKES.__getitem__)
     with pytest.raises(ValueError, match="flat only"):
         natural_syncs([torch.arange(4)] * 8, 16, 2, ("agsparse",), hierarchy={"agsparse": "node"})
+
+
+def test_a_measured_step_is_the_compute_on_its_card_and_says_so(tmp_path):
+    import json
+
+    from zen_analysis.experiments.paper_figures import step_compute
+
+    (tmp_path / "run").mkdir()
+    row = {"workload": "lstm", "size": "paper", "forward_s": 0.1, "backward_s": 0.2, "optimizer_s": 0.05}
+    pd.DataFrame([{**row, "step_s": 0.35, "batch": 128, "seq_len": 128}]).to_csv(tmp_path / "run/paper_compute.csv")
+    (tmp_path / "run/env.json").write_text(json.dumps({"gpu_name": "NVIDIA H100 80GB HBM3", "date": "2026-12-01"}))
+    lstm = FAKES["lstm"]
+    got = step_compute(lstm, "h100", TCP, Links(), tmp_path)
+    assert got.seconds == pytest.approx(0.35) and got.backward == pytest.approx(0.2)
+    assert got.source.startswith("measured on NVIDIA H100 80GB HBM3, 2026-12-01")
+    assumed = step_compute(lstm, "v100", TCP, Links(), tmp_path)
+    assert assumed.seconds == pytest.approx(6 * 2e6 * 2048 / (15.7e12 * 0.4))
+    assert assumed.source.startswith("assumed: V100 SXM2")

@@ -21,8 +21,8 @@ collectives, the node's link shared), and prices a training step:
   (``hidden_s``). The embedding's sum is not hidden: its layer is the first, its gradient ready last. LLMs: the
   sparse sums run bucket by bucket in DDP's comm hook during backward (section 4.8), so at most ``overlap`` x
   backward of ``comm_s`` hides, for every scheme alike.
-* ``step_s`` = compute + dense comm + comm - hidden; ``samples_per_s`` = data-parallel replicas x samples per
-  replica / step (LLMs: one sample per TP group of 8 GPUs); ``speedup`` is throughput over AllReduce's,
+* ``step_s`` = compute + dense comm + comm - hidden; ``samples_per_s`` = data-parallel ranks (``ranks``: every GPU;
+  LLMs: one TP group of 8 GPUs per machine) x samples per rank / step; ``speedup`` is throughput over AllReduce's,
   ``comm_speedup`` AllReduce's ``comm_s`` over the scheme's (Fig. 15).
 
 The paper's RESULTS never feed this: they sit beside it (:mod:`~zen_analysis.experiments.paper_numbers`), after
@@ -163,6 +163,7 @@ def price_case(
                 "testbed": testbed,
                 "machines": m,
                 "gpus": gpus,
+                "ranks": replicas,
                 "scheme": name,
                 "hierarchy": HIERARCHIES[sync.hierarchy],
                 "step_s": step,

@@ -179,7 +179,7 @@ def _shares(entry: PaperNumber, at: pd.DataFrame) -> str:
     sc = by.loc[entry.scheme]
     return (
         f"{entry.scheme}'s sum is {sc['intra_s'] / sc['comm_s']:.0%} NVLink and {sc['inter_s'] / sc['comm_s']:.0%} "
-        f"network, the union of the {int(sc['gpus'])} GPUs' sets {sc['union_density']:.0%} of the tensor"
+        f"network, the union of the {int(sc['ranks'])} data-parallel ranks' sets {sc['union_density']:.0%} of it"
     )
 
 
