@@ -12,7 +12,7 @@ scheme as its published implementation treats the node (:data:`HIERARCHY`):
   each node's link once and has it to itself: 2 (n - 1) steps of alpha + ceil(M / n) x 4 bytes over the slowest link
   of the ring, the network's (:func:`~zen_analysis.pricing.cost.phase_times`' ring formula). Horovod's hierarchical
   all-reduce (reduce-scatter in the node, 8 rings across, all-gather) moves 2 (m - 1) / m where this moves
-  2 (n - 1) / n of the table over each link: within 7% at 16 machines.
+  2 (n - 1) / n of the table over each link: 6% less at 16 machines.
 * ``agsparse`` (PyTorch DDP's sparse all-gather), ``flat``: every GPU's rows all-gathered around one ring of all
   8 m GPUs, as DDP does an ``nn.Embedding(sparse=True)`` gradient (:func:`~zen_analysis.pricing.traffic.ddp_sparse`:
   an int64 row index and D values per row, gloo's ring ``allgatherv``): no sum inside the node, each node's link
