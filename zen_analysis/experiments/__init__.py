@@ -13,6 +13,9 @@ drive (algorithms, schemes, the launcher) and below the interface.
 * :mod:`~zen_analysis.experiments.lab_sweeps` — schemes, training and DDP measured behind shaped links;
 * :mod:`~zen_analysis.experiments.exchange` — captured rows summed by stock DDP's sparse path and by the schemes;
 * :mod:`~zen_analysis.experiments.paper_scale` — the Zen paper's Fig. 11-14 modelled from captured traces;
+* :mod:`~zen_analysis.experiments.paper_figures` — its Fig. 11-15 and 17b modelled from workloads with its stated
+  statistics, each scheme in its own hierarchy (:mod:`~zen_analysis.experiments.paper_hierarchy`), the paper's numbers
+  beside the model's (:mod:`~zen_analysis.experiments.paper_numbers`);
 * :mod:`~zen_analysis.experiments.local_sgd` — EDiT / A-EDiT against the baselines, stragglers, the penalty
   ablation.
 """

@@ -1,6 +1,7 @@
-"""Benchmarks of the analysis side (``zen-analysis bench capture | characterize | evaluate | paper``; registered in
-:mod:`zen_analysis.experiments.benchmarks`): the cost of capture, characterization and scheme modelling at the
-sizes their issues set, and the Zen paper's Fig. 11-14 modelled from captured traces.
+"""Benchmarks of the analysis side (``zen-analysis bench capture | characterize | evaluate | paper | paper-figures``;
+registered in :mod:`zen_analysis.experiments.benchmarks`): the cost of capture, characterization and scheme modelling
+at the sizes their issues set, the Zen paper's Fig. 11-14 modelled from captured traces, and its Fig. 11-15 and 17b
+modelled from workloads with its stated statistics.
 
 ``characterize``: time and peak memory of ``zen-analysis characterize`` on a synthetic capture of the size the
 characterization issue sets: a 16.8M-element embedding gradient (65,536 rows x 256), 128 workers, 20 steps,
@@ -34,9 +35,17 @@ from zen_analysis.comm.schemes import SCHEMES
 from zen_analysis.config import apply_overrides
 from zen_analysis.evaluation.calibrate import preset
 from zen_analysis.evaluation.evaluate import DEFAULT_TOPOLOGIES, evaluate, evaluate_step
-from zen_analysis.experiments.bench_options import CONFIG, names, parse_sets
+from zen_analysis.experiments.bench_options import CONFIG, draw_figure, ints, names, parse_sets
+from zen_analysis.experiments.paper_figures import (
+    MACHINES,
+    PAPER_WORKLOADS,
+    TESTBEDS,
+    paper_figures,
+    write_paper_figures,
+)
 from zen_analysis.experiments.paper_scale import paper_crossover, paper_throughput
 from zen_analysis.experiments.run_ids import reproduce_run_id
+from zen_analysis.plots.paper import throughput_vs_machines
 from zen_analysis.runs.launch import launch
 
 
@@ -236,3 +245,46 @@ def bench_paper(overrides: list[str] | tuple[str, ...] = ()) -> dict:
         print(xo[["run", "n", "zen_leads", "crossover_gbps"]].to_string(index=False))
     print(f"written to {out} and {out.with_name('stock_crossover_modelled.csv')}")
     return {"table": table, "path": out, "crossover": crossovers}
+
+
+def bench_paper_figures(overrides: list[str] | tuple[str, ...] = ()) -> dict:
+    """The Zen paper's Fig. 11-15 and 17b at its scale, modelled from workloads with its stated statistics
+    (:func:`~zen_analysis.experiments.paper_figures.paper_figures`): every scheme on 2-16 machines of 8 V100 at
+    25 Gbit/s TCP and 100 Gbit/s EFA, each paper number beside the model's. Writes
+    ``data/derived/paper/fig11_15.csv`` and ``fig11_15_paper.csv`` (:func:`~zen_analysis.experiments.paper_figures.
+    write_paper_figures`) and figure ``paper_fig11_14``. ``--set workloads=lstm,opt testbeds=paper-tcp25
+    machines=4,16 device=h100 overlap=0.3 seed=1``."""
+
+    defaults = {
+        "workloads": list(PAPER_WORKLOADS),
+        "testbeds": list(TESTBEDS),
+        "machines": list(MACHINES),
+        "device": "v100",
+        "overlap": 0.5,
+        "seed": 0,
+    }
+    types = {"workloads": names, "testbeds": names, "machines": ints}
+    opts = parse_sets("paper-figures", overrides, defaults, types)
+    table = paper_figures(
+        opts["workloads"],
+        opts["testbeds"],
+        opts["machines"],
+        device=opts["device"],
+        overlap=opts["overlap"],
+        seed=opts["seed"],
+    )
+    csv, paper_csv = write_paper_figures(table)
+    draw_figure(throughput_vs_machines(table), "paper_fig11_14")
+    at = table[table["machines"] == max(opts["machines"])]
+    shown = at.pivot_table(index=["testbed", "workload"], columns="scheme", values="speedup", sort=False)
+    comm = at.pivot_table(index=["testbed", "workload"], columns="scheme", values="comm_speedup", sort=False)
+    comp = table.attrs["paper"][["figure", "workload", "testbed", "ratio", "paper", "model", "read_at", "cause"]]
+    with pd.option_context("display.width", 250, "display.max_colwidth", 300, "display.float_format", "{:.3g}".format):
+        print(f"throughput over AllReduce at {max(opts['machines'])} machines ({table['compute_source'].iloc[0]}):")
+        print(shown.to_string())
+        print("communication time speedup over AllReduce (Fig. 15):")
+        print(comm.to_string())
+        print("the paper's numbers beside the model's:")
+        print(comp.to_string(index=False))
+    print(f"written to {csv} and {paper_csv}")
+    return {"speedup": shown.reset_index(), "comm_speedup": comm.reset_index(), "paper": comp, "path": csv}

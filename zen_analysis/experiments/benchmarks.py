@@ -77,6 +77,10 @@ BENCHMARKS = {
     "paper": Benchmark(
         "bench_analysis:bench_paper", "Fig. 11-14 modelled at 16 x 8 V100, 25 Gbit/s, from the captured traces"
     ),
+    "paper-figures": Benchmark(
+        "bench_analysis:bench_paper_figures",
+        "Fig. 11-15 and 17b modelled on 2-16 machines at 25 and 100 Gbit/s, from workloads with the paper's statistics",
+    ),
 }
 """Every benchmark by its name on the command line: the one list of them; the CLI's choices and help and ``make
 bench`` (:func:`default_benchmarks`) come from here."""

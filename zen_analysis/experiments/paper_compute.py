@@ -38,6 +38,7 @@ import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import pandas as pd
 import torch
@@ -268,6 +269,72 @@ def measured_step(workload: str, card: str, *, root: str | Path | None = None) -
     if hit.empty:
         return None
     return hit.sort_values(["date", "folder"]).iloc[-1]
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    """One GPU's compute, as data: ``peak_flops`` at the precision named, times an assumed ``utilization`` (the
+    fraction of peak a training step's matrix products reach: an assumption, not a measurement)."""
+
+    name: str
+    peak_flops: float
+    precision: str
+    utilization: float
+
+    @property
+    def flops(self) -> float:
+        """FLOP/s a training step is assumed to sustain."""
+        return self.peak_flops * self.utilization
+
+
+DEVICES = {
+    # datasheet peaks; the paper trained in FP32 on V100 (PyTorch 2.2, no mixed precision stated)
+    "v100": DeviceProfile(name="V100 SXM2", peak_flops=15.7e12, precision="fp32", utilization=0.4),
+    "a100": DeviceProfile(name="A100 SXM", peak_flops=156e12, precision="tf32 tensor cores", utilization=0.4),
+    "h100": DeviceProfile(name="H100 SXM", peak_flops=989e12, precision="bf16 tensor cores, dense", utilization=0.4),
+    "h200": DeviceProfile(name="H200 SXM", peak_flops=989e12, precision="bf16 tensor cores, dense", utilization=0.4),
+}
+"""Device profiles by name: peak FLOP/s and the utilization assumed for all of them (0.4). A name is also what picks a
+GPU run's measured step (:func:`measured_step`: the GPU's name holds it)."""
+
+
+class StepCompute(NamedTuple):
+    """One GPU's compute per training step: all of it, its backward, and where the number comes from."""
+
+    seconds: float
+    backward: float
+    source: str
+
+
+def assumed_step(device: str, flops: float) -> StepCompute:
+    """``flops`` of one step at ``device``'s assumed rate (:data:`DEVICES`: peak x utilization), 2/3 of it backward
+    (backward computes two products per forward one); the source says so."""
+    if device not in DEVICES:
+        raise ValueError(f"unknown device {device!r}; choose from {sorted(DEVICES)}")
+    dev = DEVICES[device]
+    seconds = flops / dev.flops
+    source = f"assumed: {dev.name}, {dev.precision}, {dev.peak_flops / 1e12:g} TFLOP/s x {dev.utilization:g}"
+    return StepCompute(seconds, seconds * 2 / 3, source)
+
+
+def measured_step_compute(
+    workload: str, device: str, *, per_gpu: float, unit: str = "tokens", root: str | Path | None = None
+) -> StepCompute | None:
+    """A GPU run's measured step of ``workload`` on ``device`` (:func:`measured_step`), None where none exists: its
+    forward and backward scaled by ``per_gpu`` over what the run timed (``unit`` "tokens": batch x sequence length;
+    "samples": batch) where they differ, its optimizer step as measured (AdamW's step is per parameter, not per
+    token); backward the measured one."""
+    if unit not in ("tokens", "samples"):
+        raise ValueError(f"unit must be 'tokens' or 'samples', got {unit!r}")
+    row = measured_step(workload, device, root=root)
+    if row is None:
+        return None
+    timed = float(row["batch"]) * (float(row["seq_len"]) if unit == "tokens" else 1.0)
+    scale = per_gpu / timed
+    fwd, bwd = float(row["forward_s"]) * scale, float(row["backward_s"]) * scale
+    scaled = f", forward and backward x {scale:g} for the {unit} per GPU" if scale != 1 else ""
+    source = f"measured on {row['gpu_name']}, {row['date']} (data/gpu/{row['folder']}){scaled}"
+    return StepCompute(fwd + bwd + float(row["optimizer_s"]), bwd, source)
 
 
 def main(argv: list[str] | None = None) -> pd.DataFrame:

@@ -11,7 +11,7 @@ measured step is the compute, in place of the assumed peak x utilization.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -24,38 +24,17 @@ from zen_analysis.comm.schemes import build_scheme
 from zen_analysis.config import ExperimentConfig
 from zen_analysis.evaluation.calibrate import preset
 from zen_analysis.evaluation.crossover import stock_crossover, stock_seconds
-from zen_analysis.experiments.paper_compute import measured_step
+from zen_analysis.experiments.paper_compute import (
+    DEVICES,
+    DeviceProfile,  # noqa: F401 - re-exported beside DEVICES
+    StepCompute,
+    assumed_step,
+    measured_step_compute,
+)
 from zen_analysis.pricing.cost import phase_times, total_seconds
 from zen_analysis.pricing.topology import GBPS, Topology
 from zen_analysis.pricing.traffic import DDP_SPARSE, Traffic
 from zen_analysis.workload.model import build_model
-
-
-@dataclass(frozen=True)
-class DeviceProfile:
-    """One GPU's compute, as data: ``peak_flops`` at the precision named, times an assumed ``utilization`` (the
-    fraction of peak a training step's matrix products reach: an assumption, not a measurement)."""
-
-    name: str
-    peak_flops: float
-    precision: str
-    utilization: float
-
-    @property
-    def flops(self) -> float:
-        """FLOP/s a training step is assumed to sustain."""
-        return self.peak_flops * self.utilization
-
-
-DEVICES = {
-    # datasheet peaks; the paper trained in FP32 on V100 (PyTorch 2.2, no mixed precision stated)
-    "v100": DeviceProfile(name="V100 SXM2", peak_flops=15.7e12, precision="fp32", utilization=0.4),
-    "a100": DeviceProfile(name="A100 SXM", peak_flops=156e12, precision="tf32 tensor cores", utilization=0.4),
-    "h100": DeviceProfile(name="H100 SXM", peak_flops=989e12, precision="bf16 tensor cores, dense", utilization=0.4),
-    "h200": DeviceProfile(name="H200 SXM", peak_flops=989e12, precision="bf16 tensor cores, dense", utilization=0.4),
-}
-"""Device profiles by name: peak FLOP/s and the utilization assumed for all of them (0.4). A name is also what picks a
-GPU run's measured step (:func:`~zen_analysis.experiments.paper_compute.measured_step`: the GPU's name holds it)."""
 
 SCHEMES = ("allreduce", "agsparse", "sparcml", "omnireduce", "zen", DDP_SPARSE)
 """What the table prices: the paper's baselines with Zen, and stock DDP's sparse all-gather where it applies."""
@@ -220,31 +199,17 @@ def _dense_params(manifest: dict, table: tuple[int, int] | None) -> int:
     return total - (table[0] * table[1] if table else 0)
 
 
-class _Compute(NamedTuple):
-    """One GPU's compute per step: all of it, its backward, and where the number comes from."""
-
-    seconds: float
-    backward: float
-    source: str
-
-
-def _compute(step: _Step, workload: str, device: str, size: str, measured: str | Path | None) -> _Compute:
+def _compute(step: _Step, workload: str, device: str, size: str, measured: str | Path | None) -> StepCompute:
     """The step's compute on ``device``: with ``size="paper"``, a GPU run's measured step of the paper's model on that
-    card where one exists (:func:`~zen_analysis.experiments.paper_compute.measured_step` under ``measured``, the
-    folder of GPU runs; None: ``data/gpu``), its forward and backward scaled by the modelled tokens per GPU over the
-    measured (batch x sequence length) where they differ, its optimizer step as measured (AdamW's step is per
-    parameter, not per token); else 6 x dense parameters x tokens per GPU / (peak x utilization), 2/3 of it backward."""
-    row = measured_step(workload, device, root=measured) if size == "paper" and workload in PAPER_BATCH else None
-    if row is not None:
-        scale = step.tokens_per_gpu / (float(row["batch"]) * float(row["seq_len"]))
-        fwd, bwd = float(row["forward_s"]) * scale, float(row["backward_s"]) * scale
-        scaled = f", forward and backward x {scale:g} for the tokens per GPU" if scale != 1 else ""
-        source = f"measured on {row['gpu_name']}, {row['date']} (data/gpu/{row['folder']}){scaled}"
-        return _Compute(fwd + bwd + float(row["optimizer_s"]), bwd, source)
-    dev = DEVICES[device]
-    compute = 6 * step.params * step.tokens_per_gpu / dev.flops
-    source = f"assumed: {dev.name}, {dev.precision}, {dev.peak_flops / 1e12:g} TFLOP/s x {dev.utilization:g}"
-    return _Compute(compute, compute * 2 / 3, source)
+    card where one exists (:func:`~zen_analysis.experiments.paper_compute.measured_step_compute` under ``measured``,
+    the folder of GPU runs; None: ``data/gpu``), its forward and backward scaled by the modelled tokens per GPU over
+    the measured (batch x sequence length) where they differ; else 6 x dense parameters x tokens per GPU / (peak x
+    utilization) (:func:`~zen_analysis.experiments.paper_compute.assumed_step`), 2/3 of it backward."""
+    if size == "paper" and workload in PAPER_BATCH:
+        got = measured_step_compute(workload, device, per_gpu=step.tokens_per_gpu, root=measured)
+        if got is not None:
+            return got
+    return assumed_step(device, 6 * step.params * step.tokens_per_gpu)
 
 
 def _comm_seconds(name: str, sets, numel: int, width: int, topo: Topology, factor: float) -> float:

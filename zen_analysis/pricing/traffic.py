@@ -218,6 +218,41 @@ class Traffic:
         return pd.concat(parts, ignore_index=True).sort_values(["rank", "phase", "kind"], ignore_index=True)[COLUMNS]
 
 
+def concurrent(traffics: list[Traffic]) -> Traffic:
+    """One traffic for groups that run at the same time over the same ranks (the 8 local-rank groups of a node
+    summing their shards across nodes at once, each rank i of a group on node i): per phase and kind the bytes
+    summed, so a rank's phase time prices its link carrying every group's bytes (a node's network link shared by
+    the groups, work-conserving: a group done early leaves its share to the others); the calls those of the
+    group that makes the most (the groups' messages are in flight together, each rank pays a call's latency once);
+    dense ring all-reduces' elements summed (concurrent rings over one link). The groups' ring all-gathers are
+    refused: they are timed step by step and concurrent ones would need a schedule of their own."""
+    if not traffics:
+        raise ValueError("no traffic to combine")
+    first = traffics[0]
+    if any(t.world != first.world for t in traffics):
+        raise ValueError(f"concurrent groups must span the same ranks, got worlds {[t.world for t in traffics]}")
+    if any(t.ring_gathers for t in traffics):
+        raise ValueError("concurrent ring all-gathers are not modelled: price them group by group")
+    out = Traffic(first.world, value_bytes=first.value_bytes, width=first.width)
+    for t in traffics:
+        for key, m in t.matrices.items():
+            out._matrix(*key, everyone=False)[...] += m
+            out.active[key] |= t.active[key]
+        for phase, calls in t.calls.items():
+            out.calls[phase] = max(out.calls[phase], calls)
+        out.primitive.update(t.primitive)
+        for key, per_rank in t.rank_calls.items():
+            have = out.rank_calls.setdefault(key, np.zeros(out.world, dtype=np.int64))
+            np.maximum(have, per_rank, out=have)
+        for phase, (numel, element_bytes) in t.ring_phases.items():
+            before = out.ring_phases.get(phase, (0, element_bytes))[0]
+            out.ring_phases[phase] = (before + numel, element_bytes)
+            out._ring_bytes[phase] = out._ring_bytes.get(phase, 0) + t._ring_bytes[phase]
+        for feature, v in t.work.items():
+            out.work[feature] = out.work.get(feature, 0) + v
+    return out
+
+
 def _every_pair(m: np.ndarray, nbytes: int) -> None:
     """Add ``nbytes`` from every rank to every other rank (not to itself) to the (W, W) matrix ``m``."""
     m += nbytes

@@ -1,0 +1,68 @@
+"""The Zen paper's Fig. 11-14 modelled at its scale (:func:`~zen_analysis.experiments.paper_figures.paper_figures`):
+throughput against machines per scheme, with the paper's points where it gives them."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from zen_analysis.plots import style
+
+CURVES = ("allreduce", "agsparse", "sparcml", "omnireduce", "zen")
+"""The series of Fig. 11-14."""
+
+
+def paper_points(table: pd.DataFrame) -> pd.DataFrame:
+    """The paper's throughput points implied by its ratios: for every row carrying a throughput ratio
+    (``paper_metric``), the paper's ``paper_of`` at ``paper`` x the model's ``paper_over`` throughput there (the
+    paper states ratios, not samples/s). Columns ``workload, testbed, machines, scheme, samples_per_s, ratio``."""
+    have = table[(table["paper_metric"] == "throughput") & table["paper"].notna()]
+    key = ["workload", "testbed", "machines", "scheme"]
+    model = table.set_index(key)["samples_per_s"]
+    rows = []
+    for r in have.itertuples():
+        base = model.get((r.workload, r.testbed, r.machines, r.paper_over))
+        if base is not None:
+            rows.append((r.workload, r.testbed, r.machines, r.paper_of, r.paper * base, r.paper_ratio))
+    return pd.DataFrame(rows, columns=[*key, "samples_per_s", "ratio"])
+
+
+def throughput_vs_machines(table: pd.DataFrame, *, schemes=CURVES) -> plt.Figure:
+    """Fig. 11-14 modelled: samples/s (log) against machines (log 2) per scheme of ``schemes``, one panel per testbed
+    (rows) and workload (columns); stars are the paper's points (:func:`paper_points`), in the colour of the scheme
+    they are the paper's throughput of. ``table``: :func:`~zen_analysis.experiments.paper_figures.paper_figures`."""
+    style.apply()
+    testbeds = list(dict.fromkeys(table["testbed"]))
+    workloads = list(dict.fromkeys(table["workload"]))
+    fig, axes = plt.subplots(
+        len(testbeds), len(workloads), figsize=(3.3 * len(workloads), 3.1 * len(testbeds)), squeeze=False
+    )
+    points = paper_points(table)
+    for i, testbed in enumerate(testbeds):
+        for j, workload in enumerate(workloads):
+            ax = axes[i, j]
+            d = table[(table["testbed"] == testbed) & (table["workload"] == workload)]
+            for scheme in schemes:
+                s = d[d["scheme"] == scheme].sort_values("machines")
+                ax.plot(s["machines"], s["samples_per_s"], marker="o", ms=3, color=style.color(scheme), label=scheme)
+            p = points[(points["testbed"] == testbed) & (points["workload"] == workload)]
+            for r in p.itertuples():
+                star = {"marker": "*", "s": 110, "edgecolors": "black", "linewidths": 0.6, "zorder": 5}
+                ax.scatter(r.machines, r.samples_per_s, color=style.color(r.scheme), **star)
+            machines = sorted(d["machines"].unique())
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xticks(machines, [str(m) for m in machines])
+            style.readable_log_ticks(ax)
+            ax.set_title(f"{workload}, {testbed}", fontsize=9)
+            ax.set(
+                xlabel="machines (8 GPUs each)" if i == len(testbeds) - 1 else "",
+                ylabel="samples / s" if j == 0 else "",
+            )
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    star = plt.Line2D([], [], marker="*", ls="", color="0.4", markeredgecolor="black", ms=10)
+    labels = [*labels, "paper (its ratio x the model's baseline)"]
+    fig.legend([*handles, star], labels, loc="lower center", ncol=len(labels), bbox_to_anchor=(0.5, -0.04), fontsize=8)
+    fig.suptitle("Throughput against machines, modelled (paper Fig. 11-14)", y=1.0)
+    fig.tight_layout()
+    return fig
