@@ -1,6 +1,7 @@
 """Fig. 11-15 at the paper's scale, modelled from workloads with its statistics: the hierarchy's pricing is the
-documented arithmetic, the table keeps its contract, and the paper's numbers sit beside the model without feeding it.
-Small fake workloads of the generator's shape keep it fast."""
+documented arithmetic, the table keeps its contract, an LLM's link carries its machine's 8 TP shards, and the paper's
+numbers sit beside the model without feeding it. Small fake workloads of the generator's shape, and the generator's
+own workloads at few machines or few elements, keep it fast."""
 
 import math
 from dataclasses import dataclass
@@ -12,7 +13,14 @@ import torch
 
 from zen_analysis.comm.schemes import build_scheme
 from zen_analysis.experiments import paper_numbers
-from zen_analysis.experiments.paper_figures import paper_figures, write_paper_figures
+from zen_analysis.experiments.paper_compute import SHAPES
+from zen_analysis.experiments.paper_figures import (
+    compute_tokens,
+    model_params,
+    paper_figures,
+    step_compute,
+    write_paper_figures,
+)
 from zen_analysis.experiments.paper_hierarchy import (
     Links,
     block_sets,
@@ -21,10 +29,10 @@ from zen_analysis.experiments.paper_hierarchy import (
     sync_seconds,
     topk_syncs,
 )
-from zen_analysis.experiments.paper_standins import paper_workload
 from zen_analysis.pricing.cost import phase_times
 from zen_analysis.pricing.topology import PRESETS, Topology
 from zen_analysis.pricing.traffic import concurrent
+from zen_analysis.sparsity.paper_workloads import PAPER_INPUTS, paper_workload
 from zen_analysis.sparsity.synthetic import synthetic_index_sets
 
 TCP = PRESETS["paper-tcp25"]
@@ -52,7 +60,7 @@ class FakeWorkload:
 
 FAKES = {
     "lstm": FakeWorkload("lstm", "natural", 4096, 64, 1.0, 2e6, 128, 2048, 0.02),
-    "opt": FakeWorkload("opt", "topk", 1 << 14, 1, 2.7e9 / (1 << 14), 0.0, 1, 1024, 0.05),
+    "opt": FakeWorkload("opt", "topk", 1 << 14, 1, 2.7e9 / 8 / (1 << 14), 0.0, 1, 1024, 0.05),  # one TP shard
 }
 CONTRACT = [
     "workload",
@@ -136,13 +144,38 @@ def test_natural_sums_are_by_elements_a_row_being_width_alike_elements():
     assert torch.equal(block_sets([torch.tensor([15])], 17)[0], torch.tensor([0, 1]))  # elements 255-271
 
 
-def test_topk_sums_scale_to_the_papers_parameters():
+def test_topk_sums_carry_a_machines_eight_shards():
     sets = synthetic_index_sets(1 << 12, 4, 0.05, seed=3)
-    small, big = topk_syncs(sets, 1 << 12, 1.0, ("allreduce",)), topk_syncs(sets, 1 << 12, 1000.0, ("allreduce",))
-    assert (
-        big["allreduce"].traffic.ring_phases["allreduce"][0]
-        == 1000 * small["allreduce"].traffic.ring_phases["allreduce"][0]
-    )
+    small = topk_syncs(sets, 1 << 12, 1.0, ("allreduce", "zen"), shards=1)
+    big = topk_syncs(sets, 1 << 12, 1000.0, ("allreduce", "zen"), shards=8)
+    ring = big["allreduce"].traffic.ring_phases["allreduce"][0]
+    assert ring == 8000 * small["allreduce"].traffic.ring_phases["allreduce"][0]
+    # the 8 groups' payload shares the link (control messages, the counts, stay one group's); calls are one group's
+    payload = {k: m for k, m in small["zen"].traffic.matrices.items() if k[1] != "control"}
+    for key, m in payload.items():
+        assert np.array_equal(big["zen"].traffic.matrices[key], np.rint(m * 8000).astype(np.int64)), key
+    assert payload
+    assert dict(big["zen"].traffic.calls) == dict(small["zen"].traffic.calls)
+    with pytest.raises(ValueError, match="shards"):
+        topk_syncs(sets, 1 << 12, 1.0, ("zen",), shards=0)
+
+
+@pytest.mark.parametrize("machines", [2, 16])
+def test_an_llms_allreduce_moves_its_whole_model_over_each_machines_link(machines):
+    """The generator's sets are one TP shard (parameters / 8); the 8 shards' DP rings share a machine's link, so
+    AllReduce's time is one ring of every parameter over the machines, and compute is 6 x params x 1,024 / 8."""
+    opt = paper_workload("opt", elements=1 << 14)
+    assert opt.num_rows * opt.scale == pytest.approx(PAPER_INPUTS["opt"]["params"] / 8)
+    assert model_params(opt) == pytest.approx(2.7e9)
+    t = paper_figures(("opt",), ("paper-tcp25",), (machines,), schemes=("allreduce", "zen"), workload_of=lambda n: opt)
+    ar = t.set_index("scheme").loc["allreduce"]
+    m, numel = machines, round(2.7e9)
+    assert ar["ranks"] == m and ar["gpus"] == 8 * m
+    assert ar["comm_s"] == pytest.approx(2 * (m - 1) * (30e-6 + math.ceil(numel / m) * 4 / (25e9 / 8)), rel=1e-6)
+    compute = step_compute(opt, "v100", TCP, Links(), None)
+    tp_s = 4 * 32 * 2 * 7 * (5e-6 + math.ceil(1024 * 2560 / 8) * 4 / 25e9)  # Megatron's 4 per layer, NVLink rings
+    assert compute.seconds == pytest.approx(6 * 2.7e9 * 1024 / 8 / (15.7e12 * 0.4) + tp_s)
+    assert ar["compute_s"] == pytest.approx(compute.seconds)
 
 
 def test_the_table_keeps_the_data_contract(table, tmp_path):
@@ -199,13 +232,18 @@ def test_every_paper_number_is_on_one_row_at_most_and_named_once():
     assert len(placed) == len(set(placed)) == 29  # all but the 4 maxima over workloads and Zen over its COO variant
 
 
-def test_the_stand_ins_meet_table_1s_densities():
-    for name, want in (("lstm", 0.0113), ("nmt", 0.0247)):
-        w = paper_workload(name)
-        got = np.mean([s.numel() for s in w.row_sets(4)]) / w.num_rows
-        assert got == pytest.approx(want, rel=0.05), name
-    opt = paper_workload("opt")
-    assert opt.kind == "topk" and opt.num_rows * opt.scale == pytest.approx(2.7e9)
+def test_the_generators_workloads_are_priced_at_table_1s_density_and_their_own_compute():
+    t = paper_figures(("lstm",), ("paper-tcp25",), (2,), schemes=("allreduce", "zen"))
+    assert t["density_per_gpu"].iloc[0] == pytest.approx(0.0113, rel=0.05)
+    assert t["synthetic"].iloc[0] == paper_workload("lstm").synthetic
+    zen = t.set_index("scheme").loc["zen"]
+    assert 1 < zen["comm_speedup"] < 16  # fewer bytes than the dense table, never less than one GPU's rows
+    # compute counts the tokens the model reads (128 sequences of 128), not the id law's draws
+    lstm, nmt, deepfm = (paper_workload(n) for n in ("lstm", "nmt", "deepfm"))
+    assert compute_tokens(lstm) == (128 * SHAPES["paper"]["lstm"].seq_len, "tokens") != (lstm.tokens_per_gpu, "tokens")
+    assert compute_tokens(nmt)[0] == pytest.approx(64 * (18.1 + 21.0), rel=0.01)  # IWSLT's words per pair
+    assert compute_tokens(deepfm) == (1024, "samples")
+    assert zen["compute_s"] == pytest.approx(6 * 20e6 * 128 * 128 / (15.7e12 * 0.4))
 
 
 def test_bad_options_are_errors():
@@ -220,8 +258,6 @@ def test_bad_options_are_errors():
 def test_a_measured_step_is_the_compute_on_its_card_and_says_so(tmp_path):
     import json
 
-    from zen_analysis.experiments.paper_figures import step_compute
-
     (tmp_path / "run").mkdir()
     row = {"workload": "lstm", "size": "paper", "forward_s": 0.1, "backward_s": 0.2, "optimizer_s": 0.05}
     pd.DataFrame([{**row, "step_s": 0.35, "batch": 128, "seq_len": 128}]).to_csv(tmp_path / "run/paper_compute.csv")
@@ -231,5 +267,5 @@ def test_a_measured_step_is_the_compute_on_its_card_and_says_so(tmp_path):
     assert got.seconds == pytest.approx(0.35) and got.backward == pytest.approx(0.2)
     assert got.source.startswith("measured on NVIDIA H100 80GB HBM3, 2026-12-01")
     assumed = step_compute(lstm, "v100", TCP, Links(), tmp_path)
-    assert assumed.seconds == pytest.approx(6 * 2e6 * 2048 / (15.7e12 * 0.4))
+    assert assumed.seconds == pytest.approx(6 * 2e6 * 128 * 128 / (15.7e12 * 0.4))  # 128 sequences of 128 tokens
     assert assumed.source.startswith("assumed: V100 SXM2")

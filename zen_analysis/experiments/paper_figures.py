@@ -9,11 +9,15 @@ collectives, the node's link shared), and prices a training step:
 
 * ``compute_s``: a GPU run's measured step of the paper's LSTM or DeepFM on ``device`` where one exists (``h100``,
   ``h200``: :func:`~zen_analysis.experiments.paper_compute.measured_step_compute`, at the paper's batch); otherwise
-  assumed: 6 x dense parameters x tokens per GPU (DeepFM: samples) at ``device``'s peak x utilization
-  (:data:`~zen_analysis.experiments.paper_compute.DEVICES`; the paper's V100 at 40% of its FP32 peak by default).
-  LLMs: 6 x parameters x 1,024 tokens per TP group / 8 GPUs, plus the TP group's activation all-reduces over NVLink
-  (4 per layer, Megatron's two in forward and two in backward, of 1,024 x hidden float32; Table 2's hidden size and
-  layers). ``compute_source`` says which, in every row.
+  assumed: 6 x dense parameters x what one GPU's step computes on (:func:`compute_tokens`: the LSTM's 128 sequences
+  of :data:`~zen_analysis.experiments.paper_compute.SHAPES`' 128 tokens, as the measured step; NMT's 64 pairs at
+  IWSLT'14's own mean length; DeepFM's 1,024 samples, a sample one pass of its MLP) at ``device``'s peak x
+  utilization (:data:`~zen_analysis.experiments.paper_compute.DEVICES`; the paper's V100 at 40% of its FP32 peak by
+  default). Not the generator's ``tokens_per_gpu``: those are its id law's independent draws, fitted for the density,
+  not tokens a model computes on. LLMs: 6 x parameters (the generator's one TP shard x 8) x 1,024 tokens per TP group
+  / 8 GPUs, plus the TP group's activation all-reduces over NVLink (4 per layer, Megatron's two in forward and two in
+  backward, of 1,024 x hidden float32; Table 2's hidden size and layers). ``compute_source`` says which, in every
+  row.
 * ``comm_s``: the sparse tensor's sum (the embedding; an LLM's whole top-k'd gradient) by the scheme, NVLink and
   network together (``intra_s``, ``inter_s``).
 * ``dense_comm_s`` (natural workloads): the dense MLP parameters ring all-reduced over all GPUs for every scheme
@@ -25,9 +29,13 @@ collectives, the node's link shared), and prices a training step:
   LLMs: one TP group of 8 GPUs per machine) x samples per rank / step; ``speedup`` is throughput over AllReduce's,
   ``comm_speedup`` AllReduce's ``comm_s`` over the scheme's (Fig. 15).
 
+The workloads are :mod:`~zen_analysis.sparsity.paper_workloads`' (each row's ``synthetic`` says what is generated).
+An LLM's sets there are one TP shard's (``scale``: the shard's elements over those generated); a machine's link carries
+its 8 shards, each summed by its own data-parallel group of one rank per machine, the 8 groups at once
+(:func:`~zen_analysis.experiments.paper_hierarchy.topk_syncs`).
+
 The paper's RESULTS never feed this: they sit beside it (:mod:`~zen_analysis.experiments.paper_numbers`), after
-the model is priced. Until the generator of issue 58 part 1 (``zen_analysis.sparsity.paper_workloads``) is merged,
-the workloads are :mod:`~zen_analysis.experiments.paper_standins`' (each row's ``synthetic`` says so).
+the model is priced.
 """
 
 from __future__ import annotations
@@ -43,7 +51,7 @@ from zen_analysis import paths
 from zen_analysis.atomic import atomic_write_text
 from zen_analysis.evaluation.calibrate import preset
 from zen_analysis.experiments import paper_numbers
-from zen_analysis.experiments.paper_compute import StepCompute, assumed_step, measured_step_compute
+from zen_analysis.experiments.paper_compute import SHAPES, StepCompute, assumed_step, measured_step_compute
 from zen_analysis.experiments.paper_hierarchy import (
     AS_MODELLED,
     HIERARCHIES,
@@ -56,23 +64,17 @@ from zen_analysis.experiments.paper_hierarchy import (
     sync_seconds,
     topk_syncs,
 )
-from zen_analysis.experiments.paper_scale import LLM_SEQ_LEN
 from zen_analysis.pricing.topology import GBPS, Topology
 from zen_analysis.sparsity.metrics import union_of
-
-try:  # the one place the generator is named: helper D's (issue 58 part 1) once merged, the stand-ins until then
-    from zen_analysis.sparsity.paper_workloads import PAPER_WORKLOADS, paper_workload
-except ModuleNotFoundError as exc:
-    if exc.name != "zen_analysis.sparsity.paper_workloads":
-        raise
-    from zen_analysis.experiments.paper_standins import PAPER_WORKLOADS, paper_workload
+from zen_analysis.sparsity.paper_fits import IWSLT14_FIT
+from zen_analysis.sparsity.paper_workloads import LLM_SEQ_LEN, LLM_TP, PAPER_WORKLOADS, paper_workload
 
 FIGURE_SCHEMES = ("allreduce", "agsparse", "sparcml", "omnireduce", "sparse_ps", "zen", "bp_coo")
 """The schemes of Fig. 11-15 (Sparse PS: Fig. 15) and Zen with a COO pull (``bp_coo``, Fig. 17b)."""
 TESTBEDS = ("paper-tcp25", "paper-efa100")
 MACHINES = (2, 4, 8, 16)
-TP = 8
-"""The LLMs' tensor parallelism, one TP group per machine (section 5.1)."""
+TP = LLM_TP
+"""The LLMs' tensor parallelism, one TP group per machine (section 5.1): also the GPUs per machine."""
 LLM_SHAPES = {"llama": (3072, 28), "opt": (2560, 32), "gemma2": (2304, 26)}
 """Table 2: hidden size and layers, what the TP group's activation all-reduces move."""
 MEASURED_DEVICES = ("h100", "h200")
@@ -92,14 +94,14 @@ class Case(NamedTuple):
 
 def make_case(workload, machines: int, sets: list[torch.Tensor], schemes, *, seed: int = 0, hierarchy=None) -> Case:
     """``workload`` on ``machines`` machines from its GPUs' (natural: 8 per machine) or DP ranks' (top-k: one per
-    machine) ``sets``: every scheme's :class:`~zen_analysis.experiments.paper_hierarchy.Sync`, the mean per-GPU
-    density, (natural) the mean density of a node's union of its 8 GPUs' rows (section 5.3 gives DeepFM's) and the
-    density of the union of all the sets."""
+    machine, one TP shard each) ``sets``: every scheme's :class:`~zen_analysis.experiments.paper_hierarchy.Sync`, the
+    mean per-GPU (top-k: per-rank) density, (natural) the mean density of a node's union of its 8 GPUs' rows
+    (section 5.3 gives DeepFM's) and the density of the union of all the sets."""
     rows = workload.num_rows
     density = float(np.mean([s.numel() for s in sets])) / rows
     union = union_of(sets, rows).numel() / rows
     if workload.kind == "topk":
-        syncs = topk_syncs(sets, rows, workload.scale, schemes, seed=seed)
+        syncs = topk_syncs(sets, rows, workload.scale, schemes, shards=TP, seed=seed)
         return Case(workload, machines, syncs, density, np.nan, union)
     nodes = node_unions(sets, rows, TP)
     syncs = natural_syncs(
@@ -108,19 +110,41 @@ def make_case(workload, machines: int, sets: list[torch.Tensor], schemes, *, see
     return Case(workload, machines, syncs, density, float(np.mean([s.numel() for s in nodes])) / rows, union)
 
 
+def model_params(workload) -> float:
+    """An LLM's parameters: the generator's sets stand for one TP shard (``num_rows x width x scale`` elements, the
+    parameters / 8), so the model is :data:`TP` of them."""
+    return workload.num_rows * workload.width * workload.scale * TP
+
+
+def compute_tokens(workload) -> tuple[int, str]:
+    """(count, unit) one GPU's step of a natural workload computes on: what its assumed compute multiplies.
+
+    The paper states the batches (128 sequences, 1,024 samples, 64 pairs) but not the lengths, so: the LSTM's
+    sequences are :data:`~zen_analysis.experiments.paper_compute.SHAPES`' 128 tokens (what a measured step times);
+    NMT's pairs IWSLT'14's own mean source + target length (:data:`~zen_analysis.sparsity.paper_fits.IWSLT14_FIT`,
+    tokens per 64-pair batch); DeepFM's unit is the sample (26 lookups and one pass of the MLP). Not
+    ``tokens_per_gpu``: the generator's independent id draws, fitted to give Table 1's density, are no token count."""
+    samples = workload.samples_per_gpu
+    if workload.name == "lstm":
+        return samples * SHAPES["paper"]["lstm"].seq_len, "tokens"
+    if workload.name == "nmt":
+        per_pair = sum(f.tokens for f in IWSLT14_FIT.values()) / samples
+        return round(samples * per_pair), "tokens"
+    return samples, "samples"
+
+
 def step_compute(workload, device: str, template: Topology, links: Links, measured: str | Path | None) -> StepCompute:
     """One GPU's compute per step (the module docstring's ``compute_s``)."""
     if workload.kind == "natural":
-        unit = "samples" if workload.name == "deepfm" else "tokens"  # a DeepFM sample is one pass of the MLP
-        if device in MEASURED_DEVICES:
+        if device in MEASURED_DEVICES:  # at the paper's batch: a measured step scales by samples (sequences) alone
             per = workload.samples_per_gpu
             got = measured_step_compute(workload.name, device, per_gpu=per, unit="samples", root=measured)
             if got is not None:
                 return got
-        per_gpu = workload.samples_per_gpu if unit == "samples" else workload.tokens_per_gpu
+        per_gpu, unit = compute_tokens(workload)
         got = assumed_step(device, 6 * workload.dense_params * per_gpu)
         return got._replace(source=f"{got.source}; 6 x {workload.dense_params:.3g} params x {per_gpu:,} {unit}")
-    params = workload.num_rows * workload.width * workload.scale
+    params = model_params(workload)
     tokens = workload.samples_per_gpu * LLM_SEQ_LEN
     got = assumed_step(device, 6 * params * tokens / TP)
     hidden, layers = LLM_SHAPES[workload.name]

@@ -36,11 +36,12 @@ scheme as its published implementation treats the node (:data:`HIERARCHY`):
   once per GPU (``paper_figures(hierarchy={"sparcml": "flat"})`` prices it).
 
 LLMs (DGC top-5% of every gradient element; TP = 8 inside a node, section 5.1): data parallelism across machines
-only, ``dp``: m ranks, one per node, each summing its TP shard (1/8 of the parameters) with the node's link, which
-the node's 8 shards' groups share. The 8 groups are statistically alike, so one group's sets stand for all: its
-traffic times the workload's ``scale`` (the paper's parameters over the elements generated) is what every node's link
-carries for the 8 (calls stay one group's: the groups run at once). Every scheme runs in the DP group by elements, as in
-``flat`` (AGsparse's ring all-gather with int64 indices, SparCML's doubling, OmniReduce's blocks, Zen's hashing).
+only, ``dp``: each of a node's 8 TP shards (1/8 of the parameters, what the generator's sets stand for: its
+``scale`` is the shard's elements over those generated) is summed by its own data-parallel group, the m ranks of
+that TP rank, one per node; the 8 groups run at once and share the node's link. The groups are statistically alike,
+so one group's sets stand for all: its traffic times ``scale`` x 8 is what every node's link carries (calls stay one
+group's: the groups run at once; :func:`topk_syncs`). Every scheme runs in the DP group by elements, as in ``flat``
+(AGsparse's ring all-gather with int64 indices, SparCML's doubling, OmniReduce's blocks, Zen's hashing).
 
 No scheme's local work (hashing, packing, summing) is priced: the paper's are GPU kernels beside the network (Fig. 16:
 a few ms). The toolkit's agreement check is left out: the paper's implementations have none.
@@ -191,13 +192,21 @@ def _chunks(sets: list[torch.Tensor], numel: int, g: int) -> list[tuple[list[tor
     return out
 
 
-def topk_syncs(sets_N: list[torch.Tensor], numel: int, scale: float, schemes, *, seed: int = 0) -> dict[str, Sync]:
+def topk_syncs(
+    sets_N: list[torch.Tensor], numel: int, scale: float, schemes, *, shards: int = 8, seed: int = 0
+) -> dict[str, Sync]:
     """Each of ``schemes``' sum of the DP ranks' top-k sets (``sets_N``, one rank per machine, over ``numel``
-    elements) in the LLMs' ``dp`` hierarchy, scaled by ``scale`` to the paper's parameters over 8 shards."""
+    elements) in the LLMs' ``dp`` hierarchy. ``scale``: the generated elements stand for ``scale`` times as many, one
+    TP shard's gradient; ``shards``: the TP shards of a machine, each summed by its own DP group at the same time
+    over the machine's one link. The groups are alike, so one group's traffic with its bytes x ``scale`` x
+    ``shards`` (its calls as they are: the groups' messages are in flight together) is what the link carries."""
+    if shards < 1:
+        raise ValueError(f"shards must be >= 1, got {shards}")
+    factor = scale * shards
     out = {}
     for name in schemes:
         t = _model(name, sets_N, numel, seed)
-        out[name] = Sync(name, "dp", t.scaled(scale) if scale != 1 else t, dense_ring=name == "allreduce")
+        out[name] = Sync(name, "dp", t.scaled(factor) if factor != 1 else t, dense_ring=name == "allreduce")
     return out
 
 
