@@ -16,12 +16,24 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["ExperimentConfig", "RankFailedError", "RunResult", "TraceReader", "apply_overrides", "launch", "recipes"]
+__all__ = [
+    "ExperimentConfig",
+    "RankFailedError",
+    "RunResult",
+    "TraceReader",
+    "apply_overrides",
+    "launch",
+    "paper_figures",
+    "plot_paper_figures",
+    "recipes",
+]
 
 if TYPE_CHECKING:  # type checkers only: at run time __getattr__ imports each name on first use (no torch at import)
     from zen_analysis import recipes  # lazy facade, see __getattr__
     from zen_analysis.capture.reader import TraceReader  # lazy facade, see __getattr__
     from zen_analysis.config import ExperimentConfig, apply_overrides  # lazy facade, see __getattr__
+    from zen_analysis.experiments.paper_figures import paper_figures  # lazy facade, see __getattr__
+    from zen_analysis.plots.paper import throughput_vs_machines as plot_paper_figures  # lazy facade, see __getattr__
     from zen_analysis.ranks.procs import RankFailedError  # lazy facade, see __getattr__
     from zen_analysis.runs.launch import RunResult, launch  # lazy facade, see __getattr__
 
@@ -32,7 +44,10 @@ _LAZY = {
     "launch": "zen_analysis.runs.launch",
     "RankFailedError": "zen_analysis.ranks.procs",
     "RunResult": "zen_analysis.runs.launch",
+    "paper_figures": "zen_analysis.experiments.paper_figures",
+    "plot_paper_figures": "zen_analysis.plots.paper:throughput_vs_machines",
 }
+"""Each public name's module (``module:attribute`` where the name is the attribute's public alias)."""
 
 
 def __getattr__(name: str) -> Any:
@@ -40,5 +55,6 @@ def __getattr__(name: str) -> Any:
     if name == "recipes":
         return importlib.import_module("zen_analysis.recipes")
     if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        module, _, attribute = _LAZY[name].partition(":")
+        return getattr(importlib.import_module(module), attribute or name)
     raise AttributeError(f"module 'zen_analysis' has no attribute {name!r}")
