@@ -57,7 +57,7 @@ def test_runs_lists_deletes_and_prunes_but_keeps_reproduce_runs(capsys):
 def test_reproduce_names_its_stages():
     from zen_analysis.experiments.reproduce import STAGES
 
-    assert list(STAGES) == ["train", "characterize", "schemes", "netlab", "zen", "edit", "scale"]
+    assert list(STAGES) == ["train", "characterize", "schemes", "netlab", "zen", "paper", "edit", "scale"]
     with pytest.raises(SystemExit, match="unknown stages \\['tran'\\]; the stages are train, characterize"):
         main(["reproduce", "--only", "tran"])
     with pytest.raises(SystemExit, match="not captured yet: run the train stage first"):
@@ -67,10 +67,10 @@ def test_reproduce_names_its_stages():
 @pytest.mark.parametrize(
     "argv, ran",
     [
-        ([], ["train", "characterize", "schemes", "netlab", "zen"]),
-        (["--full"], ["train", "characterize", "schemes", "netlab", "zen", "edit", "scale"]),
+        ([], ["train", "characterize", "schemes", "netlab", "zen", "paper"]),
+        (["--full"], ["train", "characterize", "schemes", "netlab", "zen", "paper", "edit", "scale"]),
         (["--only", "edit"], ["edit"]),
-        (["--full", "--skip", "netlab"], ["train", "characterize", "schemes", "zen", "edit", "scale"]),
+        (["--full", "--skip", "netlab"], ["train", "characterize", "schemes", "zen", "paper", "edit", "scale"]),
         (["--only", "scale,zen"], ["zen", "scale"]),
     ],
 )

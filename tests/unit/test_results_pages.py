@@ -111,3 +111,24 @@ def test_the_lab_benchmarks_headlines_are_their_ratios_to_stock():
         "zen step vs stock, 8 ranks (x)": 1.5,
         "zen embedding reduce-scatter vs stock, 8 ranks (x)": 25.0,
     }
+
+
+def test_an_only_run_on_a_fresh_data_root_leaves_the_other_stages_pages_and_figures(tmp_path, monkeypatch):
+    """``zen-analysis reproduce --only paper`` where no other stage ran: its page is written; the committed pages
+    and figures of the stages that did not run here stay as they were."""
+    monkeypatch.setenv("ZEN_ANALYSIS_DATA", str(tmp_path / "data"))
+    monkeypatch.setenv("ZEN_ANALYSIS_FIGURES", str(tmp_path / "figures"))
+    (paths.derived_dir() / "reproduce").mkdir(parents=True)
+    paths.figures_dir().mkdir(parents=True)
+    out = tmp_path / "results"
+    (out / "figures").mkdir(parents=True)
+    (out / "train.md").write_text("the committed train page\n")
+    (out / "figures" / "fig2b.png").write_bytes(b"\x89PNG committed")
+    before = results_pages.snapshot()
+    (paths.derived_dir() / "reproduce" / "paper.txt").write_text("workload  speedup\n")
+    results_pages.record("paper", before, seconds=12.0)
+    written = {p.name for p in results_pages.write_pages(out)}
+    assert "paper.md" in written and "train.md" not in written
+    assert (out / "train.md").read_text() == "the committed train page\n"
+    assert (out / "figures" / "fig2b.png").exists()
+    assert "Not run yet" in (out / "scale.md").read_text()  # a stage without a page gets one

@@ -15,14 +15,17 @@ Stages (:data:`STAGES`; ``zen-analysis reproduce --only STAGE`` / ``--skip STAGE
    link plus flat vs hierarchical Zen on 2 lab nodes (skipped with the reason otherwise);
 5. ``zen``: hashing cost (Fig. 16), the Theorem 2 imbalance check, COO vs hash-bitmap pull (Fig. 17b), and dense /
    Zen / top-k AGsparse / top-k Zen trainings of the default model on 4 ranks for loss parity (Fig. 18);
-6. ``edit``: synchronous training, Post-Local SGD, DiLoCo, EDiT and A-EDiT on the default Llama at equal tokens
+6. ``paper``: the paper's headline at its scale: its six workloads' index sets generated from its inputs,
+   characterized at 128 GPUs (C1-C3), and Fig. 11-15 and 17b modelled from them beside every paper number
+   (:mod:`~zen_analysis.experiments.paper_stage`);
+7. ``edit``: synchronous training, Post-Local SGD, DiLoCo, EDiT and A-EDiT on the default Llama at equal tokens
    (loss curves, validation loss and its gap to synchronous training, tokens/s, bytes), and EDiT's penalty
    ablation with injected loss spikes; a short version of the sparse pseudo-gradient measurements (C1-C3 beside
    the gradients', and top-k through Zen and AGsparse behind 0.5 Gbit/s links where the lab can be built). The EDiT
    paper's stage (seven trainings) is the longest, so
    it runs with ``--full`` (``make reproduce-full``) or ``--only edit``; ``make reproduce`` keeps to the Zen
    paper's stages within its 30 minutes;
-7. ``scale``: beyond the paper's 128 GPUs, a 1024-worker capture of the default Llama and every scheme modelled
+8. ``scale``: beyond the paper's 128 GPUs, a 1024-worker capture of the default Llama and every scheme modelled
    on it up to n = 1024 (the scale mode: with ``--full`` or ``--only scale``).
 """
 
@@ -51,6 +54,7 @@ from zen_analysis.experiments.local_sgd import (
     compare_methods,
     penalty_ablation,
 )
+from zen_analysis.experiments.paper_stage import stage_paper
 from zen_analysis.experiments.pseudo_gradients import (
     SHORT_SYNC,
     pseudo_gradient_claims,
@@ -330,6 +334,7 @@ STAGES = {
     "schemes": _stage_schemes,
     "netlab": _stage_netlab,
     "zen": _stage_zen,
+    "paper": stage_paper,
     "edit": _stage_edit,
     "scale": _stage_scale,
 }

@@ -40,6 +40,7 @@ TITLES = {
     "schemes": "Communication schemes, modelled and measured",
     "netlab": "Schemes on the emulated network",
     "zen": "Zen in training",
+    "paper": "The paper's headline at its scale (Fig. 11-15)",
     "edit": "EDiT and A-EDiT",
     "scale": "The 1024-worker scale mode",
 }
@@ -133,21 +134,25 @@ def writes_pages() -> bool:
 
 
 def write_pages(out: Path | None = None) -> list[Path]:
-    """Write every stage's page under ``out`` (``docs/results/`` of the checkout) from ``outputs.json``; returns
-    the pages. Figures no stage lists any more are removed from ``out/figures``."""
+    """Write the stages' pages under ``out`` (``docs/results/`` of the checkout) from ``outputs.json``; returns the
+    pages written. A stage this data root has no outputs of keeps its page (an ``--only`` run on a fresh data root
+    rewrites its own stage's page, not the committed others), and gets the "not run yet" page only where it has none.
+    Figures no stage lists any more are removed from ``out/figures`` only when every stage's outputs are known."""
     out = out or paths.REPO_ROOT / "docs" / "results"
     outputs = _outputs()
     figures_out = out / "figures"
     figures_out.mkdir(parents=True, exist_ok=True)
-    listed = {n for ran in outputs.values() for n in ran["files"] if n.endswith(".png")}
-    for old in figures_out.glob("*.png"):
-        if old.name not in listed:
-            old.unlink()
+    if set(TITLES) <= set(outputs):
+        listed = {n for ran in outputs.values() for n in ran["files"] if n.endswith(".png")}
+        for old in figures_out.glob("*.png"):
+            if old.name not in listed:
+                old.unlink()
     written = []
     for stage in TITLES:
         page = out / f"{stage}.md"
-        atomic_write_text(page, _page(stage, outputs.get(stage), figures_out))
-        written.append(page)
+        if stage in outputs or not page.exists():
+            atomic_write_text(page, _page(stage, outputs.get(stage), figures_out))
+            written.append(page)
     return written
 
 
