@@ -51,9 +51,14 @@ def test_every_scheme_sums_like_a_dense_all_reduce_and_the_table_keeps_its_contr
     assert df["scheme"].tolist() == list(lab_check.LAB_SCHEMES) and set(df["ranks"]) == {4}
     assert df["equal"].all(), df[["scheme", "equal"]]
     assert (df["measured_s"] >= df["comm_measured_s"]).all() and (df["comm_modelled_s"] > 0).all()
-    assert df["modelled_s"].tolist() == pytest.approx((df["compute_s"] + df["comm_modelled_s"]).tolist())
+    assert df["modelled_s"].tolist() == pytest.approx((df["slept_s"] + df["comm_modelled_s"]).tolist())
+    assert (df["topology"] == "paper-tcp25-idle").all() and df["modelled_netlab_s"].notna().all()
     assert sorted(df["measured_rank"]) == list(range(1, 8)) and df["width"].iloc[0] == 4
     assert math.isclose(df["scale"].iloc[0], 6000 * 8 / (3000 * 4))
+    phases = df.attrs["phases"]  # the profile: every scheme's phases, measured and modelled, with the same calls
+    assert set(phases["scheme"]) == set(lab_check.LAB_SCHEMES) and (phases["measured_s"] > 0).all()
+    sparse = phases[phases["scheme"] != "allreduce"]  # dense: one gloo call, which the model prices as ring steps
+    assert (sparse["measured_calls"] == sparse["modelled_calls"]).all(), sparse
 
 
 def test_a_top_k_gradient_is_summed_by_elements():
