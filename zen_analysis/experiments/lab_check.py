@@ -286,16 +286,20 @@ TOLERANCE = 0.25
 """Issue 58's acceptance: the model's step within this fraction of the measured one, for every scheme."""
 
 
-def _swapped(g: pd.DataFrame) -> list[tuple[str, str, bool]]:
+def _swapped(g: pd.DataFrame) -> list[tuple[str, str, bool, str]]:
     """The pairs of schemes the measurement orders otherwise than the model, (faster modelled, faster measured,
-    resolved): resolved when the measured gap exceeds the larger of the two schemes' spread over the repeats."""
+    resolved, the two gaps in words): resolved when the measured gap exceeds the larger of the two schemes' spread
+    over the repeats."""
     by = g.set_index("scheme")
     out = []
     for a in by.index:
         for b in by.index:
             if by.loc[a, "modelled_s"] < by.loc[b, "modelled_s"] and by.loc[a, "measured_s"] > by.loc[b, "measured_s"]:
                 gap = by.loc[a, "measured_s"] - by.loc[b, "measured_s"]
-                out.append((a, b, bool(gap > max(by.loc[a, "measured_spread_s"], by.loc[b, "measured_spread_s"]))))
+                resolved = bool(gap > max(by.loc[a, "measured_spread_s"], by.loc[b, "measured_spread_s"]))
+                model_gap = by.loc[b, "modelled_s"] / by.loc[a, "modelled_s"] - 1
+                words = f"measured {gap / by.loc[b, 'measured_s']:.1%} apart, modelled {model_gap:.1%}"
+                out.append((a, b, resolved, words))
     return out
 
 
@@ -313,12 +317,12 @@ def verdict(table: pd.DataFrame, tolerance: float = TOLERANCE) -> str:
         fastest = g.loc[g["measured_s"].idxmin(), "scheme"]
         fastest_model = g.loc[g["modelled_s"].idxmin(), "scheme"]
         swaps = _swapped(g)
-        tied = [(a, b) for a, b, resolved in swaps if not resolved]
+        tied = [(a, b) for a, b, resolved, _ in swaps if not resolved]
         zen = "not the model's fastest" if fastest_model != "zen" else "fastest" if fastest == "zen" else "slower"
         if zen == "slower" and ("zen", fastest) in tied:
             zen = f"tied with {fastest} within the repeats' spread"
         share = float(g["compute_s"].iloc[0] / g["measured_s"].max())
-        order = "equal" if not swaps else ", ".join(f"{b} before {a}" + ("" if r else " (a tie)") for a, b, r in swaps)
+        order = ", ".join(f"{b} before {a} ({w}{'' if r else ': a tie'})" for a, b, r, w in swaps) or "equal"
         lines.append(
             f"{n} ranks: model within {tolerance:.0%} for every scheme: {within} (worst {worst['scheme']} "
             f"{worst['ratio']:.2f}); ranking equal: {not swaps}, resolved pairs equal: {len(tied) == len(swaps)} "
