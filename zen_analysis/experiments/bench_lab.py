@@ -297,7 +297,8 @@ LAB_CHECK_DEFAULTS = {
 """``bench lab-check``'s options and their defaults (``--set key=value``)."""
 LAB_CHECK_SHOWN = ["ranks", "scheme", "measured_s", "modelled_s", "ratio", "compute_s", "comm_measured_s"]
 LAB_CHECK_SHOWN += ["comm_modelled_s", "comm_ratio", "wire_modelled_s", "local_modelled_s", "measured_rank"]
-LAB_CHECK_SHOWN += ["modelled_rank", "equal"]
+LAB_CHECK_SHOWN += ["modelled_rank", "measured_spread_s", "modelled_netlab_s", "ratio_netlab", "equal"]
+LAB_CHECK_SHOWN += ["others_cpu_share"]
 
 
 def bench_lab_check(overrides: list[str] | tuple[str, ...] = ()) -> dict:
@@ -355,7 +356,8 @@ def bench_lab_check(overrides: list[str] | tuple[str, ...] = ()) -> dict:
 
 def lab_check_headline(result: dict) -> dict[str, float]:
     """``bench lab-check``'s headline per rank count: Zen's step lead over dense all-reduce, measured and modelled,
-    and the largest |modelled / measured - 1| over the schemes."""
+    and the largest |modelled / measured - 1| over the schemes, on the idle-refitted calibration and on the stored
+    one."""
     df = result["lab_check"]
     out = {}
     for n, g in df.groupby("ranks"):
@@ -368,4 +370,6 @@ def lab_check_headline(result: dict) -> dict[str, float]:
                 by.loc["allreduce", "modelled_s"] / by.loc["zen", "modelled_s"]
             )
         out[f"largest model / measured - 1, {n} ranks"] = float((g["ratio"] - 1).abs().max())
+        if "ratio_netlab" in g:
+            out[f"the same, stored calibration, {n} ranks"] = float((g["ratio_netlab"] - 1).abs().max())
     return out
