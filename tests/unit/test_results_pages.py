@@ -3,6 +3,8 @@ table preformatted, a figure copied and shown), and a stage that has not run say
 
 import json
 
+import pytest
+
 from zen_analysis import paths
 from zen_analysis.experiments import results_pages
 
@@ -83,10 +85,26 @@ def test_a_benchmark_page_keeps_each_command_and_quotes_a_headline_as_its_range(
 def test_the_lab_benchmarks_headlines_are_their_ratios_to_stock():
     import pandas as pd
 
-    from zen_analysis.experiments import bench_ddp, bench_fsdp, benchmarks
+    from zen_analysis.experiments import bench_ddp, bench_fsdp, bench_lab, benchmarks
 
     named = [b.headline for b in benchmarks.BENCHMARKS.values() if b.headline]
-    assert len(named) == 3 and all(callable(benchmarks._function(h)) for h in named)
+    assert len(named) == 4 and all(callable(benchmarks._function(h)) for h in named)
+    lab = pd.DataFrame(
+        {
+            "ranks": [16, 16],
+            "scheme": ["allreduce", "zen"],
+            "measured_s": [1.0, 0.4],
+            "modelled_s": [0.9, 0.5],
+            "ratio": [0.9, 1.25],
+        }
+    )
+    assert bench_lab.lab_check_headline({"lab_check": lab}) == pytest.approx(
+        {
+            "Zen vs all-reduce step, measured, 16 ranks (x)": 2.5,
+            "Zen vs all-reduce step, modelled, 16 ranks (x)": 1.8,
+            "largest model / measured - 1, 16 ranks": 0.25,
+        }
+    )
 
     ddp = pd.DataFrame(
         {

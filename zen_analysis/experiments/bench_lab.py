@@ -1,6 +1,7 @@
-"""The benchmark on the emulated network (``zen-analysis bench netlab``; registered in
-:mod:`zen_analysis.experiments.benchmarks`): schemes, flat vs hierarchical Zen, training, loopback twins, EDiT and
-sparse pseudo-gradients, each rank behind a shaped link. Tables in ``data/derived/netlab/``."""
+"""The benchmarks on the emulated network (registered in :mod:`zen_analysis.experiments.benchmarks`): ``zen-analysis
+bench netlab``, schemes, flat vs hierarchical Zen, training, loopback twins, EDiT and sparse pseudo-gradients, each
+rank behind a shaped link (tables in ``data/derived/netlab/``); ``bench lab-check``, the paper-scale model against a
+lab whose ranks sleep their GPU compute (:mod:`~zen_analysis.experiments.lab_check`; ``data/derived/paper/``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from zen_analysis import paths, recipes
 from zen_analysis.atomic import atomic_write_text
 from zen_analysis.derived import read_table, write_table
 from zen_analysis.experiments.bench_options import draw_figure, floats, ints, names, parse_sets, publish
+from zen_analysis.experiments.lab_check import FIG11_SCHEMES, LAB_SCHEMES, lab_check, verdict
 from zen_analysis.experiments.lab_sweeps import loopback_twins, node_comparison, scheme_sweep, training_sweep
 from zen_analysis.experiments.local_sgd import EDIT_TUNED, slow_network_check
 from zen_analysis.experiments.pseudo_gradients import SHORT_SYNC, pseudo_gradient_sweep, short_base
@@ -279,3 +281,95 @@ def _pseudo_suffix(opts: dict) -> str:
     ranks = "-".join(str(n) for n in opts["pseudo_ranks"])
     rates = sorted({*opts["pseudo_bandwidths"], *opts["pseudo_wide_bandwidths"]})
     return f"-{opts['pseudo_recipe']}-r{ranks}-" + "-".join(f"{g:g}g".replace(".", "p") for g in rates)  # no dots
+
+
+LAB_CHECK_DEFAULTS = {
+    "workload": "lstm",
+    "ranks": [8, 16],
+    "bandwidth": 1.0,
+    "schemes": list(LAB_SCHEMES),
+    "repeats": 10,
+    "steps": 1,
+    "rows": 200_000,
+    "width": 32,
+    "device": "v100",
+}
+"""``bench lab-check``'s options and their defaults (``--set key=value``)."""
+LAB_CHECK_SHOWN = ["ranks", "scheme", "measured_s", "modelled_s", "ratio", "compute_s", "comm_measured_s"]
+LAB_CHECK_SHOWN += ["comm_modelled_s", "comm_ratio", "wire_modelled_s", "local_modelled_s", "measured_rank"]
+LAB_CHECK_SHOWN += ["modelled_rank", "measured_spread_s", "modelled_netlab_s", "ratio_netlab", "equal"]
+LAB_CHECK_SHOWN += ["others_cpu_share"]
+
+
+def bench_lab_check(overrides: list[str] | tuple[str, ...] = ()) -> dict:
+    """The paper-scale model checked where communication dominates (:func:`~zen_analysis.experiments.lab_check.
+    lab_check`): every rank sleeps its modelled GPU compute, dilated as its links are, then sums the workload's
+    generated gradient with each scheme over ``bandwidth`` Gbit/s links, beside the lab's calibrated model (the
+    first run at a rank count calibrates the lab there: minutes more). Writes ``data/derived/paper/lab_check.csv``
+    (every column), ``lab_check_phases.csv`` (each phase's collective seconds and calls, measured beside modelled)
+    and ``lab_check.txt`` (the verdict, issue 58's acceptance: for every scheme, and for Fig. 11's alone).
+    ``--set workload=lstm ranks=8,16 bandwidth=1 schemes=allreduce,zen repeats=10 steps=1 rows=200000 width=32
+    device=v100``."""
+
+    opts = parse_sets("lab-check", overrides, LAB_CHECK_DEFAULTS, {"ranks": ints, "schemes": names})
+    ok, why = netlab.available()
+    if not ok:
+        raise RuntimeError(f"bench lab-check runs every rank behind a shaped link: no network lab here ({why})")
+    table = lab_check(
+        opts["workload"],
+        ranks=opts["ranks"],
+        bandwidth_gbps=opts["bandwidth"],
+        schemes=opts["schemes"],
+        repeats=opts["repeats"],
+        steps=opts["steps"],
+        rows=opts["rows"],
+        width=opts["width"],
+        device=opts["device"],
+    )
+    out = paths.derived_dir() / "paper" / "lab_check.csv"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out, table.to_csv(index=False))
+    first = table.iloc[0]
+    stats = ", ".join(
+        f"{k} {first[f'paper_{k}']:.3g} -> {first[f'lab_{k}']:.3g}"
+        for k in ("density", "overlap_ratio", "gamma", "skewness_ratio")
+    )
+    setting = (
+        f"{first['workload']} ({first['synthetic']}): {first['num_rows']} rows x {first['width']} in the lab, each "
+        f"element standing for {first['scale']:.3g} of the paper's; the first rank count's sets, as generated -> in "
+        f"the lab: {stats}; links {opts['bandwidth']:g} Gbit/s, dilation {first['dilation']:.3g}; compute "
+        f"{first['paper_compute_s']:.3g} s per step at the paper's scale ({first['compute_source']})"
+    )
+    text = setting + "\n" + verdict(table)
+    fig11 = table[table["scheme"].isin(FIG11_SCHEMES)]
+    if len(fig11) < len(table):
+        text += f"\nthe paper's Fig. 11 schemes alone ({', '.join(FIG11_SCHEMES)}):\n" + verdict(fig11)
+    atomic_write_text(out.with_suffix(".txt"), text + "\n")
+    phases = table.attrs["phases"]
+    atomic_write_text(out.with_name("lab_check_phases.csv"), phases.to_csv(index=False))
+    shown = table[LAB_CHECK_SHOWN].round(4)
+    with pd.option_context("display.width", 250, "display.max_columns", 30):
+        print(shown.to_string(index=False))
+    print(text)
+    return {"lab_check": shown, "phases": phases.round(4), "verdict": text}
+
+
+def lab_check_headline(result: dict) -> dict[str, float]:
+    """``bench lab-check``'s headline per rank count: Zen's step lead over dense all-reduce, measured and modelled,
+    and the largest |modelled / measured - 1| over the schemes, on the idle-refitted calibration and on the stored
+    one."""
+    df = result["lab_check"]
+    out = {}
+    for n, g in df.groupby("ranks"):
+        by = g.set_index("scheme")
+        if {"zen", "allreduce"} <= set(by.index):
+            out[f"Zen vs all-reduce step, measured, {n} ranks (x)"] = float(
+                by.loc["allreduce", "measured_s"] / by.loc["zen", "measured_s"]
+            )
+            out[f"Zen vs all-reduce step, modelled, {n} ranks (x)"] = float(
+                by.loc["allreduce", "modelled_s"] / by.loc["zen", "modelled_s"]
+            )
+        out[f"largest model / measured - 1, {n} ranks"] = float((g["ratio"] - 1).abs().max())
+        if "ratio_netlab" in g:
+            out[f"the same, stored calibration, {n} ranks"] = float((g["ratio_netlab"] - 1).abs().max())
+    return out

@@ -74,6 +74,12 @@ BENCHMARKS = {
     "fsdp-balance": Benchmark(
         "bench_fsdp:bench_fsdp_balance", "FSDP2 shards' received rows: contiguous vs h0 vs stratified h0 row order"
     ),
+    "lab-check": Benchmark(
+        "bench_lab:bench_lab_check",
+        "the paper-scale model against the lab, ranks sleeping their GPU compute: communication dominates",
+        True,
+        "bench_lab:lab_check_headline",
+    ),
     "paper": Benchmark(
         "bench_analysis:bench_paper", "Fig. 11-14 modelled at 16 x 8 V100, 25 Gbit/s, from the captured traces"
     ),
