@@ -58,7 +58,7 @@ def _tests_lines(log: Path) -> list[str]:
     if not log.is_file():
         return ["The test log did not come back.", ""]
     text = log.read_text()
-    summary = [ln for ln in text.splitlines() if re.match(r"^=+ .*(passed|failed|error).* =+$", ln)]
+    summary = [ln for ln in text.splitlines() if re.match(r"^=* ?\d+ (passed|failed|error|skipped).* in [\d.]+s", ln)]
     outcomes = [ln for ln in text.splitlines() if re.match(r"^(PASSED|FAILED|ERROR|SKIPPED) ", ln)]
     return [f"pytest: `{summary[-1].strip('= ')}`" if summary else "pytest printed no summary.", "", *_code(outcomes)]
 
