@@ -32,6 +32,8 @@ import textwrap
 from pathlib import Path
 from typing import NamedTuple
 
+from test_docs import _resolves  # the one resolver of dotted paths, shared with the docs' check
+
 ROOT = Path(__file__).parents[2]
 PACKAGE = ROOT / "zen_analysis"
 SCRIPTS = sorted(p for p in (ROOT / "scripts").iterdir() if p.suffix in (".py", ".sh"))
@@ -233,21 +235,6 @@ def prose_names(text: str, keys: set[str]) -> set[str]:
         if name not in keys and name.rsplit(".", 1)[1] not in _FILE_SUFFIXES:
             found.add(name)
     return found
-
-
-def _resolves(path: str) -> bool:
-    parts = path.split(".")
-    for cut in range(len(parts), 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:cut]))
-        except ModuleNotFoundError:
-            continue
-        for name in parts[cut:]:
-            if not hasattr(obj, name):
-                return False
-            obj = getattr(obj, name)
-        return True
-    return False
 
 
 def _prose(path: Path) -> str:
