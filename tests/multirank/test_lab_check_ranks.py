@@ -3,31 +3,20 @@ all-reduce bit for bit, the table's contract, and a wrong sum seen; on loopback,
 lab can be built. Sizes are tiny and nothing is timed: speed is ``bench lab-check``'s."""
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
 
 from zen_analysis.comm.schemes.zen import Zen
 from zen_analysis.experiments import lab_check
-from zen_analysis.experiments.paper_stand_in import StandInWorkload
 from zen_analysis.pricing.topology import PRESETS
 from zen_analysis.ranks import netlab
+from zen_analysis.sparsity.paper_workloads import paper_workload
 
 OK, WHY = netlab.available()
-NATURAL = StandInWorkload(
-    name="tiny",
-    kind="natural",
-    num_rows=6000,
-    width=8,
-    scale=1.0,
-    dense_params=1e5,
-    samples_per_gpu=4,
-    tokens_per_gpu=64,
-    density=0.02,
-    synthetic="test sets",
-    skew=2.0,
-    overlap=0.3,
-)
+NATURAL = replace(paper_workload("lstm", vocab=6000, width=8, density=0.02), scale=1.0, dense_params=1e5)
+"""The LSTM generator on a tiny table at full size (scale 1)."""
 
 
 def _check(workload, **options) -> "lab_check.pd.DataFrame":
@@ -61,7 +50,7 @@ def test_every_scheme_sums_like_a_dense_all_reduce_and_the_table_keeps_its_contr
 
 
 def test_a_top_k_gradient_is_summed_by_elements():
-    flat = StandInWorkload(**{**NATURAL.__dict__, "kind": "topk", "width": 1, "scale": 4.0, "density": 0.05})
+    flat = replace(paper_workload("opt", elements=6000), scale=4.0)  # DGC top-5% sets over 6000 elements
     df = _check(flat, network="loopback", schemes=("allreduce", "zen", "omnireduce"))
     assert df["equal"].all() and (df["width"] == 0).all()
 

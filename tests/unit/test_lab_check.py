@@ -1,4 +1,4 @@
-"""The communication-dominated lab's arithmetic, without ranks: the stand-in's sets, the scaling to the lab (a
+"""The communication-dominated lab's arithmetic, without ranks: the generator's sets, the scaling to the lab (a
 consistent sample that keeps density, overlap, gamma and skew), the dilation, the compute slept and the verdict."""
 
 import pandas as pd
@@ -6,36 +6,23 @@ import pytest
 
 from zen_analysis.experiments import lab_check
 from zen_analysis.experiments.paper_scale import DEVICES
-from zen_analysis.experiments.paper_stand_in import STAND_INS, StandInWorkload, stand_in
+from dataclasses import replace
+
+from zen_analysis.sparsity.paper_workloads import paper_workload
 
 
-def _tiny(**changes) -> StandInWorkload:
-    fields = dict(
-        name="tiny",
-        kind="natural",
-        num_rows=40_000,
-        width=64,
-        scale=1.0,
-        dense_params=1e6,
-        samples_per_gpu=8,
-        tokens_per_gpu=512,
-        density=0.02,
-        synthetic="test sets",
-        skew=2.0,
-        overlap=0.4,
-    )
-    return StandInWorkload(**(fields | changes))
+def _tiny(**changes):
+    """The LSTM generator on a small table, at full size (scale 1) with a small MLP."""
+    wl = paper_workload("lstm", vocab=40_000, width=64, density=0.02)
+    return replace(wl, **({"scale": 1.0, "dense_params": 1e6, "tokens_per_gpu": 512} | changes))
 
 
-def test_the_stand_in_draws_the_papers_density_and_refuses_what_it_lacks():
-    wl = stand_in("lstm")
+def test_the_lab_draws_the_paper_scale_generators_workload():
+    wl = lab_check.lab_workload("lstm")
     assert (wl.num_rows, wl.width, wl.density, wl.dense_params) == (793_471, 512, 0.0113, 20e6)
-    sets = _tiny().row_sets(4, step=1, seed=3)
-    assert [s.numel() for s in sets] == [800] * 4 and all(bool((s[1:] > s[:-1]).all()) for s in sets)
-    assert not all(bool((a == b).all()) for a, b in zip(sets, _tiny().row_sets(4, step=2, seed=3)))
-    with pytest.raises(ValueError, match="stand-in generator has"):
-        stand_in("llama")
-    assert set(STAND_INS) == {"lstm", "deepfm"}
+    assert wl is paper_workload("lstm")
+    with pytest.raises(ValueError, match="unknown paper workload"):
+        lab_check.lab_workload("bert")
 
 
 def test_the_lab_sample_keeps_the_sets_statistics_and_says_its_factor():
@@ -48,7 +35,7 @@ def test_the_lab_sample_keeps_the_sets_statistics_and_says_its_factor():
     assert s["lab_gamma"] == pytest.approx(s["paper_gamma"], rel=0.1)
     assert s["lab_skewness_ratio"] == pytest.approx(s["paper_skewness_ratio"], rel=0.15)
     assert all(int(x.max()) < 10_000 for x in got.sets_by_step[0])
-    flat = lab_check.lab_sets(_tiny(kind="topk", width=1, scale=5.0), 4, rows=10_000)
+    flat = lab_check.lab_sets(replace(paper_workload("opt", elements=40_000), scale=5.0), 4, rows=10_000)
     assert flat.width == 0 and flat.scale == pytest.approx(40_000 * 5 / 10_000)
 
 

@@ -7,9 +7,9 @@ of the time the sparse sum takes over 25 Gbit/s. Here the ranks do not compute: 
 (``time.sleep``), which leaves the cores to the schemes, then sums a generated gradient with a real scheme over the
 network lab's shaped links (:class:`~zen_analysis.ranks.netlab.NetLab`, one rank per node).
 
-* Workload. Each GPU's rows come from :func:`lab_workload` (the paper-scale generator's interface; the one line that
-  picks the generator or :mod:`~zen_analysis.experiments.paper_stand_in`), drawn at the paper's size and per-GPU
-  density, then scaled down to what the lab holds (:func:`lab_sets`): a consistent sample of the table's rows (the
+* Workload. Each GPU's rows come from :func:`lab_workload`
+  (:func:`~zen_analysis.sparsity.paper_workloads.paper_workload`, the paper-scale generator), drawn at the paper's
+  size and per-GPU density, then scaled down to what the lab holds (:func:`lab_sets`): a consistent sample of the table's rows (the
   same rows on every rank, in index order: :mod:`zen_analysis.sparsity.sketch`), which keeps the density, the overlap
   ratio, the densification ratio gamma and the skewness ratio, and fewer values per row. ``scale`` (the table's
   paper elements per lab element) is the factor; the sets' measured statistics are in the table beside it.
@@ -57,9 +57,9 @@ from zen_analysis.evaluation.calibrate import netlab as netlab_topology
 from zen_analysis.experiments.lab_calibration import idle_calibration
 from zen_analysis.experiments.lab_ranks import run_lab
 from zen_analysis.experiments.paper_scale import _compute, _Step
-from zen_analysis.experiments.paper_stand_in import stand_in
 from zen_analysis.pricing.cost import local_time, phase_features, phase_times
 from zen_analysis.pricing.topology import Topology
+from zen_analysis.sparsity.paper_workloads import PaperWorkload, paper_workload
 from zen_analysis.sparsity.sketch import compact_sets, layout, sample_indices
 from zen_analysis.sparsity.synthetic import describe
 
@@ -75,11 +75,11 @@ COLUMNS += ["bandwidth_gbps"]
 """The table's contract: these first, in this order."""
 
 
-def lab_workload(name: str):
-    """The paper-scale workload ``name`` (``PaperWorkload``'s interface: ``kind, num_rows, width, scale,
-    dense_params, tokens_per_gpu, density, row_sets(gpus, step=, seed=)``). The one line to change when the
-    generator lands: ``return paper_workload(name)`` from ``zen_analysis.sparsity.paper_workloads``."""
-    return stand_in(name)
+def lab_workload(name: str) -> PaperWorkload:
+    """The paper-scale workload ``name`` as the generator draws it at the paper's inputs. What the lab uses of it
+    (any object with these fields will do): ``kind, num_rows, width, scale, dense_params, samples_per_gpu,
+    tokens_per_gpu, density, row_sets(gpus, step=, seed=)``."""
+    return paper_workload(name)
 
 
 class LabSets(NamedTuple):
