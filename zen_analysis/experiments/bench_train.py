@@ -12,7 +12,8 @@ import pandas as pd
 
 from zen_analysis import paths, recipes
 from zen_analysis.atomic import atomic_write_text
-from zen_analysis.experiments.bench_options import draw_figure, flag, floats, ints, names, parse_sets, publish
+from zen_analysis.config.options import flag, floats, ints, names
+from zen_analysis.experiments.bench_options import draw_figure, parse_sets, publish
 from zen_analysis.experiments.lab_sweeps import REST, training_sweep
 from zen_analysis.experiments.loss_targets import time_to_loss
 from zen_analysis.plots import training_throughput as train_figs
