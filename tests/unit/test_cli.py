@@ -7,7 +7,7 @@ import pytest
 
 from zen_analysis import paths
 from zen_analysis.interface.cli import EXAMPLES, build_parser, main
-from zen_analysis.interface.options import parse
+from zen_analysis.interface.cli_options import parse
 
 
 def _fake_run(run_id, *, finished, trace_bytes=1000):

@@ -1,7 +1,6 @@
-"""``zen-analysis bench train`` (registered in :mod:`zen_analysis.experiments.benchmarks`): training throughput behind
-shaped links (the network lab, root) on the paper's natural-sparsity workloads with every scheme, top-k of every
-bucket to the dense run's loss, and the sums overlapped with backward: the measured analogues of the paper's
-Fig. 11-13. Tables in ``data/derived/train/``."""
+"""``zen-analysis bench train``: training throughput behind shaped links (the network lab, root) on the paper's
+natural-sparsity workloads with every scheme, top-k of every bucket to the dense run's loss, and the sums overlapped
+with backward: the measured analogues of the paper's Fig. 11-13. Tables in ``data/derived/train/``."""
 
 from __future__ import annotations
 

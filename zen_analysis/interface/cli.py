@@ -1,7 +1,7 @@
 """``zen-analysis`` (also ``python -m zen_analysis``): the command line over recipes and runs.
 
 Configs come from a recipe name or a JSON file, edited only with ``--set section.field=value``; every other
-command's values are ``--set key=value`` too (:mod:`zen_analysis.interface.options`)::
+command's values are ``--set key=value`` too (:mod:`zen_analysis.interface.cli_options`)::
 
     zen-analysis recipes
     zen-analysis train smoke --set train.num_steps=20 --set dist.num_ranks=4

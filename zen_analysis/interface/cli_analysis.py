@@ -8,7 +8,7 @@ import json
 import sys
 
 from zen_analysis.config.options import names, one_of, optional
-from zen_analysis.interface.options import Option, add_options, parse
+from zen_analysis.interface.cli_options import Option, add_options, parse
 
 CHARACTERIZE_OPTIONS = (
     Option(

@@ -9,7 +9,7 @@ import sys
 from zen_analysis.config.options import optional
 from zen_analysis.experiments import benchmarks
 from zen_analysis.experiments.benchmarks import BENCHMARKS, default_benchmarks
-from zen_analysis.interface.options import Option, add_options, parse
+from zen_analysis.interface.cli_options import Option, add_options, parse
 from zen_analysis.ranks import netlab
 
 NETLAB_OPTIONS = (
