@@ -64,6 +64,19 @@ def test_calibration_replay_and_synthetic_cli(capsys):
 
     from zen_analysis.interface.cli import main
 
-    main(["replay", "--synthetic", "--ranks", "2", "--numel", "5000", "--density", "0.05", "--repeats", "1"])
+    main(
+        [
+            "replay",
+            "--synthetic",
+            "--set",
+            "ranks=2",
+            "--set",
+            "numel=5000",
+            "--set",
+            "density=0.05",
+            "--set",
+            "repeats=1",
+        ]
+    )
     out = capsys.readouterr().out
     assert "synthetic: 2 ranks" in out and out.count("equal  True; lossless True") == len(SCHEMES)

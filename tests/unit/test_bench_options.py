@@ -4,7 +4,8 @@ import pytest
 
 from zen_analysis import recipes
 from zen_analysis.config import apply_overrides
-from zen_analysis.experiments.bench_options import CONFIG, ints, names, parse_sets
+from zen_analysis.config.options import CONFIG, ints, names
+from zen_analysis.experiments.bench_options import parse_sets
 
 
 def test_plain_keys_are_options_and_dotted_keys_config_fields_in_order():
@@ -31,3 +32,11 @@ def test_a_bad_set_names_what_the_benchmark_takes(items, config, match):
         parse_sets("x", items, {"ranks": [2]}, {"ranks": ints}, config=config)
     with pytest.raises(ValueError, match="bench y takes no --set options; got 'a=1'"):
         parse_sets("y", ["a=1"], {})
+
+
+def test_a_boolean_option_reads_false_as_false():
+    """A bool default converts by :func:`~zen_analysis.config.options.flag`, not ``bool("false")`` (True)."""
+    assert parse_sets("x", ["fast=false"], {"fast": True})["fast"] is False
+    assert parse_sets("x", ["fast=yes"], {"fast": False})["fast"] is True
+    with pytest.raises(ValueError, match="'fast=maybe'"):
+        parse_sets("x", ["fast=maybe"], {"fast": False})

@@ -7,6 +7,7 @@ import pytest
 
 from zen_analysis import paths
 from zen_analysis.interface.cli import EXAMPLES, build_parser, main
+from zen_analysis.interface.cli_options import parse
 
 
 def _fake_run(run_id, *, finished, trace_bytes=1000):
@@ -32,7 +33,47 @@ def test_every_subcommand_shows_its_defaults_and_examples(capsys):
         for action in p._actions:
             if action.default not in (None, False) and action.help and action.dest != "help":
                 assert "default" in (action.help + p.formatter_class("x")._get_help_string(action)), (name, action.dest)
-    assert "(default: 4)" in sub.choices["replay"].format_help()  # --ranks
+    assert "\n  ranks=4 " in sub.choices["replay"].format_help()  # a --set key with its default
+
+
+@pytest.mark.parametrize(
+    ("command", "flags", "sets"),
+    [
+        ("replay", ["--ranks", "2", "--bandwidth-gbps", "0.5"], ["ranks=2", "bandwidth=0.5"]),
+        ("evaluate", ["--max-workers", "64", "--topology", "paper-tcp25"],
+         ["max_workers=64", "topologies=paper-tcp25"]),
+        ("characterize", ["--hash-seed", "3", "--natural-granularity", "element"],
+         ["hash_seed=3", "natural_granularity=element"]),
+        ("netlab", ["--nodes", "4", "--ranks-per-node", "2"], ["nodes=4", "ranks_per_node=2"]),
+    ],
+)  # fmt: skip
+def test_every_command_takes_its_values_as_set_and_its_former_flags_with_a_notice(capsys, command, flags, sets):
+    """One grammar: the values a command takes are ``--set key=value`` (``train``'s and ``bench``'s already); the
+    flags they replaced still parse, hidden, into the same values, with one notice naming the ``--set``."""
+    parser = build_parser()
+    run = [] if command == "netlab" else ["some-run"]
+    new = parse(command, parser.parse_args([command, *run, *(a for s in sets for a in ("--set", s))]))
+    assert capsys.readouterr().err == ""
+    old = parse(command, parser.parse_args([command, *run, *flags]))
+    assert old == new and old != parse(command, parser.parse_args([command, *run]))
+    notice = capsys.readouterr().err
+    assert notice.count("note:") == 1 and all(f"--set {s}" in notice for s in sets)
+    assert (
+        flags[0] not in next(a for a in parser._actions if a.dest == "command").choices[command].format_help()
+    )  # hidden
+    assert parse(command, parser.parse_args([command, *run, *flags, "--set", sets[0].split("=")[0] + "=7"])) != old
+
+
+def test_a_set_key_a_command_lacks_or_a_value_that_does_not_convert_is_refused_naming_its_keys():
+    parser = build_parser()
+    with pytest.raises(SystemExit, match=r"replay takes --set ranks, steps, .*; got 'rank=4'"):
+        parse("replay", parser.parse_args(["replay", "--set", "rank=4"]))
+    with pytest.raises(SystemExit, match=r"got 'ranks=four' \(invalid literal"):
+        parse("replay", parser.parse_args(["replay", "--set", "ranks=four"]))
+    with pytest.raises(SystemExit, match=r"natural_granularity=cell' \(one of row, element\)"):
+        parse("characterize", parser.parse_args(["characterize", "r", "--set", "natural_granularity=cell"]))
+    got = parse("replay", parser.parse_args(["replay", "--set", "tensor=none", "--set", "schemes=zen,sparcml"]))
+    assert got["tensor"] is None and got["schemes"] == ["zen", "sparcml"]
 
 
 def test_runs_lists_deletes_and_prunes_but_keeps_reproduce_runs(capsys):
@@ -164,11 +205,12 @@ def test_a_subcommand_or_choice_typo_gets_a_did_you_mean(capsys):
     for argv, suggestion in [
         (["trian", "smoke"], "did you mean 'train'?"),
         (["runz"], "did you mean 'runs'?"),
-        (["characterize", "x", "--natural-granularity", "rows"], "did you mean 'row'?"),
     ]:
         with pytest.raises(SystemExit):
             main(argv)
         assert suggestion in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="did you mean 'row'?"):
+        main(["characterize", "x", "--set", "natural_granularity=rows"])
     with pytest.raises(SystemExit, match="did you mean 'lstm-smoke'"):
         main(["config", "lstm_smoke"])
 

@@ -146,3 +146,24 @@ def test_every_float_setting_refuses_nan_and_inf_before_any_rank_starts(value):
         setattr(getattr(cfg, section), name, float(value))
         with pytest.raises(ValueError, match=rf"{key} must be a finite number"):
             cfg.validate()
+
+
+def test_sync_method_is_typed_by_its_enums_and_the_stored_json_is_unchanged():
+    """``sync.method`` holds a :data:`~zen_analysis.config.names.SyncMethod` member however it was given (code,
+    ``--set``, JSON), equal to its string, and writes the same JSON a string did; an unknown name is refused with
+    the choices."""
+    import typing
+
+    from zen_analysis.config.names import MethodName, StepMethod, SyncMethod
+    from zen_analysis.config.overrides import from_json, to_json
+    from zen_analysis.config.sync import SyncConfig
+
+    assert typing.get_type_hints(SyncConfig)["method"] == SyncMethod
+    cfg = recipes.get("smoke")
+    edited = apply_overrides(cfg, ["sync.method=edit"])
+    assert edited.sync.method is MethodName.EDIT and edited.sync.method == "edit"
+    assert SyncConfig(method="natural", scheme="zen").method is StepMethod.NATURAL
+    text = to_json(edited)
+    assert '"method": "edit"' in text and from_json(ExperimentConfig, text).sync.method is MethodName.EDIT
+    with pytest.raises(ValueError, match=r"sync.method='edt' is unknown; choose one of \('dense'"):
+        apply_overrides(cfg, ["sync.method=edt"])

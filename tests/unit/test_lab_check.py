@@ -1,13 +1,13 @@
 """The communication-dominated lab's arithmetic, without ranks: the generator's sets, the scaling to the lab (a
 consistent sample that keeps density, overlap, gamma and skew), the dilation, the compute slept and the verdict."""
 
+from dataclasses import replace
+
 import pandas as pd
 import pytest
 
 from zen_analysis.experiments import lab_check
 from zen_analysis.experiments.paper_scale import DEVICES
-from dataclasses import replace
-
 from zen_analysis.sparsity.paper_workloads import paper_workload
 
 

@@ -57,6 +57,9 @@ class MethodName(enum.StrEnum):
     """A-EDiT: EDiT with syncs triggered by elapsed time (``local_sgd.sync_time_s``) instead of a step count."""
 
 
+SyncMethod = StepMethod | MethodName
+"""``sync.method``'s type: a per-step method or a local SGD one (a config holds the member, equal to its string)."""
+
 METHODS: tuple[str, ...] = tuple(m.value for m in MethodName)
 """The local SGD methods' names, in the enum's order (``zen_analysis.local_sgd.METHODS`` is this tuple)."""
 

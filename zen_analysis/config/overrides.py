@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import enum
 import json
 import math
 import numbers
@@ -81,6 +82,22 @@ def _choices(tp: Any) -> tuple[tuple, list] | None:
     return literals, [a for a in args if typing.get_origin(a) is not typing.Literal]
 
 
+def _enum_values(tp: Any) -> dict[str, enum.Enum] | None:
+    """An enum field's (or a union of enums') members by value, e.g. ``sync.method``'s
+    :data:`~zen_analysis.config.names.SyncMethod`; None for any other type."""
+    parts = typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
+    if not all(isinstance(t, type) and issubclass(t, enum.Enum) for t in parts):
+        return None
+    return {m.value: m for t in parts for m in t}
+
+
+def _member(value: Any, members: dict[str, enum.Enum], key: str) -> enum.Enum:
+    """``value`` as its enum member, else the one message of an unknown name: what it is and what to choose."""
+    if isinstance(value, str) and value in members:
+        return members[value]
+    raise ValueError(f"{key}={value!r} is unknown; choose one of {tuple(members)}")
+
+
 def _expected(tp: Any) -> str:
     """What a value of ``tp`` looks like, for messages: ``bool``, or ``true, false or 'auto'`` for a switch."""
     choices = _choices(tp)
@@ -94,7 +111,11 @@ def _expected(tp: Any) -> str:
 def _typed(value: Any, tp: type, key: str) -> Any:
     """``value`` as ``tp`` if it is a value of that type (numpy scalars too; an int is a float, a whole float an
     int; a float finite), else a ValueError naming ``key``. Booleans are never numbers here. A union
-    (:data:`~zen_analysis.config.names.Switch`) takes one of its literal values or a value of one of its types."""
+    (:data:`~zen_analysis.config.names.Switch`) takes one of its literal values or a value of one of its types; an
+    enum (or a union of enums) one of its members' values, as the member (a ``StrEnum`` member is that string)."""
+    members = _enum_values(tp)
+    if members is not None:
+        return _member(value, members, key)
     choices = _choices(tp)
     if choices is not None:
         literals, others = choices
@@ -142,6 +163,9 @@ def split_list(text: str) -> list[str]:
 
 
 def _parse_value(text: str, tp: Any, key: str) -> Any:
+    members = _enum_values(tp)
+    if members is not None:
+        return _member(text.strip(), members, key)
     choices = _choices(tp)
     if choices is not None:  # a switch: ``auto`` as written, else true/false
         literals, others = choices

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from zen_analysis.config.names import AUTO, SYNC_METHODS, SYNC_SCHEMES, StepMethod, Switch
+from zen_analysis.config.names import AUTO, SYNC_METHODS, SYNC_SCHEMES, MethodName, StepMethod, Switch, SyncMethod
 
 WIRE_DTYPES = ("model", "bfloat16", "float16")
 """``sync.wire_dtype``'s values: the gradients' own dtype, or a 2-byte float they are summed in."""
@@ -14,7 +14,7 @@ WIRE_DTYPES = ("model", "bfloat16", "float16")
 
 @dataclass(kw_only=True, slots=True)
 class SyncConfig:
-    method: str = "dense"
+    method: SyncMethod = StepMethod.DENSE
     """How the run trains and what it sums: ``dense`` (every gradient in one dense all-reduce per bucket, DDP's),
     ``natural`` (the input embedding's naturally sparse gradient summed by ``scheme``, the rest dense), ``topk``
     (DGC top-k with error feedback on every gradient bucket, summed by ``scheme``), or a local SGD method
@@ -27,7 +27,9 @@ class SyncConfig:
     (``zen_analysis.comm.planner``). Where nothing is sparse (``method=dense``, local SGD with
     ``local_sgd.compress=dense``) it is ``allreduce``; ``natural`` needs a sparse scheme or ``auto``. Checked where
     a run starts, so a config edited in code (``cfg.sync.scheme = "zen"`` with ``method`` left ``dense``) is an
-    error, not a silently dense run."""
+    error, not a silently dense run. Typed ``str``, unlike ``method``: the set of schemes is the registry's
+    (:data:`~zen_analysis.config.names.SYNC_SCHEMES` today), which schemes defined outside the package are to join,
+    so a closed enum would be the wrong type; the check above is what refuses an unknown name."""
     bucket_mb: float = 25.0
     """Dense gradients are flattened into buckets of about this size per collective."""
     hash_seed: int = 0
@@ -86,6 +88,7 @@ class SyncConfig:
             raise ValueError("sync.zen_cache_mb must be positive")
         if self.method not in SYNC_METHODS:
             raise ValueError(f"sync.method={self.method!r} is unknown; choose one of {SYNC_METHODS}")
+        self.method = StepMethod(self.method) if self.method in set(StepMethod) else MethodName(self.method)
         if self.scheme not in SYNC_SCHEMES:
             hint = f" ({self.scheme} is a method: sync.method={self.scheme})" if self.scheme in SYNC_METHODS else ""
             raise ValueError(f"sync.scheme={self.scheme!r} is unknown{hint}; choose one of {SYNC_SCHEMES}")

@@ -33,9 +33,10 @@ from zen_analysis.capture.reader import TraceReader
 from zen_analysis.capture.traces import SparseGrad, TraceWriter, collect_shards, write_manifest
 from zen_analysis.comm.schemes import SCHEMES
 from zen_analysis.config import apply_overrides
+from zen_analysis.config.options import CONFIG, ints, names
 from zen_analysis.evaluation.calibrate import preset
 from zen_analysis.evaluation.evaluate import DEFAULT_TOPOLOGIES, evaluate, evaluate_step
-from zen_analysis.experiments.bench_options import CONFIG, draw_figure, ints, names, parse_sets
+from zen_analysis.experiments.bench_options import draw_figure, parse_sets
 from zen_analysis.experiments.paper_figures import (
     MACHINES,
     PAPER_WORKLOADS,

@@ -10,8 +10,9 @@ import pandas as pd
 
 from zen_analysis import paths
 from zen_analysis.atomic import atomic_write_text
+from zen_analysis.config.options import flag, floats, ints, names
 from zen_analysis.derived import write_table
-from zen_analysis.experiments.bench_options import flag, floats, ints, names, parse_sets, publish
+from zen_analysis.experiments.bench_options import parse_sets, publish
 from zen_analysis.experiments.exchange import EXCHANGE_SCHEMES, exchange_sweep
 from zen_analysis.experiments.lab_sweeps import DDP_DEFAULT_VARIANTS, ddp_script_sweep
 from zen_analysis.ranks import netlab

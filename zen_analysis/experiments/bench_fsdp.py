@@ -14,8 +14,9 @@ import numpy as np
 import pandas as pd
 
 from zen_analysis import paths, recipes
+from zen_analysis.config.options import ints, names
 from zen_analysis.derived import write_table
-from zen_analysis.experiments.bench_options import ints, names, parse_sets, publish
+from zen_analysis.experiments.bench_options import parse_sets, publish
 from zen_analysis.experiments.fsdp_train import VARIANTS, FSDPSettings, fsdp_rank
 from zen_analysis.fsdp.hashed import balls_into_bins_bound, hashed_order, inverse, received_rows
 from zen_analysis.ranks.netlab import NetLab

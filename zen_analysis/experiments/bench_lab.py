@@ -12,8 +12,9 @@ from matplotlib import pyplot as plt
 
 from zen_analysis import paths, recipes
 from zen_analysis.atomic import atomic_write_text
+from zen_analysis.config.options import floats, ints, names
 from zen_analysis.derived import read_table, write_table
-from zen_analysis.experiments.bench_options import draw_figure, floats, ints, names, parse_sets, publish
+from zen_analysis.experiments.bench_options import draw_figure, parse_sets, publish
 from zen_analysis.experiments.lab_check import FIG11_SCHEMES, LAB_SCHEMES, lab_check, verdict
 from zen_analysis.experiments.lab_sweeps import loopback_twins, node_comparison, scheme_sweep, training_sweep
 from zen_analysis.experiments.local_sgd import EDIT_TUNED, slow_network_check

@@ -12,9 +12,10 @@ import pandas as pd
 import torch
 
 from zen_analysis import recipes
+from zen_analysis.config.options import floats, ints
 from zen_analysis.evaluation import measure, replay
 from zen_analysis.experiments import zen_speed
-from zen_analysis.experiments.bench_options import floats, ints, parse_sets
+from zen_analysis.experiments.bench_options import parse_sets
 from zen_analysis.experiments.run_ids import reproduce_run_id
 from zen_analysis.experiments.zen_speed import model_check, speed_table, summary
 from zen_analysis.runs.launch import ensure_run

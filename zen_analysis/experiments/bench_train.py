@@ -1,7 +1,6 @@
-"""``zen-analysis bench train`` (registered in :mod:`zen_analysis.experiments.benchmarks`): training throughput behind
-shaped links (the network lab, root) on the paper's natural-sparsity workloads with every scheme, top-k of every
-bucket to the dense run's loss, and the sums overlapped with backward: the measured analogues of the paper's
-Fig. 11-13. Tables in ``data/derived/train/``."""
+"""``zen-analysis bench train``: training throughput behind shaped links (the network lab, root) on the paper's
+natural-sparsity workloads with every scheme, top-k of every bucket to the dense run's loss, and the sums overlapped
+with backward: the measured analogues of the paper's Fig. 11-13. Tables in ``data/derived/train/``."""
 
 from __future__ import annotations
 
@@ -12,7 +11,8 @@ import pandas as pd
 
 from zen_analysis import paths, recipes
 from zen_analysis.atomic import atomic_write_text
-from zen_analysis.experiments.bench_options import draw_figure, flag, floats, ints, names, parse_sets, publish
+from zen_analysis.config.options import flag, floats, ints, names
+from zen_analysis.experiments.bench_options import draw_figure, parse_sets, publish
 from zen_analysis.experiments.lab_sweeps import REST, training_sweep
 from zen_analysis.experiments.loss_targets import time_to_loss
 from zen_analysis.plots import training_throughput as train_figs

@@ -9,10 +9,11 @@ network lab's shaped links (:class:`~zen_analysis.ranks.netlab.NetLab`, one rank
 
 * Workload. Each GPU's rows come from :func:`lab_workload`
   (:func:`~zen_analysis.sparsity.paper_workloads.paper_workload`, the paper-scale generator), drawn at the paper's
-  size and per-GPU density, then scaled down to what the lab holds (:func:`lab_sets`): a consistent sample of the table's rows (the
-  same rows on every rank, in index order: :mod:`zen_analysis.sparsity.sketch`), which keeps the density, the overlap
-  ratio, the densification ratio gamma and the skewness ratio, and fewer values per row. ``scale`` (the table's
-  paper elements per lab element) is the factor; the sets' measured statistics are in the table beside it.
+  size and per-GPU density, then scaled down to what the lab holds (:func:`lab_sets`): a consistent sample of the
+  table's rows (the same rows on every rank, in index order: :mod:`zen_analysis.sparsity.sketch`), which keeps the
+  density, the overlap ratio, the densification ratio gamma and the skewness ratio, and fewer values per row.
+  ``scale`` (the table's paper elements per lab element) is the factor; the sets' measured statistics are in the
+  table beside it.
 * Values are integers (1-4), so every scheme's sum is checked equal, bit for bit, to ``dist.all_reduce`` of the dense
   tables, on every rank, step and repeat (``equal``).
 * Time dilation. Bytes shrink by ``scale`` and the link runs at ``bandwidth_gbps`` instead of the paper's 25 Gbit/s,

@@ -1,14 +1,15 @@
 """``zen-analysis`` (also ``python -m zen_analysis``): the command line over recipes and runs.
 
-Configs come from a recipe name or a JSON file, edited only with ``--set section.field=value``::
+Configs come from a recipe name or a JSON file, edited only with ``--set section.field=value``; every other
+command's values are ``--set key=value`` too (:mod:`zen_analysis.interface.cli_options`)::
 
     zen-analysis recipes
     zen-analysis train smoke --set train.num_steps=20 --set dist.num_ranks=4
     zen-analysis traces <run_id>
     zen-analysis characterize <run_id>
-    zen-analysis evaluate <run_id> [--max-workers 1024]
-    zen-analysis replay <run_id> --ranks 4
-    zen-analysis replay --synthetic --density 0.01 --skew 2 --overlap 0.5
+    zen-analysis evaluate <run_id> [--set max_workers=1024]
+    zen-analysis replay <run_id> --set ranks=4
+    zen-analysis replay --synthetic --set density=0.01 --set skew=2 --set overlap=0.5
     zen-analysis reproduce
     zen-analysis bench capture
 """
@@ -68,18 +69,18 @@ EXAMPLES = {
     "prepare": "zen-analysis prepare default --run-id my-run --set dist.num_ranks=16",
     "runs": "zen-analysis runs\n  zen-analysis runs --delete smoke-20261201-101500\n  zen-analysis runs --prune",
     "traces": "zen-analysis traces reproduce-default",
-    "characterize": "zen-analysis characterize reproduce-default --natural-granularity element",
-    "evaluate": "zen-analysis evaluate reproduce-workers1024 --max-workers 1024",
+    "characterize": "zen-analysis characterize reproduce-default --set natural_granularity=element",
+    "evaluate": "zen-analysis evaluate reproduce-workers1024 --set max_workers=1024",
     "reproduce": "zen-analysis reproduce\n  zen-analysis reproduce --full\n"
     "  zen-analysis reproduce --only zen\n  zen-analysis reproduce --skip netlab",
-    "replay": "zen-analysis replay reproduce-default --ranks 4\n"
-    "  zen-analysis replay --synthetic --density 0.01 --skew 2 --overlap 0.5\n"
-    "  zen-analysis replay reproduce-default --bandwidth-gbps 1   # root: the emulated network",
+    "replay": "zen-analysis replay reproduce-default --set ranks=4\n"
+    "  zen-analysis replay --synthetic --set density=0.01 --set skew=2 --set overlap=0.5\n"
+    "  zen-analysis replay reproduce-default --set bandwidth=1   # root: the emulated network",
     "bench": "zen-analysis bench zen\n  zen-analysis bench ddp --set bandwidths=loopback,1 --set rounds=2\n"
     "  zen-analysis bench netlab --set parts=schemes --set ranks=4\n"
     "  zen-analysis bench train --set ranks=4,8 --set rates=1",
-    "netlab": "zen-analysis netlab --bandwidth-gbps 1\n  zen-analysis netlab --cleanup\n"
-    "  zen-analysis netlab --nodes 4 --bandwidth-gbps 1 -- scripts/ddp_transformers.py --zen natural",
+    "netlab": "zen-analysis netlab --set bandwidth=1\n  zen-analysis netlab --cleanup\n"
+    "  zen-analysis netlab --set nodes=4 --set bandwidth=1 -- scripts/ddp_transformers.py --zen natural",
 }
 
 

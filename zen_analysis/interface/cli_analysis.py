@@ -7,6 +7,41 @@ import argparse
 import json
 import sys
 
+from zen_analysis.config.options import names, one_of, optional
+from zen_analysis.interface.cli_options import Option, add_options, parse
+
+CHARACTERIZE_OPTIONS = (
+    Option(
+        "natural_granularity", "row", "embedding gradients by row (token id) or element", one_of("row", "element"),
+        "--natural-granularity",
+    ),
+    Option("hash_seed", 0, "seed of Zen's h0 for the hash owner", legacy="--hash-seed"),
+)  # fmt: skip
+"""``characterize``'s ``--set`` keys (and the flags they replaced)."""
+EVALUATE_OPTIONS = (
+    Option(
+        "topologies", [], "topology presets, comma-separated (none: the paper's and h200-node)", names, "--topology"
+    ),
+    Option("max_workers", 128, "largest n modelled, up to the run's virtual workers", legacy="--max-workers"),
+)
+"""``evaluate``'s ``--set`` keys (and the flags they replaced)."""
+REPLAY_OPTIONS = (
+    Option("ranks", 4, "gloo ranks; rank r replays worker r", legacy="--ranks"),
+    Option("steps", 3, "captured steps to replay, the first ones", legacy="--steps"),
+    Option("tensor", None, "captured tensor (none: the run's natural, embedding, tensor)", optional(str), "--tensor"),
+    Option("repeats", 25, "timed repeats per scheme after 2 warm-up runs", legacy="--repeats"),
+    Option("schemes", [], "scheme names, comma-separated (none: all)", names, "--schemes"),
+    Option("numel", 2_000_000, "--synthetic: elements of the tensor", legacy="--numel"),
+    Option("density", 0.025, "--synthetic: non-zeros per rank / elements", legacy="--density"),
+    Option("skew", 1.0, "--synthetic: 0 uniform, larger crowds non-zeros towards index 0", legacy="--skew"),
+    Option("overlap", 0.3, "--synthetic: fraction of each set shared by all ranks", legacy="--overlap"),
+    Option(
+        "bandwidth", None, "Gbit/s: run the ranks in the emulated network, each behind a link of this rate (root)",
+        optional(float), "--bandwidth-gbps",
+    ),
+)  # fmt: skip
+"""``replay``'s ``--set`` keys (and the flags they replaced)."""
+
 
 def cmd_traces(args: argparse.Namespace) -> None:
     from zen_analysis.capture.summary import describe_run  # deferred: torch; --help stays light
@@ -17,7 +52,8 @@ def cmd_traces(args: argparse.Namespace) -> None:
 def cmd_characterize(args: argparse.Namespace) -> None:
     from zen_analysis.sparsity.characterize import CharacterizeOptions, characterize  # deferred: torch, not --help
 
-    opts = CharacterizeOptions(natural_granularity=args.natural_granularity, hash_seed=args.hash_seed)
+    got = parse("characterize", args)
+    opts = CharacterizeOptions(natural_granularity=got["natural_granularity"], hash_seed=got["hash_seed"])
     out = characterize(args.run, options=opts, force=args.force, allow_missing=args.allow_missing)
     print(f"tables in {out}")
     note = json.loads((out / "stamp.json").read_text()).get("missing")
@@ -29,11 +65,12 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     from zen_analysis.evaluation.crossover import crossover_report  # deferred: torch; --help stays light
     from zen_analysis.evaluation.evaluate import DEFAULT_TOPOLOGIES, evaluate, normalized  # deferred: torch
 
-    topologies = args.topology or list(DEFAULT_TOPOLOGIES)
+    got = parse("evaluate", args)
+    topologies = got["topologies"] or list(DEFAULT_TOPOLOGIES)
     df = evaluate(
         args.run,
         topologies=topologies,
-        max_workers=args.max_workers,
+        max_workers=got["max_workers"],
         force=args.force,
         allow_missing=args.allow_missing,
     )
@@ -55,23 +92,24 @@ def cmd_replay(args: argparse.Namespace) -> None:
             f"note: `zen-analysis {args.command}` is now `zen-analysis replay` (the old name still works)",
             file=sys.stderr,
         )
-    schemes = args.schemes.split(",") if args.schemes else None
+    o = parse("replay", args)
+    schemes = o["schemes"] or None
     if args.synthetic:
         if args.run:
             raise ValueError("give a run id or --synthetic, not both")
         df, stats = replay.replay_synthetic(
-            numel=args.numel,
-            density=args.density,
-            skew=args.skew,
-            overlap=args.overlap,
-            ranks=args.ranks,
-            repeats=args.repeats,
+            numel=o["numel"],
+            density=o["density"],
+            skew=o["skew"],
+            overlap=o["overlap"],
+            ranks=o["ranks"],
+            repeats=o["repeats"],
             schemes=schemes,
             recalibrate=args.recalibrate,
-            bandwidth_gbps=args.bandwidth_gbps,
+            bandwidth_gbps=o["bandwidth"],
         )
         print(
-            f"synthetic: {args.ranks} ranks, numel {args.numel:,}; measured "
+            f"synthetic: {o['ranks']} ranks, numel {o['numel']:,}; measured "
             + ", ".join(f"{k} {v:.3f}" for k, v in stats.items())
         )
     else:
@@ -79,25 +117,25 @@ def cmd_replay(args: argparse.Namespace) -> None:
             raise ValueError("replay needs a run id (`zen-analysis runs` lists them) or --synthetic")
         df = replay.replay_run(
             args.run,
-            ranks=args.ranks,
-            steps=args.steps,
-            tensor=args.tensor,
-            repeats=args.repeats,
+            ranks=o["ranks"],
+            steps=o["steps"],
+            tensor=o["tensor"],
+            repeats=o["repeats"],
             schemes=schemes,
             recalibrate=args.recalibrate,
-            bandwidth_gbps=args.bandwidth_gbps,
+            bandwidth_gbps=o["bandwidth"],
         )
         print(
-            f"{df['run'].iloc[0]} / {df['tensor'].iloc[0]} ({df['numel'].iloc[0]:,} elements): {args.ranks} "
+            f"{df['run'].iloc[0]} / {df['tensor'].iloc[0]} ({df['numel'].iloc[0]:,} elements): {o['ranks']} "
             "gloo ranks, "
-            f"steps {sorted(df['step'].unique())}, {args.repeats} repeats; medians over steps"
+            f"steps {sorted(df['step'].unique())}, {o['repeats']} repeats; medians over steps"
         )
-    topo = calibrate.model_topology(args.ranks, bandwidth_gbps=args.bandwidth_gbps)
+    topo = calibrate.model_topology(o["ranks"], bandwidth_gbps=o["bandwidth"])
     fits = ", ".join(f"{p} {1e6 * a:.0f} us + bytes / {b / 1e9:.3f} GB/s" for p, a, b in topo.calibrated)
-    print(f"model {topo.name} calibrated at {args.ranks} ranks: {fits}")
-    if args.bandwidth_gbps:
+    print(f"model {topo.name} calibrated at {o['ranks']} ranks: {fits}")
+    if o["bandwidth"]:
         print(
-            f"measured in the emulated network, each rank behind a {args.bandwidth_gbps:g} Gbit/s link (alpha fitted "
+            f"measured in the emulated network, each rank behind a {o['bandwidth']:g} Gbit/s link (alpha fitted "
             "inside the lab, bandwidth the link's TCP payload rate)"
         )
     print(measure.report(measure.summarize(df)))
@@ -124,13 +162,7 @@ def _add_allow_missing(p: argparse.ArgumentParser) -> None:
 def add_characterize_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("characterize", help="overlap, densification, skew, drift and imbalance tables of a run")
     p.add_argument("run", help="run id under data/traces, or a trace directory")
-    p.add_argument(
-        "--natural-granularity",
-        choices=["row", "element"],
-        default="row",
-        help="embedding gradients by rows (token ids) or by elements",
-    )
-    p.add_argument("--hash-seed", type=int, default=0, help="seed of Zen's h0 for the hash owner")
+    add_options(p, CHARACTERIZE_OPTIONS)
     p.add_argument("--force", action="store_true", help="recompute even if the tables are up to date")
     _add_allow_missing(p)
     p.set_defaults(func=cmd_characterize)
@@ -139,10 +171,7 @@ def add_characterize_parser(sub: argparse._SubParsersAction) -> None:
 def add_evaluate_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("evaluate", help="modelled bytes and time of every scheme on a run's traces")
     p.add_argument("run", help="run id under data/traces, or a trace directory")
-    p.add_argument(
-        "--topology", action="append", help="topology preset (repeatable; default: the paper's and h200-node)"
-    )
-    p.add_argument("--max-workers", type=int, default=128, help="largest n modelled (up to the run's virtual workers)")
+    add_options(p, EVALUATE_OPTIONS)
     p.add_argument("--force", action="store_true", help="recompute even if the table is up to date")
     _add_allow_missing(p)
     p.set_defaults(func=cmd_evaluate)
@@ -155,22 +184,9 @@ def add_replay_parser(sub: argparse._SubParsersAction) -> None:
         aliases=["measure", "bench-comm"],  # its former names, kept working with a notice
     )
     p.add_argument("run", nargs="?", help="run id under data/traces (or use --synthetic)")
-    p.add_argument("--ranks", type=int, default=4, help="gloo ranks; rank r replays worker r")
-    p.add_argument("--steps", type=int, default=3, help="captured steps to replay (the first ones)")
-    p.add_argument("--tensor", help="captured tensor (default: the run's natural, embedding, tensor)")
-    p.add_argument("--repeats", type=int, default=25, help="timed repeats per scheme after 2 warm-up runs")
-    p.add_argument("--schemes", help="comma-separated scheme names (default: all)")
     p.add_argument("--recalibrate", action="store_true", help="re-fit this machine's alpha and bandwidth first")
     p.add_argument("--synthetic", action="store_true", help="generated index sets instead of a run")
-    p.add_argument("--numel", type=int, default=2_000_000, help="--synthetic: elements of the tensor")
-    p.add_argument("--density", type=float, default=0.025, help="--synthetic: non-zeros per rank / elements")
-    p.add_argument("--skew", type=float, default=1.0, help="0 uniform; larger crowds non-zeros towards index 0")
-    p.add_argument("--overlap", type=float, default=0.3, help="fraction of each set shared by all ranks")
-    p.add_argument(
-        "--bandwidth-gbps",
-        type=float,
-        help="run the ranks in the emulated network, each behind a link of this rate (root; see `netlab`)",
-    )
+    add_options(p, REPLAY_OPTIONS)
     p.add_argument(
         "--out",
         metavar="PATH",

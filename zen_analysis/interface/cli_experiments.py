@@ -6,9 +6,19 @@ from __future__ import annotations
 import argparse
 import sys
 
+from zen_analysis.config.options import optional
 from zen_analysis.experiments import benchmarks
 from zen_analysis.experiments.benchmarks import BENCHMARKS, default_benchmarks
+from zen_analysis.interface.cli_options import Option, add_options, parse
 from zen_analysis.ranks import netlab
+
+NETLAB_OPTIONS = (
+    Option("bandwidth", None, "Gbit/s: also build a 2-node lab at this rate and measure it (with a program: the "
+           "links' rate, default 1)", optional(float), "--bandwidth-gbps"),
+    Option("nodes", 2, "with a program: lab nodes, one torchrun each", legacy="--nodes"),
+    Option("ranks_per_node", 1, "with a program: torchrun's --nproc-per-node", legacy="--ranks-per-node"),
+)  # fmt: skip
+"""``netlab``'s ``--set`` keys (and the flags they replaced)."""
 
 
 def cmd_reproduce(args: argparse.Namespace) -> None:
@@ -34,15 +44,13 @@ def cmd_bench(args: argparse.Namespace) -> None:
 
 
 def cmd_netlab(args: argparse.Namespace) -> None:
+    o = parse("netlab", args)
     if args.program:
         from zen_analysis.ranks.procs import run_in_lab  # deferred: torch; --help stays light
 
         program = args.program[1:] if args.program[0] == "--" else args.program
-        sys.exit(
-            run_in_lab(
-                program, nodes=args.nodes, ranks_per_node=args.ranks_per_node, bandwidth_gbps=args.bandwidth_gbps or 1.0
-            )
-        )
+        rate = o["bandwidth"] or 1.0
+        sys.exit(run_in_lab(program, nodes=o["nodes"], ranks_per_node=o["ranks_per_node"], bandwidth_gbps=rate))
     if args.cleanup:
         removed = netlab.cleanup()
         print(f"removed {len(removed)} lab namespaces" + (f": {', '.join(removed)}" if removed else ""))
@@ -51,10 +59,10 @@ def cmd_netlab(args: argparse.Namespace) -> None:
     if not ok:
         sys.exit(f"zen-analysis: the network lab is unavailable: {why}")
     print("the network lab is available", end="")
-    if args.bandwidth_gbps:
-        with netlab.NetLab(2, args.bandwidth_gbps) as lab:
+    if o["bandwidth"]:
+        with netlab.NetLab(2, o["bandwidth"]) as lab:
             print(
-                f"; two nodes at {args.bandwidth_gbps:g} Gbit/s measure {lab.throughput_gbps():.3f} Gbit/s over TCP",
+                f"; two nodes at {o['bandwidth']:g} Gbit/s measure {lab.throughput_gbps():.3f} Gbit/s over TCP",
                 end="",
             )
     print()
@@ -109,14 +117,12 @@ def add_netlab_parser(sub: argparse._SubParsersAction) -> None:
         "netlab",
         help="the emulated network (namespaces + shaped links): check it, or remove leftovers",
         description="Without options: say whether a lab can be built here (root, iproute2, veth, "
-        "bridge, tbf). Examples: zen-analysis netlab --bandwidth-gbps 1; zen-analysis netlab --cleanup; "
-        "zen-analysis netlab --nodes 4 --bandwidth-gbps 1 -- scripts/ddp_transformers.py --zen natural "
+        "bridge, tbf). Examples: zen-analysis netlab --set bandwidth=1; zen-analysis netlab --cleanup; "
+        "zen-analysis netlab --set nodes=4 --set bandwidth=1 -- scripts/ddp_transformers.py --zen natural "
         "(one torchrun per lab node running that program)",
     )
     p.add_argument("--cleanup", action="store_true", help="delete every lab namespace (zl-<tag>-...) left behind")
-    p.add_argument("--bandwidth-gbps", type=float, help="also build a 2-node lab at this rate and measure it")
-    p.add_argument("--nodes", type=int, default=2, help="with a program: lab nodes, one torchrun each")
-    p.add_argument("--ranks-per-node", type=int, default=1, help="with a program: torchrun's --nproc-per-node")
+    add_options(p, NETLAB_OPTIONS)
     p.add_argument(
         "program",
         nargs=argparse.REMAINDER,
