@@ -162,8 +162,8 @@ def _count(
             for hook in hooks:  # side by side: the machine's load and speed are the same for both
                 worker = [__file__, "--worker", case, "--teardown", teardown, "--hook", hook]
                 if lab_nodes:  # one torchrun per lab node, over 1 Gbit/s links (zen-analysis netlab, as root)
-                    cmd = [sys.executable, "-m", "zen_analysis", "netlab", f"--nodes={lab_nodes}"]
-                    cmd += [f"--ranks-per-node={ranks // lab_nodes}", "--bandwidth-gbps=1", "--", *worker]
+                    cmd = [sys.executable, "-m", "zen_analysis", "netlab", "--set", f"nodes={lab_nodes}"]
+                    cmd += ["--set", f"ranks_per_node={ranks // lab_nodes}", "--set", "bandwidth=1", "--", *worker]
                 else:
                     cmd = [str(torchrun), "--standalone", f"--nproc-per-node={ranks}", *worker]
                 try:

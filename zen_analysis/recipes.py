@@ -189,7 +189,7 @@ def workers128() -> ExperimentConfig:
 
 def workers1024() -> ExperimentConfig:
     """1024 virtual workers (4 ranks x 256 micro-batches of one sequence), 3 captured steps: the scale mode of
-    the scheme evaluation (``zen-analysis evaluate <run> --max-workers 1024``), past any paper's 128 GPUs."""
+    the scheme evaluation (``zen-analysis evaluate <run> --set max_workers=1024``), past any paper's 128 GPUs."""
     cfg = workers128()
     cfg.name = "workers1024"
     cfg.train.workers_per_rank = 256

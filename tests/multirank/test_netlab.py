@@ -208,16 +208,8 @@ def test_schemes_replayed_in_the_lab_are_lossless_with_the_modelled_bytes(capsys
         [
             "replay",
             "--synthetic",
-            "--ranks",
-            "2",
-            "--numel",
-            "50000",
-            "--density",
-            "0.05",
-            "--repeats",
-            "2",
-            "--bandwidth-gbps",
-            "1",
+            *("--set", "ranks=2", "--set", "numel=50000", "--set", "density=0.05"),
+            *("--set", "repeats=2", "--set", "bandwidth=1"),
             "--out",
             str(out_path),
         ]
@@ -327,7 +319,7 @@ def test_an_interrupted_lab_launch_leaves_no_namespace(tmp_path):
 
 @needs_lab
 def test_a_users_torchrun_script_runs_across_lab_nodes(tmp_path):
-    """`zen-analysis netlab --nodes 2 -- scripts/ddp_transformers.py ...`: one torchrun per lab node."""
+    """`zen-analysis netlab --set nodes=2 -- scripts/ddp_transformers.py ...`: one torchrun per lab node."""
     import json
     from pathlib import Path
 

@@ -193,7 +193,7 @@ def test_a_missing_trace_shard_stops_the_analysis_unless_allowed_and_then_it_is_
     assert "records_missing" in header and all(row.split()[-1] == "4" for row in rows)  # 2 workers x 2 steps
     main(["characterize", "cli-missing", "--allow-missing"])
     assert "INCOMPLETE (incomplete traces: 1 of 4 shards missing" in capsys.readouterr().out
-    main(["evaluate", "cli-missing", "--allow-missing", "--topology", "paper-tcp25"])
+    main(["evaluate", "cli-missing", "--allow-missing", "--set", "topologies=paper-tcp25"])
     out = capsys.readouterr().out
     assert out.count("workers 2-3 at steps 0-1") == 2  # under the table and under the crossover lines
 
