@@ -150,9 +150,9 @@ def lstm_words() -> ExperimentConfig:
     """``lstm`` on a word vocabulary: ids by descending frequency with a long tail, as the Zen paper's LSTM on One
     Billion Word (~800k words) has; the 32k BPE's tail is far shorter.
 
-    Every type seen at least twice is kept (``min_count=2``; the guide's training page gives the vocabulary this
-    makes on the default corpus); ``vocab_size`` caps it at 2^17. ``min_count=1`` would about double the vocabulary with
-    types seen once, and the CPU per rank-step grows with it (the embedding's gradient and optimizer step are per row).
+    Every type seen at least twice is kept (``min_count=2``; the run's tokenizer gives the vocabulary this makes on
+    the corpus); ``vocab_size`` caps it at 2^17. ``min_count=1`` would about double the vocabulary with types seen
+    once, and the CPU per rank-step grows with it (the embedding's gradient and optimizer step are per row).
     The adaptive softmax's head holds the 1,024 most frequent words. Sync and capture as ``lstm``; top-k stays per
     tensor, since a DGC top-k of the embedding's own bucket selects over every element of the table per worker and
     captured step."""

@@ -1,8 +1,8 @@
 """Reusable per-thread CPU buffers for the per-sync hot paths (Zen's push / pull, the extraction).
 
 Why: glibc serves large allocations with fresh ``mmap``s, so every page of a new buffer faults on first touch, and
-a collective receiving tens of MB into a fresh buffer spends more time faulting pages than moving bytes (the
-the guide's Zen speed section (``docs/guide/zen.md``) measures it). A named workspace keeps its pages mapped between
+a collective receiving tens of MB into a fresh buffer spends more time faulting pages than moving bytes (``zen-analysis
+bench zen`` measures it: ``docs/results/bench/zen.md``). A named workspace keeps its pages mapped between
 calls.
 
 ``buffer(name, numel, dtype, device)`` returns a tensor of ``numel`` elements (uninitialised) that stays valid

@@ -36,7 +36,7 @@ class TrainConfig:
     """Write a checkpoint after every this many steps (``data/runs/<run_id>/checkpoints/``; ``zen_analysis.train.
     checkpoint``), to resume the run from (``--resume``); 0: none. 200 serves long runs and costs nothing on the
     recipes and ``make reproduce`` (none of their runs reaches 200 steps); on the default recipe one checkpoint
-    costs about a third of a step (the guide's training page). Runs that checkpoints do not cover (A-EDiT) train
+    costs a fraction of a step. Runs that checkpoints do not cover (A-EDiT) train
     without, saying why."""
     keep_checkpoints: int = 2
     """How many of the newest checkpoints are kept."""

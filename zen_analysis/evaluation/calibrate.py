@@ -9,7 +9,7 @@ stored in ``data/calibration/local-<n>.json`` (loopback) or ``netlab-<n>.json`` 
 
 Why the schemes and not each primitive timed alone: a gloo call on a shared CPU may wait a scheduler tick, more
 often when ranks wake from local work, so a primitive timed in a tight loop prices a call cheaper than a scheme's
-call sequence pays (the numbers: the guide's "Measured: replay on gloo, model vs measurement").
+call sequence pays (the numbers: ``docs/results/bench/comm.md``, ``zen-analysis bench comm``).
 """
 
 from __future__ import annotations
@@ -262,8 +262,8 @@ def netlab(num_ranks: int, bandwidth_gbps: float, *, ranks_per_node: int = 1, re
     to matter (:data:`NETLAB_HOST_GBPS`; ``netlab-host-<n>.json``, calibrated on first use). Where the link's payload
     rate is above the host's fitted bandwidth for a primitive, the host's alpha and bandwidth price it. Without
     that, a fast link prices dense all-reduce below what the host moves, and the planner picks it where AGsparse
-    and Zen are faster (the measurement: the guide's "`auto`: the planner chooses the scheme", "The host, not
-    only the link").
+    and Zen are faster (the measurement: ``docs/results/bench/netlab.md``; the mechanism: the guide's "`auto`:
+    the planner chooses the scheme").
 
     ``ranks_per_node`` > 1: nodes of that many ranks sharing one shaped link, loopback inside the node; the
     links are then priced per path (intra: loopback all-to-all alpha and bandwidth at ``num_ranks`` ranks;

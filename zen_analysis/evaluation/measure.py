@@ -8,8 +8,8 @@ rank of each repeat, sync before each collective; mean over repeats, the median 
 time (local encode/decode included, median) and the lossless check. :mod:`zen_analysis.evaluation.replay` sets it beside
 the model, :mod:`zen_analysis.evaluation.calibrate` fits the model to it.
 
-Why the mean: on a shared CPU a gloo call sometimes waits a whole scheduler tick longer (the numbers: the guide's
-"Measured: replay on gloo, model vs measurement"); the mean is what adds up over a scheme's calls the way the
+Why the mean: on a shared CPU a gloo call sometimes waits a whole scheduler tick longer (the numbers:
+``docs/results/bench/comm.md``); the mean is what adds up over a scheme's calls the way the
 model's calls x alpha does (the calibration uses it too).
 """
 

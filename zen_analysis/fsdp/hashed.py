@@ -51,9 +51,9 @@ def hashed_order(num_rows: int, seed: int = 0, *, strata: int | None = STRATA) -
     each block ordered by h0, and the blocks interleaved (the first id of every block by h0, then the second...), so
     every contiguous shard of at least ``ceil(V / s)`` rows takes its share of every block. In a vocabulary ordered by
     frequency (BPE merges, a word vocabulary) a block holds ids of like frequency, and the shards' loads differ by
-    the sampling noise inside blocks rather than across the whole vocabulary (the guide's FSDP section measures
-    both orders: ``zen-analysis bench fsdp-balance``). On a vocabulary in no particular order it is as good as the
-    plain hash."""
+    the sampling noise inside blocks rather than across the whole vocabulary (``zen-analysis bench fsdp-balance``
+    measures both orders: ``docs/results/bench/fsdp-balance.md``). On a vocabulary in no particular order it is as
+    good as the plain hash."""
     ids_R = torch.arange(num_rows, dtype=torch.int64)
     if strata is None:
         return torch.sort(h0(ids_R, seed), stable=True).indices
