@@ -11,6 +11,7 @@ with a hashed table and Zen's reduce-scatter, AdamW, a checkpoint after every st
 import os
 import signal
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,6 +22,7 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
 import zen_analysis.fsdp.checkpoint as ckpt
+from zen_analysis.atomic import partial_checkpoint_dir
 from zen_analysis.fsdp import shard
 from zen_analysis.fsdp.hashed import hashed_rows_of, to_original
 from zen_analysis.ranks.procs import RankFailedError, fork_launch
@@ -106,7 +108,7 @@ def _killed(rank, world, root):
 
         def save_then_die(state, checkpoint_id):
             real(state, checkpoint_id=checkpoint_id)
-            if str(checkpoint_id).endswith(f"step-{KILLED_AT}.partial"):
+            if Path(checkpoint_id) == partial_checkpoint_dir(root, KILLED_AT):
                 os.kill(os.getpid(), signal.SIGKILL)
 
         ckpt.dcp = types.SimpleNamespace(save=save_then_die, load=ckpt.dcp.load)
@@ -137,12 +139,12 @@ def test_killed_mid_checkpoint_resumes_bit_for_bit_and_files_are_in_the_original
     for r in whole:
         assert r["loaded"] == (STEPS - 1, {"next": STEPS - 1})
         _assert_equal(r["stock"], r["original"], "an unhashed model from the hashed checkpoint, one step on")
-    assert [p.name for p in ckpt.complete(tmp_path / "whole")] == [f"step-{s}" for s in (4, 5, 6)]  # keep=3
+    assert ckpt.complete(tmp_path / "whole") == [ckpt.step_dir(tmp_path / "whole", s) for s in (4, 5, 6)]  # keep=3
 
     with pytest.raises(RankFailedError):
         fork_launch(_killed, world, tmp_path / "run", timeout_s=60)
     assert ckpt.newest(tmp_path / "run") == ckpt.step_dir(tmp_path / "run", KILLED_AT - 1)
-    assert (tmp_path / "run" / f"step-{KILLED_AT}.partial" / ".metadata").exists()  # DCP's files, uncommitted
+    assert (partial_checkpoint_dir(tmp_path / "run", KILLED_AT) / ".metadata").exists()  # DCP's files, uncommitted
 
     resumed = fork_launch(_resumed, world, tmp_path / "run", timeout_s=60)
     for r, w in zip(resumed, whole):

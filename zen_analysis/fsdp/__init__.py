@@ -10,8 +10,8 @@ to the ranks that own them, instead of the whole table.
 * :mod:`~zen_analysis.fsdp.hashed`: hashed row ownership, the table stored in Zen's h0 order so every contiguous
   shard holds a hash-balanced set of rows (state dicts and checkpoints stay in the original order);
 * :mod:`~zen_analysis.fsdp.checkpoint`: checkpoints through ``torch.distributed.checkpoint`` (model and optimizer,
-  hashed tables and their moments in the original order), committed by one rename; ``newest`` finds the newest
-  complete one;
+  hashed tables and their moments in the original order), committed by the toolkit's one checkpoint protocol
+  (:mod:`zen_analysis.atomic`: checksums, fsyncs, one rename); ``newest`` finds the newest complete one;
 * :mod:`~zen_analysis.fsdp.install`: :func:`shard`, ``fully_shard`` the Zen way in one call, and :func:`install`,
   one call on a model the user sharded already; :mod:`~zen_analysis.fsdp.integrations`, the transformers Trainer;
 * :mod:`~zen_analysis.fsdp.timing`: where a step's time goes (each unit's collectives timed);

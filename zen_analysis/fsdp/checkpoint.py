@@ -17,14 +17,19 @@ undoes it before ``set_state_dict``. A checkpoint is therefore the same whether 
 stock FSDP2 model (or a hashed one with another seed) reads it, and a user never sees the permutation.
 Reordering a sharded tensor gathers it whole on each rank for that call (the memory of one replica of the table).
 
-**Atomicity.** ``save`` builds ``<dir>/step-<k>.partial/`` (removing one a killed run left), every rank writes its
-shards there, and after a barrier rank 0 writes ``zen.json`` (the step and ``extra``) inside it and renames the
-folder to ``<dir>/step-<k>``: one ``rename`` of a directory, atomic on POSIX. A rank killed at any point before it
-leaves only a ``.partial`` folder, which :func:`newest` ignores, so the previous checkpoint stays the newest
-complete one. (DCP's own ``.metadata``, written last by its coordinator, is not enough: a partial folder can hold
-it and no ``extra``.) The folder must be on a filesystem every rank sees, as DCP's file writer requires anyway.
-Saving a step that exists already (a run resumed from an older checkpoint) removes the old folder just before the
-rename; killed in between, the checkpoint before it is the newest. ``keep`` prunes all but the newest ``keep``.
+**Atomicity.** The folder follows the toolkit's one checkpoint protocol (:mod:`zen_analysis.atomic`, as
+the training loop's checkpoints do): ``save`` builds ``<dir>/step-<k>.partial/`` (k in 8 digits; one a killed run
+left is removed), every rank writes its shards there, and after a barrier rank 0 fsyncs them, writes ``meta.json``
+(the step, the world size, the sha256 of every DCP file, and ``extra``) last and renames the folder to
+``<dir>/step-<k>``: one ``rename`` of a directory, atomic on POSIX, the parent directory fsynced after it. A rank
+killed at any point before it leaves only a ``.partial`` folder, which :func:`newest` ignores, so the previous
+checkpoint stays the newest complete one. (DCP's own ``.metadata``, written last by its coordinator, is not enough:
+a partial folder can hold it and no ``extra``.) :func:`newest` also skips, saying so, a checkpoint whose files no
+longer match their checksums. The folder must be on a filesystem every rank sees, as DCP's file writer requires
+anyway. Saving a step that exists already (a run resumed from an older checkpoint) removes the old folder just
+before the rename; killed in between, the checkpoint before it is the newest. ``keep`` prunes all but the newest
+``keep``. Checkpoints this module wrote before (``step-<k>/`` unpadded, marked by ``zen.json`` without checksums)
+still load, and count in :func:`newest` and :func:`complete`.
 
 **What is not saved.** Per-rank RNG states: resuming is exact without them when nothing a step draws depends on a
 generator carried over from earlier steps: its batch a pure function of (step, rank), as in the test, and dropout
@@ -40,10 +45,7 @@ say when it decides next; its ``state_dict()`` is JSON, so pass it in ``extra`` 
 
 from __future__ import annotations
 
-import json
 import os
-import re
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -53,19 +55,18 @@ import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-from zen_analysis.atomic import atomic_write_text
+from zen_analysis import atomic
 from zen_analysis.fsdp.hashed import HashedRows, hashed_rows_of, to_original, to_stored
 
-MARKER = "zen.json"
-"""Written last, inside the folder before its rename: the step and ``extra``."""
-_STEP_DIR = re.compile(r"^step-(\d+)$")
+MARKER = atomic.CHECKPOINT_MARKER
+"""Written last, inside the folder before its rename: the step, the world size, the files' checksums, ``extra``."""
 _WRAPPERS = ("_orig_mod", "_checkpoint_wrapped_module")
 """Name segments that DCP drops from an FQN (``torch.compile``, activation checkpointing)."""
 
 
 def step_dir(directory: str | os.PathLike, step: int) -> Path:
     """Where :func:`save` puts the checkpoint taken after ``step`` steps."""
-    return Path(directory) / f"step-{step}"
+    return atomic.checkpoint_dir(directory, step)
 
 
 def hashed_tables(model: nn.Module) -> dict[str, HashedRows]:
@@ -121,27 +122,18 @@ def save(
 ) -> Path:
     """Write ``<directory>/step-<step>`` from every rank (a collective: all ranks call it) and return its path.
     ``step``: the steps done, i.e. the next step to run after :func:`load`. Built as ``step-<step>.partial`` and
-    renamed by rank 0 once every rank's shards are written (module docstring)."""
-    final = step_dir(directory, step)
-    partial = final.with_name(final.name + ".partial")
+    committed by rank 0 once every rank's shards are written (module docstring)."""
     rank = dist.get_rank()
     if rank == 0:
-        shutil.rmtree(partial, ignore_errors=True)  # a killed run's leftover
-        partial.mkdir(parents=True)
+        atomic.begin_checkpoint(directory, step)  # a killed run's leftover removed
     dist.barrier()
+    partial = atomic.partial_checkpoint_dir(directory, step)
     write_state(partial, model, optimizer)
     dist.barrier()  # every rank's shards are in place
     if rank == 0:
-        atomic_write_text(partial / MARKER, json.dumps({"step": step, "extra": extra}))
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(partial, final)
-        _fsync_dir(final.parent)
-        if keep is not None:
-            for old in complete(directory)[:-keep]:
-                shutil.rmtree(old, ignore_errors=True)
+        atomic.commit_checkpoint(partial, step=step, world=dist.get_world_size(), extra=extra, keep=keep)
     dist.barrier()  # no rank returns (and may load, or die) before the rename
-    return final
+    return step_dir(directory, step)
 
 
 def write_state(path: str | os.PathLike, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
@@ -163,42 +155,25 @@ def read_state(path: str | os.PathLike, model: nn.Module, optimizer: torch.optim
     )
 
 
-def _fsync_dir(path: Path) -> None:
-    """Make a rename in ``path`` durable (the directory entry itself)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def load(path: str | os.PathLike, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[int, dict | None]:
     """Read the checkpoint at ``path`` (a folder :func:`save` returned, :func:`newest`'s) into ``model`` and
     ``optimizer`` on every rank (a collective); returns its ``(step, extra)``. The model may be hashed with any
     seed or not at all: the files are in the original row order. An optimizer with no state yet gets it first
     (``get_state_dict`` takes one step at learning rate 0 with zero gradients, which leaves the parameters as
     they are), so the state's layout is known to read into."""
-    path = Path(path)
-    meta = json.loads((path / MARKER).read_text())
+    marker = atomic.read_checkpoint_marker(path)
     read_state(path, model, optimizer)
-    return meta["step"], meta["extra"]
+    return marker.step, marker.extra
 
 
 def complete(directory: str | os.PathLike) -> list[Path]:
-    """The complete checkpoints under ``directory``, oldest first (``.partial`` folders, and any folder without
-    :data:`MARKER`, left out)."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        return []
-    found = []
-    for p in directory.iterdir():
-        m = _STEP_DIR.match(p.name)
-        if m and (p / MARKER).is_file():
-            found.append((int(m.group(1)), p))
-    return [p for _, p in sorted(found)]
+    """The complete checkpoints under ``directory``, oldest by step first (``.partial`` folders, and any folder
+    without a readable marker, left out; files not hashed)."""
+    return [p for _, p in atomic.complete_checkpoints(directory)]
 
 
-def newest(directory: str | os.PathLike) -> Path | None:
-    """The newest complete checkpoint under ``directory``, or None when there is none."""
-    found = complete(directory)
-    return found[-1] if found else None
+def newest(directory: str | os.PathLike, log=print) -> Path | None:
+    """The newest complete checkpoint under ``directory`` whose files match their checksums, or None when there is
+    none; one skipped gets a line through ``log`` saying why. Any world size may read it (DCP reshards)."""
+    found = atomic.newest_checkpoint(directory, log=log)
+    return found[1] if found else None

@@ -6,10 +6,10 @@ the same summed gradients; every rank's under local SGD, whose replicas differ b
 states (torch, numpy, Python), sync state (top-k's residuals, local SGD's anchors) and capture state (the capture's
 error-feedback residuals, and its trace shards by name and sha256: the writer flushes at every checkpoint, so a
 checkpoint's shards end at its step). The data need no position: a
-batch is a pure function of (seed, split, step, worker), and so is the learning rate. ``meta.json``, written last
-with the sha256 of every file, marks a checkpoint complete; it is built under ``step-<k>.partial/`` and renamed, so
-a rank or launcher killed while writing leaves the previous checkpoint the newest complete one. The last
-``train.keep_checkpoints`` are kept.
+batch is a pure function of (seed, split, step, worker), and so is the learning rate. The folder follows the
+toolkit's one checkpoint protocol (:mod:`zen_analysis.atomic`): built under ``step-<k>.partial/``, every
+file fsynced, ``meta.json`` with the sha256 of every file written last, then renamed, so a rank or launcher killed
+while writing leaves the previous checkpoint the newest complete one. The last ``train.keep_checkpoints`` are kept.
 
 Resuming (``launch(cfg, resume=True)``, ``zen-analysis train ... --resume``) loads the newest checkpoint whose files
 match their checksums (a truncated or altered one is skipped, saying so, and the one before it used), drops the
@@ -36,9 +36,7 @@ sync and capture states stay per rank beside it, and ``meta.json`` hashes DCP's 
 from __future__ import annotations
 
 import json
-import os
 import random
-import shutil
 import time
 from pathlib import Path
 
@@ -46,7 +44,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from zen_analysis.atomic import atomic_write_text, file_sha256
+from zen_analysis import atomic
 from zen_analysis.config import ExperimentConfig
 from zen_analysis.config.names import METHODS
 from zen_analysis.fsdp import checkpoint as fsdp_checkpoint
@@ -90,11 +88,10 @@ def save(
     tables and their moments in the original row order). Returns the seconds it took."""
     t0 = time.perf_counter()
     root = run_dir / DIR
-    final, partial = root / f"step-{step:08d}", root / f"step-{step:08d}.partial"
     if rank == 0:
-        shutil.rmtree(partial, ignore_errors=True)
-        partial.mkdir(parents=True)
+        atomic.begin_checkpoint(root, step)
     _barrier(world)
+    partial = atomic.partial_checkpoint_dir(root, step)
     rng = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
     if torch.cuda.is_available():
         rng["cuda"] = torch.cuda.get_rng_state_all()
@@ -110,49 +107,21 @@ def save(
         torch.save([o.state_dict() for o in optimizers], partial / "optim.pt")
     _barrier(world)  # every rank's file is there
     if rank == 0:
-        files = {str(p.relative_to(partial)): file_sha256(p) for p in sorted(partial.rglob("*")) if p.is_file()}
-        (partial / "meta.json").write_text(json.dumps({"step": step, "world": world, "files": files}))
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(partial, final)
-        for old in sorted(p for p in root.glob("step-*") if not p.name.endswith(".partial"))[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
+        atomic.commit_checkpoint(partial, step=step, world=world, keep=keep)
     _barrier(world)
     return time.perf_counter() - t0
 
 
 def latest_step(run_dir: Path) -> int | None:
-    """The step of the newest checkpoint with a ``meta.json`` (files not hashed: a listing's answer; :func:`newest`
-    verifies). None: none."""
-    for path in sorted((run_dir / DIR).glob("step-*"), reverse=True):
-        try:
-            return int(json.loads((path / "meta.json").read_text())["step"])
-        except (OSError, ValueError, KeyError):
-            continue
-    return None
+    """The step of the newest checkpoint with a readable marker (files not hashed: a listing's answer;
+    :func:`newest` verifies). None: none."""
+    return atomic.latest_checkpoint_step(run_dir / DIR)
 
 
 def newest(run_dir: Path, world: int, log=print) -> tuple[int, Path] | None:
     """(step, directory) of the newest complete checkpoint whose files match their checksums and world size; a bad
-    one is skipped with a line saying why. None: there is none."""
-    for path in sorted((run_dir / DIR).glob("step-*"), reverse=True):
-        if path.name.endswith(".partial"):
-            continue
-        meta_path = path / "meta.json"
-        try:
-            meta = json.loads(meta_path.read_text())
-            step, files, written_by = int(meta["step"]), dict(meta["files"]), meta.get("world")
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            log(f"checkpoint {path.name} is incomplete (no readable meta.json with its step and files): skipped")
-            continue
-        if written_by != world:
-            log(f"checkpoint {path.name} was written by {written_by} ranks, not {world}: skipped")
-            continue
-        bad = [n for n, digest in files.items() if not (path / n).exists() or file_sha256(path / n) != digest]
-        if bad:
-            log(f"checkpoint {path.name} is damaged ({', '.join(bad)} do not match their checksums): skipped")
-            continue
-        return step, path
-    return None
+    one is skipped with a line saying why (:func:`zen_analysis.atomic.newest_checkpoint`). None: there is none."""
+    return atomic.newest_checkpoint(run_dir / DIR, world=world, log=log)
 
 
 def trim_metrics(path: Path, step: int, log=print) -> None:
@@ -183,7 +152,7 @@ def trim_metrics(path: Path, step: int, log=print) -> None:
         if row_step < step:
             kept.append(line if line.endswith("\n") else line + "\n")  # a whole row whose newline was cut off
     if kept != lines:
-        atomic_write_text(path, "".join(kept))
+        atomic.atomic_write_text(path, "".join(kept))
 
 
 def restore(path: Path, *, rank: int, model, optimizers) -> tuple[dict, dict | None]:
