@@ -144,10 +144,6 @@ class HashedRows:
             embedding.register_load_state_dict_pre_hook(to_stored_hook),
         ]
 
-    def original_rows(self, stored_K: torch.Tensor) -> torch.Tensor:
-        """The ids of stored rows (a capture's rows in the vocabulary's terms)."""
-        return self.order_R.to(stored_K.device)[stored_K]
-
     def stored_rows(self, ids: torch.Tensor) -> torch.Tensor:
         """int64, ``ids``' shape: the stored row of each id in ``[0, V)``, and any other id as it is (so that
         ``F.embedding`` raises for it what it raises on a plain table, on the device, without a host sync)."""

@@ -33,7 +33,7 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
 from zen_analysis.fsdp.auto import AutoReduceScatter
-from zen_analysis.fsdp.hashed import STRATA, HashedRows, hashed_rows_of
+from zen_analysis.fsdp.hashed import STRATA, HashedRows
 from zen_analysis.fsdp.install import _sent, install
 from zen_analysis.fsdp.timing import CommClock, time_comms
 from zen_analysis.fsdp.units import UnitError, unit_of
@@ -214,8 +214,3 @@ class FSDPSync(GradSync):
             "reduce_dtype": str(self.reduce_dtype).removeprefix("torch.") if self.reduce_dtype else "model",
             "collective_seconds": "the collectives'" if self.clock.synchronous else "launches only (CUDA streams)",
         }
-
-
-def hashed_table(model: nn.Module) -> HashedRows | None:
-    """The input embedding's :class:`HashedRows`, if the table is stored hashed."""
-    return hashed_rows_of(model.get_input_embeddings())

@@ -202,11 +202,6 @@ class NetLab:
             self.close()
             raise
 
-    @property
-    def payload_bandwidth(self) -> float:
-        """Bytes per second of TCP payload one link carries each way (:data:`TCP_PAYLOAD_FRACTION` of the rate)."""
-        return self.bandwidth_gbps * 1e9 / 8 * TCP_PAYLOAD_FRACTION
-
     def namespace(self, node: int) -> str:
         return f"zl-{self.tag}-n{node}"
 

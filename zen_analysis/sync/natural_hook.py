@@ -43,11 +43,6 @@ class NaturalState(Stats):
     _ids: frozenset = field(default=frozenset(), repr=False)
     _lookups: dict = field(default_factory=dict, repr=False)
 
-    @property
-    def dense_bytes_sent(self) -> int:
-        """The old name of :attr:`allreduce_bytes_sent` (it read as "what dense would have sent")."""
-        return self.allreduce_bytes_sent
-
     def __post_init__(self) -> None:
         if self.granularity not in ("rows", "elements"):
             raise ValueError(f"granularity must be 'rows' or 'elements', got {self.granularity!r}")
