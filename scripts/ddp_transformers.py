@@ -48,8 +48,8 @@ from zen_analysis import recipes
 from zen_analysis.sync.ddp import register
 from zen_analysis.wire.exchange import ring_bytes_sent
 from zen_analysis.workload import ctr as ctr_data
-from zen_analysis.workload.data import TokenData, prepare
-from zen_analysis.workload.model import CTRInputs, DeepFM
+from zen_analysis.workload.batches import TokenData, prepare
+from zen_analysis.workload.models import CTRInputs, DeepFM
 
 SIZES = {
     "smoke": recipes.smoke,

@@ -37,7 +37,7 @@ def main() -> None:
     sys.path.insert(0, str(Path(__file__).parent))
     from ddp_transformers import SIZES, WordLSTM
 
-    from zen_analysis.workload.data import TokenData, prepare
+    from zen_analysis.workload.batches import TokenData, prepare
 
     recipe = SIZES["lstm-words"]()
     data = TokenData(prepare(recipe.data, progress=False), seq_len=recipe.train.seq_len, seed=recipe.train.seed)

@@ -7,7 +7,7 @@ costs in speed (docs/guide/local-sgd.md, "Sparse pseudo-gradients"). One JSON li
 
 import json
 
-from zen_analysis.experiments.local_sgd import EDIT_TUNED, method_run
+from zen_analysis.experiments.local_sgd_runs import EDIT_TUNED, method_run
 from zen_analysis.experiments.pseudo_gradients import SHORT_SYNC, outer_sync_row, short_base
 
 base = short_base("default", "bench-netlab-pseudo-ratio", steps=40)

@@ -7,7 +7,7 @@ tables) is built in a temporary directory and swapped in whole (:func:`atomic_di
 one node) are guarded by an ``flock`` so only one builds them.
 
 **Checkpoint folders.** Every checkpoint of the toolkit follows one protocol: the training loop's (DDP, local SGD or
-FSDP2: :mod:`zen_analysis.train.checkpoint`) and a user's FSDP2 model's (:mod:`zen_analysis.fsdp.checkpoint`). The
+FSDP2: :mod:`zen_analysis.train.checkpoint`) and a user's FSDP2 model's (:mod:`zen_analysis.fsdp.dcp`). The
 checkpoint of step k (the next step to run) is the folder ``<root>/step-<k>/``, k in 8 digits (``step-00000012``).
 It is built as ``step-<k>.partial/`` (:func:`begin_checkpoint`; every rank then writes its files in it), and one
 rank, once all have written, calls :func:`commit_checkpoint`, which
@@ -27,7 +27,7 @@ as text) and skips, saying why, incomplete ones, those written by another world 
 those whose files do not match their checksums (a truncated or altered file).
 
 Earlier layouts still read. The training loop wrote this layout before (``meta.json`` with the same keys,
-``extra`` aside). :mod:`zen_analysis.fsdp.checkpoint` wrote ``step-<k>/`` unpadded, marked by
+``extra`` aside). :mod:`zen_analysis.fsdp.dcp` wrote ``step-<k>/`` unpadded, marked by
 :data:`LEGACY_CHECKPOINT_MARKER` (``zen.json``: the step and ``extra``; no checksums, no world size). A name's step
 is parsed whatever its padding, and a ``zen.json`` counts as the marker: written last, its presence meant complete,
 and its files are trusted as its writer trusted them, with no world size to check (DCP reshards). Where both layouts
@@ -192,7 +192,7 @@ CHECKPOINT_MARKER = "meta.json"
 """Written last, inside the folder before its rename: ``{"step", "world", "files": {relative path: sha256},
 "extra"}``."""
 LEGACY_CHECKPOINT_MARKER = "zen.json"
-"""The marker :mod:`zen_analysis.fsdp.checkpoint` wrote before this protocol: ``{"step", "extra"}``."""
+"""The marker :mod:`zen_analysis.fsdp.dcp` wrote before this protocol: ``{"step", "extra"}``."""
 _PARTIAL = ".partial"
 _CHECKPOINT_NAME = re.compile(r"^step-(\d+)$")
 

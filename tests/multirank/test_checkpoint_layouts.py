@@ -2,7 +2,7 @@
 
 ``tests/data/checkpoints_2026-12/`` holds what main wrote then (its README says how): a training run killed by
 SIGKILL at step 3 with its checkpoint ``step-00000002/`` (``meta.json``, the loop's layout), and an FSDP2 model's
-checkpoint through :mod:`zen_analysis.fsdp.checkpoint` in that module's layout (``step-3/``, ``zen.json``, no
+checkpoint through :mod:`zen_analysis.fsdp.dcp` in that module's layout (``step-3/``, ``zen.json``, no
 checksums), each with what the uninterrupted run gave."""
 
 import copy
@@ -17,7 +17,7 @@ from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
 
-import zen_analysis.fsdp.checkpoint as ckpt
+import zen_analysis.fsdp.dcp as ckpt
 from zen_analysis import paths
 from zen_analysis.config import ExperimentConfig
 from zen_analysis.fsdp import shard

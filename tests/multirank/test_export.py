@@ -9,7 +9,7 @@ import torch
 from zen_analysis import paths, recipes
 from zen_analysis.runs.launch import launch
 from zen_analysis.workload.export import load_exported
-from zen_analysis.workload.model import build_model
+from zen_analysis.workload.models import build_model
 
 
 def _train(recipe: str):

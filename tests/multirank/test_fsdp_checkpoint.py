@@ -1,4 +1,4 @@
-"""FSDP2 checkpoints through ``torch.distributed.checkpoint`` (:mod:`zen_analysis.fsdp.checkpoint`), on 2 gloo ranks
+"""FSDP2 checkpoints through ``torch.distributed.checkpoint`` (:mod:`zen_analysis.fsdp.dcp`), on 2 gloo ranks
 with a hashed table and Zen's reduce-scatter, AdamW, a checkpoint after every step:
 
 * a rank SIGKILLed inside step 4's checkpoint (its shards written, the folder not yet committed) leaves step 3 the
@@ -21,7 +21,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
-import zen_analysis.fsdp.checkpoint as ckpt
+import zen_analysis.fsdp.dcp as ckpt
 from zen_analysis.atomic import partial_checkpoint_dir
 from zen_analysis.fsdp import shard
 from zen_analysis.fsdp.hashed import hashed_rows_of, to_original

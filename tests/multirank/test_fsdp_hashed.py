@@ -17,7 +17,7 @@ from zen_analysis.fsdp import install, shard
 from zen_analysis.fsdp.hashed import hashed_rows_of, received_rows, to_original
 from zen_analysis.fsdp.training import transformer_blocks
 from zen_analysis.ranks.procs import fork_launch
-from zen_analysis.workload.model import build_model, lm_loss
+from zen_analysis.workload.models import build_model, lm_loss
 
 
 def _ids(rank: int, step: int) -> torch.Tensor:

@@ -19,9 +19,9 @@ import torch
 from test_integrations import _as_external_cluster  # a sibling test module: pytest puts its folder on the path
 
 from zen_analysis.config import ModelConfig
-from zen_analysis.fsdp.integrations import ZenFSDPTrainer
+from zen_analysis.fsdp.hf_trainer import ZenFSDPTrainer
 from zen_analysis.ranks.procs import fork_launch, free_port
-from zen_analysis.workload.model import build_model
+from zen_analysis.workload.models import build_model
 
 STEPS = 3
 VOCAB = 1000

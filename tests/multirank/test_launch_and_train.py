@@ -73,7 +73,7 @@ def test_a_global_top_k_threshold_pools_every_ranks_samples():
 
 
 def test_two_ranks_train_like_one_rank_on_the_same_global_batch():
-    from zen_analysis.plots.training import LiveLoss
+    from zen_analysis.plots.training_curves import LiveLoss
     from zen_analysis.runs.observe import forward
 
     one = launch(

@@ -12,7 +12,7 @@ from zen_analysis import recipes
 from zen_analysis.capture.hooks import match_tensors
 from zen_analysis.config import ModelConfig, apply_overrides
 from zen_analysis.runs.launch import launch
-from zen_analysis.workload.model import build_model, input_embedding_name, lm_loss
+from zen_analysis.workload.models import build_model, input_embedding_name, lm_loss
 
 SMOKE = {"llama": recipes.smoke, "opt": recipes.opt_smoke, "gemma2": recipes.gemma2_smoke}
 EMBEDDING = {
@@ -100,7 +100,7 @@ def test_gemma2_heads_follow_the_width_not_gemma2_2b():
 def test_preload_imports_the_new_families():
     code = (
         "import sys\n"
-        "from zen_analysis.workload.model import preload\n"
+        "from zen_analysis.workload.models import preload\n"
         "mods = ('transformers.models.opt.modeling_opt', 'transformers.models.gemma2.modeling_gemma2')\n"
         "assert not any(m in sys.modules for m in mods)\n"
         "preload('opt'); preload('gemma2')\n"

@@ -75,8 +75,8 @@ def test_the_lazy_embedding_update_is_one_optimizer_whatever_the_sync():
     torch.testing.assert_close(emb_zen, emb_dense, rtol=1e-3, atol=1e-5)
     cfg = recipes.smoke()
     cfg.run_id = "parity-allreduce--lazy"
-    from zen_analysis.workload.data import TokenData, prepared_for_run
-    from zen_analysis.workload.model import build_model
+    from zen_analysis.workload.batches import TokenData, prepared_for_run
+    from zen_analysis.workload.models import build_model
 
     data = TokenData(
         prepared_for_run(cfg.data, paths.run_dir(cfg.run_id)), seq_len=cfg.train.seq_len, seed=cfg.train.seed

@@ -7,7 +7,7 @@ from zen_analysis.capture.hooks import GradientCapture, match_tensors
 from zen_analysis.capture.reader import TraceReader
 from zen_analysis.capture.traces import TraceWriter, write_manifest
 from zen_analysis.config import CaptureConfig, ModelConfig
-from zen_analysis.workload.model import build_model, lm_loss
+from zen_analysis.workload.models import build_model, lm_loss
 
 
 def _model():

@@ -1,5 +1,5 @@
 """The one checkpoint protocol (:mod:`zen_analysis.atomic`'s checkpoint folders) that the training loop's and
-:mod:`zen_analysis.fsdp.checkpoint`'s checkpoints follow: names, the marker written last with every file's checksum,
+:mod:`zen_analysis.fsdp.dcp`'s checkpoints follow: names, the marker written last with every file's checksum,
 the newest found by the step's integer, and the earlier layouts read back. Files only: no ranks, no torch."""
 
 import json
@@ -20,7 +20,7 @@ def _commit(root, step, files, *, world=2, extra=None, keep=None):
 
 
 def _legacy_fsdp(root, step, extra):
-    """What fsdp.checkpoint.save left before the protocol: ``step-<k>`` unpadded, ``zen.json`` without checksums."""
+    """What fsdp.dcp.save left before the protocol: ``step-<k>`` unpadded, ``zen.json`` without checksums."""
     path = root / f"step-{step}"
     path.mkdir(parents=True)
     (path / ".metadata").write_text("dcp")

@@ -12,8 +12,8 @@ import torch
 from zen_analysis import recipes
 from zen_analysis.config import DataConfig, ExperimentConfig, ModelConfig, apply_overrides
 from zen_analysis.workload import ctr
-from zen_analysis.workload.data import open_data, prepare
-from zen_analysis.workload.model import CTRInputs, DeepFM, build_model, input_embedding_name, model_loss
+from zen_analysis.workload.batches import open_data, prepare
+from zen_analysis.workload.models import CTRInputs, DeepFM, build_model, input_embedding_name, model_loss
 
 SMALL = DataConfig(source="criteo-synth", ctr_rows=50_000, ctr_train_samples=20_000, ctr_val_samples=2_000)
 

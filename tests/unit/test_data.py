@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from zen_analysis.config import DataConfig
+from zen_analysis.workload.batches import TokenData, prepare
 from zen_analysis.workload.corpus import load_corpus
-from zen_analysis.workload.data import TokenData, prepare
 
 SMALL = DataConfig(source="stdlib", max_bytes=300_000, vocab_size=512)
 

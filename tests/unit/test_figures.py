@@ -12,7 +12,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.colors import to_hex  # noqa: E402
 
-from zen_analysis.plots import comm, local_sgd, sparsity, style, zen  # noqa: E402
+from zen_analysis.plots import comm, local_sgd_figures, sparsity, style, zen_figures  # noqa: E402
 
 SCHEMES = ["allreduce", "agsparse", "sparcml", "omnireduce", "sparse_ps", "bp_coo", "zen"]
 rng = np.random.default_rng(0)
@@ -211,13 +211,13 @@ def _figures():
         "train_vs_ranks": comm.training_vs_ranks(bench),
         "train_vs_rate": comm.training_vs_rate(rates),
         "train_time_to_loss": comm.time_to_loss(topk),
-        "theorem2": zen.theorem2(imbalance),
+        "theorem2": zen_figures.theorem2(imbalance),
         "fig17a": comm.wire_size(sizes),
-        "fig16": zen.hashing_cost(cost),
+        "fig16": zen_figures.hashing_cost(cost),
         "fig2b": sparsity.densification(dens),
         "fig3b": sparsity.skewness(skew),
-        "edit": local_sgd.loss_curves(methods),
-        "pseudo": local_sgd.pseudo_gradients(pseudo),
+        "edit": local_sgd_figures.loss_curves(methods),
+        "pseudo": local_sgd_figures.pseudo_gradients(pseudo),
     }
 
 

@@ -11,8 +11,8 @@ import pytest
 from zen_analysis.config import DataConfig, ExperimentConfig
 from zen_analysis.config.legacy import upgrade_overrides
 from zen_analysis.config.overrides import from_dict
+from zen_analysis.workload.batches import prepare
 from zen_analysis.workload.corpus import load_corpus
-from zen_analysis.workload.data import prepare
 from zen_analysis.workload.hf_corpus import content_sha256
 
 LINES = [f"def f{i}(x):\n    return x * {i}  # line {i}" for i in range(40)]

@@ -12,7 +12,7 @@ import transformers
 from zen_analysis import paths
 from zen_analysis.interface.cli import main
 from zen_analysis.runs import launch as launch_module
-from zen_analysis.workload import data as data_module
+from zen_analysis.workload import batches as data_module
 from zen_analysis.workload.hf_corpus import _invalid_utf8
 
 GOOD = "".join(f"def f{i}(x):\n    return x * {i}  # line {i}\n" for i in range(200))

@@ -308,7 +308,7 @@ def test_the_config_section_and_the_engine_config_name_a_setting_alike():
 
 def test_spike_schedule_and_ideal_straggler_speedup():
     from zen_analysis.config import PerturbConfig
-    from zen_analysis.experiments.local_sgd import ideal_straggler_speedup
+    from zen_analysis.experiments.local_sgd_runs import ideal_straggler_speedup
     from zen_analysis.train.perturb import spike_step
 
     every = PerturbConfig(spikes="random", spike_every=10)
@@ -325,7 +325,7 @@ def test_spike_schedule_and_ideal_straggler_speedup():
 
 def test_the_ablation_marks_the_steps_its_spike_knobs_corrupt():
     from zen_analysis import recipes
-    from zen_analysis.experiments.local_sgd import ABLATION_SPIKES, corrupted_steps
+    from zen_analysis.experiments.local_sgd_runs import ABLATION_SPIKES, corrupted_steps
 
     base = recipes.default()
     base.train.num_steps = 160

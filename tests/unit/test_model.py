@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from zen_analysis.config import ModelConfig
-from zen_analysis.workload.model import build_model, input_embedding_name, lm_loss
+from zen_analysis.workload.models import build_model, input_embedding_name, lm_loss
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2", "lstm"])

@@ -6,7 +6,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from zen_analysis.plots.training import LiveLoss, live_view  # noqa: E402
+from zen_analysis.plots.training_curves import LiveLoss, live_view  # noqa: E402
 from zen_analysis.runs.observe import forward, tokens_per_s  # noqa: E402
 
 ROWS = [

@@ -43,7 +43,7 @@ def test_a_row_is_the_documented_arithmetic(run_id):
     cfg = recipes.lstm_words_smoke()
     df = paper_throughput(run_id, machines=2, overlap=0.5).set_index("scheme")
     n, batch, seq = 16, 128, cfg.train.seq_len  # 2 machines x 8 GPUs; the paper's 128 sequences per GPU
-    from zen_analysis.workload.model import build_model
+    from zen_analysis.workload.models import build_model
 
     model = build_model(cfg.model, vocab_size=R, max_seq_len=seq)
     dense = sum(p.numel() for p in model.parameters()) - R * D

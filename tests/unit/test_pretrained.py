@@ -12,8 +12,8 @@ import transformers
 from zen_analysis import recipes
 from zen_analysis.config import DataConfig
 from zen_analysis.config.overrides import apply_overrides
-from zen_analysis.workload.data import TokenData, prepare
-from zen_analysis.workload.model import build_model, model_loss, resolve_pretrained
+from zen_analysis.workload.batches import TokenData, prepare
+from zen_analysis.workload.models import build_model, model_loss, resolve_pretrained
 
 
 def _cfg(spec: str, *items: str):

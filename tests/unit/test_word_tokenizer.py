@@ -9,8 +9,8 @@ import pytest
 
 from zen_analysis import paths, recipes
 from zen_analysis.config import DataConfig, ExperimentConfig, apply_overrides
+from zen_analysis.workload.batches import prepare
 from zen_analysis.workload.corpus import load_corpus
-from zen_analysis.workload.data import prepare
 from zen_analysis.workload.tokenizer import EOS, UNK, tokenizer_path, train_word_tokenizer, word_pre_tokenizer
 
 SMALL = DataConfig(source="stdlib", max_bytes=300_000, vocab_size=512)

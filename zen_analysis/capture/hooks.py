@@ -41,7 +41,7 @@ from zen_analysis.capture.topk import TopKCompressor
 from zen_analysis.capture.traces import SparseGrad, TraceWriter
 from zen_analysis.config import CaptureConfig
 from zen_analysis.wire.inflight import hold
-from zen_analysis.workload.model import input_embedding_name
+from zen_analysis.workload.models import input_embedding_name
 
 
 def match_tensors(model: nn.Module, patterns: tuple[str, ...]) -> list[str]:

@@ -13,7 +13,7 @@ from zen_analysis.atomic import atomic_write_text
 from zen_analysis.config.options import flag, floats, ints, names
 from zen_analysis.derived import write_table
 from zen_analysis.experiments.bench_options import parse_sets, publish
-from zen_analysis.experiments.exchange import EXCHANGE_SCHEMES, exchange_sweep
+from zen_analysis.experiments.exchange_replay import EXCHANGE_SCHEMES, exchange_sweep
 from zen_analysis.experiments.lab_sweeps import DDP_DEFAULT_VARIANTS, ddp_script_sweep
 from zen_analysis.ranks import netlab
 
@@ -94,8 +94,8 @@ def bench_ddp(overrides: list[str] | tuple[str, ...] = ()) -> dict:
 
 def bench_exchange(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     """The gradient exchange alone against stock DDP's own sparse path
-    (:func:`~zen_analysis.experiments.exchange.exchange_sweep`): a captured run's rank-steps of its embedding (each
-    lab rank one real rank's rows per step) summed by stock DDP's sparse all-reduce and by the toolkit's row sums,
+    (:func:`~zen_analysis.experiments.exchange_replay.exchange_sweep`): a captured run's rank-steps of its embedding
+    (each lab rank one real rank's rows per step) summed by stock DDP's sparse all-reduce and by the toolkit's row sums,
     each rank behind a shaped link, measured beside the lab's model. ``--set run=reproduce-lstm-words ranks=4,8,16
     bandwidths=1 schemes=stock,zen,agsparse,sparcml repeats=12 workers_per_rank=8 model=true``. Table in
     ``data/derived/exchange/<run>.txt``."""

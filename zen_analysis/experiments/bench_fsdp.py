@@ -21,7 +21,7 @@ from zen_analysis.experiments.fsdp_train import VARIANTS, FSDPSettings, fsdp_ran
 from zen_analysis.fsdp.hashed import balls_into_bins_bound, hashed_order, inverse, received_rows
 from zen_analysis.ranks.netlab import NetLab
 from zen_analysis.ranks.procs import fork_launch
-from zen_analysis.workload.data import TokenData, open_data, prepare
+from zen_analysis.workload.batches import TokenData, open_data, prepare
 
 ORDERS = ("contiguous", "h0", "stratified")
 

@@ -17,12 +17,12 @@ from zen_analysis.derived import read_table, write_table
 from zen_analysis.experiments.bench_options import draw_figure, parse_sets, publish
 from zen_analysis.experiments.lab_check import FIG11_SCHEMES, LAB_SCHEMES, lab_check, verdict
 from zen_analysis.experiments.lab_sweeps import loopback_twins, node_comparison, scheme_sweep, training_sweep
-from zen_analysis.experiments.local_sgd import EDIT_TUNED, slow_network_check
+from zen_analysis.experiments.local_sgd_runs import EDIT_TUNED, slow_network_check
 from zen_analysis.experiments.pseudo_gradients import SHORT_SYNC, pseudo_gradient_sweep, short_base
 from zen_analysis.experiments.run_ids import reproduce_run_id
 from zen_analysis.plots import comm as comm_figs
 from zen_analysis.plots import style
-from zen_analysis.plots.local_sgd import pseudo_gradients
+from zen_analysis.plots.local_sgd_figures import pseudo_gradients
 from zen_analysis.ranks import netlab
 from zen_analysis.runs.launch import ensure_run
 

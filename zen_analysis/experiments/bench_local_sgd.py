@@ -10,7 +10,7 @@ from zen_analysis.config import apply_overrides
 from zen_analysis.config.options import CONFIG, ints, names
 from zen_analysis.evaluation.evaluate import evaluate_runs, speedups
 from zen_analysis.experiments.bench_options import parse_sets, publish
-from zen_analysis.experiments.local_sgd import EDIT_TUNED, straggler_table
+from zen_analysis.experiments.local_sgd_runs import EDIT_TUNED, straggler_table
 from zen_analysis.experiments.pseudo_gradients import (
     SHORT_SYNC,
     pseudo_gradient_claims,

@@ -2,7 +2,7 @@
 uses in place of its assumed peak x utilization wherever a GPU run measured it.
 
 :func:`step_times` builds the two natural-sparsity workloads from the toolkit's own classes
-(:class:`~zen_analysis.workload.model.LSTMLanguageModel`, :class:`~zen_analysis.workload.model.DeepFM`) and times
+(:class:`~zen_analysis.workload.models.LSTMLanguageModel`, :class:`~zen_analysis.workload.models.DeepFM`) and times
 forward (with the loss), backward and the optimizer step apart. :func:`measured_compute` reads back what GPU runs
 committed under ``data/gpu/<folder>/`` (``paper_compute.csv`` beside the folder's ``env.json``).
 
@@ -46,7 +46,7 @@ import torch
 from zen_analysis import paths, recipes
 from zen_analysis.atomic import atomic_write_text
 from zen_analysis.train.optim import fused_adamw
-from zen_analysis.workload.model import CTRInputs, DeepFM, LSTMLanguageModel
+from zen_analysis.workload.models import CTRInputs, DeepFM, LSTMLanguageModel
 
 WORKLOADS = ("lstm", "deepfm")
 SIZES = ("paper", "rehearse")

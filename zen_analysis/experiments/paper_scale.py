@@ -34,7 +34,7 @@ from zen_analysis.experiments.paper_compute import (
 from zen_analysis.pricing.cost import phase_times, total_seconds
 from zen_analysis.pricing.topology import GBPS, Topology
 from zen_analysis.pricing.traffic import DDP_SPARSE, Traffic
-from zen_analysis.workload.model import build_model
+from zen_analysis.workload.models import build_model
 
 SCHEMES = ("allreduce", "agsparse", "sparcml", "omnireduce", "zen", DDP_SPARSE)
 """What the table prices: the paper's baselines with Zen, and stock DDP's sparse all-gather where it applies."""

@@ -47,7 +47,7 @@ from zen_analysis.evaluation.measure import report, summarize
 from zen_analysis.experiments import results_pages
 from zen_analysis.experiments.hashing_cost import hashing_cost
 from zen_analysis.experiments.lab_sweeps import node_comparison, scheme_sweep
-from zen_analysis.experiments.local_sgd import (
+from zen_analysis.experiments.local_sgd_runs import (
     ABLATION_SPIKES,
     ABLATION_SYNC,
     EDIT_TUNED,
@@ -73,11 +73,11 @@ from zen_analysis.experiments.run_ids import (
     unavailable,
 )
 from zen_analysis.experiments.schemes import measured_replay, scale_mode
-from zen_analysis.experiments.zen import parity_config, parity_runs, parity_summary, theorem2_table
+from zen_analysis.experiments.zen_runs import parity_config, parity_runs, parity_summary, theorem2_table
 from zen_analysis.plots import comm as comm_figs
-from zen_analysis.plots import local_sgd as lsgd_figs
+from zen_analysis.plots import local_sgd_figures as lsgd_figs
 from zen_analysis.plots import style
-from zen_analysis.plots import zen as zen_figs
+from zen_analysis.plots import zen_figures as zen_figs
 from zen_analysis.plots.sparsity import write_all
 from zen_analysis.ranks import netlab
 from zen_analysis.runs.launch import launch

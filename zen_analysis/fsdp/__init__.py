@@ -9,15 +9,15 @@ to the ranks that own them, instead of the whole table.
 * :mod:`~zen_analysis.fsdp.hsdp`: HSDP, the table sharded within a replica and summed across replicas by Zen;
 * :mod:`~zen_analysis.fsdp.hashed`: hashed row ownership, the table stored in Zen's h0 order so every contiguous
   shard holds a hash-balanced set of rows (state dicts and checkpoints stay in the original order);
-* :mod:`~zen_analysis.fsdp.checkpoint`: checkpoints through ``torch.distributed.checkpoint`` (model and optimizer,
+* :mod:`~zen_analysis.fsdp.dcp`: checkpoints through ``torch.distributed.checkpoint`` (model and optimizer,
   hashed tables and their moments in the original order), committed by the toolkit's one checkpoint protocol
   (:mod:`zen_analysis.atomic`: checksums, fsyncs, one rename); ``newest`` finds the newest complete one;
 * :mod:`~zen_analysis.fsdp.install`: :func:`shard`, ``fully_shard`` the Zen way in one call, and :func:`install`,
-  one call on a model the user sharded already; :mod:`~zen_analysis.fsdp.integrations`, the transformers Trainer;
+  one call on a model the user sharded already; :mod:`~zen_analysis.fsdp.hf_trainer`, the transformers Trainer;
 * :mod:`~zen_analysis.fsdp.timing`: where a step's time goes (each unit's collectives timed);
 * the toolkit's loop under ``dist.sharding=fsdp``: :mod:`~zen_analysis.fsdp.training` (its sync: the model sharded,
   the embedding unit's reduce-scatter stock, Zen's or :mod:`~zen_analysis.fsdp.auto`'s choice per unit) and
-  :mod:`~zen_analysis.fsdp.capture` (each worker's embedding gradient from its ids and output gradient).
+  :mod:`~zen_analysis.fsdp.embedding_capture` (each worker's embedding gradient from its ids and output gradient).
 """
 
 from zen_analysis.fsdp.all_gather import ChangedRowsAllGather

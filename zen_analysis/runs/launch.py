@@ -56,8 +56,8 @@ from zen_analysis.ranks.procs import (
 from zen_analysis.runs import observe
 from zen_analysis.runs.rundir import RunInUseError, check_unused, claim_run, prepare_run, target_spec, write_run
 from zen_analysis.train.checkpoint import unsupported
-from zen_analysis.workload.data import prepare
-from zen_analysis.workload.model import preload, resolve_pretrained
+from zen_analysis.workload.batches import prepare
+from zen_analysis.workload.models import preload, resolve_pretrained
 
 __all__ = ["RunInUseError", "RunResult", "ensure_run", "launch", "prepare_run"]
 

@@ -8,7 +8,7 @@ list of them.
 
 * :func:`forward` turns any ``fn(name, value, step)`` into an observer, e.g. TensorBoard's
   ``SummaryWriter.add_scalar``: ``launch(cfg, on_metrics=[LiveLoss(), forward(writer.add_scalar)])``;
-* :class:`~zen_analysis.plots.training.LiveLoss` draws the loss and throughput in a notebook.
+* :class:`~zen_analysis.plots.training_curves.LiveLoss` draws the loss and throughput in a notebook.
 """
 
 from __future__ import annotations

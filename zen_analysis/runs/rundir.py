@@ -223,7 +223,7 @@ def write_run(
     cfg: ExperimentConfig, target: Callable[..., Any] | str | None, prepared: Any, *, resume: bool = False
 ) -> Path:
     """Write the claimed run's config.json, launch.json and data.json (``prepared``, the data
-    :func:`zen_analysis.workload.data.prepare` returned: prepared before the run was claimed, so a corpus it
+    :func:`zen_analysis.workload.batches.prepare` returned: prepared before the run was claimed, so a corpus it
     refused left the run directory as it was)."""
     run_dir = paths.run_dir(cfg.run_id)
     atomic_write_text(run_dir / "config.json", cfg.to_json())
@@ -247,8 +247,8 @@ def prepare_run(
     ``overwrite`` and never while another launch holds it. The lock is released on return: the ranks you start
     are not guarded against a later ``prepare`` of the same id.
     """
-    from zen_analysis.workload.data import prepare  # deferred: torch; the CLI imports rundir
-    from zen_analysis.workload.model import resolve_pretrained  # deferred: torch; the CLI imports rundir
+    from zen_analysis.workload.batches import prepare  # deferred: torch; the CLI imports rundir
+    from zen_analysis.workload.models import resolve_pretrained  # deferred: torch; the CLI imports rundir
 
     cfg = resolve_pretrained(cfg)
     cfg.validate()

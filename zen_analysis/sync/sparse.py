@@ -19,7 +19,7 @@ from zen_analysis.sync.lookups import LookedUp
 from zen_analysis.wire.dtypes import on_wire
 from zen_analysis.wire.inflight import hold
 from zen_analysis.wire.rows import nonzero_rows, sparse_rows
-from zen_analysis.workload.model import input_embedding_name
+from zen_analysis.workload.models import input_embedding_name
 from zen_analysis.zen.sparse_allreduce import NodeGroups, zen_sum_hierarchical
 
 

@@ -29,7 +29,7 @@ SGD replicas, trace position), and a resume must find the same world size anyway
 would add, its async save, pays only where a checkpoint costs a noticeable share of a step; each run records that
 cost (``checkpoint_s`` beside ``step_s`` in its ``metrics.jsonl``; the guide's ``train.checkpoint_every`` row gives
 the default recipe's). Sharded state (``dist.sharding=fsdp``) is the exception, and goes through DCP
-(:mod:`zen_analysis.fsdp.checkpoint`) into the checkpoint's ``sharded/`` folder, every rank its shards; the RNG,
+(:mod:`zen_analysis.fsdp.dcp`) into the checkpoint's ``sharded/`` folder, every rank its shards; the RNG,
 sync and capture states stay per rank beside it, and ``meta.json`` hashes DCP's files as it hashes the others.
 """
 
@@ -47,7 +47,7 @@ import torch.distributed as dist
 from zen_analysis import atomic
 from zen_analysis.config import ExperimentConfig
 from zen_analysis.config.names import METHODS
-from zen_analysis.fsdp import checkpoint as fsdp_checkpoint
+from zen_analysis.fsdp import dcp as fsdp_checkpoint
 
 DIR = "checkpoints"
 SHARDED = "sharded"
@@ -84,7 +84,7 @@ def save(
     (:meth:`~zen_analysis.sync.base.GradSync.state_dict`) and ``capture_state``
     (:meth:`~zen_analysis.capture.hooks.GradientCapture.state_dict`); ``replicated``: every rank holds the same
     model and optimizer state, so rank 0 writes it once; ``sharded``: the model is FSDP2's, its state and its one
-    optimizer's written by every rank through DCP into ``sharded/`` (:mod:`zen_analysis.fsdp.checkpoint`: hashed
+    optimizer's written by every rank through DCP into ``sharded/`` (:mod:`zen_analysis.fsdp.dcp`: hashed
     tables and their moments in the original row order). Returns the seconds it took."""
     t0 = time.perf_counter()
     root = run_dir / DIR

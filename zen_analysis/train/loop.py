@@ -39,10 +39,10 @@ from zen_analysis.train.provenance import parameter_digest
 from zen_analysis.train.setup import TrainingRun, setup_run
 from zen_analysis.train.step_timer import StepTimer
 from zen_analysis.wire.inflight import hold
+from zen_analysis.workload.batches import TokenData
 from zen_analysis.workload.ctr import CTRData
-from zen_analysis.workload.data import TokenData
 from zen_analysis.workload.export import export_model
-from zen_analysis.workload.model import build_model, model_loss, to_device
+from zen_analysis.workload.models import build_model, model_loss, to_device
 
 
 class NonFiniteLossError(FloatingPointError):

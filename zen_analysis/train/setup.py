@@ -19,7 +19,7 @@ from zen_analysis.capture.hooks import GradientCapture
 from zen_analysis.capture.traces import TraceWriter, write_manifest
 from zen_analysis.config import AUTO, ExperimentConfig
 from zen_analysis.config.model import model_label
-from zen_analysis.fsdp.capture import FSDPCapture
+from zen_analysis.fsdp.embedding_capture import FSDPCapture
 from zen_analysis.ranks.env import RankInfo
 from zen_analysis.sync.base import GradSync
 from zen_analysis.train import checkpoint
@@ -27,9 +27,9 @@ from zen_analysis.train.optim import LazyRowAdamW, fused_adamw
 from zen_analysis.train.perturb import network_delay, network_seconds
 from zen_analysis.train.provenance import git_commit, package_versions
 from zen_analysis.train.registry import build_sync
+from zen_analysis.workload.batches import PreparedData, TokenData, open_data, prepared_for_run
 from zen_analysis.workload.ctr import CTRData
-from zen_analysis.workload.data import PreparedData, TokenData, open_data, prepared_for_run
-from zen_analysis.workload.model import build_model, input_embedding_name, resolve_pretrained
+from zen_analysis.workload.models import build_model, input_embedding_name, resolve_pretrained
 
 
 @dataclass

@@ -28,7 +28,7 @@ index space). Criteo cannot be downloaded here, so ``data.source=criteo-synth`` 
 :func:`prepare` writes ``data/ctr/criteo-synth-<params hash>/{train,val}/{ids,dense,labels}.npy`` and ``meta.json``
 (written last: its presence means the rest is complete); it is idempotent and safe to call from several processes
 (a file lock; every file written atomically). :class:`CTRData` reads the files as memmaps and, like
-:class:`zen_analysis.workload.data.TokenData`, draws batches as a pure function of (seed, split, step, worker).
+:class:`zen_analysis.workload.batches.TokenData`, draws batches as a pure function of (seed, split, step, worker).
 
 Density: a batch of B samples looks up F = 26 rows each, so at most 26 B of the R rows have a gradient (26,624 at the
 paper's B = 1,024): a per-worker density of 2.80% needs R below about 950k even if no id repeated; with Zipf ids
@@ -51,7 +51,7 @@ from tqdm.auto import tqdm
 from zen_analysis import paths
 from zen_analysis.atomic import atomic_path, atomic_write_json, file_lock
 from zen_analysis.config import DataConfig
-from zen_analysis.workload.model import CTRInputs
+from zen_analysis.workload.models import CTRInputs
 
 CRITEO_KAGGLE_CARDINALITIES = (
     1460,
@@ -332,7 +332,7 @@ class CTRData:
 
     @property
     def input_dims(self) -> dict[str, int]:
-        """What :func:`zen_analysis.workload.model.build_model` needs from the data besides ``vocab_size``."""
+        """What :func:`zen_analysis.workload.models.build_model` needs from the data besides ``vocab_size``."""
         return {"num_fields": self.prepared.num_fields, "num_dense": self.prepared.num_dense}
 
     def batch(self, split: str, *, step: int, worker: int, batch_size: int) -> tuple[CTRInputs, torch.Tensor]:

@@ -5,7 +5,7 @@
   a ``PreTrainedTokenizerFast`` (``tokenizer.json`` + its config), so a plain script loads both with
   ``AutoModelForCausalLM.from_pretrained(path)`` and ``AutoTokenizer.from_pretrained(path)``;
 * the word-level LSTM and DeepFM, which are this toolkit's own modules: ``model.pt`` (the state dict) and
-  ``zen_model.json`` (what :func:`~zen_analysis.workload.model.build_model` needs), read back by :func:`load_exported`.
+  ``zen_model.json`` (what :func:`~zen_analysis.workload.models.build_model` needs), read back by :func:`load_exported`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from zen_analysis.config import ModelConfig
-from zen_analysis.workload.model import build_model
+from zen_analysis.workload.models import build_model
 from zen_analysis.workload.tokenizer import EOS, UNK
 
 HF_ARCHS = ("llama", "gpt2", "opt", "gemma2")

@@ -1,11 +1,11 @@
 """``bp_coo``: Balanced Parallelism with COO both ways. Owners are chosen by Zen's first-level hash h0, which
 balances push and pull (paper Theorem 2); the pull is each owner's aggregate broadcast in COO, not Zen's hash
-bitmap. Host syncs: the push's and the pull's (:mod:`~zen_analysis.comm.schemes.push_pull`).
+bitmap. Host syncs: the push's and the pull's (:mod:`~zen_analysis.comm.schemes.parallelism`).
 """
 
 from __future__ import annotations
 
-from zen_analysis.comm.schemes.push_pull import Owner, PushPullCOO
+from zen_analysis.comm.schemes.parallelism import Owner, PushPullCOO
 from zen_analysis.zen.hashing import hash_owner
 
 

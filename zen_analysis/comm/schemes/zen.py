@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from zen_analysis.comm.schemes.base import CommScheme
-from zen_analysis.comm.schemes.push_pull import push_traffic
+from zen_analysis.comm.schemes.parallelism import push_traffic
 from zen_analysis.pricing.traffic import Traffic
 from zen_analysis.wire.exchange import Exchange
 from zen_analysis.zen.bitmap import bitmap_bytes, hash_partition_sizes

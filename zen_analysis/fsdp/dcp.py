@@ -1,8 +1,8 @@
 """Checkpoints of an FSDP2 model and its optimizer through ``torch.distributed.checkpoint`` (DCP), hashed tables in
 the original row order.
 
-    path = zen_analysis.fsdp.checkpoint.save(ckpt_dir, model, opt, step=k)      # every rank, collectively
-    step, extra = zen_analysis.fsdp.checkpoint.load(newest(ckpt_dir), model, opt)
+    path = zen_analysis.fsdp.dcp.save(ckpt_dir, model, opt, step=k)      # every rank, collectively
+    step, extra = zen_analysis.fsdp.dcp.load(newest(ckpt_dir), model, opt)
 
 Each rank writes its own shards (``get_state_dict`` gives the sharded DTensors, ``dcp.save`` writes them), so no
 rank holds the whole model beyond the hashed tables' reordering below. DCP can reshard on load to another world

@@ -214,7 +214,7 @@ class TokenData:
 
     @property
     def input_dims(self) -> dict[str, int]:
-        """What :func:`zen_analysis.workload.model.build_model` needs from the data besides ``vocab_size``: nothing."""
+        """What :func:`zen_analysis.workload.models.build_model` needs from the data besides ``vocab_size``: nothing."""
         return {}
 
     def batch(self, split: str, *, step: int, worker: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -92,7 +92,7 @@ def pull_format_speedup(model: pd.DataFrame, measured: pd.DataFrame | None = Non
 
 def loss_parity(metrics: pd.DataFrame) -> plt.Figure:
     """Fig. 18: per-step training loss of Zen vs dense all-reduce (natural sparsity) and Zen vs AGsparse under
-    the same top-k masks (a :func:`zen_analysis.experiments.zen.parity_runs` table); the curves must coincide."""
+    the same top-k masks (a :func:`zen_analysis.experiments.zen_runs.parity_runs` table); the curves must coincide."""
     style.apply()
     fig, axes = plt.subplots(1, 2, figsize=(12, 3.8), sharey=True)
     for ax, (pair, title) in zip(
