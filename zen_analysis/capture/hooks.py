@@ -23,6 +23,9 @@ ranks at the end of the step (``end_step``, a collective): each worker's accumul
 The residual of error feedback is per (worker, tensor or bucket) and carried between *captured* steps: with
 ``capture.every=1`` this is DGC exactly; with sparser capture the residual holds the mass left unsent at the
 previous captured step (training itself uses the dense gradient, so no other step compresses anything).
+
+Shape suffixes: K entries kept by top-k (indices and values), N elements of a flattened bucket, S magnitudes this rank
+samples for a global threshold, P the samples pooled from every rank.
 """
 
 from __future__ import annotations

@@ -23,6 +23,8 @@ at which the sync ran, ``worker`` the rank (a local-SGD worker is a rank: its mi
 The manifest lists each group as a bucket is listed: shape ``(numel,)`` and ``params`` ([name, start, end] in the
 flat group); ``embedding`` marks the group holding the input embedding (where natural sparsity lives), and a
 ``pseudo_topk`` entry carries the ``topk_ratio`` it was selected with.
+
+Shape suffixes: N elements of a group's flattened pseudo-gradient.
 """
 
 from __future__ import annotations

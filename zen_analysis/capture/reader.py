@@ -12,6 +12,8 @@ on the command line): the reader then skips the shards that fail and :attr:`Trac
 **Stores without a shard list** (captured before shard lists existed, or a run that has not finished: the list is
 merged into the manifest at the end) are read as before, every shard present, with a :class:`UserWarning` that
 they cannot be checked for missing shards; a shard that cannot be opened is still an error naming it.
+
+Shape suffixes: K non-zeros of one record.
 """
 
 from __future__ import annotations

@@ -8,6 +8,9 @@ sample overshoots; small tensors use an exact ``torch.topk``. The selection coun
 exactly, ``ratio * numel`` on large tensors, as in DGC.
 
 Zeros are never selected: a worker whose accumulated gradient is zero sends nothing.
+
+Shape suffixes: N elements of the flattened gradient (plus its residual), K entries kept, S magnitudes sampled for the
+threshold, P the samples the threshold is taken over (every rank's, when gathered).
 """
 
 from __future__ import annotations

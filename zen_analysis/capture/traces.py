@@ -28,6 +28,9 @@ so the list costs the writer nothing new.
 naming the file: a missing or malformed manifest, an unknown schema version, a truncated or corrupt file (bad
 checksum, undecodable page), and records that break the store's invariants (:mod:`zen_analysis.capture.schema` holds
 those checks).
+
+Shape suffixes: K non-zeros of one record, N elements of the tensor (flattened), R rows stored in a sparse row gradient,
+D values per row (the table's width).
 """
 
 from __future__ import annotations

@@ -18,6 +18,9 @@ and Hierarchical Centralization by its closed forms (Eq. 1, Eq. 2). This one:
 
 Its own cost (sketch, gather, pricing) is counted per tensor in ``stats_seconds`` and reported with the decisions.
 The closed forms are still computed from the sketch's density and densification ratios and reported beside them.
+
+Shape suffixes: K non-zero units on this rank (rows, or flat elements), D values per row (the table's width), N elements
+of the flat tensor, W ranks (one packed sketch each).
 """
 
 from __future__ import annotations

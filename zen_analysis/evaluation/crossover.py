@@ -2,7 +2,9 @@
 sparse all-gather: the modelled crossover rate (:func:`crossover`, from a rate curve of every scheme), the measured
 one (:func:`measured_crossover`, from a lab sweep), the report ``zen-analysis evaluate`` prints
 (:func:`crossover_report`), and stock DDP's modelled seconds and its crossover against Zen (:func:`stock_seconds`,
-:func:`stock_crossover`)."""
+:func:`stock_crossover`).
+
+Shape suffixes: W ranks (one count of distinct rows each)."""
 
 from __future__ import annotations
 

@@ -10,6 +10,8 @@ Schemes a configuration does not support (``check`` raises ValueError) are skipp
 cheapest scheme by modelled time. A store missing some of its shards is evaluated only when asked for
 (``allow_missing=True``, ``--allow-missing``): "the first n workers" are then the n smallest present, and the
 table's stamp and ``attrs["missing"]`` name the missing workers and steps.
+
+Shape suffixes: K non-zeros of one captured record.
 """
 
 from __future__ import annotations

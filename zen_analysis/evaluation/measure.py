@@ -11,6 +11,8 @@ the model, :mod:`zen_analysis.evaluation.calibrate` fits the model to it.
 Why the mean: on a shared CPU a gloo call sometimes waits a whole scheduler tick longer (the numbers:
 ``docs/results/bench/comm.md``); the mean is what adds up over a scheme's calls the way the
 model's calls x alpha does (the calibration uses it too).
+
+Shape suffixes: U rows of the sum (the union of the ranks' rows), D values per row (the table's width).
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ ranks, payload and control) and whether they are equal, the lossless check, wire
 (slowest rank of each repeat, mean over repeats, the median beside it) and their ratio. ``replay_run`` feeds it a
 run's captured per-worker tensors (``zen-analysis replay <run> --ranks 4``), ``replay_synthetic`` generated
 sets with a chosen density, skew and overlap (``--synthetic``).
+
+Shape suffixes: K non-zeros of one captured record.
 """
 
 from __future__ import annotations

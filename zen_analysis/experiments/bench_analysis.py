@@ -14,6 +14,9 @@ in a fresh process, whose wall time and peak RSS are reported.
 step's wall time and the time spent inside capture code (isolating per-worker gradients, top-k, buffering,
 writing Parquet shards) are logged by rank 0; the overhead is rank 0's total capture time over the whole run /
 the run's time without it. The median step time of captured vs plain steps is printed beside it as a check.
+
+Shape suffixes: K non-zeros (of a captured record, or a micro-batch's distinct token rows), W columns of a table row
+(its width).
 """
 
 from __future__ import annotations

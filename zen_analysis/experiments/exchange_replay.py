@@ -11,6 +11,9 @@ training ranks lends its other captured steps to more lab ranks: lab rank r hold
 ``r // R``-th captured step. So each lab rank's rows are what one real rank sends per step (the lstm-words recipe:
 8 micro-batches x 4 x 128 tokens, about 1% of its table, near the 1.13% the Zen paper gives per GPU for its LSTM),
 while ranks of different steps overlap as batches of a later step do.
+
+Shape suffixes: K non-zeros (a captured record's elements, or one rank's distinct rows), D values per row (the table's
+width).
 """
 
 from __future__ import annotations

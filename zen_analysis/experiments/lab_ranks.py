@@ -1,6 +1,8 @@
 """The ranks of the communication-dominated lab (:mod:`~zen_analysis.experiments.lab_check`): each waits out its
 compute, then sums its rows with every scheme in turn, over the network lab's shaped links or loopback, and checks
-every sum against a dense all-reduce."""
+every sum against a dense all-reduce.
+
+Shape suffixes: K rows one rank holds, U rows of the union over the ranks."""
 
 from __future__ import annotations
 

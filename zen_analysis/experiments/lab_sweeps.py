@@ -13,6 +13,8 @@
 
 A user's own DDP training measured on loopback and behind shaped links, :func:`ddp_script_sweep`, is
 :mod:`zen_analysis.experiments.ddp_sweep` (re-exported here for callers that import it from this module).
+
+Shape suffixes: K non-zeros of one captured record.
 """
 
 from __future__ import annotations

@@ -27,6 +27,9 @@ It states neither the LSTM's sequence length nor either model's layer widths. Ou
 
 The counts these widths give are in the table (``dense_params``, ``table_rows``, ``table_dim``) and, without
 allocating a table, in :func:`param_counts`.
+
+Shape suffixes: B examples in a batch, T token positions of a sequence (one more before the shift), V vocabulary ids
+(one CDF value each), F categorical fields, D dense features.
 """
 
 from __future__ import annotations

@@ -45,6 +45,9 @@ group's: the groups run at once; :func:`topk_syncs`). Every scheme runs in the D
 
 No scheme's local work (hashing, packing, summing) is priced: the paper's are GPU kernels beside the network (Fig. 16:
 a few ms). The toolkit's agreement check is left out: the paper's implementations have none.
+
+Shape suffixes: K rows of one GPU's set, G GPUs (one row set each), N DP ranks (one a machine, one top-k set each), C
+cuts between a reduce-scatter's chunks (one more than the chunks).
 """
 
 from __future__ import annotations

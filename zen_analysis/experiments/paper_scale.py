@@ -7,6 +7,8 @@ buckets' overlap with backward. Every number is arithmetic on stated assumptions
 columns say which); nothing here is a measurement of the paper's cluster. Where a GPU run timed the paper's LSTM or
 DeepFM step on the card modelled (:mod:`~zen_analysis.experiments.paper_compute`, committed under ``data/gpu/``), that
 measured step is the compute, in place of the assumed peak x utilization.
+
+Shape suffixes: R rows of the table.
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ Variants (:data:`VARIANTS`) measure what the dtype contract and the ranks' agree
 and ``allreduce-nocheck`` skip the check (``check_ranks = False``; Zen's rides on its count exchange, the dense
 all-reduce's is one call of its own), ``zen-bf16`` and ``allreduce-bf16`` sum the same integer values as bfloat16
 (Zen widens them into its compiled float32 loops; values travel at 2 bytes).
+
+Shape suffixes: N elements of the flat tensor, K its non-zeros.
 """
 
 from __future__ import annotations

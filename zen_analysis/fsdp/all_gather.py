@@ -46,6 +46,10 @@ call, the fallback's included, so ranks never disagree on which collective comes
 
 FSDP2 may all-gather a unit twice a step (forward, and again before backward with ``reshard_after_forward=True``,
 its default for every unit but the root); the second call finds no row changed: counts, then a copy of the replica.
+
+Shape suffixes: W ranks in ``counts_W`` (but the row's width in wire words as the second letter of ``replica_RW``,
+``out_RW``, ``shard_PW``, ``values_KW`` and ``got_KW``), R rows of the whole table (the replica), P rows of one rank's
+shard, K changed rows (this rank's, or every rank's once gathered).
 """
 
 from __future__ import annotations

@@ -14,6 +14,9 @@ Sparse is chosen when its bytes are below dense's by ``hysteresis`` (and dense k
 break-even does not flip every decision). Both paths give the reduce-scatter stock FSDP2 gives (the sparse one to
 float rounding, bit for bit on integer-valued gradients), so a switch changes time, not the run. The choices are in
 :attr:`AutoReduceScatter.decisions` (the run summary's ``planner``).
+
+Shape suffixes: R rows of the unit's padded table, D values per row (the table's width), K rows this rank may hold
+non-zero.
 """
 
 from __future__ import annotations

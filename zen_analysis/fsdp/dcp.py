@@ -41,6 +41,8 @@ reduce-scatter (:class:`~zen_analysis.fsdp.auto.AutoReduceScatter`) is the excep
 say when it decides next; its ``state_dict()`` is JSON, so pass it in ``extra`` and give it back to
 ``load_state_dict`` after :func:`load` (the toolkit's loop carries it in each rank's sync state).
 ``extra`` is JSON, rank 0's: pass the same on every rank (a scheduler's ``state_dict()``, a data position).
+
+Shape suffixes: R rows of the table (one stored position each).
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ values as the DDP capture of the same run (the values to the order repeated ids 
 reader and the characterization are the same. The records of a rank's workers add up to what it reduce-scatters
 (the table in the original order). Top-k records are DDP buckets' and are not taken here
 (``capture.topk_scope=none``, checked where the run starts).
+
+Shape suffixes: N ids the micro-batch's forwards looked up (one per lookup, repeats kept), D the embedding's width.
 """
 
 from __future__ import annotations

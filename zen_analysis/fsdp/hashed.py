@@ -27,6 +27,8 @@ stored rows, for any number of ranks, is a hash partition, and Theorem 2 bounds 
 What a user does not get: code that indexes ``embedding.weight`` directly (not through the module's forward) sees
 the stored order; resizing the table (``resize_token_embeddings``) or setting ``padding_idx`` must happen before
 :class:`HashedRows`.
+
+Shape suffixes: R rows of the table (one per id), W ranks (one count each).
 """
 
 from __future__ import annotations

@@ -22,6 +22,9 @@ the replica sum by the replicas; where stock divides by one factor before and af
 forced), the unit is given that factor and the hook only sums. Gradient accumulation without the replica sum
 (``set_requires_all_reduce(False)``, as for stock HSDP) keeps the partial sums and sums them across replicas on the
 step that does it.
+
+Shape suffixes: R rows of this rank's shard, D values per row (the table's width), K non-zero rows of the shard, U rows
+of the sum over the replicas (the union).
 """
 
 from __future__ import annotations

@@ -21,6 +21,9 @@ input multiplied by ``f`` before the sum (:func:`division`). So ``set_gradient_d
 
 Which rank owns a row is FSDP2's contiguous sharding of the rows *as stored*; :mod:`zen_analysis.fsdp.hashed`
 stores them in Zen's hashed order so that each contiguous shard holds a hash-balanced set of rows.
+
+Shape suffixes: R rows (of the unit's padded table in ``table_RD``, of this rank's shard in ``shard_RD``), D values per
+row (the table's width), K distinct rows (sent by this rank, or received and owned after the sum), W ranks in the group.
 """
 
 from __future__ import annotations

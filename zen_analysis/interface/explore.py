@@ -9,6 +9,9 @@ the plots.
 Plots: (1) density map of the tensor's index space — non-zeros per bin of the flattened index range, one row per
 worker plus the union; (2) share of non-zeros per contiguous partition, per worker; (3) densification ratio
 gamma vs number of workers, with y = n; (4) histogram of pairwise overlap ratios.
+
+Shape suffixes: K non-zeros of one captured record, W workers (one heatmap row each), B columns of a heatmap (bins along
+the tensor, or partitions).
 """
 
 from __future__ import annotations

@@ -16,6 +16,8 @@ b in bytes per second, gamma(k) the densification ratio of k workers):
 * AGsparse               T_ag = 2 (n-1) d * 4M / b
 * Balanced Parallelism   T_bp = (n-1)/n (gamma(n) + 1) * 2 d * 4M / b          (Eq. 1)
 * Hierarchical Centr.    T_hc = sum_{i=1..log n} gamma(2^{i-1}) * 2 d * 4M / b  (Eq. 2)
+
+Shape suffixes: W ranks of the ring (one link to the next rank each).
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@
 It keeps one (W, W) matrix per (phase, kind) of the bytes rank i addresses to rank j, so a 1024-rank model
 is a handful of numpy operations rather than W^2 Python calls; per-rank bytes sent and received are its row
 and column sums.
+
+Shape suffixes: W ranks (one count of distinct rows each).
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ densities and the laws fitted on the toolkit's captures), so a row where ``agree
 
 :func:`deepfm_readings` is the arithmetic behind the DeepFM generator's choice of rows: Table 1's 2.80% under each
 common reading of "DeepFM on Criteo, 214M embedding parameters, 1,024 samples per GPU".
+
+Shape suffixes: G GPUs (one row set each), P partitions of the table's rows, F embedding fields (one cardinality each).
 """
 
 from __future__ import annotations

@@ -33,6 +33,9 @@ Each workload says what is synthetic in its ``synthetic`` line. In short:
 
 Memory: natural row sets are the distinct ids of a few thousand to a few hundred thousand draws; top-k sets are
 drawn at 2^22 elements. Nothing materialises a 406M-element table or a 3B-parameter gradient.
+
+Shape suffixes: T ids drawn, N elements of a top-k workload's gradient, B blocks of a part (one keep rate each), R rows
+of the vocabulary (one probability each), F embedding fields (one cardinality each).
 """
 
 from __future__ import annotations

@@ -17,6 +17,8 @@ unchanged; its payload then scales by ``scale`` (= units / size), its calls and 
 Error: a sampled quantity of true share p has relative standard error about sqrt((1 - p) / (p x size)); at 65,536
 units and 1% density, 4%. ``tests/unit/test_sketch.py`` checks every scheme's modelled time from the sketch against
 the one from the full sets.
+
+Shape suffixes: K non-zero units of one rank, N elements of the flat tensor, W ranks (one sketch each).
 """
 
 from __future__ import annotations

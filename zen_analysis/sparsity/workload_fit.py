@@ -22,6 +22,9 @@ captures, so that only the paper's inputs (sizes, batches, densities) are taken 
 
 Statistics are expectations (:func:`zipf_statistics`, :func:`topk_overlap`): the overlap ratio as E|I_1 ∩ I_2| /
 E|I| (the metric divides by the smaller set, which a few per cent more), gamma as E|∪ I_i| / E|I|.
+
+Shape suffixes: R rows of the table (one id's probability each), B blocks of a tensor (one rate each; ``bounds_B1``
+holds one more bound), Z points of the quadrature over the shared normal.
 """
 
 from __future__ import annotations

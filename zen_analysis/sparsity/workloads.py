@@ -5,6 +5,8 @@ A workload is what a figure line stands for: a run's natural (embedding) tensor,
 or its top-k records pooled: "default: llama top-5% of buckets" when DGC ran per DDP-style bucket as the paper
 does (``capture.topk_scope=bucket``), "default: llama top-5%" for chosen matrices (``tensor``). The prefix is the
 recipe name, so two runs of one architecture stay apart.
+
+Shape suffixes: K non-zeros of one captured record.
 """
 
 from __future__ import annotations

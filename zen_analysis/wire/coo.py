@@ -1,7 +1,9 @@
 """The COO wire format every sparse scheme packs: an index (int32 below 2**31 entries, as in the paper) and its
 values at their dtype's width, one entry after another, so one collective call carries both; and the sum of
 entries by index, how a rank adds what it received (:mod:`zen_analysis.wire.dtypes` says in what precision).
-An entry is an element (one value) or a row (``width`` values: :mod:`zen_analysis.wire.rows`)."""
+An entry is an element (one value) or a row (``width`` values: :mod:`zen_analysis.wire.rows`).
+
+Shape suffixes: K entries (elements, or rows: ``val_K`` is (K,) or (K, width))."""
 
 from __future__ import annotations
 

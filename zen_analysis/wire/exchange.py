@@ -12,6 +12,9 @@ stays local and is not counted):
 
 ``traffic`` models in the schemes apply the same rules to index sets, so model and measurement are comparable
 byte for byte. Shape legend: N numel, K entries on this rank, W world size.
+
+Shape suffixes: W ranks in the group, F fields every rank must agree on, K entries of a payload, N elements of a dense
+tensor.
 """
 
 from __future__ import annotations

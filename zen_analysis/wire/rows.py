@@ -8,6 +8,8 @@ the rows: a row's index is its position in the table, and the byte models count 
 entry.
 
 A row set is a sorted 1-D int64 tensor of distinct rows, with a (K, dim) value tensor beside it.
+
+Shape suffixes: R rows of the table, D values per row (the table's width), K non-zero rows.
 """
 
 from __future__ import annotations

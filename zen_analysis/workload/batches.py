@@ -11,6 +11,8 @@ test compare a 2-rank run with a 1-rank run on the same global batch.
 
 ``data.source=criteo-synth`` is not text: :func:`prepare`, :func:`prepared_for_run` and :func:`open_data` hand it to
 :mod:`zen_analysis.workload.ctr` (generated click-through-rate samples, batches with the same interface).
+
+Shape suffixes: B sequences in a batch, T token positions of a sequence (one more in ``windows_BT``, before the shift).
 """
 
 from __future__ import annotations

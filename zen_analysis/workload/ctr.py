@@ -35,6 +35,9 @@ paper's B = 1,024): a per-worker density of 2.80% needs R below about 950k even 
 far fewer are distinct, and the density at the recipe's 1M rows is well under the paper's.
 
 Shapes: N samples of a split, F fields (26), D dense features, B samples of a batch, R rows of the id space.
+
+Shape suffixes: F categorical fields, C categories of one field (its cardinality), N examples of a split, B examples of
+a batch, D dense features, K dimensions of the teacher's factor vectors.
 """
 
 from __future__ import annotations

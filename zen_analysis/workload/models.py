@@ -20,6 +20,11 @@ ids 0 and 1 are real tokens (0 is EOS), so such a row would understate the natur
 DeepFM (Guo et al., IJCAI'17) is the paper's recommendation workload (on Criteo; here on
 :mod:`zen_analysis.workload.ctr`'s synthetic data). Its natural-sparsity tensor is its one embedding table: each sample
 looks up one row per field, so the rows with a gradient are exactly the batch's ids.
+
+Shape suffixes: B examples (sequences) in a batch, T token positions, N tokens of the batch flattened (B x T), D the
+LSTM's hidden width (its embedding's) in ``h_BTD`` and ``h_ND`` but the dense features in ``dense_BD``, V vocabulary
+entries (one logit each), F categorical fields, E factor dimensions of an embedding row, C the whole row (E factors and
+one linear weight).
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ that order; a receiver maps bit positions back to indices through its own copy o
 :class:`HashBitmap` holds the sets for one (numel, n, seed): as int32 where indices fit (int64 otherwise),
 built once and cached, or — ``materialize=False``, for tensors whose sets do not fit in memory — recomputed
 one partition at a time in chunks when needed.
+
+Shape suffixes: N elements of the tensor (one owner each), K a partition's indices (or bit positions to set), B entries
+of a bitmap (one bool a bit in ``mask_B``, one byte of 8 bits in ``bytes_B``).
 """
 
 from __future__ import annotations

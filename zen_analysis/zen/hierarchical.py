@@ -24,6 +24,8 @@ overflow, it grows to fit (``serial_overflows`` counts those events) — an inde
 ``r1`` is the *total* parallel capacity over all partitions (default 2 x the number of indices, load factor
 0.5, as the paper's "r1 = 2|G|d" reads once one accepts it as a total), ``r2 = r1 / 10`` (the paper's choice).
 Shape legend: K indices, n partitions, S slots per partition.
+
+Shape suffixes: K distinct indices of one rank (the hash's input).
 """
 
 from __future__ import annotations

@@ -10,6 +10,9 @@ so a forked rank with one thread runs it single-threaded) then compact the memor
 The shared library is built on first use (:mod:`zen_analysis.zen.build`: the system C compiler, a private
 cache). Without a compiler, :func:`available` is False, and ``hierarchical_hash`` falls back to its torch rounds
 (``backend="auto"``) with one warning. ``ZEN_ANALYSIS_NATIVE=0`` turns the kernel off.
+
+Shape suffixes: K indices of one rank (or bit positions to set), N elements of the flat tensor, B bytes of the bitmaps,
+W ranks (``counts_W[s]``: the entries from sender s).
 """
 
 from __future__ import annotations

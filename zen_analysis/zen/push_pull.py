@@ -2,7 +2,10 @@
 **push**, a rank's non-zeros to their servers, bucketed by server (:data:`HASHINGS`) and packed as positions in
 the static sets S_p with their values; **aggregate**, server p's sum of what it received, hash-bitmap encoded;
 **pull**, every server's bitmap and values all-gathered and written where the bits point. The module docstring
-of :mod:`zen_analysis.zen.sparse_allreduce` gives the collectives, the work per call and the host syncs."""
+of :mod:`zen_analysis.zen.sparse_allreduce` gives the collectives, the work per call and the host syncs.
+
+Shape suffixes: N elements of the flat tensor, K non-zeros on this rank, W ranks in the group, B set bits of the
+gathered bitmaps."""
 
 from __future__ import annotations
 

@@ -36,6 +36,9 @@ The result equals ``all_reduce`` of the dense tensors (bit for bit on integer-va
 accounting goes through :class:`~zen_analysis.wire.exchange.Exchange`, so the ``zen`` scheme's traffic model
 covers it; local steps are timed under ``ex.local_seconds`` (extract, hash — on the CPU one fused step,
 extract+pack — aggregate (with the encode), decode, scatter).
+
+Shape suffixes: N elements of the flat tensor, K non-zero rows on this rank, D values per row (the table's width), W
+ranks in the group, G rows this rank received in the push (repeats kept), U rows of the sum (the union).
 """
 
 from __future__ import annotations

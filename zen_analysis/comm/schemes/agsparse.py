@@ -5,6 +5,9 @@ non-zeros, so its volume grows linearly with the number of ranks (paper section 
 
 Host syncs (on CUDA each waits for the device; every one fixes a size): the non-zero extraction
 (``torch.nonzero``), the all-gathered counts (split sizes).
+
+Shape suffixes: N elements of the flat tensor, K non-zeros on this rank (elements, or rows), D values per row (the
+table's width), W ranks in the group.
 """
 
 from __future__ import annotations

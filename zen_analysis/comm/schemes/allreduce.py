@@ -1,5 +1,7 @@
 """``allreduce``: dense ring all-reduce, the baseline that ignores sparsity (what NCCL/gloo DDP does). No host
-sync: one collective on the tensor itself."""
+sync: one collective on the tensor itself.
+
+Shape suffixes: N elements of the flat tensor, K non-zero rows on this rank, D values per row (the table's width)."""
 
 from __future__ import annotations
 

@@ -10,6 +10,9 @@ those bytes and calls for every rank from the ranks' non-zero index sets. Values
 Autograd: ``run`` bumps the tensor's version counter, as every in-place torch operation does, so autograd refuses
 a backward that would read a tensor saved for it and then summed in place (``dist.all_reduce`` does not bump it,
 and such a backward then silently uses the summed values).
+
+Shape suffixes: N elements of the flat tensor, K non-zeros on this rank (rows, or flat elements), R rows of the whole
+table, D values per row (the table's width).
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@ block moves for a single non-zero, and skew sends most blocks to one aggregator 
 
 Host syncs (each fixes a size): the non-zero blocks (``nonzero`` + ``unique``); per received bitmap its block
 count (the value split sizes of the push and of the pull), the aggregator's union of blocks.
+
+Shape suffixes: N elements of the flat tensor, K non-zero rows on this rank, D values per row (the table's width), W
+ranks in the group.
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ Host syncs of the push (each fixes a size): the non-zero extraction (``torch.non
 
 :class:`PushPullCOO` is push then a COO pull: each owner all-gathers its sums in COO (``sparse_ps`` and
 ``bp_coo``, which differ only in the owner mapping); host sync of the pull: the all-gathered counts.
+
+Shape suffixes: N elements of the flat tensor, K non-zeros on this rank (elements, or rows), D values per row (the
+table's width), W ranks in the group.
 """
 
 from __future__ import annotations

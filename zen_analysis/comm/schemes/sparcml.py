@@ -10,6 +10,8 @@ rank j (phase ``fold``), the P ranks run the stages, and rank j sends the result
 
 Host syncs (each fixes a size): the non-zero extraction, then per stage the swapped count (a host value by
 protocol: it says how many bytes follow, or that the stream went dense) and the merge's ``torch.unique``.
+
+Shape suffixes: N elements of the flat tensor, K non-zero rows on this rank, D values per row (the table's width).
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ hierarchical hashing (Algorithm 1) or a stable grouping by server (``hashing``),
 not what goes on the wire.
 
 Host syncs: listed in :mod:`zen_analysis.zen.sparse_allreduce` (the push counts and the pull's value counts).
+
+Shape suffixes: N elements of the flat tensor, K non-zero rows on this rank, D values per row (the table's width).
 """
 
 from __future__ import annotations
