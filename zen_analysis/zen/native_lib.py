@@ -78,7 +78,7 @@ def unavailable_reason() -> str:
     return _library()[1]
 
 
-def _lib() -> ctypes.CDLL:
+def loaded_library() -> ctypes.CDLL:
     lib, why = _library()
     if lib is None:
         raise RuntimeError(f"the native hashing kernel is unavailable: {why}")
