@@ -75,6 +75,7 @@ class ZenFSDP:
 
 
 def bytes_sent_by(comms) -> int:
+    """The bytes the exchanges of ``comms`` (Zen's reduce-scatters or all-gathers) sent, summed over their records."""
     return sum(r.bytes_sent for c in comms if c.exchange is not None for r in c.exchange.records.values())
 
 

@@ -62,6 +62,7 @@ def owner(indices: torch.Tensor, num_partitions: int, seed: int = 0) -> torch.Te
 
 
 def owner_unchecked(idx: torch.Tensor, num_partitions: int, seed: int) -> torch.Tensor:
+    """:func:`owner` of an int64 tensor the caller made itself (the bitmap hashing a range): no second check."""
     h = h0_unchecked(idx, seed)
     if num_partitions & (num_partitions - 1) == 0:  # power of two: the same as % n, without a division
         return h.bitwise_and_(num_partitions - 1)
