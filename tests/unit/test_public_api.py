@@ -1,7 +1,8 @@
-"""The notebooks use the public API only: every name they import, and every attribute they read off an imported
-module, is in its module's ``__all__`` and rendered in the API reference (``docs/api*.md``, one ``::: module`` per
-documented module). ``docs/api.md`` calls everything else internal, so a notebook reaching past it would teach a
-reader a name that may change under them. And the package root lists its lazy names to ``dir()`` and ``help()``."""
+"""The notebooks use the public API only: every name they import (or their prose tells the reader to import), and
+every attribute they read off an imported module, is in its module's ``__all__`` and rendered in the API reference
+(``docs/api*.md``, one ``::: module`` per documented module). ``docs/api.md`` calls everything else internal, so a
+notebook reaching past it would teach a reader a name that may change under them. And the package root lists its
+lazy names to ``dir()`` and ``help()``."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import types
 from pathlib import Path
 
 import pytest
+from test_names_resolve import markdown_imports  # the pages' reader: the imports a notebook's prose teaches
 
 ROOT = Path(__file__).parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -139,9 +141,20 @@ def test_the_scan_sees_every_form():
     assert not_public("zen_analysis.ranks.procs", "", documented)  # a module the reference leaves out is too
 
 
+def _taught(notebook: Path) -> set[tuple[str, str]]:
+    """The (module, name) of every ``from zen_analysis... import`` the markdown cells write for the reader to use."""
+    cells = json.loads(notebook.read_text())["cells"]
+    prose = "\n\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    found = set()
+    for imp in markdown_imports(prose):
+        if imp.form == "from":
+            found |= {m for name in imp.names for m in used_names(f"from {imp.module} import {name}")}
+    return found
+
+
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
 def test_every_name_a_notebook_uses_is_public_and_documented(notebook):
-    used = used_names(_code(notebook))
+    used = used_names(_code(notebook)) | _taught(notebook)
     assert used, f"{notebook.name}: the scan found no zen_analysis name"
     documented = documented_modules()
     private = sorted(f"{m}.{n}: {why}" for m, n in used if (why := not_public(m, n, documented)))
