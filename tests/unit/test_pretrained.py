@@ -104,20 +104,23 @@ def test_the_bundled_minilm_loads_through_the_config_as_from_pretrained_loads_it
     assert ours.get_output_embeddings().weight is not ours.get_input_embeddings().weight
 
 
-def test_make_reproduce_trains_the_minilm_only_where_its_checkpoint_is_at_hand(monkeypatch, tmp_path):
+def test_make_reproduce_trains_the_minilm_only_where_its_checkpoint_is_at_hand(monkeypatch, tmp_path, capsys):
     from zen_analysis.experiments import run_ids
+    from zen_analysis.runs.launch import runs_or_fallback
 
     monkeypatch.setattr(recipes, "minilm_checkpoint", lambda: recipes.MINILM_HUB_ID)  # not installed
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path))  # an empty cache
-    assert "nor in the Hugging Face cache, and the hub is offline" in run_ids.unavailable("minilm")
+    assert "nor in the Hugging Face cache, and the hub is offline" in recipes.unavailable("minilm")
     assert "reproduce-minilm" not in run_ids.reproduce_run_ids() and "reproduce-default" in run_ids.reproduce_run_ids()
     # the notebooks' fallback: nothing to show beside the Llama, said, not a failed launch
     monkeypatch.setenv("ZEN_ANALYSIS_DATA", str(tmp_path / "data"))
-    assert run_ids.reproduce_or_fallback("reproduce-minilm", "minilm-smoke") is None
-    assert run_ids.unavailable("minilm-smoke") == run_ids.unavailable("minilm") and run_ids.unavailable("smoke") is None
+    assert runs_or_fallback(["reproduce-minilm"], ["minilm-smoke"]) == []
+    assert "not training the fallback minilm-smoke here" in capsys.readouterr().out
+    assert runs_or_fallback(["reproduce-minilm"]) == []  # no fallback: only whether the runs are there
+    assert recipes.unavailable("minilm-smoke") == recipes.unavailable("minilm") and recipes.unavailable("smoke") is None
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # online: from_pretrained downloads it
-    assert run_ids.unavailable("minilm") is None and run_ids.reproduce_run_ids()[-1] == "reproduce-minilm"
+    assert recipes.unavailable("minilm") is None and run_ids.reproduce_run_ids()[-1] == "reproduce-minilm"
 
 
 def test_reports_name_a_checkpoint_by_its_hub_id_or_its_folders_last_parts():

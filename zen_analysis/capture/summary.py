@@ -10,6 +10,8 @@ from zen_analysis.capture.buckets import describe
 from zen_analysis.capture.reader import TraceReader
 from zen_analysis.config.model import model_label
 
+__all__ = ["capture_table", "describe_run"]
+
 
 def capture_table(reader: TraceReader) -> pd.DataFrame:
     """One row per captured tensor: kind, shape, numel, #steps, #workers and density statistics; a DDP-style

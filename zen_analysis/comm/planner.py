@@ -39,6 +39,8 @@ from zen_analysis.pricing.topology import PRESETS, Topology
 from zen_analysis.sparsity import sketch as sk
 from zen_analysis.wire.exchange import Exchange
 
+__all__ = ["AutoScheme", "Planner", "describe_decision"]
+
 CANDIDATES = tuple(SCHEMES)
 """Every scheme, dense all-reduce (``allreduce``) included."""
 

@@ -35,6 +35,16 @@ from zen_analysis.pricing.topology import GBPS, LOCAL_FIT, PRESETS, Topology, lo
 from zen_analysis.ranks.netlab import TCP_PAYLOAD_FRACTION, available
 from zen_analysis.sparsity.synthetic import synthetic_index_sets
 
+__all__ = [
+    "NETLAB_HOST_GBPS",
+    "calibrate",
+    "netlab",
+    "netlab_calibration_path",
+    "netlab_host_calibration_path",
+    "planner_topology",
+    "preset",
+]
+
 
 def calibrate(
     num_ranks: int = 2,

@@ -17,6 +17,8 @@ def _calibration_file(name: str) -> Path:
 
 
 def calibration_path(num_ranks: int = 2) -> Path:
+    """This machine's loopback fit for ``num_ranks`` gloo ranks (:func:`~zen_analysis.evaluation.calibrate.calibrate`
+    writes it, the measured replays read it)."""
     return _calibration_file(f"local-{num_ranks}")
 
 
@@ -25,6 +27,7 @@ NETLAB_CALIBRATION_GBPS = 1.0
 
 
 def netlab_calibration_path(num_ranks: int) -> Path:
+    """The network lab's fit of its per-call costs for ``num_ranks`` ranks behind shaped links."""
     return _calibration_file(f"netlab-{num_ranks}")
 
 
@@ -34,4 +37,5 @@ bytes, so what is measured is the host (gloo, the kernel's TCP over veth and the
 
 
 def netlab_host_calibration_path(num_ranks: int) -> Path:
+    """The network lab's fit of what the host moves behind links too fast to matter (at :data:`NETLAB_HOST_GBPS`)."""
     return _calibration_file(f"netlab-host-{num_ranks}")

@@ -23,6 +23,8 @@ from zen_analysis.pricing.topology import Topology, load
 from zen_analysis.pricing.traffic import ddp_sparse
 from zen_analysis.sparsity.characterize import worker_counts
 
+__all__ = ["crossover", "measured_crossover"]
+
 
 def rate_curve(
     index_sets: Sequence[torch.Tensor],

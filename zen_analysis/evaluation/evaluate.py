@@ -48,6 +48,16 @@ from zen_analysis.sparsity.metrics import union_of
 from zen_analysis.sparsity.synthetic import synthetic_index_sets
 from zen_analysis.sparsity.workloads import workload_labels
 
+__all__ = [
+    "evaluate",
+    "evaluate_runs",
+    "normalized",
+    "relative_to_allreduce",
+    "speedups",
+    "step_index_sets",
+    "wire_size_table",
+]
+
 VERSION = 3  # 2: sparcml on any n (fold), matrix traffic; 3: alpha per message of an all_to_all
 DEFAULT_TOPOLOGIES = ("paper-tcp25", "paper-efa100", "h200-node")
 

@@ -33,6 +33,8 @@ from zen_analysis.ranks.netlab import NetLab
 from zen_analysis.ranks.procs import fork_launch
 from zen_analysis.wire.inflight import hold
 
+__all__ = ["measure", "report", "summarize"]
+
 
 def _measure_on_rank(
     rank: int,

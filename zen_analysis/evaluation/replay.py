@@ -27,6 +27,8 @@ from zen_analysis.evaluation.calibrate import model_topology
 from zen_analysis.evaluation.measure import measure
 from zen_analysis.sparsity.synthetic import describe, synthetic_index_sets
 
+__all__ = ["load_replay", "replay_run"]
+
 
 def compare(
     index_sets: Sequence[torch.Tensor],

@@ -18,6 +18,8 @@ import pandas as pd
 from zen_analysis.experiments.loss_targets import time_to_quality
 from zen_analysis.ranks.procs import run_in_lab
 
+__all__ = ["DDP_VARIANTS", "ddp_script_sweep"]
+
 DDP_VARIANTS = {
     "stock": ["--zen", "off"],
     "natural": ["--zen", "natural"],

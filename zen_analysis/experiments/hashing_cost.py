@@ -20,6 +20,8 @@ import torch
 
 from zen_analysis.zen.hierarchical import bucket_reference, hierarchical_hash
 
+__all__ = ["hashing_cost"]
+
 
 def _timed(fn, device: torch.device, repeats: int) -> tuple[float, object]:
     out = fn()  # warm-up

@@ -57,7 +57,7 @@ from zen_analysis.comm.schemes import build_scheme
 from zen_analysis.evaluation.calibrate import netlab as netlab_topology
 from zen_analysis.experiments.lab_calibration import idle_calibration
 from zen_analysis.experiments.lab_ranks import run_lab
-from zen_analysis.experiments.paper_scale import _compute, _Step
+from zen_analysis.experiments.paper_scale import ModelledStep, modelled_compute
 from zen_analysis.pricing.cost import local_time, phase_features, phase_times
 from zen_analysis.pricing.topology import Topology
 from zen_analysis.sparsity.paper_workloads import PaperWorkload, paper_workload
@@ -123,8 +123,8 @@ def paper_compute(workload, device: str = "v100") -> tuple[float, str]:
     params = (
         workload.dense_params if workload.kind == "natural" else workload.num_rows * workload.width * workload.scale
     )
-    step = _Step([], 1, float(params), workload.samples_per_gpu, workload.tokens_per_gpu, 0.0)
-    got = _compute(step, workload.name, device, "paper", None)
+    step = ModelledStep([], 1, float(params), workload.samples_per_gpu, workload.tokens_per_gpu, 0.0)
+    got = modelled_compute(step, workload.name, device, "paper", None)
     return got.seconds, got.source
 
 

@@ -46,6 +46,8 @@ from zen_analysis.runs.launch import launch
 from zen_analysis.wire.exchange import Exchange
 from zen_analysis.zen.sparse_allreduce import NodeGroups, zen_sum, zen_sum_hierarchical
 
+__all__ = ["scheme_sweep", "training_sweep"]
+
 TRAINING_VARIANTS = {
     "dense": {"sync.method": "dense"},
     "zen": {"sync.method": "natural", "sync.scheme": "zen"},

@@ -11,6 +11,8 @@ from zen_analysis.config import apply_overrides
 from zen_analysis.runs.launch import launch
 from zen_analysis.train.perturb import spike_step
 
+__all__ = ["ABLATION_SPIKES", "ABLATION_SYNC", "EDIT_TUNED", "compare_methods", "method_run", "penalty_ablation"]
+
 
 def method_run(base, method: str, *, tag: str = "", progress: bool = False, **settings) -> dict:
     """Train ``base`` with ``sync.method = method`` (``dense`` for synchronous DDP) and dotted ``settings``
@@ -158,6 +160,7 @@ ABLATION_SPIKES = {
 """The ablation's injected spikes: rank 3 trains on degenerate one-token sequences for a whole sync interval,
 starting once the anomaly detector is armed (warm-up 10 steps, then 3 syncs of 16 steps)."""
 ABLATION_SYNC = {"local_sgd.warmup_steps": 10, "local_sgd.interval": 16, "local_sgd.ewma_warmup": 3}
+"""The ablation's sync cadence: 10 warm-up steps, a sync every 16, the anomaly detector armed after 3 syncs."""
 
 ABLATIONS = {
     "full penalty": "default",

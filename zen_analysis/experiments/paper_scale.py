@@ -97,7 +97,7 @@ def _check_options(size: str, device: str, overlap: float) -> None:
         raise ValueError(f"overlap is the fraction of backward the dense buckets can hide behind: 0..1, got {overlap}")
 
 
-class _Step(NamedTuple):
+class ModelledStep(NamedTuple):
     """One modelled training step of :func:`paper_throughput` before compute: a row per scheme with its
     ``sparse_comm_s``, the GPUs, the dense parameters, samples and tokens per GPU and the dense buckets' seconds."""
 
@@ -136,7 +136,7 @@ def _llm_step(reader: TraceReader, topk: dict, topo_t: Topology, machines: int, 
         s = sum(_comm_seconds(name, sets[t][:n], int(i["numel"]), 0, topo, factor) for t, i in topk.items())
         rows.append({"scheme": name, "sparse_comm_s": s})
     # batch 1 per TP group of 8 GPUs; every gradient is top-k'd: one sparse sum, after backward
-    return _Step(rows, n * 8, params, 1 / 8, LLM_SEQ_LEN / 8, 0.0)
+    return ModelledStep(rows, n * 8, params, 1 / 8, LLM_SEQ_LEN / 8, 0.0)
 
 
 def _natural_step(
@@ -151,7 +151,7 @@ def _natural_step(
     train: dict,
     *,
     seed: int,
-) -> _Step:
+) -> ModelledStep:
     """A natural workload's step: every GPU of ``machines`` nodes holding the rows of the paper's batch
     (:data:`PAPER_BATCH`, else the run's ``train`` config's; :func:`gpu_row_sets`), summed by rows, the table's traffic
     scaled to the paper's with ``size="paper"``; the dense parameters in ring all-reduced buckets."""
@@ -168,10 +168,10 @@ def _natural_step(
     ring.ring_all_reduce("dense", int(params), 4)
     dense_comm = float(phase_times(ring, topo)["seconds"].sum())
     rows = [{"scheme": name, "sparse_comm_s": _comm_seconds(name, sets, R, D, topo, factor)} for name in SCHEMES]
-    return _Step(rows, n, params, batch, batch * seq_len, dense_comm)
+    return ModelledStep(rows, n, params, batch, batch * seq_len, dense_comm)
 
 
-def _step_table(step: _Step, workload: str, compute: float, backward: float, overlap: float) -> pd.DataFrame:
+def _step_table(step: ModelledStep, workload: str, compute: float, backward: float, overlap: float) -> pd.DataFrame:
     """:func:`paper_throughput`'s table from a modelled step: at most ``overlap`` x ``backward`` of the dense buckets
     hidden, the step, samples and tokens per second, and the speedup over ``allreduce``'s beside the paper's."""
     hidden = min(step.dense_comm, overlap * backward)
@@ -201,7 +201,9 @@ def _dense_params(manifest: dict, table: tuple[int, int] | None) -> int:
     return total - (table[0] * table[1] if table else 0)
 
 
-def _compute(step: _Step, workload: str, device: str, size: str, measured: str | Path | None) -> StepCompute:
+def modelled_compute(
+    step: ModelledStep, workload: str, device: str, size: str, measured: str | Path | None
+) -> StepCompute:
     """The step's compute on ``device``: with ``size="paper"``, a GPU run's measured step of the paper's model on that
     card where one exists (:func:`~zen_analysis.experiments.paper_compute.measured_step_compute` under ``measured``,
     the folder of GPU runs; None: ``data/gpu``), its forward and backward scaled by the modelled tokens per GPU over
@@ -242,10 +244,10 @@ def paper_throughput(
 
     * ``compute_s``: with ``size="paper"`` and a GPU run's measured step of the paper's LSTM or DeepFM on ``device``
       (under ``measured``, the folder of GPU runs, default ``data/gpu``), forward + backward + optimizer as measured,
-      its backward the measured one (:func:`_compute`). Else assumed: 6 x dense parameters x tokens per GPU / (peak x
-      utilization) of ``device`` (:data:`DEVICES`); dense parameters are the model's outside its embedding table (a
-      lookup, not a matrix product). DeepFM: a sample is a token (its FM term and lookups, a few hundred FLOPs per
-      field, are left out). Backward is 2/3 of it. ``compute_source`` (and the ``device`` attr) says which.
+      its backward the measured one (:func:`modelled_compute`). Else assumed: 6 x dense parameters x tokens per GPU /
+      (peak x utilization) of ``device`` (:data:`DEVICES`); dense parameters are the model's outside its embedding
+      table (a lookup, not a matrix product). DeepFM: a sample is a token (its FM term and lookups, a few hundred
+      FLOPs per field, are left out). Backward is 2/3 of it. ``compute_source`` (and the ``device`` attr) says which.
     * ``dense_comm_s``: a ring all-reduce of the dense parameters (float32), for every scheme; at most ``overlap`` x
       backward of it hides behind backward (buckets launched as their gradients are ready).
     * ``sparse_comm_s``: the embedding's sum by the scheme, none of it hidden: the table's gradient is ready last (its
@@ -283,7 +285,7 @@ def paper_throughput(
         train = cfg.get("train", {})
         step = _natural_step(reader, natural[0], table, topo_t, machines, dense, workload, size, train, seed=seed)
     params = step.params
-    compute = _compute(step, workload, device, size, measured)
+    compute = modelled_compute(step, workload, device, size, measured)
     df = _step_table(step, workload, compute.seconds, compute.backward, overlap)
     df["compute_source"] = compute.source
     ar_step = float(df.loc[df["scheme"] == "allreduce", "step_s"].iloc[0])

@@ -15,6 +15,8 @@ from zen_analysis.sparsity.characterize import characterize
 from zen_analysis.sparsity.report import claims_table
 from zen_analysis.sparsity.workloads import combined_tables, workload_labels
 
+__all__ = ["pseudo_gradient_claims"]
+
 SHORT_SYNC = {"local_sgd.warmup_steps": 4, "local_sgd.interval": 8, "local_sgd.ewma_warmup": 3}
 """The short local-SGD runs' cadence (benches, scripts, ``make reproduce-full``): 4 synchronous steps, then an outer
 sync every 8 steps, EDiT's anomaly detector armed after 3 syncs (with ``EDIT_TUNED``: plain averaging)."""

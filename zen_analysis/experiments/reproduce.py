@@ -70,7 +70,6 @@ from zen_analysis.experiments.run_ids import (
     reproduce_recipes,
     reproduce_run_id,
     reproduce_run_ids,
-    unavailable,
 )
 from zen_analysis.experiments.schemes import measured_replay, scale_mode
 from zen_analysis.experiments.zen_runs import parity_config, parity_runs, parity_summary, theorem2_table
@@ -132,8 +131,8 @@ def _stage_train(overrides) -> None:
     """Stage 1: train and capture the reproduction workloads."""
     out = paths.derived_dir() / "reproduce" / "capture_summary.txt"
     for name in REPRODUCE_RUNS:
-        if unavailable(name):
-            print(f"== not training {name}: {unavailable(name)}")
+        if recipes.unavailable(name):
+            print(f"== not training {name}: {recipes.unavailable(name)}")
     atomic_write_text(out, "\n\n".join(_train(reproduce_recipes(), overrides)) + "\n")
     print(f"summary written to {out}")
 

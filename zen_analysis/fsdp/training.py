@@ -34,7 +34,7 @@ from torch.distributed.tensor import DTensor
 
 from zen_analysis.fsdp.auto import AutoReduceScatter
 from zen_analysis.fsdp.hashed import STRATA, HashedRows
-from zen_analysis.fsdp.install import _sent, install
+from zen_analysis.fsdp.install import bytes_sent_by, install
 from zen_analysis.fsdp.timing import CommClock, time_comms
 from zen_analysis.fsdp.units import UnitError, unit_of
 from zen_analysis.sync.base import GradSync
@@ -177,7 +177,7 @@ class FSDPSync(GradSync):
         """Bytes the embedding unit's Zen comm sent so far (the dense calls of ``auto`` included)."""
         if self.comm is None:
             return 0
-        return _sent([self.comm]) + getattr(self.comm, "dense_bytes", 0)
+        return bytes_sent_by([self.comm]) + getattr(self.comm, "dense_bytes", 0)
 
     def state_dict(self) -> dict:
         """``auto``: the embedding unit's planner state (its call counter, current choice and decisions), so a

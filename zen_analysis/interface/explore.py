@@ -31,6 +31,8 @@ from zen_analysis.plots import style
 from zen_analysis.sparsity.characterize import worker_counts
 from zen_analysis.sparsity.metrics import densification_curve, pairwise_overlap_ratios, partition_shares, rows_of
 
+__all__ = ["DensityExplorer", "available_runs", "explore_stats"]
+
 NUM_BINS = 128
 
 

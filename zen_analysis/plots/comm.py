@@ -20,6 +20,16 @@ from zen_analysis.plots.training_throughput import (  # noqa: F401 - re-exported
     training_vs_rate,
 )
 
+__all__ = [
+    "crossover",
+    "measured_speedup_vs_bandwidth",
+    "model_vs_measured",
+    "normalized_time",
+    "speedup",
+    "training_vs_bandwidth",
+    "wire_size",
+]
+
 
 def normalized_time(schemes_df: pd.DataFrame, *, topology: str = "paper-tcp25") -> plt.Figure:
     """Fig. 8: modelled time of each scheme / dense all-reduce vs number of workers, one panel per workload."""

@@ -9,6 +9,8 @@ import seaborn as sns
 
 from zen_analysis.plots import style
 
+__all__ = ["loss_curves", "penalty_ablation", "pseudo_gradients", "tau_sweep", "throughput"]
+
 
 def loss_curves(metrics: pd.DataFrame, *, title: str = "Local SGD methods at equal tokens") -> plt.Figure:
     """Rank 0's training loss vs step and vs wall-clock, one line per ``method`` (a ``compare_methods`` table)."""

@@ -13,6 +13,8 @@ import seaborn as sns
 
 from zen_analysis.plots import style
 
+__all__ = ["densification", "drift", "imbalance", "overlap_pdf", "partition_heatmap", "skewness", "write_all"]
+
 
 def _log2_axis(ax: plt.Axes, ticks) -> None:
     ax.set_xscale("log", base=2)

@@ -13,6 +13,18 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from zen_analysis import paths
 
+__all__ = [
+    "METHOD_COLORS",
+    "SCHEME_COLORS",
+    "apply",
+    "as_image",
+    "color",
+    "notebook_savefig",
+    "palette",
+    "readable_log_ticks",
+    "savefig",
+]
+
 
 def apply() -> None:
     sns.set_theme(context="notebook", style="whitegrid", palette="colorblind")

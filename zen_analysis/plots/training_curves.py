@@ -12,6 +12,8 @@ from zen_analysis.plots import style
 from zen_analysis.runs.observe import forward as forwarder
 from zen_analysis.runs.observe import tokens_per_s
 
+__all__ = ["LiveLoss", "capture_densities", "live_view", "loss_curve"]
+
 
 def loss_curve(
     metrics: pd.DataFrame, *, ax: plt.Axes | None = None, label: str | None = None, final: dict | None = None

@@ -12,6 +12,8 @@ import seaborn as sns
 from zen_analysis.evaluation.measure import summarize
 from zen_analysis.plots import style
 
+__all__ = ["hashing_cost", "loss_parity", "pull_format_speedup", "theorem2"]
+
 
 def hashing_cost(cost: pd.DataFrame) -> plt.Figure:
     """Fig. 16a/16b: seconds to bucket a worker's non-zeros vs density, sweeping r1 (a) and k (b), with the

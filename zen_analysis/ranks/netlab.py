@@ -32,6 +32,8 @@ import sys
 import time
 from functools import lru_cache
 
+__all__ = ["NetLab", "available"]
+
 NAME = re.compile(r"^zl-[0-9a-f]{6}-(sw|n\d+)$")
 """What a lab namespace is called; :func:`cleanup` never touches anything else."""
 TCP_PAYLOAD_FRACTION = 1448 / 1514

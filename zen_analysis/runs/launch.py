@@ -26,7 +26,7 @@ import copy
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,7 @@ import torch
 from tqdm.auto import tqdm
 
 import zen_analysis.train.loop  # noqa: F401 - the ranks' default target, imported before the fork: ranks inherit it
-from zen_analysis import paths
+from zen_analysis import paths, recipes
 from zen_analysis.capture.reader import TraceReader
 from zen_analysis.config import ExperimentConfig
 from zen_analysis.evaluation.calibrate import planner_topology
@@ -59,7 +59,7 @@ from zen_analysis.train.checkpoint import unsupported
 from zen_analysis.workload.batches import prepare
 from zen_analysis.workload.models import preload, resolve_pretrained
 
-__all__ = ["RunInUseError", "RunResult", "ensure_run", "launch", "prepare_run"]
+__all__ = ["RunInUseError", "RunResult", "ensure_run", "launch", "prepare_run", "runs_or_fallback"]
 
 
 @dataclass
@@ -354,3 +354,23 @@ def ensure_run(cfg: ExperimentConfig, **launch_kwargs: Any) -> str:
             return cfg.run_id
     launch(cfg, overwrite=True, **launch_kwargs)
     return cfg.run_id
+
+
+def runs_or_fallback(run_ids: Sequence[str], fallback: Sequence[str] = ()) -> list[str]:
+    """``run_ids`` where every one's traces are on disk (``make reproduce``'s runs), else the runs of the ``fallback``
+    recipes, each trained now if need be (:func:`ensure_run`: the notebooks' small recipes take seconds).
+
+    All or nothing, never a mix: a figure then compares workloads of one size. A fallback recipe that cannot be
+    trained here (:func:`zen_analysis.recipes.unavailable`: the MiniLM without its checkpoint) is left out, and
+    stdout says why, so the list may be shorter than ``fallback``. With no ``fallback`` it only asks whether the
+    runs are there (``runs_or_fallback(ids) == ids``)."""
+    run_ids = list(run_ids)
+    if run_ids and all((paths.trace_dir(r) / "manifest.json").exists() for r in run_ids):
+        return run_ids
+    found = []
+    for name in fallback:
+        if (why := recipes.unavailable(name)) is not None:
+            print(f"not training the fallback {name} here: {why}")
+            continue
+        found.append(ensure_run(recipes.get(name), echo=False))
+    return found

@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+__all__ = ["forward", "tokens_per_s"]
+
 NOT_SCALARS = ("step", "captured", "loss_is_rank0_only")
 
 

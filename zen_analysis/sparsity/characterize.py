@@ -64,6 +64,8 @@ from zen_analysis.sparsity.metrics import (
 )
 from zen_analysis.zen.hashing import hash_owner
 
+__all__ = ["CharacterizeOptions", "characterize", "load_tables"]
+
 VERSION = 1
 PARTITION_COUNTS = (2, 4, 8, 16, 32, 64, 128)
 TABLES = ("density", "overlap", "densification", "skew", "drift", "imbalance")

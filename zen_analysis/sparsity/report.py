@@ -16,6 +16,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+__all__ = ["AGAINST", "PRETRAINED", "claims_table", "to_markdown"]
+
 
 def _sample_skewness(x: np.ndarray) -> float:
     x = x[~np.isnan(x)]
@@ -34,6 +36,8 @@ SAME_WITHIN = 0.05
 """Relative difference under which a pretrained value and the random-init one are called about the same: each is one
 run of its recipe, so a smaller difference is not read as a direction."""
 AGAINST = "against the random-init Llama"
+"""The column :func:`claims_table` adds where a pretrained workload is present: its value beside the random-init
+Llama's."""
 
 
 def _against(row: dict, rows: list[dict]) -> str:

@@ -20,6 +20,8 @@ from zen_analysis.capture.buckets import describe
 from zen_analysis.capture.reader import TraceReader
 from zen_analysis.sparsity.characterize import load_tables
 
+__all__ = ["bucket_parameter_shares", "bucket_partition_shares", "combined_tables", "workload_labels"]
+
 
 def workload_labels(reader: TraceReader) -> dict[str, str]:
     """tensor name -> workload label for one run. Pseudo-gradients (:mod:`zen_analysis.capture.pseudo`): the

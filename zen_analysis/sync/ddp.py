@@ -40,7 +40,7 @@ from torch import nn
 from zen_analysis.comm.planner import Planner
 from zen_analysis.evaluation.calibrate import planner_topology
 from zen_analysis.sync.compressed import HookState, bucket_key, compress_and_sum
-from zen_analysis.sync.natural_hook import NaturalState, _lookups, _offsets, natural_hook
+from zen_analysis.sync.natural_hook import NaturalState, bucket_offsets, looked_up_tables, natural_hook
 from zen_analysis.sync.selection import (  # sparse_parameters: re-exported for callers importing it from here
     select_sparse,
     sparse_parameters,  # noqa: F401
@@ -58,7 +58,7 @@ def comm_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future
     buffer = bucket.buffer()
     if buffer.is_sparse:
         raise ValueError("mode='topk' needs dense gradients; sum nn.Embedding(sparse=True) with mode='natural'")
-    parts, last, step = _offsets(bucket), bucket.is_last(), state.step
+    parts, last, step = bucket_offsets(bucket), bucket.is_last(), state.step
     key = bucket_key(state, parts)
     fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
     if not state.overlap:
@@ -219,7 +219,7 @@ def _register_natural(ddp_model: nn.Module, module: nn.Module, params, granulari
     _reserve_hash_sets(common["scheme"], sum(p.numel() for p in chosen))
     state = NaturalState(params=chosen, granularity=granularity, row_source=row_source, left_dense=left, **common)
     if granularity == "rows" and row_source == "ids":
-        state._lookups = _lookups(module, chosen, common["names"])
+        state._lookups = looked_up_tables(module, chosen, common["names"])
     ddp_model.register_comm_hook(state, natural_hook)
     return state
 

@@ -56,7 +56,7 @@ class NaturalState(Stats):
             self.sparse_names = tuple(self.names.get(id(p), "?") for p in self.params)
 
 
-def _offsets(bucket: dist.GradBucket) -> list[tuple[torch.Tensor, int, int]]:
+def bucket_offsets(bucket: dist.GradBucket) -> list[tuple[torch.Tensor, int, int]]:
     """(parameter, start, end) of each parameter's gradient inside the bucket's flat buffer."""
     buffer = bucket.buffer()
     base, size = buffer.data_ptr(), buffer.element_size()
@@ -153,7 +153,7 @@ def natural_hook(state: NaturalState, bucket: dist.GradBucket) -> torch.futures.
             return _completed(state, bucket, [p], buffer.numel(), lambda: _sum_sparse_rows(state, p, buffer))
         parts = [(p, 0, buffer.numel())]
     else:
-        parts = _offsets(bucket)
+        parts = bucket_offsets(bucket)
     if not any(id(p) in state._ids for p, _, _ in parts):  # the stock path, asynchronous: overlaps backward
         state.dense_buckets += 1
         state._finish_bucket(
@@ -229,7 +229,7 @@ def _completed(state: NaturalState, bucket, params, numel: int, fn) -> torch.fut
     return fut
 
 
-def _lookups(module: nn.Module, params, names: dict) -> dict:
+def looked_up_tables(module: nn.Module, params, names: dict) -> dict:
     """A :class:`~.lookups.LookedUp` per dense-gradient table among ``params`` that one ``nn.Embedding`` holds
     (by the parameter's id); any other table is found by a row-wise pass."""
     holders: dict[int, list] = {}

@@ -29,7 +29,7 @@ import torch
 
 from zen_analysis.indices import check_indices
 from zen_analysis.zen import native
-from zen_analysis.zen.hashing import TABLE_LIMIT, _owner, cached_h0_table
+from zen_analysis.zen.hashing import TABLE_LIMIT, cached_h0_table, owner_unchecked
 
 _BIT_WEIGHTS = torch.tensor([1, 2, 4, 8, 16, 32, 64, 128], dtype=torch.uint8)
 
@@ -77,7 +77,7 @@ def _owners(lo: int, hi: int, num_partitions: int, seed: int, numel: int) -> tor
     table = cached_h0_table(numel, seed) if numel <= TABLE_LIMIT else None
     if table is not None:
         return (table[lo:hi].long() & 0xFFFFFFFF) % num_partitions
-    return _owner(torch.arange(lo, hi), num_partitions, seed)
+    return owner_unchecked(torch.arange(lo, hi), num_partitions, seed)
 
 
 def _owner_dtype(num_partitions: int) -> torch.dtype:

@@ -37,10 +37,10 @@ def _fmix32(h: torch.Tensor) -> torch.Tensor:
 
 def h0(indices: torch.Tensor, seed: int = 0) -> torch.Tensor:
     """32-bit hash (as int64 in [0, 2**32)) of each index, for a given seed (indices: 1-D, non-negative)."""
-    return _h0(check_indices(indices), seed)
+    return h0_unchecked(check_indices(indices), seed)
 
 
-def _h0(idx: torch.Tensor, seed: int) -> torch.Tensor:
+def h0_unchecked(idx: torch.Tensor, seed: int) -> torch.Tensor:
     """h0 of an int64 tensor already checked by the caller."""
     s = seed & _M32
     lo = _fmix32((idx & _M32) ^ s)
@@ -58,11 +58,12 @@ def owner(indices: torch.Tensor, num_partitions: int, seed: int = 0) -> torch.Te
     """Partition (server) id in [0, num_partitions) of each index: h0(idx) mod n."""
     if num_partitions < 1:
         raise ValueError("num_partitions must be >= 1")
-    return _owner(check_indices(indices), num_partitions, seed)
+    return owner_unchecked(check_indices(indices), num_partitions, seed)
 
 
-def _owner(idx: torch.Tensor, num_partitions: int, seed: int) -> torch.Tensor:
-    h = _h0(idx, seed)
+def owner_unchecked(idx: torch.Tensor, num_partitions: int, seed: int) -> torch.Tensor:
+    """:func:`owner` of an int64 tensor the caller made itself (the bitmap hashing a range): no second check."""
+    h = h0_unchecked(idx, seed)
     if num_partitions & (num_partitions - 1) == 0:  # power of two: the same as % n, without a division
         return h.bitwise_and_(num_partitions - 1)
     return h.remainder_(num_partitions)
@@ -94,7 +95,7 @@ def h0_table(numel: int, seed: int = 0) -> torch.Tensor:
     chunk = 1 << 24
     for lo in range(0, numel, chunk):
         hi = min(numel, lo + chunk)
-        h = _h0(torch.arange(lo, hi), seed)
+        h = h0_unchecked(torch.arange(lo, hi), seed)
         out[lo:hi] = torch.where(h >= 2**31, h - 2**32, h).to(torch.int32)
     with _TABLES_LOCK:
         _TABLES[key] = out
@@ -134,4 +135,4 @@ def hash_owner(num_partitions: int, seed: int = 0, *, numel: int | None = None):
         table = h0_table(numel, seed)
         return lambda indices: (table[check_indices(indices, numel)].long() & _M32) % num_partitions
     # above the table's limit it hashes, with the same range check (an index >= numel is refused, not owned)
-    return lambda indices: _owner(check_indices(indices, numel), num_partitions, seed)
+    return lambda indices: owner_unchecked(check_indices(indices, numel), num_partitions, seed)

@@ -36,7 +36,7 @@ import torch
 
 from zen_analysis.indices import check_indices
 from zen_analysis.zen import native
-from zen_analysis.zen.hashing import _h0, owner
+from zen_analysis.zen.hashing import h0_unchecked, owner
 
 EMPTY = -1
 
@@ -91,12 +91,12 @@ def hierarchical_hash(
     builds, else torch. Both place every index in its h0 partition; slot order (and so the order inside a
     partition, and which indices reach the serial region) may differ.
     """
-    return _hierarchical_hash(
+    return hierarchical_hash_unchecked(
         check_indices(indices_K), num_partitions, seed=seed, k=k, r1=r1, r2=r2, level2_seed=level2_seed, backend=backend
     )
 
 
-def _hierarchical_hash(
+def hierarchical_hash_unchecked(
     idx_K: torch.Tensor,
     num_partitions: int,
     *,
@@ -139,7 +139,7 @@ def _torch_rounds(
     """Algorithm 1 as bulk-synchronous torch rounds (the module docstring): the parallel region's k probes, then
     the serial region; ``par`` / ``ser`` slots per partition."""
     dev, K = idx_K.device, idx_K.numel()
-    h_K = _h0(idx_K, seed)
+    h_K = h0_unchecked(idx_K, seed)
     if n & (n - 1) == 0:  # power of two: partition = low bits, the rest of the hash is free for the slots
         part_K, rest_K = h_K & (n - 1), h_K >> (n.bit_length() - 1)
     else:
@@ -150,7 +150,7 @@ def _torch_rounds(
     flat = memory.view(-1)
     # h1..hk by double hashing from one second-level hash g: probe i is (g + i * step) mod r1/n. By default g is
     # the part of h0 the partition id did not use (well mixed, and free); a level2_seed hashes afresh.
-    g_K = rest_K if level2_seed is None else _h0(idx_K, _level2_seed(level2_seed, 0))
+    g_K = rest_K if level2_seed is None else h0_unchecked(idx_K, _level2_seed(level2_seed, 0))
     base_K = part_K * (par + ser)
     pending = None  # None: every index (round 0 needs no gathers)
     for i in range(k):

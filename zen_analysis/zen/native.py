@@ -25,9 +25,9 @@ from zen_analysis import workspace
 from zen_analysis.indices import check_indices
 from zen_analysis.zen.hashing import owner
 from zen_analysis.zen.native_lib import EXPORTS as EXPORTS
-from zen_analysis.zen.native_lib import _lib
 from zen_analysis.zen.native_lib import available as available
 from zen_analysis.zen.native_lib import declarations as declarations
+from zen_analysis.zen.native_lib import loaded_library
 from zen_analysis.zen.native_lib import unavailable_reason as unavailable_reason
 from zen_analysis.zen.native_lib import warn_fallback as warn_fallback
 
@@ -36,7 +36,7 @@ def kernel_h0(indices: torch.Tensor, seed: int) -> torch.Tensor:
     """h0 computed by the kernel's own copy (``zen_hash.h``; for tests: it must equal ``zen.hashing.h0``)."""
     idx = check_indices(indices).contiguous()
     out = torch.empty_like(idx)
-    _lib().zen_h0(idx.data_ptr(), idx.numel(), seed & 0xFFFFFFFF, out.data_ptr())
+    loaded_library().zen_h0(idx.data_ptr(), idx.numel(), seed & 0xFFFFFFFF, out.data_ptr())
     return out
 
 
@@ -59,7 +59,7 @@ def place_and_compact(
     """Algorithm 1 on CPU int64 ``idx_K`` (K < 2**31) with ``par`` parallel and ``ser`` serial slots per partition;
     returns (positions_K grouped by partition, counts_n, indices sent to serial regions, partitions that
     overflowed their serial region). ``level2_seed`` is already mixed (``hierarchical._level2_seed``)."""
-    lib = _lib()
+    lib = loaded_library()
     idx_K = check_indices(idx_K).contiguous()
     K = idx_K.numel()
     threads = max(1, min(threads or torch.get_num_threads(), K // 65536 or 1))
@@ -158,7 +158,7 @@ def bits_set(positions_K: torch.Tensor, out_B: torch.Tensor) -> None:
         lo, hi = torch.stack(torch.aminmax(positions_K)).tolist()
         if lo < 0 or hi >= 8 * out_B.numel():
             raise ValueError(f"bit positions must lie in [0, {8 * out_B.numel()}), got [{lo}, {hi}]")
-    _lib().zen_bits_set(positions_K.data_ptr(), positions_K.numel(), out_B.data_ptr())
+    loaded_library().zen_bits_set(positions_K.data_ptr(), positions_K.numel(), out_B.data_ptr())
 
 
 def popcounts(bits_B: torch.Tensor, byte_starts: torch.Tensor) -> torch.Tensor:
@@ -168,7 +168,7 @@ def popcounts(bits_B: torch.Tensor, byte_starts: torch.Tensor) -> torch.Tensor:
     _check_bounds(byte_starts, bits_B.numel())
     n = byte_starts.numel() - 1
     out = torch.empty(n, dtype=torch.int64, device="cpu")
-    _lib().zen_popcounts(bits_B.data_ptr(), byte_starts.data_ptr(), n, out.data_ptr())
+    loaded_library().zen_popcounts(bits_B.data_ptr(), byte_starts.data_ptr(), n, out.data_ptr())
     return out
 
 
@@ -204,7 +204,11 @@ def decode_scatter(
     if not torch.equal(torch.diff(byte_starts), (sizes + 7) // 8):
         raise ValueError("each partition's bitmap must have (|S_p| + 7) // 8 bytes")
     _check_padding(bits_B, byte_starts, sizes)
-    fn = _lib().zen_decode_scatter_i32 if order.dtype == torch.int32 else _lib().zen_decode_scatter_i64
+    fn = (
+        loaded_library().zen_decode_scatter_i32
+        if order.dtype == torch.int32
+        else loaded_library().zen_decode_scatter_i64
+    )
     used = fn(
         bits_B.data_ptr(),
         byte_starts.data_ptr(),
@@ -235,7 +239,7 @@ def extract(x_N: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     workspaces (:mod:`zen_analysis.workspace`) valid until the next call on this thread; the workspace keeps the
     last capacity, so the pass runs once unless the non-zeros outgrow it (then once more after counting)."""
     _cpu(x_N, torch.float32, "the tensor")
-    lib, n = _lib(), x_N.numel()
+    lib, n = loaded_library(), x_N.numel()
     cap = workspace.capacity("zen.extract.idx", torch.int64)
     for _ in range(2):
         idx = workspace.buffer("zen.extract.idx", cap, torch.int64, "cpu")
@@ -272,7 +276,7 @@ def extract_pack(
     _cpu(rank_of, torch.int32, "rank_of")
     if rank_of.numel() != x_N.numel():
         raise ValueError("rank_of must have one entry per element")
-    lib, numel = _lib(), x_N.numel()
+    lib, numel = loaded_library(), x_N.numel()
     counts = torch.empty(n, dtype=torch.int64, device="cpu")
     cap = workspace.capacity(f"{reuse}.tmp", torch.int32) // 3
     for _ in range(2):
@@ -305,7 +309,7 @@ def take_set(bits_B: torch.Tensor, acc: torch.Tensor, count: int) -> torch.Tenso
         raise ValueError("the bitmap must have one bit per accumulator element")
     _check_padding(bits_B, torch.tensor([0, bits_B.numel()], device="cpu"), torch.tensor([acc.numel()], device="cpu"))
     out = torch.empty(count, dtype=torch.float32, device="cpu")
-    if _lib().zen_take_set(bits_B.data_ptr(), bits_B.numel(), acc.data_ptr(), out.data_ptr(), count) != count:
+    if loaded_library().zen_take_set(bits_B.data_ptr(), bits_B.numel(), acc.data_ptr(), out.data_ptr(), count) != count:
         raise ValueError("count must be the bitmap's set bits")
     return out
 
@@ -318,7 +322,9 @@ def accumulate_packed(words: torch.Tensor, set_size: int, bits_B: torch.Tensor, 
     if words.numel() % 2 or acc.numel() != set_size or bits_B.numel() != (set_size + 7) // 8:
         raise ValueError("two words per entry, and the buffers must fit the set")
     if (
-        _lib().zen_accumulate_packed(words.data_ptr(), words.numel() // 2, set_size, bits_B.data_ptr(), acc.data_ptr())
+        loaded_library().zen_accumulate_packed(
+            words.data_ptr(), words.numel() // 2, set_size, bits_B.data_ptr(), acc.data_ptr()
+        )
         != 0
     ):
         raise ValueError(f"a received position is outside this server's hash set of {set_size}")
@@ -343,7 +349,7 @@ def aggregate_sorted(
         bits = workspace.buffer(f"{reuse}.bits", (set_size + 7) // 8, torch.uint8, "cpu").zero_()
         values = workspace.buffer(f"{reuse}.values", words.numel() // 2, torch.float32, "cpu")
     cursor = torch.empty(counts_W.numel(), dtype=torch.int64, device="cpu")
-    j = _lib().zen_aggregate_sorted(
+    j = loaded_library().zen_aggregate_sorted(
         words.data_ptr(),
         offs.data_ptr(),
         counts_W.numel(),

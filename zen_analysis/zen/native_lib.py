@@ -78,7 +78,9 @@ def unavailable_reason() -> str:
     return _library()[1]
 
 
-def _lib() -> ctypes.CDLL:
+def loaded_library() -> ctypes.CDLL:
+    """The compiled kernel, built and loaded on first use; raises ``RuntimeError`` saying why where it cannot be
+    (callers check :func:`available` first, or want the error)."""
     lib, why = _library()
     if lib is None:
         raise RuntimeError(f"the native hashing kernel is unavailable: {why}")

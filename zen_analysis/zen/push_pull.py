@@ -16,7 +16,7 @@ from zen_analysis.wire.dtypes import accumulate_dtype
 from zen_analysis.wire.exchange import Exchange
 from zen_analysis.zen import native
 from zen_analysis.zen.bitmap import StaticSets, bits_at, popcounts, set_positions, static_sets
-from zen_analysis.zen.hierarchical import _hierarchical_hash, bucket_reference
+from zen_analysis.zen.hierarchical import bucket_reference, hierarchical_hash_unchecked
 
 HASHINGS = ("auto", "hierarchical", "argsort")
 """How the push buckets are built (same partitions, same bytes on the wire): ``hierarchical``, Algorithm 1;
@@ -25,14 +25,14 @@ also packs the message);
 ``auto``, ``argsort`` on the CPU (measured faster there: ``bench zen``, ``bench hashing``), Algorithm 1 on CUDA."""
 
 
-def _kernel(t: torch.Tensor) -> bool:
+def kernel_applies(t: torch.Tensor) -> bool:
     """Whether the compiled CPU loops apply: a CPU float32 tensor below 2**31 elements, and the kernel built."""
     return t.device.type == "cpu" and t.dtype == torch.float32 and t.numel() < 2**31 and native.available()
 
 
 def _extract(x_N: torch.Tensor, ex: Exchange) -> tuple[torch.Tensor, torch.Tensor]:
     with ex.local("extract"):
-        if _kernel(x_N):  # one pass, positions and values together
+        if kernel_applies(x_N):  # one pass, positions and values together
             return native.extract(x_N)
         idx_K = torch.nonzero(x_N, as_tuple=True)[0]
         return idx_K, x_N[idx_K]
@@ -45,7 +45,7 @@ def _push_message(
     position in its S_p and the value (the server needs no global index: the position is its bitmap bit)."""
     if hashing not in HASHINGS:
         raise ValueError(f"hashing must be one of {HASHINGS}, got {hashing!r}")
-    if hashing in ("auto", "argsort") and _kernel(x_N):
+    if hashing in ("auto", "argsort") and kernel_applies(x_N):
         _ = sets.rank_of  # the position table, built on first use outside the timed pass below
         with ex.local("extract+pack"):  # one compiled pass: find, hash, position and group every non-zero
             return native.extract_pack(x_N, ex.world, seed, sets, reuse="zen.push.send")
@@ -54,7 +54,7 @@ def _push_message(
         if hashing == "argsort" or (hashing == "auto" and x_N.device.type == "cpu"):
             buckets = bucket_reference(idx_K, ex.world, seed=seed)
         else:
-            buckets = _hierarchical_hash(idx_K, ex.world, seed=seed)
+            buckets = hierarchical_hash_unchecked(idx_K, ex.world, seed=seed)
         pos_K = buckets.positions_K
         words = pack_coo(sets.rank_of[idx_K[pos_K]], val_K[pos_K], x_N.numel())
         return words, buckets.counts_n.to(torch.int64).cpu()
@@ -145,7 +145,7 @@ def pull(
     narrow = wire is not None and wire != values.dtype
     if narrow:
         values = values.to(wire)
-    kernel = _kernel(out_N)
+    kernel = kernel_applies(out_N)
     sizes_W = torch.diff(torch.tensor(sets.byte_starts, dtype=torch.int64, device="cpu"))  # split sizes: host
     with ex.phase("pull"):
         all_bits = ex.all_gather_v(bitmap, sizes_W, reuse="zen.pull.bits").to(out_N.device)
@@ -159,13 +159,13 @@ def pull(
             native.decode_scatter(all_bits, sets.byte_starts_t, sets.starts_t, sets.order, all_val, counts_W, out_N)
         return out_N
     with ex.local("decode"):
-        idx = _indices_of_bits(all_bits, sets)
+        idx = indices_of_bits(all_bits, sets)
     with ex.local("scatter"):
         out_N[idx] = all_val.to(out_N.device, out_N.dtype)
     return out_N
 
 
-def _indices_of_bits(all_bits: torch.Tensor, sets: StaticSets) -> torch.Tensor:
+def indices_of_bits(all_bits: torch.Tensor, sets: StaticSets) -> torch.Tensor:
     """The indices (int64) behind the set bits of every server's all-gathered bitmap, in bit order: server by
     server, each in S_p order."""
     bit_B = set_positions(all_bits)
@@ -173,6 +173,6 @@ def _indices_of_bits(all_bits: torch.Tensor, sets: StaticSets) -> torch.Tensor:
     return sets.order[sets.starts_t[part] + bit_B - 8 * sets.byte_starts_t[part]].long()
 
 
-def _sorted_counts(x_N: torch.Tensor, recv_W: torch.Tensor) -> torch.Tensor | None:
+def sorted_counts(x_N: torch.Tensor, recv_W: torch.Tensor) -> torch.Tensor | None:
     """The senders' counts when the compiled merge of ascending streams applies (float32, two words an entry)."""
     return recv_W if x_N.dtype == torch.float32 and coo_words(x_N.numel()) == 2 else None

@@ -54,8 +54,8 @@ from zen_analysis.zen import native
 from zen_analysis.zen.bitmap import bits_at, popcounts, set_positions, static_sets
 from zen_analysis.zen.hierarchical import bucket_reference
 from zen_analysis.zen.push_pull import HASHINGS as HASHINGS
-from zen_analysis.zen.push_pull import _indices_of_bits, _kernel, _sorted_counts, pull, push
 from zen_analysis.zen.push_pull import aggregate_encode as aggregate_encode
+from zen_analysis.zen.push_pull import indices_of_bits, kernel_applies, pull, push, sorted_counts
 
 
 def zen_sum_rows(
@@ -93,7 +93,7 @@ def zen_sum_rows(
             rows_W = popcounts(all_bits, sets.byte_starts_t).cpu()
         all_val = ex.all_gather_v(sums.reshape(-1), rows_W * D).to(values_KD.device)
     with ex.local("decode"):
-        rows_U = _indices_of_bits(all_bits, sets)
+        rows_U = indices_of_bits(all_bits, sets)
     return rows_U, all_val.view(-1, D)
 
 
@@ -125,7 +125,7 @@ def _zen_sum(
 ) -> torch.Tensor:
     sets, got, recv_W = push(x_N, ex, seed=seed, hashing=hashing, wire=wire)
     with ex.local("aggregate"):
-        bitmap, values = aggregate_encode(got, sets, ex.rank, _sorted_counts(x_N, recv_W), dtype=x_N.dtype)
+        bitmap, values = aggregate_encode(got, sets, ex.rank, sorted_counts(x_N, recv_W), dtype=x_N.dtype)
     return pull(bitmap, values, ex, sets, x_N, wire=wire)
 
 
@@ -215,10 +215,10 @@ def _hierarchical_sparse(
     p = intra.rank
     if inter is None:  # one node: plain Zen
         with intra.local("aggregate"):
-            bitmap, values = aggregate_encode(got, sets, p, _sorted_counts(x_N, recv_W), dtype=x_N.dtype)
+            bitmap, values = aggregate_encode(got, sets, p, sorted_counts(x_N, recv_W), dtype=x_N.dtype)
         return pull(bitmap, values, intra, sets, x_N)
     size, nbytes = sets.sizes[p], sets.byte_starts[p + 1] - sets.byte_starts[p]
-    if _kernel(x_N) and coo_words(x_N.numel(), x_N.dtype) == 2:
+    if kernel_applies(x_N) and coo_words(x_N.numel(), x_N.dtype) == 2:
         # the node's sum on S_p straight into the persistent |S_p| accumulator (the same index space on every
         # node), summed across nodes in place, read out by the final bitmap, which leaves it zeroed
         acc = sets.accumulator(p)
@@ -238,7 +238,7 @@ def _hierarchical_sparse(
             raise
         return pull(bitmap, values, intra, sets, x_N)
     with intra.local("aggregate"):
-        bitmap, values = aggregate_encode(got, sets, p, _sorted_counts(x_N, recv_W), dtype=x_N.dtype)
+        bitmap, values = aggregate_encode(got, sets, p, sorted_counts(x_N, recv_W), dtype=x_N.dtype)
         bitmap = bitmap.clone()  # a workspace view: the push across nodes below reuses it
     with inter.local("compact"):
         part = torch.zeros(size, dtype=x_N.dtype, device=x_N.device)
