@@ -126,7 +126,7 @@ def speedup_beside_paper(table: pd.DataFrame) -> plt.Figure:
     colors = style.palette(schemes)  # ddp_sparse (stock DDP's sparse path) has no fixed colour
     width = 0.8 / max(len(schemes), 1)
     for ax, size in zip(axes[0], sizes, strict=True):
-        d = table[table["size"] == size].set_index(["workload", "scheme"])
+        d = table[table["size"] == size].groupby(["workload", "scheme"], sort=False)[["speedup", "paper"]].first()
         for k, scheme in enumerate(schemes):
             xs = [w + (k - (len(schemes) - 1) / 2) * width for w in range(len(workloads))]
             ys = [d["speedup"].get((w, scheme), float("nan")) for w in workloads]
