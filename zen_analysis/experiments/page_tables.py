@@ -30,6 +30,8 @@ WRAP = 16
 """Characters of a text with spaces counted towards :data:`WIDTH` (a browser wraps the rest within the cell)."""
 PAD = 3
 """Characters a cell's padding takes (the site's tables pad each cell about this much)."""
+PROSE = 100
+"""A text line longer than this is a sentence, shown wrapped (a list item) rather than preformatted."""
 KEYS = 4
 """Most columns shown before the headline ones to say which row is which."""
 KEY_CHARS = 40
@@ -179,7 +181,7 @@ def table_lines(tab: dict, named: Sequence[str] = ()) -> list[str]:
 
 def text_lines(text: str, named: Sequence[str] = ()) -> list[str]:
     """A text as Markdown: each paragraph's ``to_string`` table (:func:`text_frame`) as a table, the rest as
-    preformatted lines (a one-line text inline)."""
+    preformatted lines, or as a list where a line is longer than :data:`PROSE` (a one-line text inline)."""
     if "\n" not in text and text.strip():
         return [f"`{text.strip()}`", ""]
     out: list[str] = []
@@ -188,7 +190,9 @@ def text_lines(text: str, named: Sequence[str] = ()) -> list[str]:
         starts = [i for i in range(len(lines) - 1) if not i or len(lines[i - 1]) != len(lines[i])]  # not mid-table
         start = next((i for i in starts if text_frame("\n".join(lines[i:]))), None)
         prose = lines if start is None else lines[:start]
-        if prose:
+        if prose and max(map(len, prose)) > PROSE:  # sentences: a list the page wraps, not a box cut at its edge
+            out += [*(f"- {line.strip()}" for line in prose), ""]
+        elif prose:  # short lines, maybe aligned: as they were printed
             out += ["```text", *prose, "```", ""]
         if start is not None:
             out += table_lines(text_frame("\n".join(lines[start:])), named)
