@@ -151,3 +151,19 @@ def test_an_only_run_on_a_fresh_data_root_leaves_the_other_stages_pages_and_figu
     assert (out / "train.md").read_text() == "the committed train page\n"
     assert (out / "figures" / "fig2b.png").exists()
     assert "Not run yet" in (out / "scale.md").read_text()  # a stage without a page gets one
+
+
+def test_the_committed_benchmark_pages_are_what_their_stored_runs_render(tmp_path):
+    """Every page under ``docs/results/bench/`` is its ``runs.json`` rendered by today's code (a change to how pages
+    are drawn comes with ``benchmarks.write_pages()``), and none prints JSON or a text frame."""
+    import shutil
+
+    from zen_analysis.experiments import benchmarks
+
+    committed = paths.REPO_ROOT / "docs" / "results" / "bench"
+    for stored in committed.glob("*.runs.json"):
+        shutil.copy(stored, tmp_path / stored.name)
+    for page in benchmarks.write_pages(tmp_path):
+        text = page.read_text()
+        assert text == (committed / page.name).read_text(), f"{page.name}: run benchmarks.write_pages()"
+        assert "```json" not in text and "\\n" not in text, page.name

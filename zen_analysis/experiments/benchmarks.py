@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import NamedTuple
 
 from zen_analysis.experiments import results_pages
@@ -154,9 +155,10 @@ def run(name: str, overrides: Sequence[str] = ()) -> object:
     return result
 
 
-def write_pages() -> list:
-    """Render every benchmark's page again from its stored runs (``docs/results/bench/<name>.runs.json``), and the
-    index, without running anything: after a change to how pages are drawn or to a benchmark's :attr:`Benchmark.
-    columns`. Returns the pages."""
-    pages = [results_pages.rewrite_bench_page(n, b.about, b.columns) for n, b in BENCHMARKS.items()]
-    return [*pages, results_pages.write_bench_index({n: (b.about, b.needs_lab) for n, b in BENCHMARKS.items()})]
+def write_pages(out: Path | None = None) -> list[Path]:
+    """Render every benchmark's page again from its stored runs (``<name>.runs.json`` under ``out``, the checkout's
+    ``docs/results/bench/``), and the index, without running anything: after a change to how pages are drawn or to
+    a benchmark's :attr:`Benchmark.columns`. Returns the pages."""
+    pages = [results_pages.rewrite_bench_page(n, b.about, b.columns, out) for n, b in BENCHMARKS.items()]
+    index = {n: (b.about, b.needs_lab) for n, b in BENCHMARKS.items()}
+    return [*pages, results_pages.write_bench_index(index, out)]
