@@ -73,3 +73,21 @@ def test_a_results_page_shows_its_figures(site, browser):  # noqa: F811
 
     _wait(lambda: all(w and w > 100 for w in widths()), 30, f"every figure fetched and decoded ({widths()})")
     browser.save_screenshot(str(SHOTS / "docs_results.png"))
+
+
+def test_a_benchmark_page_shows_its_tables_within_the_content_column(site, browser):  # noqa: F811
+    """``bench paper``'s page (a 17-column table before it showed headline columns): every table outside the
+    collapsed full tables fits the article, with no horizontal scrolling, and its ratio is in sight."""
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{site}/results/bench/paper/")
+    article = _wait(lambda: browser.find_element(By.CSS_SELECTOR, "article"), 30, "the page's article")
+    tables = [t for t in article.find_elements(By.CSS_SELECTOR, "table") if t.is_displayed()]
+    assert tables, "the page shows no table"
+    column = browser.execute_script("return arguments[0].clientWidth", article)
+    for table in tables:
+        width, shown = browser.execute_script("return [arguments[0].scrollWidth, arguments[0].clientWidth]", table)
+        assert width <= column and width <= shown + 1, (width, shown, column, table.text[:200])
+    heads = [h.text for h in tables[0].find_elements(By.CSS_SELECTOR, "th")]
+    assert "speedup" in heads and "paper" in heads, heads
+    browser.save_screenshot(str(SHOTS / "docs_bench_paper.png"))

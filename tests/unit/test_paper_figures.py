@@ -269,3 +269,20 @@ def test_a_measured_step_is_the_compute_on_its_card_and_says_so(tmp_path):
     assumed = step_compute(lstm, "v100", TCP, Links(), tmp_path)
     assert assumed.seconds == pytest.approx(6 * 2e6 * 128 * 128 / (15.7e12 * 0.4))  # 128 sequences of 128 tokens
     assert assumed.source.startswith("assumed: V100 SXM2")
+
+
+def test_the_benchmarks_figures_draw_the_model_and_star_the_papers_numbers(table):
+    """Fig. 15 (``bench paper-figures``) against machines with the paper's communication speedups as stars, and
+    ``bench paper``'s speedups at one scale beside the paper's."""
+    import matplotlib.pyplot as plt
+
+    from zen_analysis.plots.paper import comm_speedup_vs_machines, speedup_beside_paper
+
+    fig = comm_speedup_vs_machines(table)
+    stars = [c for ax in fig.axes for c in ax.collections]  # one scatter per paper number
+    assert len(stars) == table[(table["paper_metric"] == "comm") & table["paper"].notna()].shape[0] > 0
+    plt.close(fig)
+    at16 = table[(table["machines"] == 16) & (table["testbed"] == "paper-tcp25")].assign(size="trace")
+    fig = speedup_beside_paper(at16[["workload", "scheme", "size", "speedup", "paper"]])
+    assert len(fig.axes) == 1 and len(fig.axes[0].patches) == 2 * (at16["scheme"].nunique() - 1)
+    plt.close(fig)

@@ -18,7 +18,7 @@ def test_a_stage_page_shows_what_the_stage_wrote(tmp_path, monkeypatch):
     (derived / "old.txt").write_text("from an earlier stage\n")
     before = results_pages.snapshot()
     (derived / "claims.md").write_text("| claim | holds |\n|---|---|\n| C1 | True |\n")
-    (derived / "table.txt").write_text("variant  loss\n    zen  5.2\n")
+    (derived / "table.txt").write_text("run default:\nvariant  loss\n    zen   5.2\n")
     (paths.figures_dir() / "fig2b.png").write_bytes(b"\x89PNG fake")
     (derived / "table.parquet").write_bytes(b"PAR1\xa0\x00")  # binary: named, not shown
     assert [f.name for f in results_pages.figures_since(before)] == ["fig2b.png"]  # what a benchmark drew
@@ -30,7 +30,8 @@ def test_a_stage_page_shows_what_the_stage_wrote(tmp_path, monkeypatch):
     assert [p.name for p in pages] == [f"{s}.md" for s in results_pages.TITLES]
     page = (out / "characterize.md").read_text()
     assert page.startswith(results_pages.GENERATED) and "in 1 min 23 s on " in page
-    assert "| C1 | True |" in page and "```text\nvariant  loss\n    zen  5.2\n```" in page
+    assert "| C1 | True |" in page and "```text\nrun default:\n```" in page  # a text file's prose stays text
+    assert "| variant | loss |\n|---|---:|\n| zen | 5.2 |" in page  # and its table is a table
     assert "![fig2b.png](figures/fig2b.png)" in page and (out / "figures" / "fig2b.png").read_bytes() == b"\x89PNG fake"
     assert "from an earlier stage" not in page and "Also written: `data/derived/reproduce/table.parquet`" in page
     assert "`zen-analysis reproduce --only scale` writes this page" in (out / "scale.md").read_text()
@@ -55,7 +56,7 @@ def test_a_benchmark_writes_its_page_and_the_index_lists_every_one(tmp_path):
     text = page.read_text()
     assert "![drawn.png](figures/drawn.png)" in text and (tmp_path / "figures" / "drawn.png").exists()
     assert "## `zen-analysis bench fsdp --set ranks=4`" in text and "stock vs Zen." in text and "(61 s)" in text
-    assert "  zen    0.75" in text and "```json\n2.0\n```" in text
+    assert "| zen | 0.75 |" in text and "| `ratio` | 2 |" in text and "```" not in text  # no JSON, no text frame
     index = results_pages.write_bench_index({"fsdp": ("stock vs Zen", True), "hashing": ("h", False)}, out=tmp_path)
     assert "| [`fsdp`](fsdp.md) | stock vs Zen | the network lab (root) | a run |" in index.read_text()
     assert "| [`hashing`](hashing.md) | h | loopback (`make bench`) | not run yet |" in index.read_text()
@@ -76,10 +77,10 @@ def test_a_benchmark_page_keeps_each_command_and_quotes_a_headline_as_its_range(
     sections = text.split("## `zen-analysis bench ddp ")
     assert len(sections) == 3 and sections[1].startswith("--set ranks=16`") and sections[2].startswith("--set ranks=4`")
     assert "3 runs:" in sections[1] and "| Zen vs stock (x) | 2.3 | 1.9-2.51 |" in sections[1]  # the last three
-    assert "   zen     0.6" in sections[1] and "0.7" not in sections[1].split("|---|")[1]  # the newest tables only
+    assert "| zen | 0.6 |" in sections[1] and "| zen | 0.7 |" not in text  # the newest run's tables only
     assert "| Zen vs stock (x) | 1.03 | one run |" in sections[2] and "no baseline" not in text
     runs = json.loads((tmp_path / "ddp.runs.json").read_text())["runs"]
-    assert [bool(r["body"]) for r in runs] == [False, False, True, True]
+    assert [bool(r["values"]) for r in runs] == [False, False, True, True]
 
 
 def test_the_lab_benchmarks_headlines_are_their_ratios_to_stock():
@@ -150,3 +151,19 @@ def test_an_only_run_on_a_fresh_data_root_leaves_the_other_stages_pages_and_figu
     assert (out / "train.md").read_text() == "the committed train page\n"
     assert (out / "figures" / "fig2b.png").exists()
     assert "Not run yet" in (out / "scale.md").read_text()  # a stage without a page gets one
+
+
+def test_the_committed_benchmark_pages_are_what_their_stored_runs_render(tmp_path):
+    """Every page under ``docs/results/bench/`` is its ``runs.json`` rendered by today's code (a change to how pages
+    are drawn comes with ``benchmarks.write_pages()``), and none prints JSON or a text frame."""
+    import shutil
+
+    from zen_analysis.experiments import benchmarks
+
+    committed = paths.REPO_ROOT / "docs" / "results" / "bench"
+    for stored in committed.glob("*.runs.json"):
+        shutil.copy(stored, tmp_path / stored.name)
+    for page in benchmarks.write_pages(tmp_path):
+        text = page.read_text()
+        assert text == (committed / page.name).read_text(), f"{page.name}: run benchmarks.write_pages()"
+        assert "```json" not in text and "\\n" not in text, page.name

@@ -49,7 +49,7 @@ from zen_analysis.experiments.paper_figures import (
 )
 from zen_analysis.experiments.paper_scale import paper_crossover, paper_throughput
 from zen_analysis.experiments.run_ids import reproduce_run_id
-from zen_analysis.plots.paper import throughput_vs_machines
+from zen_analysis.plots.paper import comm_speedup_vs_machines, speedup_beside_paper, throughput_vs_machines
 from zen_analysis.runs.launch import launch
 
 
@@ -188,7 +188,8 @@ def bench_paper(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     ``make reproduce``'s LSTM (word level), DeepFM and OPT top-k runs, at the captured model's size and at the
     paper's, with the paper's speedups beside them, and where Zen leads stock DDP's sparse path (ranks x link rate,
     :func:`~zen_analysis.experiments.paper_scale.paper_crossover`). A run not captured is skipped with a line saying
-    so. Writes ``data/derived/paper/fig11_14_modelled.csv`` and ``stock_crossover_modelled.csv`` beside it.
+    so. Writes ``data/derived/paper/fig11_14_modelled.csv`` and ``stock_crossover_modelled.csv`` beside it, and
+    figure ``paper_fig11_14_captured`` (:func:`~zen_analysis.plots.paper.speedup_beside_paper`).
     ``--set runs=<run id>,... device=a100 machines=8 overlap=0.3``."""
 
     defaults = {
@@ -231,6 +232,7 @@ def bench_paper(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     out = paths.derived_dir() / "paper" / "fig11_14_modelled.csv"
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out, table.to_csv(index=False))
+    draw_figure(speedup_beside_paper(table), "paper_fig11_14_captured")
     cols = ["run", "size", "scheme", "compute_s", "dense_comm_s", "hidden_s", "sparse_comm_s", "step_s"]
     cols += ["samples_per_s", "speedup", "paper", "reason"]
     with pd.option_context("display.width", 250, "display.max_colwidth", 200, "display.float_format", "{:.4g}".format):
@@ -256,8 +258,8 @@ def bench_paper_figures(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     (:func:`~zen_analysis.experiments.paper_figures.paper_figures`): every scheme on 2-16 machines of 8 V100 at
     25 Gbit/s TCP and 100 Gbit/s EFA, each paper number beside the model's. Writes
     ``data/derived/paper/fig11_15.csv`` and ``fig11_15_paper.csv`` (:func:`~zen_analysis.experiments.paper_figures.
-    write_paper_figures`) and figure ``paper_fig11_14``. ``--set workloads=lstm,opt testbeds=paper-tcp25
-    machines=4,16 device=h100 overlap=0.3 seed=1``."""
+    write_paper_figures`) and figures ``paper_fig11_14`` and ``paper_fig15``. ``--set workloads=lstm,opt
+    testbeds=paper-tcp25 machines=4,16 device=h100 overlap=0.3 seed=1``."""
 
     defaults = {
         "workloads": list(PAPER_WORKLOADS),
@@ -279,6 +281,7 @@ def bench_paper_figures(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     )
     csv, paper_csv = write_paper_figures(table)
     draw_figure(throughput_vs_machines(table), "paper_fig11_14")
+    draw_figure(comm_speedup_vs_machines(table), "paper_fig15")
     at = table[table["machines"] == max(opts["machines"])]
     shown = at.pivot_table(index=["testbed", "workload"], columns="scheme", values="speedup", sort=False)
     comm = at.pivot_table(index=["testbed", "workload"], columns="scheme", values="comm_speedup", sort=False)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import NamedTuple
 
 from zen_analysis.experiments import results_pages
@@ -27,6 +28,10 @@ class Benchmark(NamedTuple):
     headline: str | None = None
     """``"module:function"`` taking what the benchmark returned to the values its page quotes as a range over runs
     (a speedup, a lead), or ``None``."""
+    columns: tuple[str, ...] = ()
+    """The columns its page shows its wide tables by, in order: those saying which row is which, then the ratio and
+    the paper's number beside it. A table holding none of them (or with ``()``) is shown by the default: its short
+    identifying columns, then those named like a ratio (:func:`~zen_analysis.experiments.page_tables.headline`)."""
 
 
 BENCHMARKS = {
@@ -46,7 +51,11 @@ BENCHMARKS = {
     "pseudo_claims": Benchmark(
         "bench_local_sgd:bench_pseudo_claims", "C1-C3 of top-k pseudo-gradients beside the gradients' (EDiT)"
     ),
-    "zen": Benchmark("bench_schemes:bench_zen", "zen_sum vs dense all-reduce and sparse schemes up to 128M elements"),
+    "zen": Benchmark(
+        "bench_schemes:bench_zen",
+        "zen_sum vs dense all-reduce and sparse schemes up to 128M elements",
+        columns=("numel", "density", "what", "seconds", "zen", "allreduce", "zen/floor"),
+    ),
     "netlab": Benchmark(
         "bench_lab:bench_netlab", "schemes, hierarchical Zen and training on the emulated network", True
     ),
@@ -81,11 +90,25 @@ BENCHMARKS = {
         "bench_lab:lab_check_headline",
     ),
     "paper": Benchmark(
-        "bench_analysis:bench_paper", "Fig. 11-14 modelled at 16 x 8 V100, 25 Gbit/s, from the captured traces"
+        "bench_analysis:bench_paper",
+        "Fig. 11-14 modelled at 16 x 8 V100, 25 Gbit/s, from the captured traces",
+        columns=("workload", "size", "scheme", "step_s", "speedup", "paper"),
     ),
     "paper-figures": Benchmark(
         "bench_analysis:bench_paper_figures",
         "Fig. 11-15 and 17b modelled on 2-16 machines at 25 and 100 Gbit/s, from workloads with the paper's statistics",
+        columns=(
+            "figure",
+            "testbed",
+            "workload",
+            "ratio",
+            "paper",
+            "model",
+            "zen",
+            "sparcml",
+            "omnireduce",
+            "agsparse",
+        ),
     ),
 }
 """Every benchmark by its name on the command line: the one list of them; the CLI's choices and help and ``make
@@ -118,8 +141,24 @@ def run(name: str, overrides: Sequence[str] = ()) -> object:
         headline = _function(bench.headline)(result) if bench.headline else None
         drawn = results_pages.figures_since(before)
         page = results_pages.write_bench_page(
-            name, bench.about, overrides, result, seconds=seconds, headline=headline, figures=drawn
+            name,
+            bench.about,
+            overrides,
+            result,
+            seconds=seconds,
+            headline=headline,
+            figures=drawn,
+            columns=bench.columns,
         )
         results_pages.write_bench_index({n: (b.about, b.needs_lab) for n, b in BENCHMARKS.items()})
         print(f"results page: {page}")
     return result
+
+
+def write_pages(out: Path | None = None) -> list[Path]:
+    """Render every benchmark's page again from its stored runs (``<name>.runs.json`` under ``out``, the checkout's
+    ``docs/results/bench/``), and the index, without running anything: after a change to how pages are drawn or to
+    a benchmark's :attr:`Benchmark.columns`. Returns the pages."""
+    pages = [results_pages.rewrite_bench_page(n, b.about, b.columns, out) for n, b in BENCHMARKS.items()]
+    index = {n: (b.about, b.needs_lab) for n, b in BENCHMARKS.items()}
+    return [*pages, results_pages.write_bench_index(index, out)]

@@ -4,16 +4,19 @@
 Which files a stage made is observed, not listed by hand: :func:`snapshot` before a stage and :func:`record` after it
 note every file of ``data/derived/reproduce/`` and every PNG of ``figures/`` that is new or changed, into
 ``data/derived/reproduce/outputs.json`` (stage by stage, so ``--only`` runs add to it). :func:`write_pages` then
-renders each stage's page: a Markdown file (``claims.md``) inline, a text table as a preformatted block, a figure
-copied beside the pages (``docs/results/figures/``) and shown, any other file (Parquet) named. A stage that has not run
-gets a page that says which command runs it, so the site's navigation never points at a missing page. Nothing here is
-typed by hand: a sentence of interpretation belongs in the user guide, beside a link to the page.
+renders each stage's page: a Markdown file (``claims.md``) inline and a text file's tables, both as Markdown tables
+that fit the page (:mod:`~zen_analysis.experiments.page_tables`), a text file's other lines preformatted, a figure
+copied beside the pages (``docs/results/figures/``) and shown, any other file (Parquet) named. A stage that has not
+run gets a page that says which command runs it, so the site's navigation never points at a missing page. Nothing
+here is typed by hand: a sentence of interpretation belongs in the user guide, beside a link to the page.
 
 Each benchmark writes its own page the same way (:func:`write_bench_page`, ``docs/results/bench/<name>.md``): what
-``zen-analysis bench <name>`` returned, its tables preformatted and its other values as JSON, under the command
-with its ``--set`` options, the date and the wall time. A page keeps a section per command, so a benchmark run
-with other options adds to its page rather than replacing it, and its headline values (a speedup, a lead) are
-quoted as their range over the command's last runs (``<name>.runs.json`` beside the page holds them);
+``zen-analysis bench <name>`` returned, its tables as Markdown (headline columns first, the full table collapsed:
+:mod:`~zen_analysis.experiments.page_tables`) and its numbers in a table, under the command with its ``--set``
+options, the date and the wall time. A page keeps a section per command, so a benchmark run with other options adds
+to its page rather than replacing it, and its headline values (a speedup, a lead) are quoted as their range over
+the command's last runs. ``<name>.runs.json`` beside the page holds the runs (the newest one's tables as records),
+so the page can be rendered again without running anything (:func:`rewrite_bench_page`);
 ``docs/results/bench/index.md`` lists every benchmark and whether its page holds a run.
 
 ``make reproduce`` writes the pages last; they are committed, so the site shows real results without a run, and a
@@ -33,6 +36,7 @@ from typing import Any
 
 from zen_analysis import paths
 from zen_analysis.atomic import atomic_write_text
+from zen_analysis.experiments import page_tables
 
 TITLES = {
     "train": "Training and capture",
@@ -114,8 +118,7 @@ def _page(stage: str, ran: dict | None, figures_out: Path) -> str:
             continue
         lines += [f"## `{name}`", "", f"`data/derived/reproduce/{name}`:", ""]
         text = path.read_text().rstrip("\n")
-        lines += [text] if name.endswith(".md") else ["```text", text, "```"]
-        lines.append("")
+        lines += page_tables.markdown_lines(text) if name.endswith(".md") else page_tables.text_lines(text)
     pngs = [n for n in made if n.endswith(".png") and (paths.figures_dir() / n).exists()]
     if pngs:
         lines += ["## Figures", ""]
@@ -160,23 +163,6 @@ def _bench_dir() -> Path:
     return paths.REPO_ROOT / "docs" / "results" / "bench"
 
 
-def _value_lines(key: str, value: Any) -> list[str]:
-    """One returned value of a benchmark as Markdown: a table preformatted, anything else as JSON (or its text)."""
-    head = [f"### `{key}`", ""] if key else []
-    if hasattr(value, "to_string"):  # a pandas table or series (not imported here: the CLI imports this module)
-        return [*head, "```text", value.to_string(), "```", ""]
-    if isinstance(value, (str, Path)):  # a path under the checkout is shown relative to it
-        text = str(value).replace(f"{paths.REPO_ROOT}/", "")
-        return [*head, "```text", text.rstrip("\n"), "```", ""]
-    if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):  # several tables
-        return head + [line for v in value for line in _value_lines("", v)]
-    try:
-        text = json.dumps(value, indent=1, sort_keys=True, default=str)
-    except (TypeError, ValueError):
-        text = repr(value)
-    return [*head, "```json", text, "```", ""]
-
-
 KEEP_RUNS = 3
 """Runs of one command a benchmark page keeps: a headline ratio is quoted as its range over them."""
 
@@ -185,9 +171,23 @@ def _fmt(value: float) -> str:
     return f"{value:.3g}" if abs(value) < 100 else f"{value:,.0f}"
 
 
-def _command_section(runs: list[dict]) -> list[str]:
+def _figure_lines(names: Sequence[str]) -> list[str]:
+    lines = ["### Figures", ""] if names else []
+    return lines + [line for n in names for line in (f"`figures/{n}`:", "", f"![{n}](figures/{n})", "")]
+
+
+def _body(run: dict, columns: Sequence[str]) -> list[str]:
+    """A run's tables, values and figures: from its records (:func:`~zen_analysis.experiments.page_tables.items`),
+    or, for a run stored before them, from its pre-rendered lines."""
+    if "values" not in run:
+        return page_tables.legacy_body(run.get("body", []), columns) + _figure_lines(run.get("figures", []))
+    return page_tables.render(run["values"], columns) + _figure_lines(run.get("figures", []))
+
+
+def _command_section(runs: list[dict], columns: Sequence[str] = ()) -> list[str]:
     """One command's part of a benchmark page: its runs (date, wall time), its headline values with their range over
-    the runs, and the newest run's tables."""
+    the runs, and the newest run's tables (``columns``: the ones shown first, :func:`~zen_analysis.experiments.
+    page_tables.headline`)."""
     newest = runs[-1]
     when = ", ".join(f"{r['date']} ({_fmt(r['seconds'])} s)" if r.get("seconds") else r["date"] for r in runs)
     lines = [f"## `{newest['command']}`", "", f"{len(runs)} run{'s' * (len(runs) > 1)}: {when}.", ""]
@@ -199,18 +199,18 @@ def _command_section(runs: list[dict]) -> list[str]:
             spread = f"{_fmt(min(values))}-{_fmt(max(values))}" if len(values) > 1 else "one run"
             lines.append(f"| {label} | {_fmt(values[-1])} | {spread} |")
         lines.append("")
-    return lines + newest["body"]
+    return lines + _body(newest, columns)
 
 
-def render_bench_page(name: str, about: str, runs: list[dict]) -> str:
+def render_bench_page(name: str, about: str, runs: list[dict], columns: Sequence[str] = ()) -> str:
     """A benchmark's page from its runs (``<name>.runs.json``): one section per command, in the order they first
-    ran."""
+    ran; ``columns``: the headline columns its tables show first."""
     lines = [GENERATED, "", f"# `bench {name}`", "", f"{about}.", ""]
     commands = list(dict.fromkeys(r["command"] for r in runs))
     if not commands:
         lines.append(f"Not run yet on this checkout: `zen-analysis bench {name}` writes this page.")
     for command in commands:
-        lines += _command_section([r for r in runs if r["command"] == command])
+        lines += _command_section([r for r in runs if r["command"] == command], columns)
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
@@ -223,27 +223,27 @@ def write_bench_page(
     seconds: float | None = None,
     headline: dict[str, float] | None = None,
     figures: Sequence[Path] = (),
+    columns: Sequence[str] = (),
 ) -> Path:
     """Add a run of benchmark ``name`` (``about``: its help line; ``seconds``: its wall time; ``headline``: the
-    values quoted as a range over runs; ``figures``: the PNGs it drew, copied to ``figures/`` beside the page) to
-    ``<name>.runs.json`` and write its page; returns the page.
+    values quoted as a range over runs; ``figures``: the PNGs it drew, copied to ``figures/`` beside the page;
+    ``columns``: its tables' headline columns) to ``<name>.runs.json`` and write its page; returns the page.
 
-    The page keeps one section per command (its ``--set`` options): a rerun replaces that command's tables and
-    keeps its last :data:`KEEP_RUNS` headline values, other commands' sections stay as they were."""
+    The run is stored as records (:func:`~zen_analysis.experiments.page_tables.items`: each table's columns and
+    rows), so the page can be rendered again from ``runs.json`` alone (:func:`rewrite_bench_page`). The page keeps
+    one section per command (its ``--set`` options): a rerun replaces that command's tables and keeps its last
+    :data:`KEEP_RUNS` headline values, other commands' sections stay as they were."""
     out = out or _bench_dir()
     out.mkdir(parents=True, exist_ok=True)
     runs_path = out / f"{name}.runs.json"
     runs = json.loads(runs_path.read_text())["runs"] if runs_path.exists() else []
     command = " ".join(["zen-analysis bench", name, *(f"--set {o}" for o in overrides)])
-    items = result.items() if isinstance(result, dict) else [("", result)]
-    body = [line for key, value in items for line in _value_lines(str(key), value)]
     if figures:
         (out / "figures").mkdir(exist_ok=True)
-        body += ["### Figures", ""]
     for figure in figures:  # the figures the run drew, copied beside the page
         shutil.copyfile(figure, out / "figures" / figure.name)
-        body += [f"`figures/{figure.name}`:", "", f"![{figure.name}](figures/{figure.name})", ""]
-    run = {"command": command, "date": str(datetime.date.today()), "body": body}
+    run = {"command": command, "date": str(datetime.date.today()), "values": page_tables.items(result)}
+    run |= {"figures": [f.name for f in figures]} if figures else {}
     run |= {"seconds": round(seconds, 1)} if seconds is not None else {}
     quoted = {k: float(v) for k, v in (headline or {}).items() if v == v}  # a NaN (no baseline that run) left out
     run |= {"headline": quoted} if quoted else {}
@@ -252,10 +252,21 @@ def write_bench_page(
     kept.sort(key=runs.index)
     for r in kept:  # only the newest run of a command keeps its tables
         if r["command"] == command and r is not run:
-            r["body"] = []
+            for stored in ("body", "figures"):
+                r.pop(stored, None)
+            r["values"] = []
     atomic_write_text(runs_path, json.dumps({"runs": kept}, indent=1) + "\n")
+    return rewrite_bench_page(name, about, columns, out)
+
+
+def rewrite_bench_page(name: str, about: str, columns: Sequence[str] = (), out: Path | None = None) -> Path:
+    """Render benchmark ``name``'s page again from its ``<name>.runs.json`` (the page of a benchmark without one
+    says it has not run); returns the page."""
+    out = out or _bench_dir()
+    runs_path = out / f"{name}.runs.json"
+    runs = json.loads(runs_path.read_text())["runs"] if runs_path.exists() else []
     page = out / f"{name}.md"
-    atomic_write_text(page, render_bench_page(name, about, kept))
+    atomic_write_text(page, render_bench_page(name, about, runs, columns))
     return page
 
 

@@ -1,5 +1,7 @@
-"""The Zen paper's Fig. 11-14 modelled at its scale (:func:`~zen_analysis.experiments.paper_figures.paper_figures`):
-throughput against machines per scheme, with the paper's points where it gives them."""
+"""The Zen paper's Fig. 11-15 modelled at its scale (:func:`~zen_analysis.experiments.paper_figures.paper_figures`):
+throughput (Fig. 11-14) and communication speedup (Fig. 15) against machines per scheme, with the paper's points
+where it gives them; and the speedups modelled from captured traces at one scale beside the paper's
+(:func:`speedup_beside_paper`)."""
 
 from __future__ import annotations
 
@@ -64,5 +66,84 @@ def throughput_vs_machines(table: pd.DataFrame, *, schemes=CURVES) -> plt.Figure
     labels = [*labels, "paper (its ratio x the model's baseline)"]
     fig.legend([*handles, star], labels, loc="lower center", ncol=len(labels), bbox_to_anchor=(0.5, -0.04), fontsize=8)
     fig.suptitle("Throughput against machines, modelled (paper Fig. 11-14)", y=1.0)
+    fig.tight_layout()
+    return fig
+
+
+def comm_speedup_vs_machines(table: pd.DataFrame, *, schemes=CURVES) -> plt.Figure:
+    """Fig. 15 modelled: AllReduce's communication time over each scheme's (log 2) against machines, one panel per
+    testbed (rows) and workload (columns) that the paper gives a communication speedup for; stars are the paper's
+    (its ratio x the model's speedup of the scheme it is over). ``table``: :func:`~zen_analysis.experiments.
+    paper_figures.paper_figures`."""
+    style.apply()
+    have = table[(table["paper_metric"] == "comm") & table["paper"].notna()]
+    testbeds = list(dict.fromkeys(have["testbed"])) or list(dict.fromkeys(table["testbed"]))
+    workloads = list(dict.fromkeys(have["workload"])) or list(dict.fromkeys(table["workload"]))
+    fig, axes = plt.subplots(
+        len(testbeds), len(workloads), figsize=(3.3 * len(workloads), 3.1 * len(testbeds)), squeeze=False
+    )
+    model = table.set_index(["workload", "testbed", "machines", "scheme"])["comm_speedup"]
+    for i, testbed in enumerate(testbeds):
+        for j, workload in enumerate(workloads):
+            ax = axes[i, j]
+            d = table[(table["testbed"] == testbed) & (table["workload"] == workload)]
+            for scheme in schemes:
+                s = d[d["scheme"] == scheme].sort_values("machines")
+                ax.plot(s["machines"], s["comm_speedup"], marker="o", ms=3, color=style.color(scheme), label=scheme)
+            for r in have[(have["testbed"] == testbed) & (have["workload"] == workload)].itertuples():
+                base = model.get((r.workload, r.testbed, r.machines, r.paper_over), 1.0)
+                star = {"marker": "*", "s": 110, "edgecolors": "black", "linewidths": 0.6, "zorder": 5}
+                ax.scatter(r.machines, r.paper * base, color=style.color(r.paper_of), **star)
+            machines = sorted(d["machines"].unique())
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log", base=2)
+            ax.set_xticks(machines, [str(m) for m in machines])
+            style.readable_log_ticks(ax)
+            ax.set_title(f"{workload}, {testbed}", fontsize=9)
+            ax.set(
+                xlabel="machines (8 GPUs each)" if i == len(testbeds) - 1 else "",
+                ylabel="AllReduce comm time / scheme's" if j == 0 else "",
+            )
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    star = plt.Line2D([], [], marker="*", ls="", color="0.4", markeredgecolor="black", ms=10)
+    labels = [*labels, "paper"]
+    fig.legend([*handles, star], labels, loc="lower center", ncol=len(labels), bbox_to_anchor=(0.5, -0.06), fontsize=8)
+    fig.suptitle("Communication time speedup over AllReduce against machines, modelled (paper Fig. 15)", y=1.0)
+    fig.tight_layout()
+    return fig
+
+
+def speedup_beside_paper(table: pd.DataFrame) -> plt.Figure:
+    """Throughput over AllReduce per scheme at one scale, modelled from captured traces, beside the paper's: one
+    panel per model size (``size``: the captured model's, the paper's), a group of bars per workload, a star where
+    the paper gives the ratio. ``table``: what ``zen-analysis bench paper`` returns (``workload, scheme, size,
+    speedup, paper``)."""
+    style.apply()
+    sizes = list(dict.fromkeys(table["size"]))
+    workloads = list(dict.fromkeys(table["workload"]))
+    schemes = [s for s in dict.fromkeys(table["scheme"]) if s != "allreduce"]
+    fig, axes = plt.subplots(1, len(sizes), figsize=(1.6 + 2.2 * len(workloads) * len(sizes), 3.8), squeeze=False)
+    colors = style.palette(schemes)  # ddp_sparse (stock DDP's sparse path) has no fixed colour
+    width = 0.8 / max(len(schemes), 1)
+    for ax, size in zip(axes[0], sizes, strict=True):
+        d = table[table["size"] == size].groupby(["workload", "scheme"], sort=False)[["speedup", "paper"]].first()
+        for k, scheme in enumerate(schemes):
+            xs = [w + (k - (len(schemes) - 1) / 2) * width for w in range(len(workloads))]
+            ys = [d["speedup"].get((w, scheme), float("nan")) for w in workloads]
+            ax.bar(xs, ys, width, color=colors[scheme], label=scheme)
+            paper = [d["paper"].get((w, scheme), float("nan")) for w in workloads]
+            star = {"marker": "*", "s": 110, "edgecolors": "black", "linewidths": 0.6, "zorder": 5}
+            ax.scatter(xs, paper, color=colors[scheme], **star)
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.set_yscale("log", base=2)
+        style.readable_log_ticks(ax)
+        ax.set_xticks(range(len(workloads)), workloads)
+        ax.set(title=f"{size} model size", ylabel="throughput / AllReduce's" if ax is axes[0, 0] else "")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    star = plt.Line2D([], [], marker="*", ls="", color="0.4", markeredgecolor="black", ms=10)
+    fig.legend(
+        [*handles, star], [*labels, "paper"], loc="lower center", ncol=len(labels) + 1, bbox_to_anchor=(0.5, -0.08)
+    )
+    fig.suptitle("Throughput over AllReduce at 16 machines, modelled from captured traces (paper Fig. 11-14)", y=1.0)
     fig.tight_layout()
     return fig
