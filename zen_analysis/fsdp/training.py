@@ -30,10 +30,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
-from torch.distributed.tensor import DTensor
 
 from zen_analysis.fsdp.auto import AutoReduceScatter
 from zen_analysis.fsdp.hashed import STRATA, HashedRows
+from zen_analysis.fsdp.hsdp import clip_grad_norm_ as clip_sharded_grad_norm_
 from zen_analysis.fsdp.install import bytes_sent_by, install
 from zen_analysis.fsdp.timing import CommClock, time_comms
 from zen_analysis.fsdp.units import UnitError, unit_of
@@ -57,24 +57,12 @@ def transformer_blocks(model: nn.Module) -> list[nn.Module]:
     return blocks
 
 
-def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
-    """The model's state dict, every sharded tensor gathered whole, on the CPU, hashed tables in the original row
-    order (a collective: every rank calls it and gets the same)."""
-    out = {}
-    for name, value in model.state_dict().items():
-        if isinstance(value, DTensor):
-            value = value.full_tensor()
-        out[name] = value.detach().cpu()
-    return out
-
-
 class FSDPSync(GradSync):
     """The loop's sync under ``dist.sharding=fsdp`` (module docstring): ``embedding``, one of
     :data:`EMBEDDING_REDUCE`, is the input embedding unit's reduce-scatter; ``reduce_dtype`` FSDP2's (None: the
     gradients' own); ``seed`` the hashed row order's; ``every`` and ``hysteresis`` ``auto``'s."""
 
     name = "fsdp"
-    sharded = True
 
     def __init__(
         self,
@@ -144,8 +132,16 @@ class FSDPSync(GradSync):
                 table.set_custom_reduce_scatter(self.comm)
         self.clock = time_comms(self.units)
 
-    def before_backward(self, *, last: bool) -> None:
+    def before_backward(self, *, last: bool, capturing: bool) -> None:
+        """Gradients accumulate unsharded until the step's last backward, which reduce-scatters (capture steps too)."""
         self.root.set_requires_gradient_sync(last)
+
+    def clip_grad_norm_(self, parameters, max_norm: float, rows: dict | None = None) -> torch.Tensor:
+        """The norm over every rank's shards (:func:`~zen_analysis.fsdp.hsdp.clip_grad_norm_`: one collective a
+        mesh); a gradient on rows (``train.embedding_update=lazy``) is clipped on its rows, as the base sync does."""
+        if rows:
+            return super().clip_grad_norm_(parameters, max_norm, rows)
+        return clip_sharded_grad_norm_(list(parameters), max_norm)
 
     def synchronize(self, model: nn.Module) -> None:
         """Nothing: FSDP2 reduce-scattered every unit during the last backward."""

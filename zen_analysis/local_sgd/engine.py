@@ -18,7 +18,9 @@ restarts from it. Attached as the loop's ``sync`` object:
 * the first sync only sets the anchor; ``finalize`` forces a last sync so the final model is the global one.
 
 Every sync appends, per group and worker, the norm, z-score, weight, clip coefficient and whether the outer
-step was skipped to ``log`` (written to ``<run_dir>/local_sgd/rank<r>.jsonl`` by the loop).
+step was skipped to ``log`` (written to ``<run_dir>/local_sgd/rank<r>.jsonl``). The loop itself knows nothing of
+local SGD: :class:`zen_analysis.train.hooks.LocalSGDHooks` gives it the engine's schedule (:meth:`max_local_steps`,
+:meth:`should_stop`), rank-local losses, the pseudo-gradient capture and the log.
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ class LocalSGD(Cadence, GradSync):
         if config.compress != "none" and config.scheme == "auto" and planner is None:
             raise ValueError("sync.scheme=auto needs a planner (train/registry.py builds it from sync.planner_*)")
         self.pseudo_capture = None
-        """Under ``capture.pseudo`` (:meth:`capture_pseudo_gradients`, which the loop calls): a
+        """Under ``capture.pseudo`` (:meth:`capture_pseudo_gradients`, which the loop's hooks call): a
         :class:`zen_analysis.capture.pseudo.PseudoGradientCapture` recording each group's pseudo-gradient (before
         selection) and selection (after) at every outer sync."""
         self.planner = planner
@@ -87,7 +89,7 @@ class LocalSGD(Cadence, GradSync):
         builds one at ``attach``). At a group's first outer sync and every ``planner.every`` steps after, the ranks'
         sketches of that group's selections are all-gathered and priced; ``decisions`` holds the choices."""
         self.sync_seconds = 0.0
-        """Time spent in syncs and rendezvous (the loop's stragglers scale compute time only)."""
+        """Time spent in syncs and rendezvous (a straggler's delay scales compute time only)."""
         self.delay = None
         """Set by the loop under ``perturb.bandwidth_gbps``: sleeps as long as an all-reduce of n bytes would take."""
         self.link_seconds = None
@@ -96,8 +98,6 @@ class LocalSGD(Cadence, GradSync):
         after the real all-reduce, less the compute between its start and its wait (what prefetch hides)."""
         self._link_free = 0.0
         """The link clock: ``perf_counter()`` time at which the emulated link finishes what is queued on it."""
-        self.local = True
-        """The loop logs rank-local losses (a per-step loss all-reduce would make every step a rendezvous)."""
         self._decided_step = -1
         self._due_now = False
         self._last_sync_time = None

@@ -1,8 +1,9 @@
 """The training loop's contract with a gradient synchronization, and the dense baseline.
 
 The loop calls ``sync.attach(model)`` once and ``sync.synchronize(model)`` after the last micro-batch's backward
-of every step; after it every rank holds the same averaged gradient. :class:`GradSync` declares every hook and
-counter the loop reads; the default, :class:`DenseAllReduce`, is what DDP does: broadcast rank 0's parameters
+of every step; after it every rank holds the same averaged gradient. :class:`GradSync` declares the eight members
+the loop uses (the step's counters come back as one :class:`~zen_analysis.sync.contract.SyncRecord`) and the hooks a
+subclass may override; the default, :class:`DenseAllReduce`, is what DDP does: broadcast rank 0's parameters
 once, then all-reduce flattened gradient buckets. The sparse syncs (:mod:`zen_analysis.sync.sparse`,
 :mod:`zen_analysis.sync.compressed`) and local SGD (:mod:`zen_analysis.local_sgd`) derive from it;
 :func:`zen_analysis.train.registry.build_sync` is the one place a configured name becomes a sync.
@@ -12,13 +13,15 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from zen_analysis.capture.buckets import bucket_parameters
+from zen_analysis.sync.clip import clip_grad_norm_by_rows
+from zen_analysis.sync.contract import SyncRecord, SyncSummary
 from zen_analysis.wire.dtypes import on_wire
 from zen_analysis.wire.exchange import ring_volume
 from zen_analysis.wire.inflight import hold, outside_python_tls
@@ -26,34 +29,27 @@ from zen_analysis.wire.rows import sparse_rows
 
 
 class GradSync:
-    """The loop's contract with a synchronization: every hook and counter the training loop reads, declared here
-    with its default, so the loop calls methods and reads attributes instead of probing for them.
+    """The loop's contract (:class:`~zen_analysis.sync.contract.TrainingSync`: :meth:`attach`,
+    :meth:`load_state_dict`, :meth:`before_backward`, :meth:`synchronize`, :meth:`record`, :meth:`clip_grad_norm_`,
+    :meth:`state_dict`, :meth:`end_run`) with its defaults, so the loop calls methods instead of probing for them.
 
-    A subclass implements :meth:`attach` and :meth:`synchronize`; the rest is optional."""
+    A subclass implements :meth:`attach` and :meth:`synchronize`; the rest is optional: the hooks the defaults call
+    (:meth:`before_last_backward`, :meth:`step_counters`, :meth:`finalize`, :meth:`describe`), the slow link's
+    :meth:`set_link`, and the running counters :meth:`record` reads, declared here with their defaults. What only
+    some methods need comes in from outside the loop: local SGD's schedule, log and pseudo-gradients through
+    :mod:`zen_analysis.train.hooks`, the perturbations through :mod:`zen_analysis.train.perturb`."""
 
     name: str = "sync"
-    local: bool = False
-    """True: the loop logs rank-local losses (a per-step loss all-reduce would make every step a rendezvous)."""
-    union_rows: torch.Tensor | None = None
-    """After a sync by rows: the input embedding's rows some rank touched (every other row of its averaged gradient
-    is zero), so a lazy row update needs no pass over the table; None: not known (the loop finds them)."""
+    # ---- the running counters :meth:`record` takes this step's share of, and the run summary's totals
     sparse_bytes_sent: int | None = None
     """Bytes the sparse path has sent so far (None: there is no sparse path, and the metrics say nothing of it)."""
     sparse_seconds: float = 0.0
     """Seconds the sparse path has spent summing so far (its scheme's runs)."""
     bytes_sent: int | None = None
     """Bytes this rank has sent in all (None where not counted)."""
-    sync_seconds: float = 0.0
-    """Seconds spent in syncs and rendezvous (the loop's stragglers scale compute time only)."""
-    decisions: dict | None = None
-    """Zen's planner: what it chose per tensor, and why (the run summary's ``planner``)."""
-    log: list | tuple = ()
-    """Per-sync rows the loop writes to ``local_sgd/rank<r>.jsonl`` (local SGD)."""
-    delay: Callable[[int], None] | None = None
-    """Under ``perturb.bandwidth_gbps``: sleeps as long as an all-reduce of n bytes takes on the slow link."""
-    link_seconds: Callable[[int], float] | None = None
-    """Under ``perturb.bandwidth_gbps``: seconds an all-reduce of n bytes takes on the slow link (asynchronous
-    syncs keep their own link clock)."""
+    union_rows: torch.Tensor | None = None
+    """After a sync by rows: the rows of the last summed embedding gradient some rank touched (its
+    :class:`~zen_analysis.sync.contract.SyncRecord`)."""
     overlap: bool = False
     """The sync starts each bucket's sum while the step's last backward still runs (:meth:`before_last_backward`)."""
     overlap_seconds: float = 0.0
@@ -62,60 +58,66 @@ class GradSync:
     a step's first launch to the moment the last was seen complete (at least the end of backward)."""
     hidden_seconds: float = 0.0
     """With ``overlap``: of ``overlap_seconds``, the seconds spent before backward ended (hidden behind it)."""
-    pseudo_capture = None
-    """Local SGD under ``capture.pseudo``: the recorder of pseudo-gradients (:meth:`capture_pseudo_gradients`),
-    whose ``seconds`` count as capture time."""
-    sharded: bool = False
-    """The model's parameters are sharded across ranks (FSDP2, :mod:`zen_analysis.fsdp.training`): checkpoints go
-    through ``torch.distributed.checkpoint``, and the final parameters are gathered before rank 0 writes them."""
     early_buckets: int = 0
     """With ``overlap``: buckets whose sum was launched before backward ended, added up over steps (which buckets
     those are follows from the graph alone; how much of their time backward hides depends on the machine)."""
+    decisions: dict | None = None
+    """Zen's planner: what it chose per tensor, and why (the run summary's ``planner``)."""
+    delay: Callable[[int], None] | None = None
+    """Under ``perturb.bandwidth_gbps``: sleeps as long as an all-reduce of n bytes takes on the slow link."""
+    link_seconds: Callable[[int], float] | None = None
+    """Under ``perturb.bandwidth_gbps``: seconds an all-reduce of n bytes takes on the slow link (asynchronous
+    syncs keep their own link clock)."""
+    _recorded: tuple = (0, 0.0, 0.0, 0.0, 0)
+    """The counters at the last :meth:`record` (zero before the first)."""
 
+    # ---- the loop's contract (TrainingSync)
     def attach(self, model: nn.Module) -> None:
         raise NotImplementedError
+
+    def before_backward(self, *, last: bool, capturing: bool) -> None:
+        """The loop calls it before every micro-batch's backward, ``last`` for the step's last one, ``capturing`` on
+        a capture step (the capture edits gradients after each backward). Default: :meth:`before_last_backward`
+        before the last backward of a step that captures nothing. FSDP2 overrides it: it accumulates the earlier
+        backwards unsharded and reduce-scatters at the last, capture steps included."""
+        if last and not capturing:
+            self.before_last_backward()
 
     def synchronize(self, model: nn.Module) -> None:
         raise NotImplementedError
 
-    def before_last_backward(self) -> None:
-        """The loop calls it just before the backward of a step's last micro-batch (not on capture steps: the
-        capture edits gradients after backward). An overlapping sync starts summing each bucket as soon as backward
-        has produced its final gradients; :meth:`synchronize` finishes. Default: nothing."""
+    def record(self) -> SyncRecord:
+        """What this sync did in the step it just synchronized (the loop calls it once a step, right after
+        :meth:`synchronize`): each running counter less its value at the last call, and :meth:`step_counters`."""
+        fields = self.step_counters()  # first: it may bring the sparse byte count up to date
+        now = (self.sparse_bytes_sent, self.sparse_seconds, self.overlap_seconds, self.hidden_seconds)
+        now += (self.early_buckets,)
+        then, self._recorded = self._recorded, tuple(0 if v is None else v for v in now)
+        return SyncRecord(
+            sparse_bytes_sent=None if now[0] is None else now[0] - then[0],
+            sparse_seconds=now[1] - then[1],
+            overlap_seconds=now[2] - then[2] if self.overlap else None,
+            hidden_seconds=now[3] - then[3],
+            early_buckets=now[4] - then[4],
+            union_rows=self.union_rows,
+            fields=fields,
+        )
 
-    def before_backward(self, *, last: bool) -> None:
-        """The loop calls it before every micro-batch's backward, ``last`` for the step's last one (capture steps
-        included). FSDP2 accumulates the earlier ones unsharded and reduce-scatters at the last. Default:
-        nothing."""
+    def clip_grad_norm_(
+        self, parameters: Iterable[nn.Parameter], max_norm: float, rows: dict | None = None
+    ) -> torch.Tensor:
+        """``torch.nn.utils.clip_grad_norm_`` on the synchronized gradients; the parameters in ``rows`` (an embedding
+        whose gradient lives on some rows, mapped to those sorted rows) read and scaled on those rows alone
+        (:func:`~zen_analysis.sync.clip.clip_grad_norm_by_rows`). A sync whose gradients are sharded across ranks
+        clips by the norm over every rank's shards. Returns the total norm."""
+        if rows:
+            return clip_grad_norm_by_rows(parameters, max_norm, rows)
+        return torch.nn.utils.clip_grad_norm_(parameters, max_norm)
 
-    def step_counters(self) -> dict:
-        """What the sync counted during the step that just ended, as fields of its ``metrics.jsonl`` row (the
-        loop calls it once a step, after the optimizer). Default: none."""
-        return {}
-
-    def set_link(self, delay: Callable[[int], None], link_seconds: Callable[[int], float]) -> None:
-        """The emulated slow link of ``perturb.bandwidth_gbps`` (before :meth:`attach`)."""
-        self.delay, self.link_seconds = delay, link_seconds
-
-    def max_local_steps(self, num_steps: int) -> int:
-        """How many loop iterations this rank runs for ``num_steps`` configured steps (A-EDiT: more or fewer)."""
-        return num_steps
-
-    def should_stop(self) -> bool:
-        """Whether the loop ends after the current step (A-EDiT's time budget)."""
-        return False
-
-    def finalize(self, model: nn.Module) -> None:
-        """After the last step (local SGD: one last sync, so the final model is the global one)."""
-
-    def capture_pseudo_gradients(self, writer, *, rank: int, mode: str) -> dict[str, dict]:
-        """``capture.pseudo``: record the pseudo-gradient of every outer sync into ``writer`` (after :meth:`attach`);
-        returns the trace manifest's entries. Only local SGD has pseudo-gradients."""
-        raise ValueError(f"capture.pseudo: the {self.name} sync has no pseudo-gradients (use a local SGD method)")
-
-    def describe(self) -> dict | None:
-        """The run summary's ``sync`` entry (None: none)."""
-        return None
+    def end_run(self, model: nn.Module) -> SyncSummary:
+        """After the last step: :meth:`finalize`, then what the run summary says of the sync."""
+        self.finalize(model)
+        return SyncSummary(bytes_sent=self.bytes_sent, decisions=self.decisions, described=self.describe())
 
     def state_dict(self) -> dict:
         """This rank's state a checkpoint carries (:mod:`zen_analysis.train.checkpoint`): whatever decides later
@@ -126,6 +128,29 @@ class GradSync:
         """Take back :meth:`state_dict`'s state, on a resumed run."""
         if state:
             raise ValueError(f"the {self.name} sync holds no state, but the checkpoint has {sorted(state)}")
+
+    # ---- the hooks a subclass may override
+    def before_last_backward(self) -> None:
+        """Called just before the backward of a step's last micro-batch (not on capture steps: the capture edits
+        gradients after backward). An overlapping sync starts summing each bucket as soon as backward has produced
+        its final gradients; :meth:`synchronize` finishes. Default: nothing."""
+
+    def step_counters(self) -> dict:
+        """What the sync counted during the step that just ended, as fields of its ``metrics.jsonl`` row
+        (:meth:`record` calls it once a step). Default: none."""
+        return {}
+
+    def finalize(self, model: nn.Module) -> None:
+        """After the last step (local SGD: one last sync, so the final model is the global one)."""
+
+    def describe(self) -> dict | None:
+        """The run summary's ``sync`` entry (None: none)."""
+        return None
+
+    def set_link(self, delay: Callable[[int], None], link_seconds: Callable[[int], float]) -> None:
+        """The emulated slow link of ``perturb.bandwidth_gbps`` (before :meth:`attach`;
+        :func:`zen_analysis.train.perturb.slow_link` sets it)."""
+        self.delay, self.link_seconds = delay, link_seconds
 
 
 class ReadyBuckets:

@@ -1,13 +1,17 @@
-"""The one training loop (nanoGPT-style, read top to bottom).
+"""The one training loop. Its step reads as the algorithm: every worker's forward and backward, the sync, the clip,
+the optimizer, the log.
 
-Dense all-reduce, the communication schemes, Zen and EDiT differ by the ``sync`` object passed in, not by forks of
-this loop. Each step: every rank runs its V virtual workers' micro-batches (gradients accumulate), the capture
-records per-worker gradients on capture steps, ``sync.synchronize`` averages gradients across ranks, then the
-optimizer steps. Rank 0 writes the run's metrics, summary and trace manifest; every rank writes its own shards.
+Dense all-reduce, the communication schemes, Zen, FSDP2 and local SGD differ by what comes in from outside, not by
+branches of this loop: the ``sync`` object (:class:`~zen_analysis.sync.contract.TrainingSync`: it sums the gradients,
+clips them where they live and counts what it sent), the method's hooks around the loop
+(:mod:`zen_analysis.train.hooks`: local SGD's schedule and records) and the perturbations wrapping the data
+(:func:`~zen_analysis.train.perturb.perturbed_batches`). Each step every rank runs its V virtual workers'
+micro-batches (gradients accumulate), the capture records per-worker gradients on capture steps,
+``sync.synchronize`` averages gradients across ranks, then the optimizer steps. Rank 0 writes the run's metrics,
+summary and trace manifest; every rank writes its own shards.
 
 Files (``data/runs/<run_id>/``): ``metrics.jsonl`` (one line per step: loss, lr, step, compute, sync, exchange and
-capture time),
-``summary.json`` (final numbers). Traces: ``data/traces/<run_id>/``.
+capture time, and what the sync counted), ``summary.json`` (final numbers). Traces: ``data/traces/<run_id>/``.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import contextlib
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,15 +31,14 @@ from zen_analysis import paths
 from zen_analysis.atomic import atomic_path, atomic_write_json
 from zen_analysis.capture.traces import collect_shards, write_manifest
 from zen_analysis.config import ExperimentConfig
-from zen_analysis.fsdp import training as fsdp_training
-from zen_analysis.fsdp.hsdp import clip_grad_norm_ as clip_sharded_grad_norm_
 from zen_analysis.ranks import env
 from zen_analysis.ranks.env import RankInfo
 from zen_analysis.sync.base import GradSync
+from zen_analysis.sync.contract import TrainingSync
 from zen_analysis.train import checkpoint
-from zen_analysis.train.optim import clip_grad_norm_by_rows, densify_sparse_grads, embedding_rows
-from zen_analysis.train.perturb import spiked, straggler
-from zen_analysis.train.provenance import parameter_digest
+from zen_analysis.train.optim import densify_sparse_grads, embedding_rows
+from zen_analysis.train.perturb import perturbed_batches
+from zen_analysis.train.provenance import full_state_dict, parameter_digest
 from zen_analysis.train.setup import TrainingRun, setup_run
 from zen_analysis.train.step_timer import StepTimer
 from zen_analysis.wire.inflight import hold
@@ -130,20 +133,12 @@ def train(
     if not cfg.run_id:
         cfg.run_id = paths.new_run_id(cfg.name)
     found = _newest_checkpoint(cfg, info, log) if resume else None
-    start = found[0] if found else 0
     run, sync = setup_run(cfg, info, sync, log, resume_from=found)
-    # ---- the loop
     t_start = time.perf_counter()
-    loss = float("nan")
-    max_steps = sync.max_local_steps(cfg.train.num_steps)
-    local_losses = sync.local  # local SGD: no per-step loss all-reduce (it would be a rendezvous)
-    straggle = straggler(cfg, info)
-    steps_done = 0
-    for step in range(start, max_steps):
-        loss = _step(run, sync, step, local_losses=local_losses, straggle=straggle)
+    loss, steps_done = float("nan"), 0
+    for step in run.hooks.steps(found[0] if found else 0, cfg.train.num_steps):  # A-EDiT: more or fewer
+        loss = _step(run, sync, step)
         steps_done += 1
-        if sync.should_stop():
-            break
     return _finish(run, sync, loss=loss, steps_done=steps_done, t_start=t_start)
 
 
@@ -154,27 +149,34 @@ def _newest_checkpoint(cfg: ExperimentConfig, info: RankInfo, log) -> tuple[int,
     return found
 
 
-def _step(
-    run: TrainingRun, sync: GradSync, step: int, *, local_losses: bool, straggle: Callable[[int, float], None]
-) -> float:
-    """One optimizer step: this rank's V workers' micro-batches (captured on capture steps), the straggler delay,
-    ``sync.synchronize``, clipping, the optimizer; rank 0 writes the step's row to ``metrics.jsonl``. Returns the
-    step's loss: the mean over ranks, or this rank's own under local SGD (``local_losses``)."""
+def _step(run: TrainingRun, sync: TrainingSync, step: int) -> float:
+    """One optimizer step: forward and backward of this rank's V workers' micro-batches (captured on capture
+    steps), the sync, the clip, the optimizer, and rank 0's row in ``metrics.jsonl``. Returns the step's loss: the
+    mean over ranks, or this rank's own where every rank trains its own model (local SGD)."""
     cfg, info, t, model, capture = run.cfg, run.info, run.cfg.train, run.model, run.capture
-    timer = StepTimer(sync, capture)
-    lr = lr_at(cfg, min(step, t.num_steps - 1))
-    for group in (g for o in run.optimizers for g in o.param_groups):
-        group["lr"] = lr
+    timer = StepTimer(capture, run.hooks.sync_seconds)
+    lr = _set_lr(run, step)
     capturing = capture is not None and capture.is_capture_step(step)
-    local_loss = _micro_batches(run, sync, step, capturing=capturing)
-    straggle(step, timer.compute_only_s())  # compute time only
+    batches = _micro_batches(run, step, capturing=capturing)
+    batches = perturbed_batches(
+        cfg, info, batches, step=step, vocab=run.data.vocab_size, compute_s=timer.compute_only_s
+    )
+    local_loss = 0.0
+    for v, (worker, x, y) in enumerate(batches):
+        x, y = to_device(x, info.device), y.to(info.device)
+        with capture.worker(step=step, worker=worker) if capturing else contextlib.nullcontext():
+            micro_loss = model_loss(model, x, y) / t.workers_per_rank  # mean over the rank's batch
+            sync.before_backward(last=v == t.workers_per_rank - 1, capturing=capturing)
+            micro_loss.backward()
+        local_loss += micro_loss.item()
     timer.begin("sync")
     sync.synchronize(model)
+    record = sync.record()
     # after the sync, never before: the sync's collectives (buckets held back by a parameter without a gradient on
     # some rank launch only in synchronize) must come in the same order on every rank
-    stats = None if local_losses else _start_step_stats(local_loss, timer.compute_s, info)
+    stats = None if run.hooks.local else _start_step_stats(local_loss, timer.compute_s, info)
     timer.begin("clip")
-    rows = _clip(run, sync)
+    rows = _clip(run, sync, record.union_rows)
     timer.begin("optimizer")
     run.optimizer.step()
     if run.row_optimizer is not None:
@@ -183,72 +185,69 @@ def _step(
     for o in run.optimizers:
         o.zero_grad(set_to_none=True)
     timer.begin("stats")
-    if local_losses:
-        loss, compute_max_s = local_loss, timer.compute_s
-    else:
-        loss, compute_max_s = _end_step_stats(stats, local_loss, timer.compute_s, info)
+    loss, compute_max_s = _end_step_stats(stats, local_loss, timer.compute_s, info)
     row = {"step": step, "loss": loss, "lr": lr, **timer.times(compute_max_s)}
-    row.update(captured=capturing, tokens=(step + 1) * cfg.global_batch * t.seq_len, **timer.sync_counters())
-    if not math.isfinite(loss) and not t.allow_nonfinite_loss:
-        if run.metrics_f:  # the step's row stays, with its loss: what the error names
-            run.metrics_f.write(json.dumps(row) + "\n")
-        raise NonFiniteLossError(step, loss, local=local_losses)
-    if t.eval_every and (step + 1) % t.eval_every == 0 and step + 1 < t.num_steps:
-        row["val_loss"] = validation_loss(model, run.data, cfg, info)
-    if local_losses:
-        row["loss_is_rank0_only"] = True
-    if run.checkpoint_every and (step + 1) % run.checkpoint_every == 0 and step + 1 < t.num_steps:
-        row["checkpoint_s"] = _save_checkpoint(run, sync, step + 1)
-    if run.metrics_f:
-        run.metrics_f.write(json.dumps(row) + "\n")
+    row.update(captured=capturing, tokens=(step + 1) * cfg.global_batch * t.seq_len, **record.row())
+    _log(run, sync, step, row)
     return loss
 
 
-def _micro_batches(run: TrainingRun, sync: GradSync, step: int, *, capturing: bool) -> float:
-    """This rank's V workers' forward and backward passes (gradients accumulate; recorded per worker on a capture
-    step); returns this rank's loss, the mean over its batch."""
-    cfg, info, data, model, capture = run.cfg, run.info, run.data, run.model, run.capture
-    V = cfg.train.workers_per_rank
-    local_loss = 0.0
+def _set_lr(run: TrainingRun, step: int) -> float:
+    """Every optimizer's learning rate for ``step`` (:func:`lr_at`); returns it."""
+    lr = lr_at(run.cfg, min(step, run.cfg.train.num_steps - 1))
+    for group in (g for o in run.optimizers for g in o.param_groups):
+        group["lr"] = lr
+    return lr
+
+
+def _micro_batches(run: TrainingRun, step: int, *, capturing: bool) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
+    """This rank's V workers' training batches of ``step``, as (worker, inputs, targets); after the last, a capture
+    step's end (on every rank: with a global threshold it gathers)."""
+    t, V = run.cfg.train, run.cfg.train.workers_per_rank
     for v in range(V):
-        worker = info.rank * V + v
-        x, y = data.batch("train", step=step, worker=worker, batch_size=cfg.train.batch_per_worker)
-        x, y = spiked(cfg, info, step, x, y, data.vocab_size, micro=v)
-        x, y = to_device(x, info.device), y.to(info.device)
-        with capture.worker(step=step, worker=worker) if capturing else contextlib.nullcontext():
-            micro_loss = model_loss(model, x, y) / V  # mean over the rank's batch
-            if v == V - 1 and not capturing:  # sync.overlap: buckets start summing as backward fills them
-                sync.before_last_backward()
-            sync.before_backward(last=v == V - 1)  # FSDP2: reduce-scatter at the step's last backward only
-            micro_loss.backward()
-        local_loss += micro_loss.item()
+        worker = run.info.rank * V + v
+        yield worker, *run.data.batch("train", step=step, worker=worker, batch_size=t.batch_per_worker)
     if capturing:
-        capture.end_step()
-    return local_loss
+        run.capture.end_step()
 
 
-def _clip(run: TrainingRun, sync: GradSync) -> dict:
-    """``train.grad_clip`` on the summed gradients, then a ``sparse=True`` gradient placed in its dense table;
-    returns the lazy update's rows (the embedding's non-zero rows, what the clip reads and the row update steps)."""
+def _clip(run: TrainingRun, sync: TrainingSync, union_rows: torch.Tensor | None) -> dict:
+    """``train.grad_clip`` on the summed gradients, by the sync, then a ``sparse=True`` gradient placed in its dense
+    table; returns the lazy update's rows (the embedding's non-zero rows, what the clip reads and the row update
+    steps: from ``union_rows``, the rows the sync found, where it found them)."""
     model, clip = run.model, run.cfg.train.grad_clip
     rows = {}
     if run.embedding is not None and run.embedding.grad is not None:
-        rows = {run.embedding: embedding_rows(run.embedding.grad, sync.union_rows)}
+        rows = {run.embedding: embedding_rows(run.embedding.grad, union_rows)}
     # a sparse=True gradient AdamW's dense step takes is clipped on its rows too, then placed in its dense table:
     # the clip's norm and scaling read the rows, not the table
     sparse = {p: embedding_rows(p.grad) for p in model.parameters() if p.grad is not None and p.grad.is_sparse}
-    if clip > 0 and (rows or sparse):
-        clip_grad_norm_by_rows(model.parameters(), clip, {**sparse, **rows})
-    elif clip > 0 and sync.sharded:  # the norm of every rank's shards
-        clip_sharded_grad_norm_(list(model.parameters()), clip)
-    elif clip > 0:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    if clip > 0:
+        sync.clip_grad_norm_(model.parameters(), clip, rows={**sparse, **rows})
     # AdamW's: a sparse=True embedding's summed rows, in a dense table kept from step to step
     densify_sparse_grads(model.parameters(), keep=run.embedding, buffers=run.dense_grads)
     return rows
 
 
-def _save_checkpoint(run: TrainingRun, sync: GradSync, step: int) -> float:
+def _log(run: TrainingRun, sync: TrainingSync, step: int, row: dict) -> None:
+    """The step's row, finished and written by rank 0: a non-finite loss stops the run there (its row written),
+    then the validation loss and the checkpoint where due."""
+    t, loss = run.cfg.train, row["loss"]
+    if not math.isfinite(loss) and not t.allow_nonfinite_loss:
+        if run.metrics_f:  # the step's row stays, with its loss: what the error names
+            run.metrics_f.write(json.dumps(row) + "\n")
+        raise NonFiniteLossError(step, loss, local=run.hooks.local)
+    if t.eval_every and (step + 1) % t.eval_every == 0 and step + 1 < t.num_steps:
+        row["val_loss"] = validation_loss(run.model, run.data, run.cfg, run.info)
+    if run.hooks.local:
+        row["loss_is_rank0_only"] = True
+    if run.checkpoint_every and (step + 1) % run.checkpoint_every == 0 and step + 1 < t.num_steps:
+        row["checkpoint_s"] = _save_checkpoint(run, sync, step + 1)
+    if run.metrics_f:
+        run.metrics_f.write(json.dumps(row) + "\n")
+
+
+def _save_checkpoint(run: TrainingRun, sync: TrainingSync, step: int) -> float:
     """This rank's part of the checkpoint at ``step``; returns its seconds (the row's ``checkpoint_s``)."""
     t, info, capture = run.cfg.train, run.info, run.capture
     return checkpoint.save(
@@ -259,29 +258,26 @@ def _save_checkpoint(run: TrainingRun, sync: GradSync, step: int) -> float:
         model=run.model,
         optimizers=run.optimizers,
         sync_state=sync.state_dict(),
-        replicated=not sync.local,  # local SGD: each rank its own model between syncs
-        sharded=sync.sharded,
+        replicated=not run.hooks.local,  # local SGD: each rank its own model between syncs
+        sharded=run.sharded,
         keep=t.keep_checkpoints,
         capture_state=capture.state_dict() if capture else None,
     )
 
 
-def _finish(run: TrainingRun, sync: GradSync, *, loss: float, steps_done: int, t_start: float) -> dict[str, Any]:
-    """After the last step: close the capture, ``sync.finalize``, the final validation loss and the summary; each
-    rank writes its local SGD log, rank 0 ``summary.json`` (and ``params.pt``), then the finished manifest once
-    every rank's shards are complete. Returns the summary."""
-    cfg, info, t, model, capture, run_dir = run.cfg, run.info, run.cfg.train, run.model, run.capture, run.run_dir
-    V = t.workers_per_rank
+def _finish(run: TrainingRun, sync: TrainingSync, *, loss: float, steps_done: int, t_start: float) -> dict[str, Any]:
+    """After the last step: close the capture, ``sync.end_run``, the final validation loss and the summary; each
+    rank writes its method's records (local SGD's log), rank 0 the run's files (:func:`_write_run`). Returns the
+    summary."""
+    cfg, info, t, model, capture = run.cfg, run.info, run.cfg.train, run.model, run.capture
     if capture:
         capture.close()  # writes the last shard: part of the capture cost, so inside the timed span
-    sync.finalize(model)  # local SGD: one last sync, so the final model is the global one
-    pseudo = sync.pseudo_capture
-    if capture and pseudo is not None:
-        capture.close()  # the last sync's pseudo-gradient records
+    final = sync.end_run(model)  # local SGD: one last sync, so the final model is the global one
+    pseudo_s = run.hooks.close_capture(capture)  # local SGD: the last sync's pseudo-gradient records
     elapsed = time.perf_counter() - t_start
     total_steps = int(round(_mean_over_ranks(float(steps_done), info) * info.world_size))  # workers may differ (A-EDiT)
     val_loss = validation_loss(model, run.data, cfg, info)
-    full = fsdp_training.full_state_dict(model) if sync.sharded else None  # every rank: a collective
+    full = full_state_dict(model) if run.sharded else None  # every rank: a collective
     summary = {
         "run_id": cfg.run_id,
         "num_steps": t.num_steps,
@@ -289,46 +285,51 @@ def _finish(run: TrainingRun, sync: GradSync, *, loss: float, steps_done: int, t
         "val_loss": val_loss,
         "num_params": run.num_params,
         "elapsed_s": elapsed,
-        "tokens_per_s": total_steps * V * t.batch_per_worker * t.seq_len / elapsed,
+        "tokens_per_s": total_steps * t.workers_per_rank * t.batch_per_worker * t.seq_len / elapsed,
         "total_steps_all_ranks": total_steps,
-        "sync_bytes_rank": sync.bytes_sent,
+        "sync_bytes_rank": final.bytes_sent,
         "steps_done": steps_done,
-        "capture_s_rank0": (capture.seconds + getattr(pseudo, "seconds", 0.0)) if capture else 0.0,
+        "capture_s_rank0": (capture.seconds + pseudo_s) if capture else 0.0,
         "trace_bytes_rank0": capture.writer.bytes_written if capture else 0,
         "param_sha256": parameter_digest(model, full),
     }
     if run.autos:  # what each auto switch came to on this run
         summary["auto"] = run.autos
-    if sync.decisions:  # Zen's planner: what it chose per tensor, and why
-        summary["planner"] = sync.decisions
-    described = sync.describe()
-    if described is not None:
-        summary["sync"] = described
-    if sync.log:  # local SGD: per sync and group, each worker's norm, weight, clip, skip
-        with atomic_path(run_dir / "local_sgd" / f"rank{info.rank}.jsonl") as tmp:
-            tmp.write_text("".join(json.dumps(row) + "\n" for row in sync.log))
+    if final.decisions:  # Zen's planner: what it chose per tensor, and why
+        summary["planner"] = final.decisions
+    if final.described is not None:
+        summary["sync"] = final.described
+    run.hooks.write(run.run_dir, info.rank)  # local SGD: per sync and group, each worker's norm, weight, clip, skip
     if info.is_main:
-        run.metrics_f.close()
-        atomic_write_json(run_dir / "summary.json", summary)
-        if t.save_params:
-            with atomic_path(run_dir / "params.pt") as tmp:
-                torch.save(full or {k: v.detach().cpu() for k, v in model.state_dict().items()}, tmp)
-        if t.export:
-            build = {"vocab_size": run.data.vocab_size, "max_seq_len": t.seq_len, **run.data.input_dims}
-            if full is not None:  # the sharded model, gathered into an unsharded one
-                model = build_model(cfg.resolved().model, **build)
-                model.load_state_dict(full)
-            prepared = getattr(run.data, "prepared", None)
-            tokenizer = getattr(prepared, "tokenizer_file", None)  # text data: its tokenizer; CTR data has none
-            export_model(model, cfg.model, run_dir / "export", build=build, tokenizer_file=tokenizer)
-            run.log(f"exported the model to {run_dir / 'export'}")
-        if capture:
-            if info.world_size > 1:  # every rank's shards are complete before the manifest says so
-                dist.barrier()
-            tdir = paths.trace_dir(cfg.run_id)  # the ranks' shard lists, merged: a reader then knows every shard
-            shards = collect_shards(tdir, info.world_size)
-            write_manifest(tdir, {**run.manifest, "finished": True, "summary": summary, "shards": shards})
-        run.log(f"done: loss {loss:.4f}, val loss {val_loss:.4f}, {summary['tokens_per_s']:.0f} tokens/s")
+        _write_run(run, summary, full)
     elif capture and info.world_size > 1:
         dist.barrier()
     return summary
+
+
+def _write_run(run: TrainingRun, summary: dict[str, Any], full: dict | None) -> None:
+    """Rank 0, once the run is over: ``summary.json`` (and ``params.pt``, the export), then the finished manifest
+    once every rank's shards are complete. ``full``: the gathered parameters of a sharded model."""
+    cfg, info, t, model, capture, run_dir = run.cfg, run.info, run.cfg.train, run.model, run.capture, run.run_dir
+    run.metrics_f.close()
+    atomic_write_json(run_dir / "summary.json", summary)
+    if t.save_params:
+        with atomic_path(run_dir / "params.pt") as tmp:
+            torch.save(full or {k: v.detach().cpu() for k, v in model.state_dict().items()}, tmp)
+    if t.export:
+        build = {"vocab_size": run.data.vocab_size, "max_seq_len": t.seq_len, **run.data.input_dims}
+        if full is not None:  # the sharded model, gathered into an unsharded one
+            model = build_model(cfg.resolved().model, **build)
+            model.load_state_dict(full)
+        prepared = getattr(run.data, "prepared", None)
+        tokenizer = getattr(prepared, "tokenizer_file", None)  # text data: its tokenizer; CTR data has none
+        export_model(model, cfg.model, run_dir / "export", build=build, tokenizer_file=tokenizer)
+        run.log(f"exported the model to {run_dir / 'export'}")
+    if capture:
+        if info.world_size > 1:  # every rank's shards are complete before the manifest says so
+            dist.barrier()
+        tdir = paths.trace_dir(cfg.run_id)  # the ranks' shard lists, merged: a reader then knows every shard
+        shards = collect_shards(tdir, info.world_size)
+        write_manifest(tdir, {**run.manifest, "finished": True, "summary": summary, "shards": shards})
+    loss, val_loss = summary["final_loss"], summary["val_loss"]
+    run.log(f"done: loss {loss:.4f}, val loss {val_loss:.4f}, {summary['tokens_per_s']:.0f} tokens/s")

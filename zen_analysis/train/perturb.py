@@ -1,18 +1,22 @@
-"""``cfg.perturb``: what the training loop does to itself to emulate a worse cluster — stragglers (a rank sleeps
+"""``cfg.perturb``: what a training run does to itself to emulate a worse cluster — stragglers (a rank sleeps
 for a share of its compute), loss spikes (a rank gets corrupted batches) and a slow link (every all-reduce also
-waits as long as it would take at ``perturb.bandwidth_gbps``). The loop applies them; the algorithms only receive
-the link's price through :meth:`~zen_analysis.sync.base.GradSync.set_link`.
+waits as long as it would take at ``perturb.bandwidth_gbps``). They come in from outside the loop:
+:func:`perturbed_batches` wraps a step's micro-batches (the spikes, then the straggler's sleep once the last is
+consumed), and :func:`slow_link` hands the sync the link's price
+(:meth:`~zen_analysis.sync.base.GradSync.set_link`); the algorithms know nothing else of them.
 """
 
 from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable, Iterator
 
 import torch
 
 from zen_analysis.config import ExperimentConfig
 from zen_analysis.ranks.env import RankInfo
+from zen_analysis.sync.base import GradSync
 from zen_analysis.wire.exchange import ring_volume
 
 
@@ -39,6 +43,35 @@ def spiked(
     else:
         seq = torch.randint(0, vocab, seq.shape, generator=gen, dtype=seq.dtype)
     return seq[:, :-1].contiguous(), seq[:, 1:].contiguous()
+
+
+def perturbed_batches(
+    cfg: ExperimentConfig,
+    info: RankInfo,
+    batches: Iterator[tuple[int, torch.Tensor, torch.Tensor]],
+    *,
+    step: int,
+    vocab: int,
+    compute_s: Callable[[], float],
+) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
+    """One step's micro-batches, (worker, inputs, targets), as ``cfg.perturb`` makes them: the spiking rank's
+    corrupted (:func:`spiked`, micro-batch by micro-batch); once the last is consumed, and whatever ``batches`` does
+    after its last, the straggler's sleep, a share of ``compute_s()`` (the step's compute time so far, syncs made
+    during it left out)."""
+    straggle = straggler(cfg, info)
+    for micro, (worker, x, y) in enumerate(batches):
+        yield worker, *spiked(cfg, info, step, x, y, vocab, micro=micro)
+    straggle(step, compute_s())
+
+
+def slow_link(sync: GradSync, cfg: ExperimentConfig, world: int) -> None:
+    """``perturb.bandwidth_gbps``: every cross-worker all-reduce of ``sync`` also pays the slow link (before
+    :meth:`~zen_analysis.sync.base.GradSync.attach`); nothing when off."""
+    if cfg.perturb.bandwidth_gbps > 0:
+        sync.set_link(
+            lambda nbytes: network_delay(cfg, nbytes, world),
+            lambda nbytes: network_seconds(cfg, nbytes, world),
+        )
 
 
 def network_seconds(cfg: ExperimentConfig, nbytes: int, world: int) -> float:

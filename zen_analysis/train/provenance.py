@@ -1,5 +1,6 @@
-"""Where a run's numbers come from: the package versions and git commit its trace manifest records, and the
-parameter digest its summary records (equal digests: bit-identical replicas)."""
+"""Where a run's numbers come from: the package versions and git commit its trace manifest records, the parameter
+digest its summary records (equal digests: bit-identical replicas), and the final parameters gathered whole where
+the ranks hold shards of them (FSDP2), as the digest, ``params.pt`` and the export read them."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import subprocess
 from importlib import metadata
 
 import torch
+from torch.distributed.tensor import DTensor
 
 from zen_analysis import paths
 
@@ -43,3 +45,21 @@ def parameter_digest(model: torch.nn.Module, full: dict[str, torch.Tensor] | Non
         value = full[name] if full is not None else p
         h.update(value.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
+
+
+def is_sharded(model: torch.nn.Module) -> bool:
+    """Whether the ranks hold shards of the model's parameters (DTensors: FSDP2's ``fully_shard``) rather than
+    replicas: its checkpoints then go through ``torch.distributed.checkpoint``, and its final parameters are gathered
+    (:func:`full_state_dict`) before rank 0 writes them."""
+    return any(isinstance(p, DTensor) for p in model.parameters())
+
+
+def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The model's state dict, every sharded tensor gathered whole, on the CPU, hashed tables in the original row
+    order (a collective: every rank calls it and gets the same)."""
+    out = {}
+    for name, value in model.state_dict().items():
+        if isinstance(value, DTensor):
+            value = value.full_tensor()
+        out[name] = value.detach().cpu()
+    return out

@@ -1,7 +1,7 @@
 """Everything a training run builds before its first step, one named step each: the data, the model, the sync
-attached to it, the optimizers, the capture and its trace manifest, the restore from a checkpoint, and rank 0's
-open ``metrics.jsonl``. :func:`setup_run` runs them in order; :mod:`zen_analysis.train.loop` then steps the
-:class:`TrainingRun` it returns."""
+attached to it (with ``perturb``'s slow link) and the method's hooks around the loop, the optimizers, the capture and
+its trace manifest, the restore from a checkpoint, and rank 0's open ``metrics.jsonl``. :func:`setup_run` runs them
+in order; :mod:`zen_analysis.train.loop` then steps the :class:`TrainingRun` it returns."""
 
 from __future__ import annotations
 
@@ -23,9 +23,10 @@ from zen_analysis.fsdp.embedding_capture import FSDPCapture
 from zen_analysis.ranks.env import RankInfo
 from zen_analysis.sync.base import GradSync
 from zen_analysis.train import checkpoint
+from zen_analysis.train.hooks import LoopHooks, hooks_for
 from zen_analysis.train.optim import LazyRowAdamW, fused_adamw
-from zen_analysis.train.perturb import network_delay, network_seconds
-from zen_analysis.train.provenance import git_commit, package_versions
+from zen_analysis.train.perturb import slow_link
+from zen_analysis.train.provenance import git_commit, is_sharded, package_versions
 from zen_analysis.train.registry import build_sync
 from zen_analysis.workload.batches import PreparedData, TokenData, open_data, prepared_for_run
 from zen_analysis.workload.ctr import CTRData
@@ -35,7 +36,7 @@ from zen_analysis.workload.models import build_model, input_embedding_name, reso
 @dataclass
 class TrainingRun:
     """One rank's training run as :func:`setup_run` builds it: what each step and the loop's finish read. The sync
-    object is not in it: it travels beside it, always named ``sync`` (the contract test reads those uses)."""
+    object is not in it: it travels beside it (the contract test follows it wherever it goes)."""
 
     cfg: ExperimentConfig
     info: RankInfo
@@ -49,6 +50,10 @@ class TrainingRun:
     embedding: torch.nn.Parameter | None
     """``train.embedding_update=lazy``: the input embedding's weight."""
     num_params: int
+    hooks: LoopHooks
+    """What the method adds around the plain loop (:func:`~zen_analysis.train.hooks.hooks_for`: local SGD's)."""
+    sharded: bool
+    """The ranks hold shards of the model's parameters (FSDP2): checkpoints through DCP, the final ones gathered."""
     capture: GradientCapture | None
     manifest: dict[str, Any]
     """The trace manifest as written at the start (``finished: False``); the loop's finish completes it."""
@@ -86,11 +91,13 @@ def setup_run(
     prepared, data = _build_data(cfg, built, run_dir)
     autos = _autos(cfg, built)
     model = _build_model(cfg, built, data, info)
-    sync = _build_sync(cfg, built, sync, info)
+    sync = sync or build_sync(built.sync, cfg.local_sgd, network=_network(cfg), sharding=cfg.dist.sharding)
+    slow_link(sync, cfg, info.world_size)  # perturb.bandwidth_gbps: every cross-worker all-reduce pays a slow link
     sync.attach(model)
+    hooks, sharded = hooks_for(sync), is_sharded(model)
     optimizer, row_optimizer, embedding = _build_optimizers(cfg, model)
     num_params = sum(p.numel() for p in model.parameters())
-    capture, tensors = _open_capture(cfg, info, model, sync)
+    capture, tensors = _open_capture(cfg, info, model, sharded=sharded, hooks=hooks)
     manifest = _manifest(cfg, info, prepared, tensors)
     if info.is_main:
         _announce(cfg, info, log, data, num_params, autos, capture, manifest)
@@ -108,6 +115,8 @@ def setup_run(
         row_optimizer=row_optimizer,
         embedding=embedding,
         num_params=num_params,
+        hooks=hooks,
+        sharded=sharded,
         capture=capture,
         manifest=manifest,
         metrics_f=None,
@@ -151,16 +160,9 @@ def _build_model(
     return model
 
 
-def _build_sync(cfg: ExperimentConfig, built: ExperimentConfig, sync: GradSync | None, info: RankInfo) -> GradSync:
-    """The sync passed in, or the one ``cfg.sync`` names; with ``perturb.bandwidth_gbps`` its slow link."""
-    network = {k: getattr(cfg.dist, k) for k in ("network", "bandwidth_gbps", "ranks_per_node")}
-    sync = sync or build_sync(built.sync, cfg.local_sgd, network=network, sharding=cfg.dist.sharding)
-    if cfg.perturb.bandwidth_gbps > 0:  # every cross-worker all-reduce of the sync also pays a slow link
-        sync.set_link(
-            lambda nbytes: network_delay(cfg, nbytes, info.world_size),
-            lambda nbytes: network_seconds(cfg, nbytes, info.world_size),
-        )
-    return sync
+def _network(cfg: ExperimentConfig) -> dict[str, Any]:
+    """Where ``auto``'s planner runs: the ``dist`` section's ``network``, ``bandwidth_gbps`` and ``ranks_per_node``."""
+    return {k: getattr(cfg.dist, k) for k in ("network", "bandwidth_gbps", "ranks_per_node")}
 
 
 def _build_optimizers(
@@ -187,7 +189,7 @@ def _build_optimizers(
 
 
 def _open_capture(
-    cfg: ExperimentConfig, info: RankInfo, model: torch.nn.Module, sync: GradSync
+    cfg: ExperimentConfig, info: RankInfo, model: torch.nn.Module, *, sharded: bool, hooks: LoopHooks
 ) -> tuple[GradientCapture | None, dict[str, Any]]:
     """The capture (per-worker sparse gradients into this rank's trace shards) and the tensors it records, local
     SGD's pseudo-gradients included; (None, {}) with capture off."""
@@ -200,11 +202,11 @@ def _open_capture(
             world_size=info.world_size,
             steps_per_shard=cfg.capture.steps_per_shard,
         )
-        capture_type = FSDPCapture if sync.sharded else GradientCapture  # FSDP2: from the embedding's ids and output
+        capture_type = FSDPCapture if sharded else GradientCapture  # FSDP2: from the embedding's ids and output
         capture = capture_type(cfg.capture, model, writer, rank=info.rank, seed=cfg.train.seed)
     tensors = capture.tensor_info() if capture else {}
     if capture and cfg.capture.pseudo != "off":  # local SGD's pseudo-gradients at each outer sync, same shards
-        tensors.update(sync.capture_pseudo_gradients(capture.writer, rank=info.rank, mode=cfg.capture.pseudo))
+        tensors.update(hooks.open_capture(capture, rank=info.rank, mode=cfg.capture.pseudo))
     return capture, tensors
 
 

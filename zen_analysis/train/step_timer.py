@@ -1,15 +1,14 @@
-"""One training step's instrumentation, as one object: where the step's time went (compute, sync, clip, optimizer,
-zero_grad, the statistics wait, capture) and what the sync counted during it (sparse bytes and seconds, the
-overlapped sums), as the fields of the step's ``metrics.jsonl`` row. The loop marks each phase as it begins; the
-timer keeps the clock and the counters' values at the step's start, so the loop reads as the algorithm."""
+"""One training step's clock: where the step's time went (compute, sync, clip, optimizer, zero_grad, the statistics
+wait, capture), as the time fields of the step's ``metrics.jsonl`` row. The loop marks each phase as it begins; the
+timer keeps the clock, so the loop reads as the algorithm. What the sync counted comes from the sync itself, as one
+:class:`~zen_analysis.sync.contract.SyncRecord` a step."""
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable
 
 from zen_analysis.capture.hooks import GradientCapture
-from zen_analysis.sync.base import GradSync
 
 PHASES = ("sync", "clip", "optimizer", "zero_grad", "stats")
 """The phases after compute, in the order the loop enters them; compute runs from the timer's start."""
@@ -17,7 +16,7 @@ PHASES = ("sync", "clip", "optimizer", "zero_grad", "stats")
 
 class StepTimer:
     """Started as the step starts; :meth:`begin` marks each phase of :data:`PHASES` as it begins (compute ends
-    where ``sync`` begins); :meth:`times` and :meth:`sync_counters` give the row's fields once the step is done.
+    where ``sync`` begins); :meth:`times` gives the row's fields once the step is done.
 
     The row's times: ``step_s`` (the whole step), ``compute_s`` (this rank's micro-batches and capture before the
     sync), ``sync_s`` (its time in ``synchronize``: the exchange, and waiting for slower ranks to reach it),
@@ -26,20 +25,19 @@ class StepTimer:
     row finding included, the optimizer, zero_grad, and the wait for the loss mean over ranks, which travels while
     the clip and the optimizer run) and ``capture_s``."""
 
-    def __init__(self, sync: GradSync, capture: GradientCapture | None) -> None:
-        self._sync, self._capture = sync, capture
+    def __init__(self, capture: GradientCapture | None, sync_seconds: Callable[[], float]) -> None:
+        """``sync_seconds``: the seconds spent so far in syncs made during compute (local SGD's forward pre-hooks,
+        :meth:`~zen_analysis.train.hooks.LoopHooks.sync_seconds`)."""
+        self._capture, self._sync_seconds = capture, sync_seconds
         self._t0 = time.perf_counter()
         self._at: dict[str, float] = {}
         self._capture_s0 = capture.seconds if capture else 0.0
-        self._sparse_bytes0 = sync.sparse_bytes_sent or 0
-        self._sparse_s0 = sync.sparse_seconds
-        self._sync_s0 = sync.sync_seconds
-        self._overlap_s0, self._hidden_s0, self._early0 = sync.overlap_seconds, sync.hidden_seconds, sync.early_buckets
+        self._sync_s0 = sync_seconds()
 
     def compute_only_s(self) -> float:
-        """The step's time so far less what the sync spent in it (overlapped sums): compute alone, for the
+        """The step's time so far less what syncs made during compute spent in it: compute alone, for the
         straggler delay."""
-        return time.perf_counter() - self._t0 - (self._sync.sync_seconds - self._sync_s0)
+        return time.perf_counter() - self._t0 - (self._sync_seconds() - self._sync_s0)
 
     def begin(self, phase: str) -> None:
         """``phase`` (one of :data:`PHASES`, in order) begins now."""
@@ -67,18 +65,3 @@ class StepTimer:
             "stats_s": self._t0 + step_s - at["stats"],
             "capture_s": (capture.seconds - self._capture_s0) if capture else 0.0,
         }
-
-    def sync_counters(self) -> dict[str, Any]:
-        """What the sync counted this step: a sparse scheme's bytes and seconds on the embedding, and with
-        ``sync.overlap`` the sums started during backward, how long they took and how much of it backward hid."""
-        sync, row = self._sync, {}
-        counted = sync.step_counters()  # first: it may bring the sparse byte count up to date
-        if sync.sparse_bytes_sent is not None:
-            row["sparse_bytes_sent_rank0"] = sync.sparse_bytes_sent - self._sparse_bytes0
-            row["sparse_s"] = sync.sparse_seconds - self._sparse_s0
-        if sync.overlap:
-            row["overlap_s"] = sync.overlap_seconds - self._overlap_s0
-            row["hidden_s"] = sync.hidden_seconds - self._hidden_s0
-            row["early_buckets"] = sync.early_buckets - self._early0
-        row.update(counted)
-        return row
