@@ -21,7 +21,7 @@ GROUPS = {"root": 4_194_560, "model.layers.0": 803_328, "model.layers.1": 803_32
 def _rank(rank: int, world: int, scheme_name: str, ratio: float, rounds: int) -> dict:
     torch.set_num_threads(1)
     from zen_analysis.comm import build_scheme
-    from zen_analysis.local_sgd.sparse import PseudoGradientTopK
+    from zen_analysis.local_sgd.sparse_pseudo import PseudoGradientTopK
 
     topk, scheme = PseudoGradientTopK(ratio), build_scheme(scheme_name)
     gen = torch.Generator().manual_seed(rank)

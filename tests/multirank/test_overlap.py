@@ -61,7 +61,7 @@ def _held_back(rank: int, world: int) -> list:
     from torch import nn
 
     from zen_analysis.comm import build_scheme
-    from zen_analysis.sync.base import DenseAllReduce
+    from zen_analysis.sync.grad_sync import DenseAllReduce
 
     torch.manual_seed(0)
     model = nn.ModuleDict({"a": nn.Linear(64, 64), "b": nn.Linear(64, 64), "c": nn.Linear(64, 1)})

@@ -6,9 +6,6 @@ import collections
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "zen_analysis"
-PENDING = frozenset({"base.py", "perturb.py", "sparse.py"})
-"""Names whose modules another change is rewriting right now (the loop's sync contract, its perturbations, local
-SGD); they are renamed once it lands."""
 
 
 def test_no_module_file_name_is_reused_across_folders():
@@ -17,4 +14,4 @@ def test_no_module_file_name_is_reused_across_folders():
         if path.name not in ("__init__.py", "__main__.py"):
             folders[path.name].append(str(path.parent.relative_to(PACKAGE.parent)))
     reused = {name: sorted(where) for name, where in folders.items() if len(where) > 1}
-    assert set(reused) <= PENDING, {n: w for n, w in reused.items() if n not in PENDING}
+    assert not reused, reused

@@ -7,7 +7,7 @@ import torch
 
 from tests.unit.test_local_sgd import Tiny, X, run_workers, shift, sync_rounds
 from zen_analysis.local_sgd import LocalSGD, method_config
-from zen_analysis.local_sgd.sparse import PseudoGradientTopK
+from zen_analysis.local_sgd.sparse_pseudo import PseudoGradientTopK
 
 
 def test_error_feedback_conserves_mass_per_group_over_rounds():

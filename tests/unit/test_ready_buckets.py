@@ -4,7 +4,7 @@ import torch
 from torch import nn
 
 from zen_analysis.capture.buckets import bucket_parameters
-from zen_analysis.sync.base import ReadyBuckets
+from zen_analysis.sync.grad_sync import ReadyBuckets
 
 
 def _model_and_buckets():

@@ -23,20 +23,8 @@ only the letters need a meaning."""
 NOT_SHAPES: dict[str, str] = {}
 """Names the pattern matches that are not shape suffixes, each with the reason (none turned up in the package)."""
 
-PENDING = frozenset(
-    {
-        # Other edits to these modules are under way; each gets its legend once those edits land, and leaves this
-        # list then (test_no_pending_module_is_done_already says when).
-        "local_sgd/engine.py",
-        "local_sgd/sparse.py",
-        "sync/base.py",
-        "sync/compressed.py",
-        "sync/lookups.py",
-        "sync/natural_hook.py",
-        "sync/sparse.py",
-        "train/optim.py",
-    }
-)
+PENDING: frozenset[str] = frozenset()
+"""Modules whose legends wait on other edits under way (none now)."""
 
 LEGEND = re.compile(r"^Shape suffixes:(.*?)(?:\n[ \t]*\n|\Z)", re.S | re.M)
 ITEM = re.compile(r"([A-Z]) (\S.*)", re.S)

@@ -79,8 +79,8 @@ class LocalSGDSection:
     """What of the pseudo-gradient is sent, in the per-step methods' words (``config.names.COMPRESS``): ``dense``,
     a dense all-reduce; ``natural``, the whole pseudo-gradient summed losslessly by ``sync.scheme`` (what no worker
     changed is not sent); ``topk``, each worker's top ``topk_ratio`` plus an error-feedback residual per sync group,
-    summed by ``sync.scheme`` (``zen_analysis.local_sgd.sparse``; ``sync.scheme=auto``: the planner picks per sync
-    group, on ``sync.planner_topology``, every ``sync.planner_every`` steps)."""
+    summed by ``sync.scheme`` (``zen_analysis.local_sgd.sparse_pseudo``; ``sync.scheme=auto``: the planner picks per
+    sync group, on ``sync.planner_topology``, every ``sync.planner_every`` steps)."""
     topk_ratio: float = -1.0
     """With ``compress=topk``: the share of each group's elements a worker sends per outer sync (default 0.02)."""
 

@@ -9,7 +9,7 @@ import pandas as pd
 from zen_analysis import paths
 from zen_analysis.config import apply_overrides
 from zen_analysis.runs.launch import launch
-from zen_analysis.train.perturb import spike_step
+from zen_analysis.train.perturbations import spike_step
 
 __all__ = ["ABLATION_SPIKES", "ABLATION_SYNC", "EDIT_TUNED", "compare_methods", "method_run", "penalty_ablation"]
 
@@ -231,7 +231,7 @@ def corrupted_steps(base, spikes: dict) -> list[int]:
     """The steps of ``base`` on which the ``spikes`` knobs feed the spiking rank corrupted batches."""
 
     knobs = apply_overrides(base, [f"{k}={v}" for k, v in spikes.items()]).perturb
-    if knobs.spikes == "none":  # the schedule knobs alone corrupt nothing (train.perturb.spiked)
+    if knobs.spikes == "none":  # the schedule knobs alone corrupt nothing (train.perturbations.spiked)
         return []
     return [t for t in range(base.train.num_steps) if spike_step(knobs, t)]
 

@@ -37,7 +37,7 @@ from zen_analysis.fsdp.hsdp import clip_grad_norm_ as clip_sharded_grad_norm_
 from zen_analysis.fsdp.install import bytes_sent_by, install
 from zen_analysis.fsdp.timing import CommClock, time_comms
 from zen_analysis.fsdp.units import UnitError, unit_of
-from zen_analysis.sync.base import GradSync
+from zen_analysis.sync.grad_sync import GradSync
 from zen_analysis.wire.inflight import hold
 
 EMBEDDING_REDUCE = ("dense", "zen", "auto")

@@ -19,9 +19,10 @@ restarts from it. Attached as the loop's ``sync`` object:
 
 Every sync appends, per group and worker, the norm, z-score, weight, clip coefficient and whether the outer
 step was skipped to ``log`` (written to ``<run_dir>/local_sgd/rank<r>.jsonl``). The loop itself knows nothing of
-local SGD: :class:`zen_analysis.train.hooks.LocalSGDHooks` gives it the engine's schedule (:meth:`max_local_steps`,
+local SGD: :class:`zen_analysis.train.loop_hooks.LocalSGDHooks` gives it the engine's schedule (:meth:`max_local_steps`,
 :meth:`should_stop`), rank-local losses, the pseudo-gradient capture and the log.
-"""
+
+Shape suffixes: N elements of a group's flattened pseudo-gradient."""
 
 from __future__ import annotations
 
@@ -39,8 +40,8 @@ from zen_analysis.local_sgd.collective import Collective, Done, TorchCollective
 from zen_analysis.local_sgd.outer_step import group_norm, log_row, outer_update, sync_units, worker_weight
 from zen_analysis.local_sgd.penalty import EWMADetector, clip_coefficient
 from zen_analysis.local_sgd.settings import LocalSGDConfig
-from zen_analysis.local_sgd.sparse import PseudoGradientTopK, SparseSum
-from zen_analysis.sync.base import DenseAllReduce, GradSync
+from zen_analysis.local_sgd.sparse_pseudo import PseudoGradientTopK, SparseSum
+from zen_analysis.sync.grad_sync import DenseAllReduce, GradSync
 from zen_analysis.wire.exchange import ring_volume
 
 
@@ -73,7 +74,7 @@ class LocalSGD(Cadence, GradSync):
         self._seconds_at: dict[int, float] = {}
         """Seconds in syncs (and rendezvous) per step, for the outer sync's time in :meth:`describe`."""
         self.topk = PseudoGradientTopK(config.topk_ratio, seed=config.seed) if config.compress == "topk" else None
-        """``compress=topk``: the selection and the residuals (:mod:`zen_analysis.local_sgd.sparse`)."""
+        """``compress=topk``: the selection and the residuals (:mod:`zen_analysis.local_sgd.sparse_pseudo`)."""
         self._sparse_sum = SparseSum(config.scheme, seed=config.seed)
         """``compress`` topk / natural: the scheme (or the planner's choice) that sums a group's selections."""
         self._embedding = None

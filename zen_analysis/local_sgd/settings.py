@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from zen_analysis.comm import SCHEMES
 from zen_analysis.config.local_sgd import EDIT_CLIP, GRANULARITIES
 from zen_analysis.config.names import MethodName
-from zen_analysis.local_sgd.sparse import COMPRESSIONS
+from zen_analysis.local_sgd.sparse_pseudo import COMPRESSIONS
 
 
 @dataclass(kw_only=True)
@@ -48,7 +48,7 @@ class LocalSGDConfig:
     """A-EDiT: w = (1 - r) w_norm + r K_m / sum_j K_j, K the workers' cumulative step counts."""
     compress: str = "none"
     """``topk``: each worker sends the top ``topk_ratio`` of its pseudo-gradient plus error-feedback residual per
-    group (:mod:`zen_analysis.local_sgd.sparse`), summed by ``scheme``; ``natural``: the whole pseudo-gradient,
+    group (:mod:`zen_analysis.local_sgd.sparse_pseudo`), summed by ``scheme``; ``natural``: the whole pseudo-gradient,
     summed losslessly by ``scheme`` (its exact zeros, e.g. the embedding rows no worker touched under
     ``train.embedding_update=lazy``, are not sent); ``none``: the dense all-reduce."""
     topk_ratio: float = 0.02

@@ -2,7 +2,8 @@
 
 * :mod:`~zen_analysis.sync.contract`: :class:`TrainingSync` (the eight members the loop uses) and the records a sync
   hands it, :class:`SyncRecord` a step and :class:`SyncSummary` a run;
-* :mod:`~zen_analysis.sync.base`: :class:`GradSync` (the contract with defaults, and the hooks a subclass overrides)
+* :mod:`~zen_analysis.sync.grad_sync`: :class:`GradSync` (the contract with defaults, and the hooks a subclass
+overrides)
   and the dense baseline, :class:`DenseAllReduce`;
 * :mod:`~zen_analysis.sync.clip`: the clip by rows a sync applies to an embedding's gradient;
 * :mod:`~zen_analysis.sync.sparse`: natural sparsity, the embedding summed by a sparse scheme (Zen by default);

@@ -2,9 +2,11 @@
 scaled by ``max_norm / (norm + 1e-6)`` capped at 1) where an embedding's gradient is read on the rows it touched.
 
 Why a sync's: the clip needs the norm of the gradient the ranks agreed on, and only the sync knows where that
-gradient lives — whole on every rank (:meth:`~zen_analysis.sync.base.GradSync.clip_grad_norm_`), sharded across
+gradient lives — whole on every rank (:meth:`~zen_analysis.sync.grad_sync.GradSync.clip_grad_norm_`), sharded across
 them (FSDP2's sync, whose norm is a collective), or on a few rows of a table (a sync by rows, a ``sparse=True``
-embedding; :func:`clip_grad_norm_by_rows`)."""
+embedding; :func:`clip_grad_norm_by_rows`).
+
+Shape suffixes: K non-zero rows of a sparse gradient, D values per row (the table's width)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,10 @@ per-bucket step shared by the DDP hook (:func:`zen_analysis.sync.ddp.comm_hook`)
 (:class:`CompressedSync`, ``sync.method=topk``).
 
 Zen adds no loss beyond the sparsifier: for the same masks the result equals AGsparse's and a dense all-reduce of
-the sparsified tensors (tested)."""
+the sparsified tensors (tested).
+
+Shape suffixes: N elements of a bucket's flat gradient, K entries kept by top-k, S magnitudes this rank samples for a
+global threshold."""
 
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ from torch import nn
 
 from zen_analysis.capture.topk import TopKCompressor
 from zen_analysis.comm import build_scheme
-from zen_analysis.sync.base import DenseAllReduce, GradSync, ReadyBuckets, flatten_grads, unflatten_into_grads
+from zen_analysis.sync.grad_sync import DenseAllReduce, GradSync, ReadyBuckets, flatten_grads, unflatten_into_grads
 from zen_analysis.wire.inflight import hold
 
 THRESHOLDS = ("local", "global")
@@ -233,7 +236,7 @@ class CompressedSync(GradSync):
     """Every gradient, flattened into DDP's buckets of ``bucket_mb``, top-k sparsified per bucket (error feedback per
     parameter) and summed with a sparse scheme; the training loop's counterpart of
     :func:`zen_analysis.sync.ddp.comm_hook`. With ``overlap`` a worker thread compresses and sums each bucket (over
-    a process group of its own) as soon as backward has filled it (:class:`~zen_analysis.sync.base.ReadyBuckets`),
+    a process group of its own) as soon as backward has filled it (:class:`~zen_analysis.sync.grad_sync.ReadyBuckets`),
     while backward computes the next; the same buckets, keys and steps as inline, so the same sums bit for bit."""
 
     def __init__(

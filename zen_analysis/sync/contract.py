@@ -1,8 +1,8 @@
 """The training loop's contract with a synchronization: :class:`TrainingSync`, the eight members the loop uses, and
 the records a sync hands it — :class:`SyncRecord`, one a step (what it sent and spent, the rows it found), and
 :class:`SyncSummary`, one a run. The loop writes the records out without knowing which sync made them.
-:class:`~zen_analysis.sync.base.GradSync` implements the contract with defaults; a test follows every use of the sync
-object through the loop's modules and fails on any member not declared here."""
+:class:`~zen_analysis.sync.grad_sync.GradSync` implements the contract with defaults; a test follows every use of the
+sync object through the loop's modules and fails on any member not declared here."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from torch import nn
 
 @dataclass
 class SyncRecord:
-    """What a sync did in one step, as :meth:`~zen_analysis.sync.base.GradSync.record` returns it: this step's
-    share of the running counters a sync keeps (:class:`~zen_analysis.sync.base.GradSync`'s counter attributes), the
-    rows a sync by rows found, and the sync's own fields. :meth:`row` gives the fields of the step's
+    """What a sync did in one step, as :meth:`~zen_analysis.sync.grad_sync.GradSync.record` returns it: this step's
+    share of the running counters a sync keeps (:class:`~zen_analysis.sync.grad_sync.GradSync`'s counter attributes),
+    the rows a sync by rows found, and the sync's own fields. :meth:`row` gives the fields of the step's
     ``metrics.jsonl`` row."""
 
     sparse_bytes_sent: int | None = None
@@ -35,7 +35,7 @@ class SyncRecord:
     """After a sync by rows: the input embedding's rows some rank touched (every other row of its averaged gradient
     is zero), so a lazy row update needs no pass over the table; None: not known (the loop finds them)."""
     fields: dict = field(default_factory=dict)
-    """The sync's own fields for the row (:meth:`~zen_analysis.sync.base.GradSync.step_counters`: FSDP2's
+    """The sync's own fields for the row (:meth:`~zen_analysis.sync.grad_sync.GradSync.step_counters`: FSDP2's
     collectives' seconds and bytes)."""
 
     def row(self) -> dict:
@@ -51,15 +51,15 @@ class SyncRecord:
 
 @dataclass
 class SyncSummary:
-    """What a sync says of the whole run once it is over (:meth:`~zen_analysis.sync.base.GradSync.end_run`), for the
-    run summary."""
+    """What a sync says of the whole run once it is over (:meth:`~zen_analysis.sync.grad_sync.GradSync.end_run`), for
+    the run summary."""
 
     bytes_sent: int | None
     """Bytes this rank sent in all (None where not counted): the summary's ``sync_bytes_rank``."""
     decisions: dict | None
     """Zen's planner: what it chose per tensor, and why (the summary's ``planner``; empty or None: no planner)."""
     described: dict | None
-    """The summary's ``sync`` entry (:meth:`~zen_analysis.sync.base.GradSync.describe`; None: none)."""
+    """The summary's ``sync`` entry (:meth:`~zen_analysis.sync.grad_sync.GradSync.describe`; None: none)."""
 
 
 class TrainingSync(Protocol):

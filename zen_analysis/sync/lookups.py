@@ -17,7 +17,8 @@ in place nor its memory reused). A backward with anything else in it, or with no
 table (which the check cannot tell apart), makes :meth:`LookedUp.take` answer None: that step's rows are found by a
 row-wise pass, so its sum is the dense one, and a warning says so once. :meth:`LookedUp.check` also compares the
 first step's ids with a row-wise pass.
-"""
+
+Shape suffixes: K rows the forwards looked up, R rows of the table, D values per row (the table's width)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,10 @@
 """``register(ddp_model, mode="natural")``'s hook (:mod:`zen_analysis.sync.ddp`): the sparse parameters'
 gradients summed losslessly by the scheme over their non-zeros (a table by rows or by elements; a dense ``.grad``
 or ``nn.Embedding(sparse=True)``'s sparse one), every other gradient of the bucket by DDP's own all-reduce, and what
-it did counted in :class:`NaturalState`."""
+it did counted in :class:`NaturalState`.
+
+Shape suffixes: K non-zero rows on this rank, D values per row (the table's width), R rows of the table, V rows of the
+table too (``sum_VD``: the whole summed vocabulary table), N elements of the flat gradient."""
 
 # no ``from __future__ import annotations`` here: DDP checks the hook's annotations at runtime
 import time

@@ -5,7 +5,9 @@ By rows (``granularity="rows"``, the default): the gradient's index space is the
 row of ``dim`` values (:mod:`zen_analysis.wire.rows`), the rows being the token ids this rank's forward passes
 looked up this step (``row_source="ids"``, a forward pre-hook on the embedding) or those a row-wise pass finds
 (``"scan"``); a ``sparse=True`` embedding's gradient gives its rows itself and stays sparse. By elements: one index
-per non-zero element, found by a pass over the whole gradient (the paper's COO view)."""
+per non-zero element, found by a pass over the whole gradient (the paper's COO view).
+
+Shape suffixes: K non-zero rows on this rank, D values per row (the table's width)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import torch.distributed as dist
 from torch import nn
 
 from zen_analysis.comm import build_scheme
-from zen_analysis.sync.base import DenseAllReduce, GradSync
+from zen_analysis.sync.grad_sync import DenseAllReduce, GradSync
 from zen_analysis.sync.lookups import LookedUp
 from zen_analysis.wire.dtypes import on_wire
 from zen_analysis.wire.inflight import hold

@@ -81,7 +81,7 @@ def save(
     sharded: bool = False,
 ) -> float:
     """Write the checkpoint of ``step`` (the next step to run) on every rank, with this rank's ``sync_state``
-    (:meth:`~zen_analysis.sync.base.GradSync.state_dict`) and ``capture_state``
+    (:meth:`~zen_analysis.sync.grad_sync.GradSync.state_dict`) and ``capture_state``
     (:meth:`~zen_analysis.capture.hooks.GradientCapture.state_dict`); ``replicated``: every rank holds the same
     model and optimizer state, so rank 0 writes it once; ``sharded``: the model is FSDP2's, its state and its one
     optimizer's written by every rank through DCP into ``sharded/`` (:mod:`zen_analysis.fsdp.dcp`: hashed

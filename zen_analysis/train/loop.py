@@ -4,8 +4,8 @@ the optimizer, the log.
 Dense all-reduce, the communication schemes, Zen, FSDP2 and local SGD differ by what comes in from outside, not by
 branches of this loop: the ``sync`` object (:class:`~zen_analysis.sync.contract.TrainingSync`: it sums the gradients,
 clips them where they live and counts what it sent), the method's hooks around the loop
-(:mod:`zen_analysis.train.hooks`: local SGD's schedule and records) and the perturbations wrapping the data
-(:func:`~zen_analysis.train.perturb.perturbed_batches`). Each step every rank runs its V virtual workers'
+(:mod:`zen_analysis.train.loop_hooks`: local SGD's schedule and records) and the perturbations wrapping the data
+(:func:`~zen_analysis.train.perturbations.perturbed_batches`). Each step every rank runs its V virtual workers'
 micro-batches (gradients accumulate), the capture records per-worker gradients on capture steps,
 ``sync.synchronize`` averages gradients across ranks, then the optimizer steps. Rank 0 writes the run's metrics,
 summary and trace manifest; every rank writes its own shards.
@@ -33,11 +33,11 @@ from zen_analysis.capture.traces import collect_shards, write_manifest
 from zen_analysis.config import ExperimentConfig
 from zen_analysis.ranks import env
 from zen_analysis.ranks.env import RankInfo
-from zen_analysis.sync.base import GradSync
 from zen_analysis.sync.contract import TrainingSync
+from zen_analysis.sync.grad_sync import GradSync
 from zen_analysis.train import checkpoint
 from zen_analysis.train.optim import densify_sparse_grads, embedding_rows
-from zen_analysis.train.perturb import perturbed_batches
+from zen_analysis.train.perturbations import perturbed_batches
 from zen_analysis.train.provenance import full_state_dict, parameter_digest
 from zen_analysis.train.setup import TrainingRun, setup_run
 from zen_analysis.train.step_timer import StepTimer

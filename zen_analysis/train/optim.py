@@ -9,7 +9,8 @@ knows the K rows (pass them as ``step(rows=...)``).
 
 The row update itself is torch's own single-tensor AdamW (``torch.optim.adamw.adamw`` with ``foreach=False``) on the
 gathered rows, so when every row is selected the result is bit-identical to ``torch.optim.AdamW(foreach=False)``.
-"""
+
+Shape suffixes: K rows updated this step, D values per row (the table's width)."""
 
 from __future__ import annotations
 

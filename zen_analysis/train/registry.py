@@ -12,8 +12,8 @@ from zen_analysis.config import LocalSGDSection, SyncConfig
 from zen_analysis.evaluation.calibrate import planner_topology
 from zen_analysis.fsdp.training import FSDPSync
 from zen_analysis.local_sgd import METHODS, LocalSGD, method_config
-from zen_analysis.sync.base import DenseAllReduce, GradSync
 from zen_analysis.sync.compressed import CompressedSync
+from zen_analysis.sync.grad_sync import DenseAllReduce, GradSync
 from zen_analysis.sync.sparse import SparseSync
 from zen_analysis.zen.bitmap import set_cache_limit
 

@@ -21,11 +21,11 @@ from zen_analysis.config import AUTO, ExperimentConfig
 from zen_analysis.config.model import model_label
 from zen_analysis.fsdp.embedding_capture import FSDPCapture
 from zen_analysis.ranks.env import RankInfo
-from zen_analysis.sync.base import GradSync
+from zen_analysis.sync.grad_sync import GradSync
 from zen_analysis.train import checkpoint
-from zen_analysis.train.hooks import LoopHooks, hooks_for
+from zen_analysis.train.loop_hooks import LoopHooks, hooks_for
 from zen_analysis.train.optim import LazyRowAdamW, fused_adamw
-from zen_analysis.train.perturb import slow_link
+from zen_analysis.train.perturbations import slow_link
 from zen_analysis.train.provenance import git_commit, is_sharded, package_versions
 from zen_analysis.train.registry import build_sync
 from zen_analysis.workload.batches import PreparedData, TokenData, open_data, prepared_for_run
@@ -51,7 +51,7 @@ class TrainingRun:
     """``train.embedding_update=lazy``: the input embedding's weight."""
     num_params: int
     hooks: LoopHooks
-    """What the method adds around the plain loop (:func:`~zen_analysis.train.hooks.hooks_for`: local SGD's)."""
+    """What the method adds around the plain loop (:func:`~zen_analysis.train.loop_hooks.hooks_for`: local SGD's)."""
     sharded: bool
     """The ranks hold shards of the model's parameters (FSDP2): checkpoints through DCP, the final ones gathered."""
     capture: GradientCapture | None

@@ -27,7 +27,7 @@ class StepTimer:
 
     def __init__(self, capture: GradientCapture | None, sync_seconds: Callable[[], float]) -> None:
         """``sync_seconds``: the seconds spent so far in syncs made during compute (local SGD's forward pre-hooks,
-        :meth:`~zen_analysis.train.hooks.LoopHooks.sync_seconds`)."""
+        :meth:`~zen_analysis.train.loop_hooks.LoopHooks.sync_seconds`)."""
         self._capture, self._sync_seconds = capture, sync_seconds
         self._t0 = time.perf_counter()
         self._at: dict[str, float] = {}

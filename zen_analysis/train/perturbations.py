@@ -3,7 +3,7 @@ for a share of its compute), loss spikes (a rank gets corrupted batches) and a s
 waits as long as it would take at ``perturb.bandwidth_gbps``). They come in from outside the loop:
 :func:`perturbed_batches` wraps a step's micro-batches (the spikes, then the straggler's sleep once the last is
 consumed), and :func:`slow_link` hands the sync the link's price
-(:meth:`~zen_analysis.sync.base.GradSync.set_link`); the algorithms know nothing else of them.
+(:meth:`~zen_analysis.sync.grad_sync.GradSync.set_link`); the algorithms know nothing else of them.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 
 from zen_analysis.config import ExperimentConfig
 from zen_analysis.ranks.env import RankInfo
-from zen_analysis.sync.base import GradSync
+from zen_analysis.sync.grad_sync import GradSync
 from zen_analysis.wire.exchange import ring_volume
 
 
@@ -66,7 +66,7 @@ def perturbed_batches(
 
 def slow_link(sync: GradSync, cfg: ExperimentConfig, world: int) -> None:
     """``perturb.bandwidth_gbps``: every cross-worker all-reduce of ``sync`` also pays the slow link (before
-    :meth:`~zen_analysis.sync.base.GradSync.attach`); nothing when off."""
+    :meth:`~zen_analysis.sync.grad_sync.GradSync.attach`); nothing when off."""
     if cfg.perturb.bandwidth_gbps > 0:
         sync.set_link(
             lambda nbytes: network_delay(cfg, nbytes, world),

@@ -7,7 +7,9 @@ subclass may override; the default, :class:`DenseAllReduce`, is what DDP does: b
 once, then all-reduce flattened gradient buckets. The sparse syncs (:mod:`zen_analysis.sync.sparse`,
 :mod:`zen_analysis.sync.compressed`) and local SGD (:mod:`zen_analysis.local_sgd`) derive from it;
 :func:`zen_analysis.train.registry.build_sync` is the one place a configured name becomes a sync.
-"""
+
+Shape suffixes: N elements of a bucket's flat gradient, K non-zero rows of a sparse gradient, D values per row (the
+table's width)."""
 
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ class GradSync:
     (:meth:`before_last_backward`, :meth:`step_counters`, :meth:`finalize`, :meth:`describe`), the slow link's
     :meth:`set_link`, and the running counters :meth:`record` reads, declared here with their defaults. What only
     some methods need comes in from outside the loop: local SGD's schedule, log and pseudo-gradients through
-    :mod:`zen_analysis.train.hooks`, the perturbations through :mod:`zen_analysis.train.perturb`."""
+    :mod:`zen_analysis.train.loop_hooks`, the perturbations through :mod:`zen_analysis.train.perturbations`."""
 
     name: str = "sync"
     # ---- the running counters :meth:`record` takes this step's share of, and the run summary's totals
@@ -149,7 +151,7 @@ class GradSync:
 
     def set_link(self, delay: Callable[[int], None], link_seconds: Callable[[int], float]) -> None:
         """The emulated slow link of ``perturb.bandwidth_gbps`` (before :meth:`attach`;
-        :func:`zen_analysis.train.perturb.slow_link` sets it)."""
+        :func:`zen_analysis.train.perturbations.slow_link` sets it)."""
         self.delay, self.link_seconds = delay, link_seconds
 
 

@@ -40,8 +40,8 @@ class LoopHooks:
         raise ValueError("capture.pseudo: only a local SGD method has pseudo-gradients (sync.method)")
 
     def close_capture(self, capture: GradientCapture | None) -> float:
-        """After the sync's last step (:meth:`~zen_analysis.sync.base.GradSync.end_run`): the records it made, written;
-        returns the seconds spent recording pseudo-gradients (part of the capture's time)."""
+        """After the sync's last step (:meth:`~zen_analysis.sync.grad_sync.GradSync.end_run`): the records it made,
+        written; returns the seconds spent recording pseudo-gradients (part of the capture's time)."""
         return 0.0
 
     def write(self, run_dir: Path, rank: int) -> None:

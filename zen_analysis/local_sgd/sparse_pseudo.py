@@ -20,7 +20,8 @@ softmax weights are the pseudo-gradient's own, before selection: they judge this
 training, which the residual (earlier rounds' unsent mass) and the selection (a cut by magnitude that keeps most of
 the norm) would blur. The weight then scales the selected values, and clipping acts on the averaged sparse
 pseudo-gradient after the sum, where the dense path clips the averaged dense one.
-"""
+
+Shape suffixes: N elements of a group's flat pseudo-gradient, K entries kept by top-k."""
 
 from __future__ import annotations
 
