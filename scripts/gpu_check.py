@@ -213,7 +213,7 @@ def step_tests(out: Path, rehearse: bool) -> int:
 def step_fig16(out: Path, rehearse: bool) -> int:
     """``fig16_hashing_cost.csv``: Algorithm 1 beside the argsort reference, at the paper's 214M elements (the
     rehearsal: 1M), densities 1-10% with the paper's 5.2% among them."""
-    from zen_analysis.experiments.hashing_cost import hashing_cost
+    from zen_experiments.hashing_cost import hashing_cost
 
     numel, repeats = (1 << 20, 2) if rehearse else (214_000_000, 5)
     df = hashing_cost(numel=numel, densities=(0.01, 0.02, 0.052, 0.1), device=_device(rehearse), repeats=repeats)
@@ -224,7 +224,7 @@ def step_fig16(out: Path, rehearse: bool) -> int:
 
 def step_compute(out: Path, rehearse: bool) -> int:
     """``paper_compute.csv``: one training step of the paper's LSTM and DeepFM, its phases timed apart."""
-    from zen_analysis.experiments.paper_compute import step_times
+    from zen_analysis.paper.compute import step_times
 
     df = step_times(device=_device(rehearse), size="rehearse" if rehearse else "paper")
     df.to_csv(out / "paper_compute.csv", index=False)

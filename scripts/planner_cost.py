@@ -19,7 +19,7 @@ def main() -> None:
     import numpy as np
 
     from zen_analysis import paths, recipes
-    from zen_analysis.experiments.lab_sweeps import training_sweep
+    from zen_experiments.lab_sweeps import training_sweep
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=20)

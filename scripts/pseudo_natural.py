@@ -10,8 +10,8 @@ variant (docs/guide/local-sgd.md, "Sparse pseudo-gradients"). About 6 minutes.
 import argparse
 import json
 
-from zen_analysis.experiments.local_sgd_runs import EDIT_TUNED, method_run
-from zen_analysis.experiments.pseudo_gradients import SHORT_SYNC, outer_sync_row, short_base
+from zen_experiments.local_sgd_runs import EDIT_TUNED, method_run
+from zen_experiments.pseudo_gradients import SHORT_SYNC, outer_sync_row, short_base
 
 VARIANTS = {
     "edit": {},

@@ -14,7 +14,7 @@ import argparse
 
 import pandas as pd
 
-from zen_analysis.experiments.lab_sweeps import scheme_sweep
+from zen_experiments.lab_sweeps import scheme_sweep
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ discussion quotes (docs/guide/network.md, "Measuring on an emulated network"): w
 rows per rank, the number of collective calls decides, not the bytes.
 
 With ``--trace RUN`` the rows and values are a captured run's instead (its natural tensor, ``--tensor`` to choose),
-lab rank r holding one real rank-step (``zen_analysis.experiments.exchange_replay.rank_step_rows``);
+lab rank r holding one real rank-step (``zen_experiments.exchange_replay.rank_step_rows``);
 ``zen-analysis bench exchange`` is that replay as a benchmark, at several rank counts and rates, beside the model.
 """
 
@@ -38,7 +38,7 @@ def _ranks(
     import torch
 
     if trace is not None:
-        from zen_analysis.experiments.exchange_replay import rank_step_rows
+        from zen_experiments.exchange_replay import rank_step_rows
 
         run, tensor, per_rank = trace
         rows_K, values_KD, rows, dim = rank_step_rows(run, world, rank, tensor=tensor, workers_per_rank=per_rank)
@@ -46,7 +46,7 @@ def _ranks(
         p = 1.0 / np.arange(1, rows + 1) ** zipf
         rows_K = torch.unique(torch.from_numpy(np.random.default_rng(rank).choice(rows, size=tokens, p=p / p.sum())))
         values_KD = torch.randn(rows_K.numel(), dim, generator=torch.Generator().manual_seed(rank))
-    from zen_analysis.experiments.exchange_replay import sum_every_way
+    from zen_experiments.exchange_replay import sum_every_way
 
     out = sum_every_way(rows_K, values_KD, rows, dim, schemes, repeats)
     for r in out.values():

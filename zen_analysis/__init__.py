@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # type checkers only: at run time __getattr__ imports each na
     from zen_analysis import paths, recipes  # lazy facade, see __getattr__
     from zen_analysis.capture.reader import TraceReader  # lazy facade, see __getattr__
     from zen_analysis.config import ExperimentConfig, apply_overrides  # lazy facade, see __getattr__
-    from zen_analysis.experiments.paper_figures import paper_figures  # lazy facade, see __getattr__
+    from zen_analysis.paper.figures import paper_figures  # lazy facade, see __getattr__
     from zen_analysis.plots.paper import throughput_vs_machines as plot_paper_figures  # lazy facade, see __getattr__
     from zen_analysis.ranks.procs import RankFailedError  # lazy facade, see __getattr__
     from zen_analysis.runs.launch import RunResult, launch, runs_or_fallback  # lazy facade, see __getattr__
@@ -50,7 +50,7 @@ _LAZY = {
     "RankFailedError": "zen_analysis.ranks.procs",
     "RunResult": "zen_analysis.runs.launch",
     "runs_or_fallback": "zen_analysis.runs.launch",
-    "paper_figures": "zen_analysis.experiments.paper_figures",
+    "paper_figures": "zen_analysis.paper.figures",
     "plot_paper_figures": "zen_analysis.plots.paper:throughput_vs_machines",
 }
 """Each public name's module (``module:attribute`` where the name is the attribute's public alias)."""

@@ -8,7 +8,7 @@ import pytest
 
 def _sgd_sweep(variants: list[str], **kw):
     """The DDP sweep on 2 gloo ranks on loopback, 3 steps after 1 warm-up, one plain SGD for every variant."""
-    from zen_analysis.experiments.ddp_sweep import ddp_script_sweep
+    from zen_experiments.ddp_sweep import ddp_script_sweep
 
     common = {"ranks": 2, "bandwidths": [None], "steps": 3, "warmup": 1, "optimizer": "sgd", "lr": 0.1, "window": 2}
     return ddp_script_sweep(variants=variants, progress=False, **common, **kw)
@@ -44,7 +44,7 @@ def test_powersgd_in_several_buckets_on_gloo_stops_with_the_reason():
     """torch's powerSGD_hook chains its P and Q all-reduces in callbacks on gloo's worker threads: with several
     buckets they go out in different orders on the ranks (a mismatch or a hang). The script refuses at the first
     PowerSGD step and the sweep reports the reason as the variant's status."""
-    from zen_analysis.experiments.ddp_sweep import ddp_script_sweep
+    from zen_experiments.ddp_sweep import ddp_script_sweep
 
     summary, steps = ddp_script_sweep(
         ranks=2,

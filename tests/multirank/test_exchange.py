@@ -1,4 +1,4 @@
-"""The exchange replay against stock DDP's sparse path (zen_analysis.experiments.exchange_replay): which rows and values
+"""The exchange replay against stock DDP's sparse path (zen_experiments.exchange_replay): which rows and values
 a lab rank holds, and the sweep's sums equal to stock's (bit for bit on integer values) behind shaped links."""
 
 import pytest
@@ -6,8 +6,8 @@ import torch
 
 from zen_analysis import paths
 from zen_analysis.capture.traces import SparseGrad, TraceWriter, collect_shards, write_manifest
-from zen_analysis.experiments.exchange_replay import exchange_sweep, rank_step_rows
 from zen_analysis.ranks import netlab
+from zen_experiments.exchange_replay import exchange_sweep, rank_step_rows
 
 ROWS, WIDTH = 400, 3
 

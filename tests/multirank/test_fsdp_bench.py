@@ -3,7 +3,7 @@ Zen's losses equal stock's, its table's reduce-scatter writes less, and the summ
 
 import pytest
 
-from zen_analysis.experiments.bench_fsdp import bench_fsdp
+from zen_experiments.bench_fsdp import bench_fsdp
 
 
 def test_bench_fsdp_compares_stock_and_zen_variants_on_loopback(tmp_path, monkeypatch):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from zen_analysis.experiments.gpu_page import render_page
+from zen_experiments.gpu_page import render_page
 
 ROOT = Path(__file__).resolve().parents[2]
 MACHINE = ROOT / "scripts" / "gpu_machine_packages.txt"

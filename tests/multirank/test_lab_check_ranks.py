@@ -1,4 +1,4 @@
-"""The communication-dominated lab's ranks (zen_analysis.experiments.lab_check): every scheme's sum equal to a dense
+"""The communication-dominated lab's ranks (zen_experiments.lab_check): every scheme's sum equal to a dense
 all-reduce bit for bit, the table's contract, and a wrong sum seen; on loopback, and once behind shaped links where the
 lab can be built. Sizes are tiny and nothing is timed: speed is ``bench lab-check``'s."""
 
@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from zen_analysis.comm.schemes.zen import Zen
-from zen_analysis.experiments import lab_check
 from zen_analysis.pricing.topology import PRESETS
 from zen_analysis.ranks import netlab
 from zen_analysis.sparsity.paper_workloads import paper_workload
+from zen_experiments import lab_check
 
 OK, WHY = netlab.available()
 NATURAL = replace(paper_workload("lstm", vocab=6000, width=8, density=0.02), scale=1.0, dense_params=1e5)

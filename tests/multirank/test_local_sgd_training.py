@@ -153,7 +153,7 @@ def test_natural_pseudo_gradients_sum_losslessly_and_skip_untouched_rows():
 def test_the_density_experiment_reads_the_embeddings_own_share():
     """``pseudo_gradient_density``: AdamW with weight decay moves every embedding row (density 1); the lazy update
     leaves the untouched rows exactly (density < 1), read from the embedding's own slice of its sync group."""
-    from zen_analysis.experiments.pseudo_gradients import pseudo_gradient_density
+    from zen_experiments.pseudo_gradients import pseudo_gradient_density
 
     base = recipes.smoke()
     base.name = "density-smoke"
@@ -181,9 +181,9 @@ def test_pseudo_gradient_capture_records_what_each_worker_syncs_and_characterize
 
     from zen_analysis.capture.reader import TraceReader
     from zen_analysis.evaluation.evaluate import evaluate, step_index_sets
-    from zen_analysis.experiments.pseudo_gradients import pseudo_gradient_claims
     from zen_analysis.interface.explore import explore_stats
     from zen_analysis.sparsity.characterize import load_tables
+    from zen_experiments.pseudo_gradients import pseudo_gradient_claims
 
     base = recipes.smoke()
     base.name = "localsgd-pseudo"  # (a run name with "pseudo" in it: the signal column reads the kinds, not names)

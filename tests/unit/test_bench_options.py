@@ -5,7 +5,7 @@ import pytest
 from zen_analysis import recipes
 from zen_analysis.config import apply_overrides
 from zen_analysis.config.options import CONFIG, ints, names
-from zen_analysis.experiments.bench_options import parse_sets
+from zen_experiments.bench_options import parse_sets
 
 
 def test_plain_keys_are_options_and_dotted_keys_config_fields_in_order():

@@ -3,7 +3,7 @@ and the median over interleaved rounds."""
 
 import pandas as pd
 
-from zen_analysis.experiments.bench_train import DEFAULTS, defaults_verdict
+from zen_experiments.bench_train import DEFAULTS, defaults_verdict
 
 
 def _table(rows):
@@ -41,7 +41,7 @@ def test_defaults_verdict_is_empty_where_the_defaults_did_not_run():
 def test_rounds_give_each_variant_the_median_of_its_rounds():
     """Three rounds of two variants: each measured number the median over rounds, tokens/s from the median step
     (not the median of the tokens/s), the losses of the first round."""
-    from zen_analysis.experiments.lab_sweeps import _median_over_rounds
+    from zen_experiments.lab_sweeps import _median_over_rounds
 
     rows = []
     for r, (a, b) in enumerate([(1.0, 2.0), (3.0, 1.9), (2.0, 1.0)]):

@@ -96,7 +96,7 @@ def test_runs_lists_deletes_and_prunes_but_keeps_reproduce_runs(capsys):
 
 
 def test_reproduce_names_its_stages():
-    from zen_analysis.experiments.reproduce import STAGES
+    from zen_experiments.reproduce import STAGES
 
     assert list(STAGES) == ["train", "characterize", "schemes", "netlab", "zen", "paper", "edit", "scale"]
     with pytest.raises(SystemExit, match="unknown stages \\['tran'\\]; the stages are train, characterize"):
@@ -116,7 +116,7 @@ def test_reproduce_names_its_stages():
     ],
 )
 def test_make_reproduce_leaves_edit_and_scale_to_full(monkeypatch, capsys, argv, ran):
-    from zen_analysis.experiments import reproduce
+    from zen_experiments import reproduce
 
     calls = []
     monkeypatch.setattr(
@@ -130,7 +130,7 @@ def test_make_reproduce_leaves_edit_and_scale_to_full(monkeypatch, capsys, argv,
 def test_set_reaches_the_stages_that_train_and_only_those():
     import inspect
 
-    from zen_analysis.experiments.reproduce import STAGES
+    from zen_experiments.reproduce import STAGES
 
     takes = [name for name, stage in STAGES.items() if inspect.signature(stage).parameters]
     assert takes == ["train", "zen", "edit", "scale"]
@@ -141,7 +141,7 @@ def test_benchmark_names_have_one_source(monkeypatch, capsys):
     take make reproduce's run ids from reproduce_run_ids, not copies."""
     from pathlib import Path
 
-    from zen_analysis.experiments import benchmarks
+    from zen_experiments import benchmarks
 
     parser = build_parser()
     text = next(a for a in parser._actions if a.dest == "command").choices["bench"].format_help()
@@ -254,7 +254,7 @@ def test_the_benchmark_registry_is_data_that_resolves_and_the_cli_parses_without
     import subprocess
     import sys
 
-    from zen_analysis.experiments import benchmarks
+    from zen_experiments import benchmarks
 
     for name in benchmarks.BENCHMARKS:
         assert callable(benchmarks.resolve(name)), name
@@ -262,7 +262,7 @@ def test_the_benchmark_registry_is_data_that_resolves_and_the_cli_parses_without
         "import sys\n"
         "from zen_analysis.interface.cli import build_parser\n"
         "build_parser().parse_args(['bench', 'zen'])\n"
-        "loaded = sorted(m for m in sys.modules if m.startswith('zen_analysis.experiments.bench_') or m == 'torch')\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith('zen_experiments.bench_') or m == 'torch')\n"
         "print(loaded)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

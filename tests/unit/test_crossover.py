@@ -65,7 +65,7 @@ def test_dense_sets_cross_at_every_rate_and_the_measured_crossover_interpolates_
 
 
 def test_the_auto_verdict_tells_the_choice_from_the_spread_of_two_measurements():
-    from zen_analysis.experiments.bench_lab import auto_verdict
+    from zen_experiments.bench_lab import auto_verdict
 
     cell = {"kind": "natural", "ranks": 4, "bandwidth_gbps": 1.0}
     sweep = pd.DataFrame(

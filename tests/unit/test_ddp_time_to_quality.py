@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from zen_analysis.experiments.ddp_sweep import DDP_DEFAULT_VARIANTS, DDP_VARIANTS, LOSSLESS_BASELINE
-from zen_analysis.experiments.loss_targets import time_to_quality
+from zen_experiments.ddp_sweep import DDP_DEFAULT_VARIANTS, DDP_VARIANTS, LOSSLESS_BASELINE
+from zen_experiments.loss_targets import time_to_quality
 
 
 def test_time_to_quality_reaches_stocks_loss_later_and_reports_the_gap_at_stocks_time():

@@ -8,7 +8,8 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-READ = ("zen_analysis/**/*.py", "tests/**/*.py", "scripts/*", "docs/**/*.md", "notebooks/*.ipynb", "examples/**/*")
+READ = ("zen_analysis/**/*.py", "zen_experiments/**/*.py", "tests/**/*.py", "scripts/*", "docs/**/*.md")
+READ += ("notebooks/*.ipynb", "examples/**/*")
 READ += ("README.md", "CONTRIBUTING.md", "Makefile", "pyproject.toml", "mkdocs.yml")
 WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -39,7 +40,8 @@ def test_every_definition_in_the_package_is_reached_from_somewhere():
     words = _counts()
     dead = [
         f"{path.relative_to(ROOT)}:{line} {qualified}"
-        for path in sorted((ROOT / "zen_analysis").rglob("*.py"))
+        for package in ("zen_analysis", "zen_experiments")
+        for path in sorted((ROOT / package).rglob("*.py"))
         for line, qualified, name in _definitions(ast.parse(path.read_text()))
         if words[name] <= 1
     ]

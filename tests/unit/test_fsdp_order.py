@@ -4,9 +4,9 @@ import pandas as pd
 import pytest
 import torch
 
-from zen_analysis.experiments.bench_fsdp import bench_fsdp_balance
 from zen_analysis.fsdp.hashed import balls_into_bins_bound, fsdp_shard_rows, hashed_order, inverse, received_rows
 from zen_analysis.zen.hashing import h0
+from zen_experiments.bench_fsdp import bench_fsdp_balance
 
 
 @pytest.mark.parametrize("strata", [None, 7, 256])

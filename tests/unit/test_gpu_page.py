@@ -2,12 +2,12 @@
 never stale."""
 
 from zen_analysis import paths
-from zen_analysis.experiments.gpu_page import gpu_runs, render_page
+from zen_experiments.gpu_page import gpu_runs, render_page
 
 
 def test_the_committed_gpu_page_is_what_the_generator_writes():
     page = paths.REPO_ROOT / "docs" / "results" / "gpu.md"
-    assert page.read_text() == render_page(gpu_runs()), "run: python -m zen_analysis.experiments.gpu_page"
+    assert page.read_text() == render_page(gpu_runs()), "run: python -m zen_experiments.gpu_page"
 
 
 def test_with_no_run_the_page_says_how_to_make_one(tmp_path):

@@ -6,9 +6,9 @@ from dataclasses import replace
 import pandas as pd
 import pytest
 
-from zen_analysis.experiments import lab_check
-from zen_analysis.experiments.paper_scale import DEVICES
+from zen_analysis.paper.scale import DEVICES
 from zen_analysis.sparsity.paper_workloads import paper_workload
+from zen_experiments import lab_check
 
 
 def _tiny(**changes):
@@ -85,9 +85,9 @@ def test_the_idle_calibration_recovers_the_costs_it_is_fed():
     """Sums timed as ``calls x alpha + bytes / bandwidth`` plus a local cost per row written, fed through the idle
     calibration's fit: it returns those alphas (the bandwidths held) and that local cost, whatever the stored ones."""
     from zen_analysis.comm.schemes import build_scheme
-    from zen_analysis.experiments import lab_calibration
     from zen_analysis.pricing.cost import phase_features, phase_times
     from zen_analysis.pricing.topology import Topology
+    from zen_experiments import lab_calibration
 
     links = (("all_reduce", 0.5, 1e8), ("all_to_all", 0.5, 1e8), ("p2p", 0.5, 1e8))  # stored: far off
     base = Topology(name="lab", gpus_per_node=1 << 20, intra_alpha_s=0.5, intra_bandwidth=1e8, inter_alpha_s=0.5,

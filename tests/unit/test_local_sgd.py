@@ -308,8 +308,8 @@ def test_the_config_section_and_the_engine_config_name_a_setting_alike():
 
 def test_spike_schedule_and_ideal_straggler_speedup():
     from zen_analysis.config import PerturbConfig
-    from zen_analysis.experiments.local_sgd_runs import ideal_straggler_speedup
     from zen_analysis.train.perturbations import spike_step
+    from zen_experiments.local_sgd_runs import ideal_straggler_speedup
 
     every = PerturbConfig(spikes="random", spike_every=10)
     assert [s for s in range(35) if spike_step(every, s)] == [10, 20, 30]  # never step 0
@@ -325,7 +325,7 @@ def test_spike_schedule_and_ideal_straggler_speedup():
 
 def test_the_ablation_marks_the_steps_its_spike_knobs_corrupt():
     from zen_analysis import recipes
-    from zen_analysis.experiments.local_sgd_runs import ABLATION_SPIKES, corrupted_steps
+    from zen_experiments.local_sgd_runs import ABLATION_SPIKES, corrupted_steps
 
     base = recipes.default()
     base.train.num_steps = 160

@@ -4,7 +4,7 @@ cut off at the page's edge, and never JSON or escaped strings."""
 
 import pandas as pd
 
-from zen_analysis.experiments import page_tables
+from zen_experiments import page_tables
 
 
 def _wide() -> pd.DataFrame:

@@ -11,7 +11,7 @@ import torch
 
 from zen_analysis import paths, recipes
 from zen_analysis.capture.traces import SparseGrad, TraceWriter, write_manifest
-from zen_analysis.experiments.paper_compute import (
+from zen_analysis.paper.compute import (
     SHAPES,
     main,
     measured_compute,
@@ -19,7 +19,7 @@ from zen_analysis.experiments.paper_compute import (
     param_counts,
     step_times,
 )
-from zen_analysis.experiments.paper_scale import DEVICES, PAPER_SIZE, paper_throughput
+from zen_analysis.paper.scale import DEVICES, PAPER_SIZE, paper_throughput
 
 R, D = 4096, 64  # lstm-words-smoke's table
 

@@ -12,16 +12,16 @@ import pytest
 import torch
 
 from zen_analysis.comm.schemes import build_scheme
-from zen_analysis.experiments import paper_numbers
-from zen_analysis.experiments.paper_compute import SHAPES
-from zen_analysis.experiments.paper_figures import (
+from zen_analysis.paper import numbers as paper_numbers
+from zen_analysis.paper.compute import SHAPES
+from zen_analysis.paper.figures import (
     compute_tokens,
     model_params,
     paper_figures,
     step_compute,
     write_paper_figures,
 )
-from zen_analysis.experiments.paper_hierarchy import (
+from zen_analysis.paper.hierarchy import (
     Links,
     block_sets,
     intra_seconds,

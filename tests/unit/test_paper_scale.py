@@ -9,7 +9,7 @@ import torch
 from zen_analysis import paths, recipes
 from zen_analysis.capture.traces import SparseGrad, TraceWriter, write_manifest
 from zen_analysis.comm.schemes import build_scheme
-from zen_analysis.experiments.paper_scale import DEVICES, gpu_row_sets, paper_throughput
+from zen_analysis.paper.scale import DEVICES, gpu_row_sets, paper_throughput
 from zen_analysis.pricing.cost import total_seconds
 from zen_analysis.pricing.topology import PRESETS
 
@@ -117,7 +117,7 @@ def test_the_crossover_at_the_papers_rows_is_stock_crossover_on_the_merged_rows(
     from dataclasses import replace
 
     from zen_analysis.evaluation.crossover import stock_crossover
-    from zen_analysis.experiments.paper_scale import paper_crossover
+    from zen_analysis.paper.scale import paper_crossover
     from zen_analysis.pricing.topology import GBPS
 
     got = paper_crossover(run_id, ranks=(8, 16), rates=(1.0, 100.0))

@@ -105,8 +105,8 @@ def test_the_bundled_minilm_loads_through_the_config_as_from_pretrained_loads_it
 
 
 def test_make_reproduce_trains_the_minilm_only_where_its_checkpoint_is_at_hand(monkeypatch, tmp_path, capsys):
-    from zen_analysis.experiments import run_ids
     from zen_analysis.runs.launch import runs_or_fallback
+    from zen_experiments import run_ids
 
     monkeypatch.setattr(recipes, "minilm_checkpoint", lambda: recipes.MINILM_HUB_ID)  # not installed
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

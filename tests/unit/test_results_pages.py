@@ -6,7 +6,7 @@ import json
 import pytest
 
 from zen_analysis import paths
-from zen_analysis.experiments import results_pages
+from zen_experiments import results_pages
 
 
 def test_a_stage_page_shows_what_the_stage_wrote(tmp_path, monkeypatch):
@@ -86,7 +86,7 @@ def test_a_benchmark_page_keeps_each_command_and_quotes_a_headline_as_its_range(
 def test_the_lab_benchmarks_headlines_are_their_ratios_to_stock():
     import pandas as pd
 
-    from zen_analysis.experiments import bench_ddp, bench_fsdp, bench_lab, benchmarks
+    from zen_experiments import bench_ddp, bench_fsdp, bench_lab, benchmarks
 
     named = [b.headline for b in benchmarks.BENCHMARKS.values() if b.headline]
     assert len(named) == 4 and all(callable(benchmarks._function(h)) for h in named)
@@ -158,7 +158,7 @@ def test_the_committed_benchmark_pages_are_what_their_stored_runs_render(tmp_pat
     are drawn comes with ``benchmarks.write_pages()``), and none prints JSON or a text frame."""
     import shutil
 
-    from zen_analysis.experiments import benchmarks
+    from zen_experiments import benchmarks
 
     committed = paths.REPO_ROOT / "docs" / "results" / "bench"
     for stored in committed.glob("*.runs.json"):

@@ -86,7 +86,7 @@ def crossover(
 
 
 def measured_crossover(sweep: pd.DataFrame, *, kind: str = "natural", ranks: int = 4) -> float | None:
-    """Where a scheme sweep (:func:`zen_analysis.experiments.lab_sweeps.scheme_sweep`) puts the crossover: the link rate
+    """Where a scheme sweep (:func:`zen_experiments.lab_sweeps.scheme_sweep`) puts the crossover: the link rate
     at which the fastest sparse scheme's measured time equals dense all-reduce's, interpolated on log-log axes
     between the two measured rates around it; None when no crossing lies inside the measured rates."""
     d = sweep[(sweep["kind"] == kind) & (sweep["ranks"] == ranks)]

@@ -7,10 +7,10 @@ import argparse
 import sys
 
 from zen_analysis.config.options import optional
-from zen_analysis.experiments import benchmarks
-from zen_analysis.experiments.benchmarks import BENCHMARKS, default_benchmarks
 from zen_analysis.interface.cli_options import Option, add_options, parse
 from zen_analysis.ranks import netlab
+from zen_experiments import benchmarks
+from zen_experiments.benchmarks import BENCHMARKS, default_benchmarks
 
 NETLAB_OPTIONS = (
     Option("bandwidth", None, "Gbit/s: also build a 2-node lab at this rate and measure it (with a program: the "
@@ -22,7 +22,7 @@ NETLAB_OPTIONS = (
 
 
 def cmd_reproduce(args: argparse.Namespace) -> None:
-    from zen_analysis.experiments.reproduce import reproduce  # deferred: torch; --help stays light
+    from zen_experiments.reproduce import reproduce  # deferred: torch; --help stays light
 
     reproduce(args.set or [], only=_stages(args.only), skip=_stages(args.skip), full=args.full)
 

@@ -179,7 +179,7 @@ def model_vs_measured(measured: pd.DataFrame) -> plt.Figure:
 def measured_speedup_vs_bandwidth(sweep: pd.DataFrame) -> plt.Figure:
     """The measured Fig. 15: speedup over dense all-reduce (end to end, median of the slowest rank) per scheme vs
     the lab's link rate, one panel per (tensor kind, ranks); the model's prediction beside each bar (hatched).
-    ``sweep``: :func:`zen_analysis.experiments.lab_sweeps.scheme_sweep`."""
+    ``sweep``: :func:`zen_experiments.lab_sweeps.scheme_sweep`."""
     style.apply()
     d = sweep[sweep["scheme"] != "allreduce"]
     panels = d[["kind", "ranks"]].drop_duplicates().sort_values(["kind", "ranks"]).itertuples(index=False)
@@ -243,7 +243,7 @@ def crossover(sweep: pd.DataFrame, predicted: dict, *, kind: str = "natural", ra
     """Where dense all-reduce catches up: the fastest sparse scheme's time over dense all-reduce's against the link
     rate, measured (a point per rate of the scheme sweep, and ``auto``'s) and modelled (the line: the model's rate
     curve, :func:`zen_analysis.evaluation.crossover.crossover`), with both crossovers marked.
-    ``sweep``: :func:`zen_analysis.experiments.lab_sweeps.scheme_sweep`; ``predicted``: ``crossover``'s result."""
+    ``sweep``: :func:`zen_experiments.lab_sweeps.scheme_sweep`; ``predicted``: ``crossover``'s result."""
     style.apply()
     d = sweep[(sweep["kind"] == kind) & (sweep["ranks"] == ranks)]
     fig, ax = plt.subplots(figsize=(6.4, 4.0))

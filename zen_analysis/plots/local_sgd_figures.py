@@ -50,7 +50,7 @@ def tau_sweep(table: pd.DataFrame) -> plt.Figure:
 
 
 def penalty_ablation(runs: pd.DataFrame, *, spike_steps: list[int] | None = None) -> plt.Figure:
-    """EDiT penalty ablation (a :func:`zen_analysis.experiments.local_sgd_runs.penalty_ablation` table): rank 0's loss
+    """EDiT penalty ablation (a :func:`zen_experiments.local_sgd_runs.penalty_ablation` table): rank 0's loss
     per variant (corrupted steps of the spiking rank shaded), and each variant's largest spike against the
     spike-free run's largest (dashed)."""
     style.apply()

@@ -1,4 +1,4 @@
-"""The Zen paper's Fig. 11-15 modelled at its scale (:func:`~zen_analysis.experiments.paper_figures.paper_figures`):
+"""The Zen paper's Fig. 11-15 modelled at its scale (:func:`~zen_analysis.paper.figures.paper_figures`):
 throughput (Fig. 11-14) and communication speedup (Fig. 15) against machines per scheme, with the paper's points
 where it gives them; and the speedups modelled from captured traces at one scale beside the paper's
 (:func:`speedup_beside_paper`)."""
@@ -32,7 +32,7 @@ def paper_points(table: pd.DataFrame) -> pd.DataFrame:
 def throughput_vs_machines(table: pd.DataFrame, *, schemes=CURVES) -> plt.Figure:
     """Fig. 11-14 modelled: samples/s (log) against machines (log 2) per scheme of ``schemes``, one panel per testbed
     (rows) and workload (columns); stars are the paper's points (:func:`paper_points`), in the colour of the scheme
-    they are the paper's throughput of. ``table``: :func:`~zen_analysis.experiments.paper_figures.paper_figures`."""
+    they are the paper's throughput of. ``table``: :func:`~zen_analysis.paper.figures.paper_figures`."""
     style.apply()
     testbeds = list(dict.fromkeys(table["testbed"]))
     workloads = list(dict.fromkeys(table["workload"]))
@@ -73,7 +73,7 @@ def throughput_vs_machines(table: pd.DataFrame, *, schemes=CURVES) -> plt.Figure
 def comm_speedup_vs_machines(table: pd.DataFrame, *, schemes=CURVES) -> plt.Figure:
     """Fig. 15 modelled: AllReduce's communication time over each scheme's (log 2) against machines, one panel per
     testbed (rows) and workload (columns) that the paper gives a communication speedup for; stars are the paper's
-    (its ratio x the model's speedup of the scheme it is over). ``table``: :func:`~zen_analysis.experiments.
+    (its ratio x the model's speedup of the scheme it is over). ``table``: :func:`~zen_experiments.
     paper_figures.paper_figures`."""
     style.apply()
     have = table[(table["paper_metric"] == "comm") & table["paper"].notna()]

@@ -14,7 +14,7 @@ from zen_analysis.plots import style
 def training_vs_bandwidth(sweep: pd.DataFrame) -> plt.Figure:
     """The measured analogue of Fig. 11-14: per variant vs link rate, the exchange per step (what the network
     changes; left) and the training throughput (middle), and each median step split into compute, waiting for the
-    slowest rank and the exchange (right). ``sweep``: :func:`zen_analysis.experiments.lab_sweeps.training_sweep`."""
+    slowest rank and the exchange (right). ``sweep``: :func:`zen_experiments.lab_sweeps.training_sweep`."""
     style.apply()
     fig, (ax, cx, bx) = plt.subplots(1, 3, figsize=(17, 4.6), gridspec_kw={"width_ratios": [1, 1, 1.3]})
     rates = sorted(sweep["bandwidth_gbps"].unique())

@@ -18,7 +18,7 @@ __all__ = ["hashing_cost", "loss_parity", "pull_format_speedup", "theorem2"]
 def hashing_cost(cost: pd.DataFrame) -> plt.Figure:
     """Fig. 16a/16b: seconds to bucket a worker's non-zeros vs density, sweeping r1 (a) and k (b), with the
     argsort reference (and Algorithm 1 in torch rounds, on CPU) on both panels (a
-    :func:`zen_analysis.experiments.hashing_cost.hashing_cost` table)."""
+    :func:`zen_experiments.hashing_cost.hashing_cost` table)."""
     style.apply()
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.6), sharey=True)
     ref = cost[cost["sweep"].isin(["argsort", "torch_rounds"])]
@@ -94,7 +94,7 @@ def pull_format_speedup(model: pd.DataFrame, measured: pd.DataFrame | None = Non
 
 def loss_parity(metrics: pd.DataFrame) -> plt.Figure:
     """Fig. 18: per-step training loss of Zen vs dense all-reduce (natural sparsity) and Zen vs AGsparse under
-    the same top-k masks (a :func:`zen_analysis.experiments.zen_runs.parity_runs` table); the curves must coincide."""
+    the same top-k masks (a :func:`zen_experiments.zen_runs.parity_runs` table); the curves must coincide."""
     style.apply()
     fig, axes = plt.subplots(1, 2, figsize=(12, 3.8), sharey=True)
     for ax, (pair, title) in zip(

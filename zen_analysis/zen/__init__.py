@@ -11,7 +11,7 @@ The planner, choosing per tensor among Balanced Parallelism, every other scheme 
 the schemes it chooses among: :mod:`zen_analysis.comm.planner`.
 
 The experiments on Zen (parity, Theorem 2, the Fig. 16 hashing cost, the speed benchmark) are in
-:mod:`zen_analysis.experiments`.
+:mod:`zen_experiments`.
 """
 
 from zen_analysis.zen.bitmap import HashBitmap

@@ -1,13 +1,13 @@
-"""The lab's per-call costs and local work fitted where :mod:`~zen_analysis.experiments.lab_check` uses them: ranks
+"""The lab's per-call costs and local work fitted where :mod:`~zen_experiments.lab_check` uses them: ranks
 that sleep their compute and then sum, with idle cores at the start of every sum.
 
 Why a calibration of its own. The lab's calibration (:func:`~zen_analysis.evaluation.calibrate.netlab`) runs the
 schemes back to back, every rank busy all the time: a collective call there waits for ranks that contend for the 2
 cores, and its fitted alpha (per call) and local work (per row) are those of a saturated CPU. In the check, every sum
 starts after a sleep, with the cores free: the same call costs less there, and the profile of
-:func:`~zen_analysis.experiments.lab_check.lab_check` (each phase's measured collective time beside the model's)
+:func:`~zen_experiments.lab_check.lab_check` (each phase's measured collective time beside the model's)
 shows the calibrated alpha above every measured phase of few bytes. A model is fitted in the regime it predicts, so
-this one is: the same rank body as the check (:func:`~zen_analysis.experiments.lab_ranks.run_lab`), the same sleep,
+this one is: the same rank body as the check (:func:`~zen_experiments.lab_ranks.run_lab`), the same sleep,
 link rate, rank count and table shape, on other sets: :func:`~zen_analysis.sparsity.synthetic.synthetic_index_sets`
 at three densities (skew 1, overlap 0.3: ``calibrate``'s own cases), never the workload it is then checked on.
 

@@ -12,7 +12,7 @@
 * :func:`node_comparison`: Zen's hierarchical mode on lab nodes of several ranks, against flat Zen and all-reduce.
 
 A user's own DDP training measured on loopback and behind shaped links, :func:`ddp_script_sweep`, is
-:mod:`zen_analysis.experiments.ddp_sweep` (re-exported here for callers that import it from this module).
+:mod:`zen_experiments.ddp_sweep` (re-exported here for callers that import it from this module).
 
 Shape suffixes: K non-zeros of one captured record.
 """
@@ -35,16 +35,16 @@ from zen_analysis.config import ExperimentConfig, apply_overrides
 from zen_analysis.derived import variant
 from zen_analysis.evaluation.measure import write_summary
 from zen_analysis.evaluation.replay import replay_run
-from zen_analysis.experiments.ddp_sweep import (  # noqa: F401 - re-exported for callers importing them from here
-    DDP_DEFAULT_VARIANTS,
-    DDP_VARIANTS,
-    ddp_script_sweep,
-)
 from zen_analysis.ranks.netlab import NetLab
 from zen_analysis.ranks.procs import fork_launch
 from zen_analysis.runs.launch import launch
 from zen_analysis.wire.exchange import Exchange
 from zen_analysis.zen.sparse_allreduce import NodeGroups, zen_sum, zen_sum_hierarchical
+from zen_experiments.ddp_sweep import (  # noqa: F401 - re-exported for callers importing them from here
+    DDP_DEFAULT_VARIANTS,
+    DDP_VARIANTS,
+    ddp_script_sweep,
+)
 
 __all__ = ["scheme_sweep", "training_sweep"]
 

@@ -1,7 +1,7 @@
 """Zen under FSDP2, measured (:mod:`zen_analysis.fsdp`).
 
 * :func:`bench_fsdp`: stock FSDP2 against Zen-FSDP2 training a large-vocabulary Llama in the network lab
-  (:mod:`~zen_analysis.experiments.fsdp_train`): step, breakdown, bytes, losses, the busiest shard's rows;
+  (:mod:`~zen_experiments.fsdp_train`): step, breakdown, bytes, losses, the busiest shard's rows;
 * :func:`bench_fsdp_balance`: the busiest rank's received rows in a sparse reduce-scatter over the mean, with the
   table stored contiguously (FSDP2's order), in the plain h0 order and in the stratified h0 order
   (:func:`~zen_analysis.fsdp.hashed.hashed_order`), on real batches of the recipes' data, beside Theorem 2's
@@ -16,12 +16,12 @@ import pandas as pd
 from zen_analysis import paths, recipes
 from zen_analysis.config.options import ints, names
 from zen_analysis.derived import write_table
-from zen_analysis.experiments.bench_options import parse_sets, publish
-from zen_analysis.experiments.fsdp_train import VARIANTS, FSDPSettings, fsdp_rank
 from zen_analysis.fsdp.hashed import balls_into_bins_bound, hashed_order, inverse, received_rows
 from zen_analysis.ranks.netlab import NetLab
 from zen_analysis.ranks.procs import fork_launch
 from zen_analysis.workload.batches import TokenData, open_data, prepare
+from zen_experiments.bench_options import parse_sets, publish
+from zen_experiments.fsdp_train import VARIANTS, FSDPSettings, fsdp_rank
 
 ORDERS = ("contiguous", "h0", "stratified")
 
@@ -89,7 +89,7 @@ def bench_fsdp_balance(overrides: list[str] | tuple[str, ...] = ()) -> pd.DataFr
 def fsdp_sweep(
     ranks: list[int], bandwidth_gbps: float, variants: list[str], settings: FSDPSettings, recipe: str
 ) -> pd.DataFrame:
-    """Every variant at every rank count (:func:`~zen_analysis.experiments.fsdp_train.fsdp_rank`), behind links of
+    """Every variant at every rank count (:func:`~zen_experiments.fsdp_train.fsdp_rank`), behind links of
     ``bandwidth_gbps`` in the network lab (0: loopback, no lab); one row per (ranks, variant, step, rank)."""
     cfg = recipes.get(recipe)
     prepared = prepare(cfg.data)
@@ -143,7 +143,7 @@ def fsdp_summary(steps: pd.DataFrame, settings: FSDPSettings) -> pd.DataFrame:
 
 
 def bench_fsdp(overrides: list[str] | tuple[str, ...] = ()) -> pd.DataFrame:
-    """Stock FSDP2 against Zen-FSDP2 on a large-vocabulary Llama (:mod:`~zen_analysis.experiments.fsdp_train`), at
+    """Stock FSDP2 against Zen-FSDP2 on a large-vocabulary Llama (:mod:`~zen_experiments.fsdp_train`), at
     each rank count behind links of ``bandwidth`` Gbit/s (``bandwidth=0``: loopback, no lab). Per-step records go
     to ``data/derived/fsdp/steps.parquet``, the summary (:func:`fsdp_summary`) to ``train.{parquet,txt}``, with the
     speedups of Zen's rows over stock's."""

@@ -10,10 +10,10 @@ from zen_analysis import paths, recipes
 from zen_analysis.capture.pseudo import PSEUDO_KINDS
 from zen_analysis.capture.reader import TraceReader
 from zen_analysis.config import apply_overrides
-from zen_analysis.experiments.local_sgd_runs import local_tokens_per_s, method_run
 from zen_analysis.sparsity.characterize import characterize
 from zen_analysis.sparsity.report import claims_table
 from zen_analysis.sparsity.workloads import combined_tables, workload_labels
+from zen_experiments.local_sgd_runs import local_tokens_per_s, method_run
 
 __all__ = ["pseudo_gradient_claims"]
 

@@ -1,7 +1,7 @@
-"""The benchmarks on the emulated network (registered in :mod:`zen_analysis.experiments.benchmarks`): ``zen-analysis
+"""The benchmarks on the emulated network (registered in :mod:`zen_experiments.benchmarks`): ``zen-analysis
 bench netlab``, schemes, flat vs hierarchical Zen, training, loopback twins, EDiT and sparse pseudo-gradients, each
 rank behind a shaped link (tables in ``data/derived/netlab/``); ``bench lab-check``, the paper-scale model against a
-lab whose ranks sleep their GPU compute (:mod:`~zen_analysis.experiments.lab_check`; ``data/derived/paper/``)."""
+lab whose ranks sleep their GPU compute (:mod:`~zen_experiments.lab_check`; ``data/derived/paper/``)."""
 
 from __future__ import annotations
 
@@ -14,17 +14,17 @@ from zen_analysis import paths, recipes
 from zen_analysis.atomic import atomic_write_text
 from zen_analysis.config.options import floats, ints, names
 from zen_analysis.derived import read_table, write_table
-from zen_analysis.experiments.bench_options import draw_figure, parse_sets, publish
-from zen_analysis.experiments.lab_check import FIG11_SCHEMES, LAB_SCHEMES, lab_check, verdict
-from zen_analysis.experiments.lab_sweeps import loopback_twins, node_comparison, scheme_sweep, training_sweep
-from zen_analysis.experiments.local_sgd_runs import EDIT_TUNED, slow_network_check
-from zen_analysis.experiments.pseudo_gradients import SHORT_SYNC, pseudo_gradient_sweep, short_base
-from zen_analysis.experiments.run_ids import reproduce_run_id
 from zen_analysis.plots import comm as comm_figs
 from zen_analysis.plots import style
 from zen_analysis.plots.local_sgd_figures import pseudo_gradients
 from zen_analysis.ranks import netlab
 from zen_analysis.runs.launch import ensure_run
+from zen_experiments.bench_options import draw_figure, parse_sets, publish
+from zen_experiments.lab_check import FIG11_SCHEMES, LAB_SCHEMES, lab_check, verdict
+from zen_experiments.lab_sweeps import loopback_twins, node_comparison, scheme_sweep, training_sweep
+from zen_experiments.local_sgd_runs import EDIT_TUNED, slow_network_check
+from zen_experiments.pseudo_gradients import SHORT_SYNC, pseudo_gradient_sweep, short_base
+from zen_experiments.run_ids import reproduce_run_id
 
 NETLAB_DEFAULTS = {
     "parts": ["schemes", "nodes", "train"],
@@ -49,7 +49,7 @@ NETLAB_DEFAULTS = {
 
 
 def bench_netlab(overrides: list[str] | tuple[str, ...] = ()) -> dict:
-    """Measured on the emulated network (root; :mod:`zen_analysis.experiments.lab_sweeps`), on the default run (trained
+    """Measured on the emulated network (root; :mod:`zen_experiments.lab_sweeps`), on the default run (trained
     first if ``make reproduce`` has not): ``schemes``, every scheme replaying its natural and top-k tensors at
     ``ranks`` x ``bandwidths`` (figure ``netlab_speedup``); ``nodes``, flat vs hierarchical Zen vs all-reduce on
     2 nodes x 2 ranks at ``node_bandwidths``; ``train``, the default recipe trained for ``train_steps`` steps per
@@ -303,7 +303,7 @@ LAB_CHECK_SHOWN += ["others_cpu_share"]
 
 
 def bench_lab_check(overrides: list[str] | tuple[str, ...] = ()) -> dict:
-    """The paper-scale model checked where communication dominates (:func:`~zen_analysis.experiments.lab_check.
+    """The paper-scale model checked where communication dominates (:func:`~zen_experiments.lab_check.
     lab_check`): every rank sleeps its modelled GPU compute, dilated as its links are, then sums the workload's
     generated gradient with each scheme over ``bandwidth`` Gbit/s links, beside the lab's calibrated model (the
     first run at a rank count calibrates the lab there: minutes more). Writes ``data/derived/paper/lab_check.csv``

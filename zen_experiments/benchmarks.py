@@ -14,12 +14,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from zen_analysis.experiments import results_pages
+from zen_experiments import results_pages
 
 
 class Benchmark(NamedTuple):
     target: str
-    """``"module:function"`` under :mod:`zen_analysis.experiments`; the function takes the ``--set key=value``
+    """``"module:function"`` under :mod:`zen_experiments`; the function takes the ``--set key=value``
     options."""
     about: str
     """One line for ``zen-analysis bench --help``."""
@@ -31,7 +31,7 @@ class Benchmark(NamedTuple):
     columns: tuple[str, ...] = ()
     """The columns its page shows its wide tables by, in order: those saying which row is which, then the ratio and
     the paper's number beside it. A table holding none of them (or with ``()``) is shown by the default: its short
-    identifying columns, then those named like a ratio (:func:`~zen_analysis.experiments.page_tables.headline`)."""
+    identifying columns, then those named like a ratio (:func:`~zen_experiments.page_tables.headline`)."""
 
 
 BENCHMARKS = {
@@ -122,7 +122,7 @@ def default_benchmarks() -> list[str]:
 
 def _function(target: str):
     module, function = target.split(":")
-    return getattr(importlib.import_module(f"zen_analysis.experiments.{module}"), function)
+    return getattr(importlib.import_module(f"zen_experiments.{module}"), function)
 
 
 def resolve(name: str):
@@ -132,7 +132,7 @@ def resolve(name: str):
 
 def run(name: str, overrides: Sequence[str] = ()) -> object:
     """Run one benchmark with its ``--set key=value`` options; from the checkout's own data root, its results page
-    is written too (:func:`~zen_analysis.experiments.results_pages.write_bench_page`)."""
+    is written too (:func:`~zen_experiments.results_pages.write_bench_page`)."""
     bench = BENCHMARKS[name]
     before, start = results_pages.snapshot(), time.perf_counter()
     result = resolve(name)(list(overrides))

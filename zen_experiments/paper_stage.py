@@ -1,6 +1,6 @@
 """``make reproduce``'s paper-scale stage: the paper's workloads generated at its sizes, characterized (C1-C3) at
 128 GPUs beside its Fig. 2-3 statements, and its Fig. 11-15 and 17b modelled from them with every paper number
-beside the model's (:mod:`~zen_analysis.experiments.paper_figures`).
+beside the model's (:mod:`~zen_analysis.paper.figures`).
 
 Writes the data contract ``data/derived/paper/fig11_15.csv`` (a row per workload, testbed, machines and scheme) and
 ``fig11_15_paper.csv`` (the paper's numbers beside the model's, with a computed cause where they differ by more than
@@ -14,7 +14,7 @@ from matplotlib import pyplot as plt
 
 from zen_analysis import paths
 from zen_analysis.atomic import atomic_write_text
-from zen_analysis.experiments.paper_figures import paper_figures, write_paper_figures
+from zen_analysis.paper.figures import paper_figures, write_paper_figures
 from zen_analysis.plots import style
 from zen_analysis.plots.paper import throughput_vs_machines
 from zen_analysis.sparsity.paper_characterize import characterize_paper_workloads

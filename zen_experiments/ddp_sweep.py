@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from zen_analysis.experiments.loss_targets import time_to_quality
 from zen_analysis.ranks.procs import run_in_lab
+from zen_experiments.loss_targets import time_to_quality
 
 __all__ = ["DDP_VARIANTS", "ddp_script_sweep"]
 

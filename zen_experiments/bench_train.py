@@ -12,11 +12,11 @@ import pandas as pd
 from zen_analysis import paths, recipes
 from zen_analysis.atomic import atomic_write_text
 from zen_analysis.config.options import flag, floats, ints, names
-from zen_analysis.experiments.bench_options import draw_figure, parse_sets, publish
-from zen_analysis.experiments.lab_sweeps import REST, training_sweep
-from zen_analysis.experiments.loss_targets import time_to_loss
 from zen_analysis.plots import training_throughput as train_figs
 from zen_analysis.ranks import netlab
+from zen_experiments.bench_options import draw_figure, parse_sets, publish
+from zen_experiments.lab_sweeps import REST, training_sweep
+from zen_experiments.loss_targets import time_to_loss
 
 TRAIN_PARTS = ("natural", "topk", "overlap")
 """``bench train``'s parts: the natural-sparsity workloads with every scheme against ranks and rates; top-k of the
@@ -81,7 +81,7 @@ class TrainBenchSettings:
     @classmethod
     def parse(cls, overrides: list[str] | tuple[str, ...] = ()) -> TrainBenchSettings:
         """The defaults updated by ``overrides`` (``key=value``) through
-        :func:`~zen_analysis.experiments.bench_options.parse_sets`, which names the keys on an unknown one; the
+        :func:`~zen_experiments.bench_options.parse_sets`, which names the keys on an unknown one; the
         parts checked against :data:`TRAIN_PARTS`."""
         defaults = asdict(cls())
         types = {f.name: _PARSERS.get(f.type, str) for f in fields(cls)}

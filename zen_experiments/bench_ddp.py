@@ -1,5 +1,5 @@
 """The benchmarks against what a DDP user already runs (``zen-analysis bench ddp | exchange``; registered in
-:mod:`zen_analysis.experiments.benchmarks`): a user's own DDP script with stock DDP's paths and Zen's hooks, and
+:mod:`zen_experiments.benchmarks`): a user's own DDP script with stock DDP's paths and Zen's hooks, and
 a captured run's embedding rows summed by stock DDP's sparse all-gather and by the schemes, both behind the
 network lab's shaped links (loopback where the lab cannot be built). Tables in ``data/derived/ddp/`` and
 ``data/derived/exchange/``."""
@@ -12,10 +12,10 @@ from zen_analysis import paths
 from zen_analysis.atomic import atomic_write_text
 from zen_analysis.config.options import flag, floats, ints, names
 from zen_analysis.derived import write_table
-from zen_analysis.experiments.bench_options import parse_sets, publish
-from zen_analysis.experiments.exchange_replay import EXCHANGE_SCHEMES, exchange_sweep
-from zen_analysis.experiments.lab_sweeps import DDP_DEFAULT_VARIANTS, ddp_script_sweep
 from zen_analysis.ranks import netlab
+from zen_experiments.bench_options import parse_sets, publish
+from zen_experiments.exchange_replay import EXCHANGE_SCHEMES, exchange_sweep
+from zen_experiments.lab_sweeps import DDP_DEFAULT_VARIANTS, ddp_script_sweep
 
 
 def _bandwidths(value: str) -> list[float | None]:
@@ -26,13 +26,13 @@ def _bandwidths(value: str) -> list[float | None]:
 def bench_ddp(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     """A user's own DDP training (``scripts/ddp_transformers.py``, the default Llama under torchrun) as stock DDP,
     with Zen's natural hook, with top-k + Zen, and with what a DDP user already has (torch's fp16 / bf16 / PowerSGD
-    hooks, a ``sparse=True`` embedding) (:func:`~zen_analysis.experiments.lab_sweeps.ddp_script_sweep`): median step
+    hooks, a ``sparse=True`` embedding) (:func:`~zen_experiments.lab_sweeps.ddp_script_sweep`): median step
     time and bytes per step of rank 0, on loopback and, as root, behind 1 Gbit/s links (``model=lstm
     size=lstm-words``: the paper's word-level LSTM in plain PyTorch instead, in a table of its own,
     ``ddp_script-lstm-lstm-words``; other ranks or batch add ``-r<ranks>-b<batch>``); the lossy variants' time to
     stock DDP's loss at ``target_step`` and their loss gap at stock's time, the lossless ones' loss difference
     from their baseline. ``--set ranks=4 bandwidths=loopback,1 steps=12 rounds=2 bucket_mb=25 optimizer=sgd
-    lr=0.1 target_step=7 variants=...`` (default :data:`~zen_analysis.experiments.lab_sweeps.DDP_DEFAULT_VARIANTS`,
+    lr=0.1 target_step=7 variants=...`` (default :data:`~zen_experiments.lab_sweeps.DDP_DEFAULT_VARIANTS`,
     all of ``DDP_VARIANTS`` selectable). Table in ``data/derived/ddp/ddp_script.txt``."""
 
     defaults = {
@@ -94,7 +94,7 @@ def bench_ddp(overrides: list[str] | tuple[str, ...] = ()) -> dict:
 
 def bench_exchange(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     """The gradient exchange alone against stock DDP's own sparse path
-    (:func:`~zen_analysis.experiments.exchange_replay.exchange_sweep`): a captured run's rank-steps of its embedding
+    (:func:`~zen_experiments.exchange_replay.exchange_sweep`): a captured run's rank-steps of its embedding
     (each lab rank one real rank's rows per step) summed by stock DDP's sparse all-reduce and by the toolkit's row sums,
     each rank behind a shaped link, measured beside the lab's model. ``--set run=reproduce-lstm-words ranks=4,8,16
     bandwidths=1 schemes=stock,zen,agsparse,sparcml repeats=12 workers_per_rank=8 model=true``. Table in

@@ -20,7 +20,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from zen_analysis.experiments.paper_hierarchy import Knobs, Links
+from zen_analysis.paper.hierarchy import Knobs, Links
 
 TOLERANCE = 0.25
 """|model / paper - 1| above which a comparison gets a ``cause``."""

@@ -17,7 +17,7 @@ Stages (:data:`STAGES`; ``zen-analysis reproduce --only STAGE`` / ``--skip STAGE
    Zen / top-k AGsparse / top-k Zen trainings of the default model on 4 ranks for loss parity (Fig. 18);
 6. ``paper``: the paper's headline at its scale: its six workloads' index sets generated from its inputs,
    characterized at 128 GPUs (C1-C3), and Fig. 11-15 and 17b modelled from them beside every paper number
-   (:mod:`~zen_analysis.experiments.paper_stage`);
+   (:mod:`~zen_experiments.paper_stage`);
 7. ``edit``: synchronous training, Post-Local SGD, DiLoCo, EDiT and A-EDiT on the default Llama at equal tokens
    (loss curves, validation loss and its gap to synchronous training, tokens/s, bytes), and EDiT's penalty
    ablation with injected loss spikes; a short version of the sparse pseudo-gradient measurements (C1-C3 beside
@@ -44,35 +44,6 @@ from zen_analysis.config import apply_overrides
 from zen_analysis.derived import read_table, write_table
 from zen_analysis.evaluation.evaluate import evaluate_runs, normalized, speedups, wire_size_table
 from zen_analysis.evaluation.measure import report, summarize
-from zen_analysis.experiments import results_pages
-from zen_analysis.experiments.hashing_cost import hashing_cost
-from zen_analysis.experiments.lab_sweeps import node_comparison, scheme_sweep
-from zen_analysis.experiments.local_sgd_runs import (
-    ABLATION_SPIKES,
-    ABLATION_SYNC,
-    EDIT_TUNED,
-    compare_methods,
-    penalty_ablation,
-)
-from zen_analysis.experiments.paper_stage import stage_paper
-from zen_analysis.experiments.pseudo_gradients import (
-    SHORT_SYNC,
-    pseudo_gradient_claims,
-    pseudo_gradient_sweep,
-    short_base,
-)
-from zen_analysis.experiments.run_ids import (
-    EVALUATE_STEPS,
-    REPLAY_RANKS,
-    REPRODUCE_RUNS,
-    RUN_OVERRIDES,
-    SCALE_RUN,
-    reproduce_recipes,
-    reproduce_run_id,
-    reproduce_run_ids,
-)
-from zen_analysis.experiments.schemes import measured_replay, scale_mode
-from zen_analysis.experiments.zen_runs import parity_config, parity_runs, parity_summary, theorem2_table
 from zen_analysis.plots import comm as comm_figs
 from zen_analysis.plots import local_sgd_figures as lsgd_figs
 from zen_analysis.plots import style
@@ -83,6 +54,35 @@ from zen_analysis.runs.launch import launch
 from zen_analysis.sparsity.characterize import characterize
 from zen_analysis.sparsity.report import claims_table, to_markdown
 from zen_analysis.sparsity.workloads import combined_tables
+from zen_experiments import results_pages
+from zen_experiments.hashing_cost import hashing_cost
+from zen_experiments.lab_sweeps import node_comparison, scheme_sweep
+from zen_experiments.local_sgd_runs import (
+    ABLATION_SPIKES,
+    ABLATION_SYNC,
+    EDIT_TUNED,
+    compare_methods,
+    penalty_ablation,
+)
+from zen_experiments.paper_stage import stage_paper
+from zen_experiments.pseudo_gradients import (
+    SHORT_SYNC,
+    pseudo_gradient_claims,
+    pseudo_gradient_sweep,
+    short_base,
+)
+from zen_experiments.run_ids import (
+    EVALUATE_STEPS,
+    REPLAY_RANKS,
+    REPRODUCE_RUNS,
+    RUN_OVERRIDES,
+    SCALE_RUN,
+    reproduce_recipes,
+    reproduce_run_id,
+    reproduce_run_ids,
+)
+from zen_experiments.schemes import measured_replay, scale_mode
+from zen_experiments.zen_runs import parity_config, parity_runs, parity_summary, theorem2_table
 
 FULL_ONLY = results_pages.FULL_ONLY
 """Stages run by ``--full`` (``make reproduce-full``) or by naming them in ``--only``."""

@@ -1,4 +1,4 @@
-"""One training step of the Zen paper's LSTM and DeepFM, timed: the compute :mod:`~zen_analysis.experiments.paper_scale`
+"""One training step of the Zen paper's LSTM and DeepFM, timed: the compute :mod:`~zen_analysis.paper.scale`
 uses in place of its assumed peak x utilization wherever a GPU run measured it.
 
 :func:`step_times` builds the two natural-sparsity workloads from the toolkit's own classes
@@ -341,7 +341,7 @@ def measured_step_compute(
 
 
 def main(argv: list[str] | None = None) -> pd.DataFrame:
-    """``python -m zen_analysis.experiments.paper_compute --device cuda --size paper --out DIR``: :func:`step_times`
+    """``python -m zen_analysis.paper.compute --device cuda --size paper --out DIR``: :func:`step_times`
     printed, and written to ``DIR/paper_compute.csv`` with ``--out``."""
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")

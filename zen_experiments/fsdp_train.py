@@ -25,11 +25,11 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from zen_analysis.config.model import ModelConfig
-from zen_analysis.experiments.exchange_replay import written_bytes
 from zen_analysis.fsdp import shard
 from zen_analysis.fsdp.timing import time_comms
 from zen_analysis.workload.batches import PreparedData, TokenData
 from zen_analysis.workload.models import build_model, lm_loss
+from zen_experiments.exchange_replay import written_bytes
 
 
 @dataclass(frozen=True)

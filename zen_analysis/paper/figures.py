@@ -4,15 +4,15 @@ throughput and communication time per scheme on 2-16 machines of 8 V100, at 25 G
 
 :func:`paper_figures` draws every GPU's sparse index sets for one training step of each workload (the paper's table
 sizes, batches and per-GPU densities: :func:`paper_workload`), sums them by each scheme as its published
-implementation treats the 8-GPU node (:mod:`~zen_analysis.experiments.paper_hierarchy`: the traffic, the NVLink
+implementation treats the 8-GPU node (:mod:`~zen_analysis.paper.hierarchy`: the traffic, the NVLink
 collectives, the node's link shared), and prices a training step:
 
 * ``compute_s``: a GPU run's measured step of the paper's LSTM or DeepFM on ``device`` where one exists (``h100``,
-  ``h200``: :func:`~zen_analysis.experiments.paper_compute.measured_step_compute`, at the paper's batch); otherwise
+  ``h200``: :func:`~zen_analysis.paper.compute.measured_step_compute`, at the paper's batch); otherwise
   assumed: 6 x dense parameters x what one GPU's step computes on (:func:`compute_tokens`: the LSTM's 128 sequences
-  of :data:`~zen_analysis.experiments.paper_compute.SHAPES`' 128 tokens, as the measured step; NMT's 64 pairs at
+  of :data:`~zen_analysis.paper.compute.SHAPES`' 128 tokens, as the measured step; NMT's 64 pairs at
   IWSLT'14's own mean length; DeepFM's 1,024 samples, a sample one pass of its MLP) at ``device``'s peak x
-  utilization (:data:`~zen_analysis.experiments.paper_compute.DEVICES`; the paper's V100 at 40% of its FP32 peak by
+  utilization (:data:`~zen_analysis.paper.compute.DEVICES`; the paper's V100 at 40% of its FP32 peak by
   default). Not the generator's ``tokens_per_gpu``: those are its id law's independent draws, fitted for the density,
   not tokens a model computes on. LLMs: 6 x parameters (the generator's one TP shard x 8) x 1,024 tokens per TP group
   / 8 GPUs, plus the TP group's activation all-reduces over NVLink (4 per layer, Megatron's two in forward and two in
@@ -32,9 +32,9 @@ collectives, the node's link shared), and prices a training step:
 The workloads are :mod:`~zen_analysis.sparsity.paper_workloads`' (each row's ``synthetic`` says what is generated).
 An LLM's sets there are one TP shard's (``scale``: the shard's elements over those generated); a machine's link carries
 its 8 shards, each summed by its own data-parallel group of one rank per machine, the 8 groups at once
-(:func:`~zen_analysis.experiments.paper_hierarchy.topk_syncs`).
+(:func:`~zen_analysis.paper.hierarchy.topk_syncs`).
 
-The paper's RESULTS never feed this: they sit beside it (:mod:`~zen_analysis.experiments.paper_numbers`), after
+The paper's RESULTS never feed this: they sit beside it (:mod:`~zen_analysis.paper.numbers`), after
 the model is priced.
 """
 
@@ -50,9 +50,9 @@ import torch
 from zen_analysis import paths
 from zen_analysis.atomic import atomic_write_text
 from zen_analysis.evaluation.calibrate import preset
-from zen_analysis.experiments import paper_numbers
-from zen_analysis.experiments.paper_compute import SHAPES, StepCompute, assumed_step, measured_step_compute
-from zen_analysis.experiments.paper_hierarchy import (
+from zen_analysis.paper import numbers as paper_numbers
+from zen_analysis.paper.compute import SHAPES, StepCompute, assumed_step, measured_step_compute
+from zen_analysis.paper.hierarchy import (
     AS_MODELLED,
     HIERARCHIES,
     Knobs,
@@ -94,7 +94,7 @@ class Case(NamedTuple):
 
 def make_case(workload, machines: int, sets: list[torch.Tensor], schemes, *, seed: int = 0, hierarchy=None) -> Case:
     """``workload`` on ``machines`` machines from its GPUs' (natural: 8 per machine) or DP ranks' (top-k: one per
-    machine, one TP shard each) ``sets``: every scheme's :class:`~zen_analysis.experiments.paper_hierarchy.Sync`, the
+    machine, one TP shard each) ``sets``: every scheme's :class:`~zen_analysis.paper.hierarchy.Sync`, the
     mean per-GPU (top-k: per-rank) density, (natural) the mean density of a node's union of its 8 GPUs' rows
     (section 5.3 gives DeepFM's) and the density of the union of all the sets."""
     rows = workload.num_rows
@@ -120,7 +120,7 @@ def compute_tokens(workload) -> tuple[int, str]:
     """(count, unit) one GPU's step of a natural workload computes on: what its assumed compute multiplies.
 
     The paper states the batches (128 sequences, 1,024 samples, 64 pairs) but not the lengths, so: the LSTM's
-    sequences are :data:`~zen_analysis.experiments.paper_compute.SHAPES`' 128 tokens (what a measured step times);
+    sequences are :data:`~zen_analysis.paper.compute.SHAPES`' 128 tokens (what a measured step times);
     NMT's pairs IWSLT'14's own mean source + target length (:data:`~zen_analysis.sparsity.paper_fits.IWSLT14_FIT`,
     tokens per 64-pair batch); DeepFM's unit is the sample (26 lookups and one pass of the MLP). Not
     ``tokens_per_gpu``: the generator's independent id draws, fitted to give Table 1's density, are no token count."""
@@ -247,10 +247,10 @@ def paper_figures(
     """Fig. 11-15 and 17b modelled: a row per (workload, testbed, machines, scheme) with the module docstring's
     columns, and the paper's number beside the model's where it gives one (``paper``, ``paper_ratio`` naming the
     ratio, ``model_ratio`` the model's, ``cause`` one computed sentence where they differ by more than 25%:
-    :func:`~zen_analysis.experiments.paper_numbers.attach`). One step (``step``, ``seed``) of each workload is drawn
+    :func:`~zen_analysis.paper.numbers.attach`). One step (``step``, ``seed``) of each workload is drawn
     at the largest machine count and its first GPUs serve the smaller ones (the GPUs are exchangeable).
     ``hierarchy``: a scheme's hierarchy for the natural workloads in place of
-    :data:`~zen_analysis.experiments.paper_hierarchy.HIERARCHY`'s (``{"sparcml": "flat"}``: SparCML's library over
+    :data:`~zen_analysis.paper.hierarchy.HIERARCHY`'s (``{"sparcml": "flat"}``: SparCML's library over
     every GPU). ``workload_of``: a function from a name to a workload (default :func:`paper_workload`). The table's
     attrs hold the comparison with every paper number (``attrs["paper"]``)."""
     _check(workloads, testbeds, machines, schemes, overlap)

@@ -1,5 +1,5 @@
 """The runs ``make reproduce`` trains, by recipe and run id: what the notebooks, the benchmarks and the reproduce
-stages (:mod:`zen_analysis.experiments.reproduce`) read, so a workload added here shows up in all of them."""
+stages (:mod:`zen_experiments.reproduce`) read, so a workload added here shows up in all of them."""
 
 from __future__ import annotations
 

@@ -142,7 +142,7 @@ def _keys(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
 
 
 def headline(tab: dict, named: Sequence[str] = ()) -> list[str]:
-    """The columns a table is shown by: ``named`` (a benchmark's choice, :data:`~zen_analysis.experiments.
+    """The columns a table is shown by: ``named`` (a benchmark's choice, :data:`~zen_experiments.
     benchmarks.Benchmark.columns`) where the table holds one of its ratios (by :data:`RATIO`) or numbers, else the
     columns that say which row is which (:func:`_keys`) and then those :data:`RATIO` names (the last ones left out
     while they overflow :data:`WIDTH`, one always kept), or where none is, its numbers in order while they fit."""

@@ -1,8 +1,8 @@
 """Benchmarks of the schemes and Zen's kernels (``zen-analysis bench comm | hashing | zen``; registered in
-:mod:`zen_analysis.experiments.benchmarks`): every scheme measured beside its model on gloo ranks, Algorithm 1
+:mod:`zen_experiments.benchmarks`): every scheme measured beside its model on gloo ranks, Algorithm 1
 against a sort, and ``zen_sum`` against a dense all-reduce and the sparse schemes. Ratios are measured side by side
 in one run and reported as medians; each benchmark's ``--set key=value`` options are parsed by
-:func:`zen_analysis.experiments.bench_options.parse_sets`."""
+:func:`zen_experiments.bench_options.parse_sets`."""
 
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ import torch
 from zen_analysis import recipes
 from zen_analysis.config.options import floats, ints
 from zen_analysis.evaluation import measure, replay
-from zen_analysis.experiments import zen_speed
-from zen_analysis.experiments.bench_options import parse_sets
-from zen_analysis.experiments.run_ids import reproduce_run_id
-from zen_analysis.experiments.zen_speed import model_check, speed_table, summary
 from zen_analysis.runs.launch import ensure_run
 from zen_analysis.zen import native
 from zen_analysis.zen.hierarchical import bucket_reference, hierarchical_hash
+from zen_experiments import zen_speed
+from zen_experiments.bench_options import parse_sets
+from zen_experiments.run_ids import reproduce_run_id
+from zen_experiments.zen_speed import model_check, speed_table, summary
 
 
 def bench_comm(overrides: list[str] | tuple[str, ...] = ()) -> dict:
@@ -91,7 +91,7 @@ def bench_hashing(overrides: list[str] | tuple[str, ...] = ()) -> dict:
 def bench_zen(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     """``zen_sum`` vs dense all-reduce, AGsparse and BP-COO on 2 gloo ranks (one per core), at 4M / 32M / 128M
     elements and 0.5% / 1% / 5% density with 30% overlap, beside the local-work floor and Zen's local steps
-    (:mod:`zen_analysis.experiments.zen_speed`), medians of 9. ``--set sizes=4000000,32000000 densities=0.01
+    (:mod:`zen_experiments.zen_speed`), medians of 9. ``--set sizes=4000000,32000000 densities=0.01
     repeats=5``."""
 
     defaults = {"sizes": list(zen_speed.SIZES), "densities": list(zen_speed.DENSITIES), "repeats": 9, "ranks": 2}

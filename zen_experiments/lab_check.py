@@ -18,7 +18,7 @@ network lab's shaped links (:class:`~zen_analysis.ranks.netlab.NetLab`, one rank
   tables, on every rank, step and repeat (``equal``).
 * Time dilation. Bytes shrink by ``scale`` and the link runs at ``bandwidth_gbps`` instead of the paper's 25 Gbit/s,
   so a bandwidth-bound transfer takes ``dilation = (25 / bandwidth_gbps) / scale`` lab seconds per paper second; the
-  compute slept is the paper-scale model's (:mod:`~zen_analysis.experiments.paper_scale`: a GPU run's measured step,
+  compute slept is the paper-scale model's (:mod:`~zen_analysis.paper.scale`: a GPU run's measured step,
   else 6 x dense parameters x tokens per GPU at the device's assumed FLOP/s) times the same factor, so compute and
   transfer keep the paper's proportion. What does not dilate: a collective's fixed cost (gloo over TCP, a scheduler
   tick) and the CPU's local work (hashing, packing, summing, on 2 cores shared by every rank, not on a GPU). Those
@@ -31,7 +31,7 @@ count, the compute as slept plus the scheme's modelled sum (every phase's calls 
 :func:`~zen_analysis.pricing.cost.phase_times`, and the fitted local work). The lab's stored calibration was fitted
 with every rank busy; in this lab every sum starts with idle cores, where a call costs less, so by default its
 per-call costs and local work are refitted in this regime first, on other sets
-(:mod:`~zen_analysis.experiments.lab_calibration`), and the stored calibration's prediction is kept beside
+(:mod:`~zen_experiments.lab_calibration`), and the stored calibration's prediction is kept beside
 (``modelled_netlab_s``): the difference is the regime's.
 
 How far this is from a real cluster: the sums run on a CPU (2 cores for up to 16 ranks: local work per element is
@@ -55,14 +55,14 @@ import torch
 
 from zen_analysis.comm.schemes import build_scheme
 from zen_analysis.evaluation.calibrate import netlab as netlab_topology
-from zen_analysis.experiments.lab_calibration import idle_calibration
-from zen_analysis.experiments.lab_ranks import run_lab
-from zen_analysis.experiments.paper_scale import ModelledStep, modelled_compute
+from zen_analysis.paper.scale import ModelledStep, modelled_compute
 from zen_analysis.pricing.cost import local_time, phase_features, phase_times
 from zen_analysis.pricing.topology import Topology
 from zen_analysis.sparsity.paper_workloads import PaperWorkload, paper_workload
 from zen_analysis.sparsity.sketch import compact_sets, layout, sample_indices
 from zen_analysis.sparsity.synthetic import describe
+from zen_experiments.lab_calibration import idle_calibration
+from zen_experiments.lab_ranks import run_lab
 
 LAB_SCHEMES = ("allreduce", "agsparse", "sparcml", "omnireduce", "zen", "sparse_ps", "bp_coo")
 """What :func:`lab_check` sums with by default: the paper's baselines and Zen, Sparse PS (Fig. 15) and Balanced
@@ -117,7 +117,7 @@ def lab_sets(workload, ranks: int, *, steps: int = 1, rows: int = 200_000, width
 
 def paper_compute(workload, device: str = "v100") -> tuple[float, str]:
     """(seconds, where they come from) of one GPU's step of ``workload`` at the paper's scale, as
-    :mod:`~zen_analysis.experiments.paper_scale` models it: a GPU run's measured step of the paper's model on
+    :mod:`~zen_analysis.paper.scale` models it: a GPU run's measured step of the paper's model on
     ``device`` where one is committed, else 6 x parameters x tokens per GPU at the device's assumed FLOP/s (natural
     workloads: the dense parameters, the table being a lookup; top-k: every parameter)."""
     params = (
@@ -191,7 +191,7 @@ def _measured(raw: pd.DataFrame) -> pd.DataFrame:
 
 
 CALIBRATIONS = ("idle", "netlab")
-"""What :func:`lab_check` prices on: the lab's calibration refitted with idle cores (:mod:`~zen_analysis.experiments.
+"""What :func:`lab_check` prices on: the lab's calibration refitted with idle cores (:mod:`~zen_experiments.
 lab_calibration`), or the lab's calibration as stored (``netlab``, fitted with every rank busy)."""
 
 

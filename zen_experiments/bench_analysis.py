@@ -1,5 +1,5 @@
 """Benchmarks of the analysis side (``zen-analysis bench capture | characterize | evaluate | paper | paper-figures``;
-registered in :mod:`zen_analysis.experiments.benchmarks`): the cost of capture, characterization and scheme modelling
+registered in :mod:`zen_experiments.benchmarks`): the cost of capture, characterization and scheme modelling
 at the sizes their issues set, the Zen paper's Fig. 11-14 modelled from captured traces, and its Fig. 11-15 and 17b
 modelled from workloads with its stated statistics.
 
@@ -39,18 +39,18 @@ from zen_analysis.config import apply_overrides
 from zen_analysis.config.options import CONFIG, ints, names
 from zen_analysis.evaluation.calibrate import preset
 from zen_analysis.evaluation.evaluate import DEFAULT_TOPOLOGIES, evaluate, evaluate_step
-from zen_analysis.experiments.bench_options import draw_figure, parse_sets
-from zen_analysis.experiments.paper_figures import (
+from zen_analysis.paper.figures import (
     MACHINES,
     PAPER_WORKLOADS,
     TESTBEDS,
     paper_figures,
     write_paper_figures,
 )
-from zen_analysis.experiments.paper_scale import paper_crossover, paper_throughput
-from zen_analysis.experiments.run_ids import reproduce_run_id
+from zen_analysis.paper.scale import paper_crossover, paper_throughput
 from zen_analysis.plots.paper import comm_speedup_vs_machines, speedup_beside_paper, throughput_vs_machines
 from zen_analysis.runs.launch import launch
+from zen_experiments.bench_options import draw_figure, parse_sets
+from zen_experiments.run_ids import reproduce_run_id
 
 
 def bench_capture(overrides: list[str] | tuple[str, ...] = ()) -> dict:
@@ -183,11 +183,11 @@ def bench_evaluate(overrides: list[str] | tuple[str, ...] = ()) -> dict:
 
 
 def bench_paper(overrides: list[str] | tuple[str, ...] = ()) -> dict:
-    """The Zen paper's Fig. 11-14 at its scale, modelled (:func:`~zen_analysis.experiments.paper_scale.
+    """The Zen paper's Fig. 11-14 at its scale, modelled (:func:`~zen_analysis.paper.scale.
     paper_throughput`): samples/s per scheme on 16 machines x 8 V100 at 25 Gbit/s from the captured traces of
     ``make reproduce``'s LSTM (word level), DeepFM and OPT top-k runs, at the captured model's size and at the
     paper's, with the paper's speedups beside them, and where Zen leads stock DDP's sparse path (ranks x link rate,
-    :func:`~zen_analysis.experiments.paper_scale.paper_crossover`). A run not captured is skipped with a line saying
+    :func:`~zen_analysis.paper.scale.paper_crossover`). A run not captured is skipped with a line saying
     so. Writes ``data/derived/paper/fig11_14_modelled.csv`` and ``stock_crossover_modelled.csv`` beside it, and
     figure ``paper_fig11_14_captured`` (:func:`~zen_analysis.plots.paper.speedup_beside_paper`).
     ``--set runs=<run id>,... device=a100 machines=8 overlap=0.3``."""
@@ -255,9 +255,9 @@ def bench_paper(overrides: list[str] | tuple[str, ...] = ()) -> dict:
 
 def bench_paper_figures(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     """The Zen paper's Fig. 11-15 and 17b at its scale, modelled from workloads with its stated statistics
-    (:func:`~zen_analysis.experiments.paper_figures.paper_figures`): every scheme on 2-16 machines of 8 V100 at
+    (:func:`~zen_analysis.paper.figures.paper_figures`): every scheme on 2-16 machines of 8 V100 at
     25 Gbit/s TCP and 100 Gbit/s EFA, each paper number beside the model's. Writes
-    ``data/derived/paper/fig11_15.csv`` and ``fig11_15_paper.csv`` (:func:`~zen_analysis.experiments.paper_figures.
+    ``data/derived/paper/fig11_15.csv`` and ``fig11_15_paper.csv`` (:func:`~zen_analysis.paper.figures.
     write_paper_figures`) and figures ``paper_fig11_14`` and ``paper_fig15``. ``--set workloads=lstm,opt
     testbeds=paper-tcp25 machines=4,16 device=h100 overlap=0.3 seed=1``."""
 

@@ -1,4 +1,4 @@
-"""The ranks of the communication-dominated lab (:mod:`~zen_analysis.experiments.lab_check`): each waits out its
+"""The ranks of the communication-dominated lab (:mod:`~zen_experiments.lab_check`): each waits out its
 compute, then sums its rows with every scheme in turn, over the network lab's shaped links or loopback, and checks
 every sum against a dense all-reduce.
 

@@ -231,7 +231,7 @@ class Links:
 
 @dataclass(frozen=True)
 class Knobs:
-    """One change of the model's assumptions (:func:`~zen_analysis.experiments.paper_numbers.levers`): compute times
+    """One change of the model's assumptions (:func:`~zen_analysis.paper.numbers.levers`): compute times
     ``compute``, the links' rates (:class:`Links`), the overlap (None: the model's own)."""
 
     compute: float = 1.0

@@ -1,5 +1,5 @@
 """The local-SGD benchmarks (EDiT, A-EDiT and sparse pseudo-gradients): ``zen-analysis bench stragglers``,
-``pseudo_density`` and ``pseudo_claims`` (registered in :mod:`zen_analysis.experiments.benchmarks`)."""
+``pseudo_density`` and ``pseudo_claims`` (registered in :mod:`zen_experiments.benchmarks`)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from zen_analysis import paths, recipes
 from zen_analysis.config import apply_overrides
 from zen_analysis.config.options import CONFIG, ints, names
 from zen_analysis.evaluation.evaluate import evaluate_runs, speedups
-from zen_analysis.experiments.bench_options import parse_sets, publish
-from zen_analysis.experiments.local_sgd_runs import EDIT_TUNED, straggler_table
-from zen_analysis.experiments.pseudo_gradients import (
+from zen_experiments.bench_options import parse_sets, publish
+from zen_experiments.local_sgd_runs import EDIT_TUNED, straggler_table
+from zen_experiments.pseudo_gradients import (
     SHORT_SYNC,
     pseudo_gradient_claims,
     pseudo_gradient_density,
@@ -57,7 +57,7 @@ def bench_stragglers(overrides: list[str] | tuple[str, ...] = ()) -> dict:
 
 def bench_pseudo_density(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     """Natural sparsity of pseudo-gradients
-    (:func:`~zen_analysis.experiments.pseudo_gradients.pseudo_gradient_density`): the default Llama
+    (:func:`~zen_experiments.pseudo_gradients.pseudo_gradient_density`): the default Llama
     and the word-level LSTM (``--set recipes=default,lstm-words``), EDiT on 4 ranks x 1 worker,
     28 steps (warm-up 4, a sync every 8: 3 outer syncs), under AdamW with and without weight decay and the lazy
     embedding update; how much of the embedding's pseudo-gradient is exactly zero. Table
@@ -82,7 +82,7 @@ def bench_pseudo_density(overrides: list[str] | tuple[str, ...] = ()) -> dict:
 
 def bench_pseudo_claims(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     """The characterization claims (C1-C3) of top-k pseudo-gradients beside the gradients'
-    (:func:`~zen_analysis.experiments.pseudo_gradients.pseudo_gradient_claims`): the default Llama and the word-level
+    (:func:`~zen_experiments.pseudo_gradients.pseudo_gradient_claims`): the default Llama and the word-level
     LSTM, EDiT with top-k pseudo-gradients (``--set ratio=0.02``) through Zen on 4 ranks x 1 worker, 44 steps
     (warm-up 4, a sync every 8: 5 outer syncs), the gradients captured every 8 steps and the selections at every
     outer sync (``--set mode=all`` adds the before-selection records: about 8 bytes per parameter per worker and

@@ -5,7 +5,7 @@ and predicts one training step per scheme on a topology (``paper-tcp25``: 16 nod
 TCP between): compute from a device profile (:data:`DEVICES`), communication from the traffic models, and the dense
 buckets' overlap with backward. Every number is arithmetic on stated assumptions (the docstrings and the table's
 columns say which); nothing here is a measurement of the paper's cluster. Where a GPU run timed the paper's LSTM or
-DeepFM step on the card modelled (:mod:`~zen_analysis.experiments.paper_compute`, committed under ``data/gpu/``), that
+DeepFM step on the card modelled (:mod:`~zen_analysis.paper.compute`, committed under ``data/gpu/``), that
 measured step is the compute, in place of the assumed peak x utilization.
 
 Shape suffixes: R rows of the table.
@@ -26,7 +26,7 @@ from zen_analysis.comm.schemes import build_scheme
 from zen_analysis.config import ExperimentConfig
 from zen_analysis.evaluation.calibrate import preset
 from zen_analysis.evaluation.crossover import stock_crossover, stock_seconds
-from zen_analysis.experiments.paper_compute import (
+from zen_analysis.paper.compute import (
     DEVICES,
     DeviceProfile,  # noqa: F401 - re-exported beside DEVICES
     StepCompute,
@@ -205,10 +205,10 @@ def modelled_compute(
     step: ModelledStep, workload: str, device: str, size: str, measured: str | Path | None
 ) -> StepCompute:
     """The step's compute on ``device``: with ``size="paper"``, a GPU run's measured step of the paper's model on that
-    card where one exists (:func:`~zen_analysis.experiments.paper_compute.measured_step_compute` under ``measured``,
+    card where one exists (:func:`~zen_analysis.paper.compute.measured_step_compute` under ``measured``,
     the folder of GPU runs; None: ``data/gpu``), its forward and backward scaled by the modelled tokens per GPU over
     the measured (batch x sequence length) where they differ; else 6 x dense parameters x tokens per GPU / (peak x
-    utilization) (:func:`~zen_analysis.experiments.paper_compute.assumed_step`), 2/3 of it backward."""
+    utilization) (:func:`~zen_analysis.paper.compute.assumed_step`), 2/3 of it backward."""
     if size == "paper" and workload in PAPER_BATCH:
         got = measured_step_compute(workload, device, per_gpu=step.tokens_per_gpu, root=measured)
         if got is not None:
