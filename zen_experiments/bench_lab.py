@@ -17,6 +17,7 @@ from zen_analysis.derived import read_table, write_table
 from zen_analysis.plots import comm as comm_figs
 from zen_analysis.plots import style
 from zen_analysis.plots.local_sgd_figures import pseudo_gradients
+from zen_analysis.plots.paper import lab_check_steps
 from zen_analysis.ranks import netlab
 from zen_analysis.runs.launch import ensure_run
 from zen_experiments.bench_options import draw_figure, parse_sets, publish
@@ -348,6 +349,7 @@ def bench_lab_check(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     atomic_write_text(out.with_suffix(".txt"), text + "\n")
     phases = table.attrs["phases"]
     atomic_write_text(out.with_name("lab_check_phases.csv"), phases.to_csv(index=False))
+    draw_figure(lab_check_steps(table), "lab_check_steps")
     shown = table[LAB_CHECK_SHOWN].round(4)
     with pd.option_context("display.width", 250, "display.max_columns", 30):
         print(shown.to_string(index=False))

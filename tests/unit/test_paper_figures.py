@@ -286,3 +286,23 @@ def test_the_benchmarks_figures_draw_the_model_and_star_the_papers_numbers(table
     fig = speedup_beside_paper(at16[["workload", "scheme", "size", "speedup", "paper"]])
     assert len(fig.axes) == 1 and len(fig.axes[0].patches) == 2 * (at16["scheme"].nunique() - 1)
     plt.close(fig)
+
+
+def test_the_lab_checks_figure_has_a_panel_per_rank_count_and_the_model_beside_every_bar():
+    import matplotlib.pyplot as plt
+
+    from zen_analysis.plots.paper import lab_check_steps
+
+    rows = [
+        {"ranks": n, "scheme": s, "measured_s": m, "modelled_s": 1.1 * m, "compute_s": 0.1}
+        for n in (8, 16)
+        for s, m in (("allreduce", 0.5), ("zen", 0.2), ("bp_coo", 0.18))
+    ]
+    fig = lab_check_steps(pd.DataFrame(rows))
+    assert len(fig.axes) == 2
+    for ax in fig.axes:
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["bp_coo", "zen", "allreduce"]  # fastest first
+        assert len(ax.patches) == 6 and ax.collections[0].get_offsets()[:, 1].tolist() == pytest.approx(
+            [0.198, 0.22, 0.55]
+        )
+    plt.close(fig)

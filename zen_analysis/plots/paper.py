@@ -147,3 +147,25 @@ def speedup_beside_paper(table: pd.DataFrame) -> plt.Figure:
     fig.suptitle("Throughput over AllReduce at 16 machines, modelled from captured traces (paper Fig. 11-14)", y=1.0)
     fig.tight_layout()
     return fig
+
+
+def lab_check_steps(table: pd.DataFrame) -> plt.Figure:
+    """The lab check's Fig. 11 in the lab: per rank count (panels), every scheme's step measured (bars, split into
+    the compute slept and the sum) beside the model's (a black tick), fastest measured first.
+    ``table``: :func:`~zen_experiments.lab_check.lab_check` (``ranks, scheme, measured_s, modelled_s,
+    compute_s``)."""
+    style.apply()
+    counts = sorted(table["ranks"].unique())
+    fig, axes = plt.subplots(1, len(counts), figsize=(4.6 * len(counts), 3.4), squeeze=False)
+    for ax, n in zip(axes[0], counts):
+        g = table[table["ranks"] == n].sort_values("measured_s")
+        x = range(len(g))
+        ax.bar(x, g["compute_s"], color="#c8c8c8", label="compute (slept)")
+        ax.bar(x, g["measured_s"] - g["compute_s"], bottom=g["compute_s"], label="sum, measured")
+        ax.scatter(x, g["modelled_s"], marker="_", s=400, color="black", zorder=3, label="modelled step")
+        ax.set_xticks(list(x), g["scheme"], rotation=40, ha="right")
+        ax.set_title(f"{n} ranks")
+        ax.set_ylabel("lab step (s)")
+    axes[0][0].legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    return fig
