@@ -48,3 +48,18 @@ def test_the_check_sees_a_planted_upward_import(tmp_path):
     lib.mkdir(parents=True)
     (lib / "x.py").write_text("def f():\n    from zen_experiments.benchmarks import BENCHMARKS\n")
     assert _imports(lib / "x.py") == {"zen_experiments.benchmarks"}
+
+
+def test_every_module_of_the_apparatus_imports():
+    """Each driver, benchmark family, stage and page writer imports (nothing in the library's tests would notice a
+    renamed library module one of them still names); the benchmarks' registry resolves every entry point it lists
+    (``tests/unit/test_cli.py``) and the scripts are imported by ``test_scripts``."""
+    import importlib
+    import pkgutil
+
+    import zen_experiments
+
+    names = [m.name for m in pkgutil.walk_packages(zen_experiments.__path__, "zen_experiments.")]
+    assert len(names) > 25, names
+    for name in names:
+        importlib.import_module(name)
