@@ -1,5 +1,5 @@
-"""A lab where communication dominates, as on the Zen paper's cluster: the paper-scale model checked against real
-schemes on shaped links.
+"""A lab that keeps the Zen paper's proportion of compute to communication: the paper-scale model checked against
+real schemes on shaped links.
 
 Context. On 2 shared cores every measured training step of the lab is mostly compute (8 ranks computing at once), so
 the lab could not check the paper's headline regime (section 5, Fig. 11-15), where a GPU computes a step in a fraction
