@@ -174,7 +174,7 @@ def test_notebook_01_live_plot_ends_on_the_whole_run(lab, browser):
 
     url, token = lab
     _run_all(browser, url, token, "01_train_and_capture.ipynb")
-    cell = _cell_with(browser, "live = training.LiveLoss()")
+    cell = _cell_with(browser, "live = training_curves.LiveLoss()")
     text = cell.find_element(By.CSS_SELECTOR, ".jp-OutputArea").text
     assert "finished: 6 steps" in text, text[-1500:]  # the smoke recipe's every step, and its validation loss
     images = cell.find_elements(By.CSS_SELECTOR, ".jp-OutputArea img")
