@@ -17,6 +17,7 @@ import pandas as pd
 
 from zen_analysis.ranks.procs import run_in_lab
 from zen_experiments.loss_targets import time_to_quality
+from zen_experiments.scripts import SCRIPTS_DIR
 
 __all__ = ["DDP_VARIANTS", "ddp_script_sweep"]
 
@@ -54,7 +55,7 @@ in more than one bucket); the sweep reports the line instead of failing."""
 
 def example_script() -> Path:
     """``scripts/ddp_transformers.py`` of this checkout (it is an example to read, not part of the package)."""
-    script = Path(__file__).resolve().parents[2] / "scripts" / "ddp_transformers.py"
+    script = SCRIPTS_DIR / "ddp_transformers.py"
     if not script.exists():
         raise FileNotFoundError(
             f"{script} is missing: the DDP example lives in the repository's scripts/, run from a clone"
