@@ -51,30 +51,39 @@ def throughput_vs_machines(table: pd.DataFrame, *, schemes=CURVES) -> plt.Figure
             for r in p.itertuples():
                 star = {"marker": "*", "s": 110, "edgecolors": "black", "linewidths": 0.6, "zorder": 5}
                 ax.scatter(r.machines, r.samples_per_s, color=style.color(r.scheme), **star)
-            machines = sorted(d["machines"].unique())
-            ax.set_xscale("log", base=2)
-            ax.set_yscale("log")
-            ax.set_xticks(machines, [str(m) for m in machines])
-            style.readable_log_ticks(ax)
-            ax.set_title(f"{workload}, {testbed}", fontsize=9)
-            ax.set(
-                xlabel="machines (8 GPUs each)" if i == len(testbeds) - 1 else "",
-                ylabel="samples / s" if j == 0 else "",
+            _panel(
+                ax, d, f"{workload}, {testbed}", bottom=i == len(testbeds) - 1, ylabel="samples / s" if j == 0 else ""
             )
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    star = plt.Line2D([], [], marker="*", ls="", color="0.4", markeredgecolor="black", ms=10)
-    labels = [*labels, "paper (its ratio x the model's baseline)"]
-    fig.legend([*handles, star], labels, loc="lower center", ncol=len(labels), bbox_to_anchor=(0.5, -0.04), fontsize=8)
+    _legend(fig, axes, "paper (its ratio x the model's baseline)", -0.04)
     fig.suptitle("Throughput against machines, modelled (paper Fig. 11-14)", y=1.0)
     fig.tight_layout()
     return fig
 
 
+def _panel(ax: plt.Axes, d: pd.DataFrame, title: str, *, bottom: bool, ylabel: str, ybase: float = 10) -> None:
+    """One panel's axes: machines on a log-2 axis ticked at the machine counts, the y axis log ``ybase``."""
+    machines = sorted(d["machines"].unique())
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=ybase)
+    ax.set_xticks(machines, [str(m) for m in machines])
+    style.readable_log_ticks(ax)
+    ax.set_title(title, fontsize=9)
+    ax.set(xlabel="machines (8 GPUs each)" if bottom else "", ylabel=ylabel)
+
+
+def _legend(fig: plt.Figure, axes, paper: str, y: float) -> None:
+    """The schemes' lines and a star for the paper's points, in one row under the panels."""
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    star = plt.Line2D([], [], marker="*", ls="", color="0.4", markeredgecolor="black", ms=10)
+    labels = [*labels, paper]
+    fig.legend([*handles, star], labels, loc="lower center", ncol=len(labels), bbox_to_anchor=(0.5, y), fontsize=8)
+
+
 def comm_speedup_vs_machines(table: pd.DataFrame, *, schemes=CURVES) -> plt.Figure:
     """Fig. 15 modelled: AllReduce's communication time over each scheme's (log 2) against machines, one panel per
     testbed (rows) and workload (columns) that the paper gives a communication speedup for; stars are the paper's
-    (its ratio x the model's speedup of the scheme it is over). ``table``: :func:`~zen_experiments.
-    paper_figures.paper_figures`."""
+    (its ratio x the model's speedup of the scheme it is over). ``table``: :func:`~zen_analysis.paper.figures.
+    paper_figures`."""
     style.apply()
     have = table[(table["paper_metric"] == "comm") & table["paper"].notna()]
     testbeds = list(dict.fromkeys(have["testbed"])) or list(dict.fromkeys(table["testbed"]))
@@ -94,20 +103,9 @@ def comm_speedup_vs_machines(table: pd.DataFrame, *, schemes=CURVES) -> plt.Figu
                 base = model.get((r.workload, r.testbed, r.machines, r.paper_over), 1.0)
                 star = {"marker": "*", "s": 110, "edgecolors": "black", "linewidths": 0.6, "zorder": 5}
                 ax.scatter(r.machines, r.paper * base, color=style.color(r.paper_of), **star)
-            machines = sorted(d["machines"].unique())
-            ax.set_xscale("log", base=2)
-            ax.set_yscale("log", base=2)
-            ax.set_xticks(machines, [str(m) for m in machines])
-            style.readable_log_ticks(ax)
-            ax.set_title(f"{workload}, {testbed}", fontsize=9)
-            ax.set(
-                xlabel="machines (8 GPUs each)" if i == len(testbeds) - 1 else "",
-                ylabel="AllReduce comm time / scheme's" if j == 0 else "",
-            )
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    star = plt.Line2D([], [], marker="*", ls="", color="0.4", markeredgecolor="black", ms=10)
-    labels = [*labels, "paper"]
-    fig.legend([*handles, star], labels, loc="lower center", ncol=len(labels), bbox_to_anchor=(0.5, -0.06), fontsize=8)
+            ylabel = "AllReduce comm time / scheme's" if j == 0 else ""
+            _panel(ax, d, f"{workload}, {testbed}", bottom=i == len(testbeds) - 1, ylabel=ylabel, ybase=2)
+    _legend(fig, axes, "paper", -0.06)
     fig.suptitle("Communication time speedup over AllReduce against machines, modelled (paper Fig. 15)", y=1.0)
     fig.tight_layout()
     return fig
