@@ -9,7 +9,8 @@ from zen_analysis import paths, recipes
 from zen_analysis.config import apply_overrides
 from zen_analysis.config.options import CONFIG, ints, names
 from zen_analysis.evaluation.evaluate import evaluate_runs, speedups
-from zen_experiments.bench_options import parse_sets, publish
+from zen_analysis.plots.local_sgd_figures import throughput
+from zen_experiments.bench_options import draw_figure, parse_sets, publish
 from zen_experiments.local_sgd_runs import EDIT_TUNED, straggler_table
 from zen_experiments.pseudo_gradients import (
     SHORT_SYNC,
@@ -23,7 +24,8 @@ def bench_stragglers(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     """EDiT vs A-EDiT with one consistent 2x straggler, on 2 ranks (one per core here) and on 4 (two per core):
     the default Llama, one worker per rank, 60 steps per rank (the same total step budget), sync every 8 steps
     (EDiT) or every 8 steps' worth of time (A-EDiT, measured without the straggler); tokens/s of the whole run
-    and of the local phase after the synchronous warm-up. ``--set ranks=4`` runs one world size."""
+    and of the local phase after the synchronous warm-up. ``--set ranks=4`` runs one world size. Figure
+    ``stragglers_throughput``: tokens/s per method and scenario, the EDiT paper's throughput-under-stragglers panel."""
 
     opts = parse_sets("stragglers", overrides, {"ranks": [2, 4]}, {"ranks": ints}, config=True)
     worlds = opts["ranks"]
@@ -44,6 +46,7 @@ def bench_stragglers(overrides: list[str] | tuple[str, ...] = ()) -> dict:
             "sync_time_s": table.attrs["sync_time_s"],
         }
     out = pd.concat(tables, ignore_index=True)
+    draw_figure(throughput(straggler_scenarios(out)), "stragglers_throughput")
     with pd.option_context("display.width", 250, "display.max_columns", 20):
         print(out.round(3).to_string(index=False))
     for world, r in ratios.items():
@@ -53,6 +56,13 @@ def bench_stragglers(overrides: list[str] | tuple[str, ...] = ()) -> dict:
             f"A-EDiT sync time {r['sync_time_s']:.2f} s"
         )
     return {"table": out, "ratios": ratios}
+
+
+def straggler_scenarios(table: pd.DataFrame) -> pd.DataFrame:
+    """:func:`straggler_table`'s rows as the throughput figure reads them: ``method``, ``scenario`` (the world
+    size and the straggler) and ``tokens_per_s`` of the whole run."""
+    scenario = table["ranks"].astype(int).astype(str) + " ranks, straggler: " + table["straggler"]
+    return pd.DataFrame({"method": table["method"], "scenario": scenario, "tokens_per_s": table["tokens_per_s"]})
 
 
 def bench_pseudo_density(overrides: list[str] | tuple[str, ...] = ()) -> dict:

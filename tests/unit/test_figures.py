@@ -298,3 +298,27 @@ def test_pseudo_gradient_figure_has_a_panel_per_cell_and_a_line_per_variant(figu
     assert [ax.get_title() for ax in panels] == ["4 ranks x 0.1 Gbit/s", "4 ranks x 0.5 Gbit/s", "8 ranks x 0.5 Gbit/s"]
     assert all(len(ax.get_lines()) >= 3 for ax in panels)
     assert set(_legend_colors(fig)) == {"ddp", "edit", "edit+topk+zen"}
+
+
+def test_the_straggler_figure_has_one_bar_per_method_and_scenario():
+    from zen_experiments.bench_local_sgd import straggler_scenarios
+
+    table = pd.DataFrame(
+        {
+            "ranks": [2, 2, 2, 4, 4, 4],
+            "method": ["edit", "edit", "a_edit"] * 2,
+            "straggler": ["none", "rank 1 x2", "rank 1 x2", "none", "rank 3 x2", "rank 3 x2"],
+            "tokens_per_s": [5400.0, 3000.0, 4000.0, 5300.0, 3800.0, 4900.0],
+        }
+    )
+    frame = straggler_scenarios(table)
+    assert list(frame["scenario"].unique()) == [
+        "2 ranks, straggler: none",
+        "2 ranks, straggler: rank 1 x2",
+        "4 ranks, straggler: none",
+        "4 ranks, straggler: rank 3 x2",
+    ]
+    fig = local_sgd_figures.throughput(frame)
+    heights = sorted(p.get_height() for p in fig.axes[0].patches if p.get_height() > 0)
+    assert heights == sorted(table["tokens_per_s"])  # every run one bar, at its own tokens/s
+    assert _legend_colors(fig)["edit"] == style.color("edit").lower()

@@ -30,7 +30,13 @@ def throughput(table: pd.DataFrame) -> plt.Figure:
     style.apply()
     fig, ax = plt.subplots(figsize=(9, 3.8))
     sns.barplot(
-        data=table, x="scenario", y="tokens_per_s", hue="method", ax=ax, palette=style.palette(table["method"].unique())
+        data=table,
+        x="scenario",
+        y="tokens_per_s",
+        hue="method",
+        ax=ax,
+        palette=style.palette(table["method"].unique()),
+        saturation=1,  # seaborn greys bars by default: a method's bars then differ from its colour elsewhere
     )
     ax.set(xlabel="", ylabel="tokens / s (all workers)", title="Throughput under perturbations")
     return fig
