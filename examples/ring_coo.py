@@ -6,14 +6,18 @@ merges it into its own COO of that block (the union of the indices, the sum of t
 r holds block r summed over every rank. A ring all-gather (W - 1 steps) then passes the merged blocks on in COO until
 every rank holds all of them: the same bits on every rank, since each block was summed once, by its owner.
 
-What it trades: a message carries only the indices some rank of the block's partial sum holds, so overlapping
-indices travel once per hop where AGsparse sends every rank's copy everywhere; but every hop is one neighbour's
-message in sequence, 2 (W - 1) calls of latency where AGsparse makes two.
+What it trades: a block's message carries each index once, however many of the ranks it has passed hold it. Where
+the ranks touch the same indices a rank sends about 2 (W - 1) / W of its non-zeros, as a dense ring does of the whole
+tensor; where they touch disjoint ones the partial sums grow at every hop and the all-gather moves the whole union,
+more than AGsparse's one-shot all-gather. And its 2 (W - 1) hops follow one another: 3 (W - 1) + 1 calls of latency,
+where AGsparse makes two.
 
-Each step is a count exchange (how many entries follow) and one ``all_to_all_single`` in which a rank addresses
-entries to its right neighbour alone (zero to every other rank): the Exchange's counted variable-size message. The
-all-gather knows every block's size from one count exchange at its start. The ranks' agreement check rides on the
-first count exchange (``folds_agreement``).
+A reduce-scatter step is a count exchange (how many entries follow) and one ``all_to_all_single`` in which a rank
+addresses entries to its right neighbour alone (none to every other rank): the Exchange's counted variable-size
+message in one call (the Exchange's point-to-point calls each wait on one peer: a step that sends to one neighbour
+and receives from the other would take two, in an odd-even order so that no ring of sends waits on itself). The
+all-gather learns every block's size from one count exchange at its start, then makes one such call a step. The
+ranks' agreement check rides on the first count exchange (``folds_agreement``).
 
 Values: fp16/bf16 are added in float32 at each merge and rounded once per hop to the input's dtype (a partial sum
 travels rounded, as in SparCML's stages); other dtypes add in their own.
@@ -78,7 +82,7 @@ class RingCOO(CommScheme):
         with ex.phase("all_gather0"):  # every merged block's size (alone, W = 1: the call the check rides on)
             sizes_W = ex.all_gather_counts(blocks[r][0].numel())
         packed: list = [None] * W  # block b's merged COO, packed once by its owner and forwarded as it came
-        packed[r] = pack_coo(*blocks[r], numel)
+        packed[r] = pack_coo(*blocks[r], numel).to(ex.device)  # beside the received ones (gloo: the host)
         for s in range(max(W - 1, 1)):  # all-gather: pass block r - s on, receive block r - s - 1 (W = 1: itself)
             send_b, recv_b = (r - s) % W, (r - s - 1) % W
             with ex.phase(f"all_gather{s}"):
