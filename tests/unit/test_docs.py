@@ -7,7 +7,8 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).parents[2]
-DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "data" / "README.md", *(ROOT / "docs").rglob("*.md")]
+DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "data" / "README.md", ROOT / "examples" / "README.md"]
+DOCS += [*(ROOT / "docs").rglob("*.md")]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 
@@ -39,7 +40,7 @@ def test_every_dotted_path_the_docs_name_resolves():
 
 
 def test_every_file_path_the_docs_name_exists():
-    pattern = r"(?<![\w/.])((?:zen_analysis|tests|scripts|notebooks|docs)/[\w/.-]+\.(?:py|ipynb|c|h|md|png))"
+    pattern = r"(?<![\w/.])((?:zen_analysis|tests|scripts|notebooks|docs|examples)/[\w/.-]+\.(?:py|ipynb|c|h|md|png))"
     named = {(p.relative_to(ROOT).as_posix(), f) for p in DOCS for f in re.findall(pattern, p.read_text())}
     assert len(named) > 10
     missing = sorted(f"{where}: {f}" for where, f in named if not (ROOT / f).exists())
@@ -63,6 +64,7 @@ MEASURED = re.compile(
 HAND_PAGES = [
     ROOT / "README.md",
     ROOT / "CONTRIBUTING.md",  # the site's Contributing page includes it whole
+    ROOT / "examples" / "README.md",
     *(p for p in (ROOT / "docs").rglob("*.md") if not p.read_text().startswith("<!--")),
 ]
 

@@ -37,7 +37,15 @@ from test_docs import _resolves  # the one resolver of dotted paths, shared with
 ROOT = Path(__file__).parents[2]
 PACKAGE = ROOT / "zen_analysis"
 SCRIPTS = sorted(p for p in (ROOT / "scripts").iterdir() if p.suffix in (".py", ".sh"))
-PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "data/README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+PAGES = [
+    ROOT / "README.md",
+    ROOT / "CONTRIBUTING.md",
+    ROOT / "data/README.md",
+    ROOT / "examples/README.md",
+    *sorted((ROOT / "docs").rglob("*.md")),
+]
+EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+"""Code a user writes outside the package: its imports must resolve like a script's."""
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 
@@ -187,7 +195,7 @@ def test_the_collector_reports_a_planted_broken_import():
 
 
 def test_every_import_written_outside_the_package_resolves():
-    seen = {(_rel(p), imp) for p in [*SCRIPTS, *PAGES, *NOTEBOOKS] for imp in imports_in(p)}
+    seen = {(_rel(p), imp) for p in [*SCRIPTS, *EXAMPLES, *PAGES, *NOTEBOOKS] for imp in imports_in(p)}
     where = {w.split("/")[0] if "/" in w else w for w, _ in seen}
     assert {"scripts", "docs", "notebooks", "README.md"} <= where, where  # every reader saw something
     assert any(i.form == "-m" for _, i in seen)  # shell heredocs: test_the_collector_reports_a_planted_import

@@ -1,0 +1,105 @@
+"""The worked example outside the package, ``examples/ring_coo.py``, on real gloo ranks: its sum equals
+``all_reduce`` bit for bit on integer-valued inputs (elements and rows, float32, int32 and bf16), every rank gets the
+same bits, and the bytes and calls it passed to collectives equal its traffic model. The file is imported by path, as
+a user's own scheme would be: nothing in the package knows it."""
+
+import importlib.util
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+import torch.distributed as dist
+from test_comm_schemes import KINDS, _index_set
+from test_row_sync import CASES, _rows_of, _table
+
+from zen_analysis.ranks.procs import fork_launch
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "ring_coo.py"
+NUMELS = (1, 7, 257, 1000)
+KEYS = ["rank", "phase", "kind"]
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("ring_coo", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+ring_coo = _load()
+
+
+def _element_cases(world: int) -> list[tuple[int, list[list[int]], torch.dtype]]:
+    """Every kind of index set on every rank, and the kinds mixed across ranks; a few in int32 and bf16."""
+    cases = []
+    for seed, numel in enumerate(NUMELS):
+        for kind in KINDS:
+            cases.append((numel, [_index_set(kind, r, world, numel, seed) for r in range(world)], torch.float32))
+        mixed = [_index_set(KINDS[(r + seed) % len(KINDS)], r, world, numel, seed) for r in range(world)]
+        cases.append((numel, mixed, (torch.float32, torch.int32, torch.bfloat16, torch.float32)[seed]))
+    return cases
+
+
+def _body(rank, world, cases):
+    out = []
+    for case_id, (numel, sets, dtype) in enumerate(cases):
+        gen = torch.Generator().manual_seed(case_id * 7 + rank)
+        idx = torch.tensor(sets[rank], dtype=torch.long)
+        vals = torch.randint(1, 4, (idx.numel(),), generator=gen) * (1 - 2 * torch.randint(0, 2, (idx.numel(),)))
+        x = torch.zeros(numel, dtype=dtype)
+        x[idx] = vals.to(dtype)  # +-1..3, never 0: the non-zeros are the index set
+        ref = x.float() if dtype == torch.bfloat16 else x.clone()
+        dist.all_reduce(ref)
+        scheme = ring_coo.RingCOO()
+        z = x.clone()
+        y = scheme.run(z)
+        equal = y is z and z.dtype == dtype and torch.equal(z.to(ref.dtype), ref)
+        out.append(("elements", case_id, equal, z, scheme.last_measured()))
+    for case_id, (R, D, kind) in enumerate(CASES):
+        rows, x = _table(kind, rank, R, D, torch.float32)
+        ref = x.clone()
+        dist.all_reduce(ref)
+        scheme = ring_coo.RingCOO()
+        u_rows, u_vals = scheme.sum_rows(rows, x[rows], R)
+        got = torch.zeros_like(x)
+        got[u_rows] = u_vals
+        ordered = bool((u_rows[1:] > u_rows[:-1]).all())  # each row once, ascending
+        out.append(("rows", case_id, torch.equal(got, ref) and ordered, got, scheme.last_measured()))
+    return out
+
+
+def _model(what: str, case_id: int, world: int, cases) -> pd.DataFrame:
+    if what == "elements":
+        numel, sets, dtype = cases[case_id]
+        return ring_coo.RingCOO().traffic([torch.tensor(s, dtype=torch.long) for s in sets], numel, dtype=dtype)
+    R, D, kind = CASES[case_id]
+    return ring_coo.RingCOO().traffic([_rows_of(kind, r, R) for r in range(world)], R, width=D)
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_ring_coo_is_lossless_and_its_traffic_model_is_exact(world):
+    cases = _element_cases(world)
+    results = fork_launch(_body, world, cases)
+    for rank_results in results:
+        for what, case_id, equal, _, _ in rank_results:
+            assert equal, f"ring_coo differs from all_reduce on {what} case {case_id}"
+    for i, (what, case_id, _, first, _) in enumerate(results[0]):
+        assert all(torch.equal(rr[i][3], first) for rr in results), f"ranks' bits differ on {what} case {case_id}"
+        measured = pd.concat([rr[i][4] for rr in results])
+        b = measured.groupby(KEYS)[["bytes_sent", "bytes_received", "calls"]].sum().sort_index()
+        a = _model(what, case_id, world, cases).groupby(KEYS)[["bytes_sent", "bytes_received", "calls"]].sum()
+        assert set(a.index) == set(b.index), f"{what} case {case_id}: modelled and measured (rank, phase, kind) differ"
+        pd.testing.assert_frame_equal(a.sort_index(), b, check_dtype=False, obj=f"ring_coo {what} case {case_id}")
+
+
+def test_a_block_grows_only_by_the_indices_new_to_it_at_each_hop():
+    """Three ranks, six elements, blocks [0, 2), [2, 4), [4, 6). Block 0 starts at rank 1 ({0, 1}) and passes
+    rank 2 ({1}) and rank 0 ({0}), which add nothing new: two entries at every hop. Block 2 starts at rank 0 ({4}),
+    rank 1 adds nothing and rank 2, its owner, adds {5} at the last merge: one entry, one, then two in the
+    all-gather."""
+    sets = [torch.tensor([0, 4]), torch.tensor([0, 1, 2]), torch.tensor([1, 5])]
+    assert ring_coo.partial_sizes(sets, 6).tolist() == [[2, 2, 2], [0, 0, 1], [1, 1, 2]]
+    frame = ring_coo.RingCOO().traffic(sets, 6).set_index(["phase", "kind", "rank"]).sort_index()["bytes_sent"]
+    assert frame["reduce_scatter0", "payload"].tolist() == [1 * 8, 2 * 8, 0]  # rank r: block r - 1, 8 B an entry
+    assert frame["all_gather1", "payload"].tolist() == [2 * 8, 2 * 8, 1 * 8]  # rank r passes on block r - 1
