@@ -20,6 +20,7 @@ from test_names_resolve import markdown_imports  # the pages' reader: the import
 
 ROOT = Path(__file__).parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 API_PAGES = sorted((ROOT / "docs").glob("api*.md"))
 
 
@@ -156,6 +157,19 @@ def _taught(notebook: Path) -> set[tuple[str, str]]:
 def test_every_name_a_notebook_uses_is_public_and_documented(notebook):
     used = used_names(_code(notebook)) | _taught(notebook)
     assert used, f"{notebook.name}: the scan found no zen_analysis name"
+    documented = documented_modules()
+    private = sorted(f"{m}.{n}: {why}" for m, n in used if (why := not_public(m, n, documented)))
+    assert not private, "\n".join(private)
+    undocumented = sorted(f"{m}.{n}" for m, n in used if n and not _rendered(m, n))
+    assert not undocumented, f"no docstring, so the API reference leaves them out: {undocumented}"
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+def test_every_name_an_example_uses_is_public_and_documented(example):
+    """The examples are user code outside the package (a scheme written against the author's interface): what they
+    import is what a user may rely on, so it is public and documented as a notebook's is."""
+    used = used_names(example.read_text())
+    assert used, f"{example.name}: the scan found no zen_analysis name"
     documented = documented_modules()
     private = sorted(f"{m}.{n}: {why}" for m, n in used if (why := not_public(m, n, documented)))
     assert not private, "\n".join(private)

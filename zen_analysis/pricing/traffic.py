@@ -305,3 +305,6 @@ def ddp_sparse(rows_W, width: int, *, value_bytes: int = 4, union: int | None = 
     if union is not None:
         t.local_work(0, union)  # the rows are given (a sparse gradient): nothing dense is scanned
     return t
+
+
+__all__ = ["COLUMNS", "Traffic", "concurrent", "ddp_sparse"]

@@ -20,6 +20,7 @@ def index_dtype(numel: int) -> torch.dtype:
 
 
 def index_bytes(numel: int) -> int:
+    """Bytes of one index on the wire for a tensor of ``numel`` entries (:func:`index_dtype`'s width)."""
     return 4 if numel < 2**31 else 8
 
 
@@ -87,3 +88,15 @@ def sum_by_index(idx_K: torch.Tensor, val_K: torch.Tensor) -> tuple[torch.Tensor
     acc = accumulate_dtype(val_K.dtype)
     sums = val_K.new_zeros((u_idx.numel(), *val_K.shape[1:]), dtype=acc).index_add_(0, inverse, val_K.to(acc))
     return u_idx, sums.to(val_K.dtype)
+
+
+__all__ = [
+    "coo_layout",
+    "coo_words",
+    "index_bytes",
+    "index_dtype",
+    "pack_coo",
+    "row_width",
+    "sum_by_index",
+    "unpack_coo",
+]

@@ -367,3 +367,14 @@ def ring_bytes_sent(numel: int, element_bytes: int, world: int, rank: int) -> in
     """Bytes ``rank`` sends in a ring all-reduce of ``numel`` elements: every chunk but its own, twice
     (reduce-scatter, then all-gather): about 2 (W - 1) / W x the buffer."""
     return 2 * (numel - ring_chunk_sizes(numel, world)[rank]) * element_bytes if world > 1 else 0
+
+
+__all__ = [
+    "Exchange",
+    "PhaseRecord",
+    "RanksDisagreeError",
+    "push_to_owners",
+    "ring_bytes_sent",
+    "ring_chunk_sizes",
+    "ring_volume",
+]

@@ -46,6 +46,12 @@ from zen_analysis.wire.rows import canonical_rows, nonzero_rows
 
 
 class CommScheme(ABC):
+    """A synchronization scheme: the sum over ranks of one tensor, with real collectives (:meth:`run`, by rows
+    :meth:`sum_rows` and :meth:`run_rows`) and, from the ranks' index sets alone, the bytes and calls it makes
+    (:meth:`traffic`). A subclass sets ``name`` and implements ``_run`` and ``_traffic`` (and ``_sum_rows`` to sum
+    by rows), every collective through the :class:`~zen_analysis.wire.exchange.Exchange` it is given, which counts
+    them; ``tests/multirank`` then checks that it equals ``dist.all_reduce`` and its model is exact."""
+
     name: ClassVar[str]
     scans_dense: ClassVar[bool] = True
     """Whether ``run`` does local work per element (finds the non-zeros, writes the sum); the dense all-reduce
