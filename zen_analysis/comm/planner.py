@@ -43,6 +43,7 @@ from zen_analysis.wire.exchange import Exchange
 
 __all__ = ["AutoScheme", "Planner", "describe_decision"]
 
+
 class Planner:
     """Chooses a scheme per tensor from the ranks' sketches (:meth:`sketch_dense` / :meth:`sketch_indices`,
     all-gathered by the caller, then :meth:`decide`)."""

@@ -71,22 +71,37 @@ def unknown_name(subject: str, name: str, choices: Iterable[str]) -> str:
     )
 
 
-def load_plugins(specs: Sequence[str]) -> None:
+def load_plugins(specs: Sequence[str], *, key: str = "sync.plugins") -> None:
     """Import each of ``specs``, once: a module name (``my_pkg.schemes``) or a path to a ``.py`` file (imported as a
-    module named after the file). An import that fails raises ``ValueError`` naming the entry of ``sync.plugins``."""
+    module named after the file). An import that fails raises ``ValueError`` naming the entry of ``key`` (the
+    setting that listed it)."""
     for spec in specs:
         try:
-            if spec.endswith(".py"):
-                _import_file(Path(spec))
-            else:
-                importlib.import_module(spec)
+            _import(spec)
         except Exception as exc:  # noqa: BLE001 - whatever the plug-in raised, said with the key that named it
-            raise ValueError(f"sync.plugins: {spec!r} could not be imported: {type(exc).__name__}: {exc}") from exc
+            raise ValueError(f"{key}: {spec!r} could not be imported: {type(exc).__name__}: {exc}") from exc
 
 
-def _import_file(path: Path) -> None:
-    """Import the file at ``path`` as the module ``path.stem`` (its classes pickle by that name in every rank that
-    imported the same file), unless that module is this file already."""
+def load_object(spec: str) -> object:
+    """The object ``spec`` names: ``my_pkg.schemes:MyScheme`` or ``path/to/file.py:MyScheme`` (the module imported
+    as :func:`load_plugins` imports it); a ``ValueError`` saying what is missing otherwise."""
+    where, _, attr = spec.rpartition(":")
+    if not where or not attr.isidentifier():
+        raise ValueError(f"{spec!r}: expected <module or file.py>:<Class>, e.g. my_pkg.schemes:MyScheme")
+    load_plugins([where], key=spec)
+    module = _import(where)
+    if not hasattr(module, attr):
+        raise ValueError(f"{spec!r}: {where} has no {attr!r}")
+    return getattr(module, attr)
+
+
+def _import(spec: str):
+    return _import_file(Path(spec)) if spec.endswith(".py") else importlib.import_module(spec)
+
+
+def _import_file(path: Path):
+    """The file at ``path`` imported as the module ``path.stem`` (its classes pickle by that name in every rank that
+    imported the same file), or that module if it is this file already."""
     path = path.resolve()
     if not path.is_file():
         raise FileNotFoundError(f"no file {path}")
@@ -94,7 +109,7 @@ def _import_file(path: Path) -> None:
     loaded = sys.modules.get(name)
     if loaded is not None:
         if Path(getattr(loaded, "__file__", "") or "").resolve() == path:
-            return
+            return loaded
         raise ImportError(f"a module named {name!r} is loaded from elsewhere ({loaded.__file__}); rename the file")
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
@@ -104,3 +119,4 @@ def _import_file(path: Path) -> None:
     except BaseException:
         del sys.modules[name]
         raise
+    return module

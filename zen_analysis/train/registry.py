@@ -7,8 +7,8 @@ from __future__ import annotations
 import torch
 
 from zen_analysis.comm import SCHEMES
-from zen_analysis.comm.schemes import BUILTIN_SCHEMES
 from zen_analysis.comm.planner import Planner
+from zen_analysis.comm.schemes import BUILTIN_SCHEMES
 from zen_analysis.config import LocalSGDSection, SyncConfig
 from zen_analysis.evaluation.calibrate import planner_topology
 from zen_analysis.fsdp.training import FSDPSync
