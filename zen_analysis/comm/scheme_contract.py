@@ -239,7 +239,7 @@ def _model_diff(model: pd.DataFrame, measured: pd.DataFrame) -> str:
     """The first (rank, phase, kind) whose modelled bytes or calls differ from the measured ("" when none)."""
     a = model.groupby(KEYS)[COUNTED].sum()
     b = measured.groupby(KEYS)[COUNTED].sum()
-    both = a.join(b, how="outer", lsuffix="_model", rsuffix="_measured").fillna(0)
+    both = a.merge(b, left_index=True, right_index=True, how="outer", suffixes=("_model", "_measured")).fillna(0)
     for key, row in both.iterrows():
         for col in COUNTED:
             if row[f"{col}_model"] != row[f"{col}_measured"]:
