@@ -28,6 +28,17 @@ from pathlib import Path
 
 from zen_analysis.config.names import SYNC_SCHEMES
 
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "add_scheme_name",
+    "discard_scheme_name",
+    "entry_point_names",
+    "load_object",
+    "load_plugins",
+    "scheme_names",
+    "unknown_name",
+]
+
 ENTRY_POINT_GROUP = "zen_analysis.schemes"
 """The entry point group a distribution names its schemes in (``[project.entry-points."zen_analysis.schemes"]``)."""
 

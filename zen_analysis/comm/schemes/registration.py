@@ -26,6 +26,17 @@ from zen_analysis.config.names import AUTO, SYNC_METHODS
 from zen_analysis.config.plugins import ENTRY_POINT_GROUP, add_scheme_name, discard_scheme_name
 from zen_analysis.pricing.traffic import DDP_SPARSE
 
+__all__ = [
+    "BUILTIN_SCHEMES",
+    "RESERVED",
+    "SCHEMES",
+    "SchemeRegistry",
+    "load_entry_points",
+    "register_scheme",
+    "sums_rows",
+    "unregister_scheme",
+]
+
 _BUILTINS: dict[str, type[CommScheme]] = {
     cls.name: cls for cls in (AllReduce, AGSparse, SparCML, OmniReduce, SparsePS, BPCOO, Zen)
 }
