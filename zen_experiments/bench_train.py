@@ -236,8 +236,7 @@ def _natural_variants(opts: TrainBenchSettings, ranks: int, workers: int) -> dic
 def auto_training_verdict(table) -> str:
     """``auto`` against the best fixed variant in each (workload, ranks, rate) of the natural part: tokens/s and their
     ratio (target: at least 0.95)."""
-    lines = []
-    fixed_names = {*TRAIN_SCHEMES, *scheme_names()} - {"auto"}  # registered schemes are fixed variants too
+    lines, fixed_names = [], {*TRAIN_SCHEMES, *scheme_names()} - {"auto"}  # registered schemes: fixed ones too
     for (workload, ranks, rate), cell in table.groupby(["workload", "ranks", "bandwidth_gbps"]):
         auto = cell[cell["variant"] == "auto"]
         fixed = cell[cell["variant"].isin(fixed_names)].sort_values("tokens_per_s", ascending=False)

@@ -13,7 +13,7 @@ A failure raises :class:`SchemeContractError` saying what broke, on how many ran
 that reproduces it (the cases are drawn from ``seed`` alone). From the command line:
 ``zen-analysis check-scheme my_pkg.schemes:MyScheme`` (or ``path/to/file.py:MyScheme``, or a registered name).
 
-Shape suffixes: N elements of the flat tensor, R rows of a table, D values per row.
+Shape suffixes: N elements of the flat tensor, K rows a rank holds, R rows of a table, D values per row.
 """
 
 from __future__ import annotations
