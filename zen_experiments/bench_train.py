@@ -12,6 +12,7 @@ import pandas as pd
 from zen_analysis import paths, recipes
 from zen_analysis.atomic import atomic_write_text
 from zen_analysis.config.options import flag, floats, ints, names
+from zen_analysis.config.plugins import scheme_names
 from zen_analysis.plots import training_throughput as train_figs
 from zen_analysis.ranks import netlab
 from zen_experiments.bench_options import draw_figure, parse_sets, publish
@@ -235,8 +236,7 @@ def _natural_variants(opts: TrainBenchSettings, ranks: int, workers: int) -> dic
 def auto_training_verdict(table) -> str:
     """``auto`` against the best fixed variant in each (workload, ranks, rate) of the natural part: tokens/s and their
     ratio (target: at least 0.95)."""
-    lines = []
-    fixed_names = set(TRAIN_SCHEMES) - {"auto"}
+    lines, fixed_names = [], {*TRAIN_SCHEMES, *scheme_names()} - {"auto"}  # registered schemes: fixed ones too
     for (workload, ranks, rate), cell in table.groupby(["workload", "ranks", "bandwidth_gbps"]):
         auto = cell[cell["variant"] == "auto"]
         fixed = cell[cell["variant"].isin(fixed_names)].sort_values("tokens_per_s", ascending=False)
@@ -257,7 +257,7 @@ def defaults_verdict(table, scheme: str = "zen", target: float = 0.9) -> str:
     ``auto`` not fixed), and the first as a fraction of the second against ``target``, the share of the bench's
     gain the defaults alone should carry (the verdict: the guide's "Against what PyTorch users already have")."""
     lines = []
-    fixed = set(TRAIN_SCHEMES) - {"auto"}
+    fixed = {*TRAIN_SCHEMES, *scheme_names()} - {"auto"}
     for (workload, ranks, rate), cell in table.groupby(["workload", "ranks", "bandwidth_gbps"]):
         tps = cell.set_index("variant")["tokens_per_s"]
         ours, dense = f"{scheme}{DEFAULTS}", f"allreduce{DEFAULTS}"

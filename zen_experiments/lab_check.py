@@ -53,7 +53,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from zen_analysis.comm.schemes import build_scheme
+from zen_analysis.comm.schemes import SCHEMES, build_scheme
 from zen_analysis.evaluation.calibrate import netlab as netlab_topology
 from zen_analysis.paper.scale import ModelledStep, modelled_compute
 from zen_analysis.pricing.cost import local_time, phase_features, phase_times
@@ -232,9 +232,9 @@ def lab_check(
     wl = lab_workload(workload) if isinstance(workload, str) else workload
     if network not in ("netlab", "loopback") or calibration not in CALIBRATIONS:
         raise ValueError(f"network: netlab or loopback, got {network!r}; calibration: {CALIBRATIONS}, {calibration!r}")
-    unknown = sorted(set(schemes) - set(LAB_SCHEMES))
+    unknown = sorted(set(schemes) - set(SCHEMES))  # a registered scheme sums in the lab as a built-in does
     if unknown:
-        raise ValueError(f"lab_check sums with {list(LAB_SCHEMES)}; unknown {unknown}")
+        raise ValueError(f"lab_check sums with the schemes of {sorted(SCHEMES)}; unknown {unknown}")
     paper_s, source = paper_compute(wl, device)
     frames, profiles, raws = [], [], []
     for n in ranks:

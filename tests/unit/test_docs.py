@@ -6,6 +6,8 @@ import json
 import re
 from pathlib import Path
 
+from zen_analysis.config.plugins import ENTRY_POINT_GROUP
+
 ROOT = Path(__file__).parents[2]
 DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "data" / "README.md", ROOT / "examples" / "README.md"]
 DOCS += [*(ROOT / "docs").rglob("*.md")]
@@ -34,7 +36,8 @@ def _dotted_paths(text: str) -> set[str]:
 def test_every_dotted_path_the_docs_name_resolves():
     named = {(p.relative_to(ROOT).as_posix(), d) for p in [*DOCS, *NOTEBOOKS] for d in _dotted_paths(p.read_text())}
     assert len(named) > 20  # the scan sees the README's paths
-    missing = sorted(f"{where}: {d}" for where, d in named if not _resolves(d))
+    # the entry point group schemes from outside the package are declared in is a name, not a module
+    missing = sorted(f"{where}: {d}" for where, d in named if not _resolves(d) and d != ENTRY_POINT_GROUP)
     assert not missing, missing
     assert not _resolves("zen_analysis.zen.ddp") and _resolves("zen_analysis.sync.ddp.register")
 

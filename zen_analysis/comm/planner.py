@@ -4,7 +4,8 @@ steps, the scheme of smallest modelled time on the place the run is — from a f
 The paper's planner (section 4.0, Fig. 1) profiles the first iterations and chooses between Balanced Parallelism
 and Hierarchical Centralization by its closed forms (Eq. 1, Eq. 2). This one:
 
-* **Candidates**: every scheme of :data:`zen_analysis.comm.SCHEMES` — the six sparse ones and dense all-reduce.
+* **Candidates**: every scheme of :data:`zen_analysis.comm.SCHEMES` when the planner is made — the six sparse ones,
+  dense all-reduce and any registered from outside the package (``zen_analysis.comm.schemes.register_scheme``).
 * **Model**: each scheme's own byte model (the one ``zen-analysis evaluate`` and the replays check against measured
   bytes) priced by :func:`~zen_analysis.pricing.cost.phase_times` and, on a topology calibrated on this machine
   (``local-<n>``, ``netlab-<B>``), the ranks' local work (:func:`~zen_analysis.pricing.cost.local_time`): what the run
@@ -33,6 +34,7 @@ import torch
 import torch.distributed as dist
 
 from zen_analysis.comm import SCHEMES, build_scheme
+from zen_analysis.comm.schemes import sums_rows
 from zen_analysis.comm.schemes.base import CommScheme
 from zen_analysis.pricing.cost import t_allreduce, t_bp, t_hc, total_seconds
 from zen_analysis.pricing.topology import PRESETS, Topology
@@ -40,9 +42,6 @@ from zen_analysis.sparsity import sketch as sk
 from zen_analysis.wire.exchange import Exchange
 
 __all__ = ["AutoScheme", "Planner", "describe_decision"]
-
-CANDIDATES = tuple(SCHEMES)
-"""Every scheme, dense all-reduce (``allreduce``) included."""
 
 
 class Planner:
@@ -53,7 +52,7 @@ class Planner:
         self,
         *,
         topology: Topology | str = "paper-tcp25",
-        candidates: Sequence[str] = CANDIDATES,
+        candidates: Sequence[str] | None = None,
         every: int = 50,
         hysteresis: float = 0.1,
         units: int = sk.SAMPLE_UNITS,
@@ -64,6 +63,7 @@ class Planner:
             raise ValueError(f"the planner decides every >= 1 steps, got {every}")
         if not 0 <= hysteresis < 1:
             raise ValueError(f"hysteresis is a fraction in [0, 1), got {hysteresis}")
+        candidates = tuple(SCHEMES) if candidates is None else candidates  # read now: registered schemes too
         unknown = sorted(set(candidates) - set(SCHEMES))
         if unknown or not candidates:
             raise ValueError(f"unknown candidates {unknown or '(none)'}; choose from {sorted(SCHEMES)}")
@@ -197,6 +197,8 @@ class Planner:
         world = len(sets)
         seconds: dict[str, float] = {}
         for name, model in self._models.items():
+            if width and not sums_rows(model):  # by rows: only the schemes that sum rows are candidates
+                continue
             lay, cs = units, sets
             if name == "omnireduce" and blocks is not None:
                 B = self._block()

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from zen_analysis.config.names import AUTO, SYNC_METHODS, SYNC_SCHEMES, MethodName, StepMethod, Switch, SyncMethod
+from zen_analysis.config.plugins import load_plugins, scheme_names, unknown_name
 
 WIRE_DTYPES = ("model", "bfloat16", "float16")
 """``sync.wire_dtype``'s values: the gradients' own dtype, or a 2-byte float they are summed in."""
@@ -27,9 +28,15 @@ class SyncConfig:
     (``zen_analysis.comm.planner``). Where nothing is sparse (``method=dense``, local SGD with
     ``local_sgd.compress=dense``) it is ``allreduce``; ``natural`` needs a sparse scheme or ``auto``. Checked where
     a run starts, so a config edited in code (``cfg.sync.scheme = "zen"`` with ``method`` left ``dense``) is an
-    error, not a silently dense run. Typed ``str``, unlike ``method``: the set of schemes is the registry's
-    (:data:`~zen_analysis.config.names.SYNC_SCHEMES` today), which schemes defined outside the package are to join,
-    so a closed enum would be the wrong type; the check above is what refuses an unknown name."""
+    error, not a silently dense run. Typed ``str``, unlike ``method``: the set of schemes is the registry's, which
+    schemes defined outside the package join (``zen_analysis.comm.schemes.register_scheme``, an entry point, or a
+    module of ``plugins``: :func:`~zen_analysis.config.plugins.scheme_names`), so a closed enum would be the wrong
+    type; the check above is what refuses an unknown name, with the closest names."""
+    plugins: tuple[str, ...] = ()
+    """Modules (``my_pkg.schemes``) or ``.py`` files that register communication schemes when imported
+    (``zen_analysis.comm.schemes.register_scheme``): imported wherever this config is built, before ``scheme`` is
+    checked, so the launcher accepts their names and every rank (forked, spawned or under torchrun, each reading
+    ``config.json``) has them before it builds its sync (:mod:`zen_analysis.config.plugins`)."""
     bucket_mb: float = 25.0
     """Dense gradients are flattened into buckets of about this size per collective."""
     hash_seed: int = 0
@@ -89,9 +96,14 @@ class SyncConfig:
         if self.method not in SYNC_METHODS:
             raise ValueError(f"sync.method={self.method!r} is unknown; choose one of {SYNC_METHODS}")
         self.method = StepMethod(self.method) if self.method in set(StepMethod) else MethodName(self.method)
-        if self.scheme not in SYNC_SCHEMES:
-            hint = f" ({self.scheme} is a method: sync.method={self.scheme})" if self.scheme in SYNC_METHODS else ""
-            raise ValueError(f"sync.scheme={self.scheme!r} is unknown{hint}; choose one of {SYNC_SCHEMES}")
+        load_plugins(self.plugins)
+        if self.scheme not in SYNC_SCHEMES and self.scheme not in scheme_names():
+            if self.scheme in SYNC_METHODS:
+                raise ValueError(
+                    f"sync.scheme={self.scheme!r} is unknown ({self.scheme} is a method: sync.method={self.scheme}); "
+                    f"choose one of {scheme_names()}"
+                )
+            raise ValueError(unknown_name(f"sync.scheme={self.scheme!r} is unknown", self.scheme, scheme_names()))
         if self.method == StepMethod.DENSE and self.scheme != "allreduce":
             raise ValueError(
                 f"sync.method=dense sums every gradient with a dense all-reduce, so sync.scheme={self.scheme!r} "

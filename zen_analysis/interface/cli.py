@@ -10,6 +10,7 @@ command's values are ``--set key=value`` too (:mod:`zen_analysis.interface.cli_o
     zen-analysis evaluate <run_id> [--set max_workers=1024]
     zen-analysis replay <run_id> --set ranks=4
     zen-analysis replay --synthetic --set density=0.01 --set skew=2 --set overlap=0.5
+    zen-analysis check-scheme my_pkg.schemes:MyScheme
     zen-analysis reproduce
     zen-analysis bench capture
 """
@@ -30,6 +31,7 @@ from zen_analysis.interface.cli_analysis import (
 )
 from zen_analysis.interface.cli_experiments import add_bench_parser, add_netlab_parser, add_reproduce_parser
 from zen_analysis.interface.cli_runs import add_config_parsers, add_runs_parser, config_file
+from zen_analysis.interface.cli_schemes import add_check_scheme_parser
 
 __all__ = ["EXAMPLES", "build_parser", "config_file", "main"]
 
@@ -76,6 +78,9 @@ EXAMPLES = {
     "replay": "zen-analysis replay reproduce-default --set ranks=4\n"
     "  zen-analysis replay --synthetic --set density=0.01 --set skew=2 --set overlap=0.5\n"
     "  zen-analysis replay reproduce-default --set bandwidth=1   # root: the emulated network",
+    "check-scheme": "zen-analysis check-scheme my_pkg.schemes:MyScheme\n"
+    "  zen-analysis check-scheme schemes/ring.py:Ring --set ranks=2,4\n"
+    "  zen-analysis replay my-run --set plugins=my_pkg.schemes --set schemes=my_scheme,zen",
     "bench": "zen-analysis bench zen\n  zen-analysis bench ddp --set bandwidths=loopback,1 --set rounds=2\n"
     "  zen-analysis bench netlab --set parts=schemes --set ranks=4\n"
     "  zen-analysis bench train --set ranks=4,8 --set rates=1",
@@ -114,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_evaluate_parser,
         add_reproduce_parser,
         add_replay_parser,
+        add_check_scheme_parser,
         add_bench_parser,
         add_netlab_parser,
     ):

@@ -9,6 +9,7 @@ import sys
 
 from zen_analysis.config.options import names, one_of, optional
 from zen_analysis.interface.cli_options import Option, add_options, parse
+from zen_analysis.interface.cli_schemes import PLUGINS, load_option_plugins
 
 CHARACTERIZE_OPTIONS = (
     Option(
@@ -23,6 +24,7 @@ EVALUATE_OPTIONS = (
         "topologies", [], "topology presets, comma-separated (none: the paper's and h200-node)", names, "--topology"
     ),
     Option("max_workers", 128, "largest n modelled, up to the run's virtual workers", legacy="--max-workers"),
+    PLUGINS,
 )
 """``evaluate``'s ``--set`` keys (and the flags they replaced)."""
 REPLAY_OPTIONS = (
@@ -39,6 +41,7 @@ REPLAY_OPTIONS = (
         "bandwidth", None, "Gbit/s: run the ranks in the emulated network, each behind a link of this rate (root)",
         optional(float), "--bandwidth-gbps",
     ),
+    PLUGINS,
 )  # fmt: skip
 """``replay``'s ``--set`` keys (and the flags they replaced)."""
 
@@ -66,6 +69,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     from zen_analysis.evaluation.evaluate import DEFAULT_TOPOLOGIES, evaluate, normalized  # deferred: torch
 
     got = parse("evaluate", args)
+    load_option_plugins(got)
     topologies = got["topologies"] or list(DEFAULT_TOPOLOGIES)
     df = evaluate(
         args.run,
@@ -93,6 +97,7 @@ def cmd_replay(args: argparse.Namespace) -> None:
             file=sys.stderr,
         )
     o = parse("replay", args)
+    load_option_plugins(o)
     schemes = o["schemes"] or None
     if args.synthetic:
         if args.run:

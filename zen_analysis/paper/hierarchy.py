@@ -154,7 +154,7 @@ def natural_syncs(
     blocks = {}  # the sets as OmniReduce's blocks, made once per hierarchy
     out = {}
     for name in schemes:
-        mode = modes[name]
+        mode = modes.get(name, "flat")  # a scheme from outside the package: over every GPU, unless hierarchy says
         if mode not in ("flat", "node", "local_rank"):
             raise ValueError(f"{name}: hierarchy must be flat, node or local_rank, got {mode!r}")
         if name == "agsparse" and mode != "flat":

@@ -22,7 +22,8 @@ import pandas as pd
 import torch
 
 from zen_analysis.capture.reader import TraceReader
-from zen_analysis.comm.schemes import build_scheme
+from zen_analysis.comm.schemes import BUILTIN_SCHEMES, build_scheme, sums_rows
+from zen_analysis.comm.schemes import SCHEMES as REGISTRY
 from zen_analysis.config import ExperimentConfig
 from zen_analysis.evaluation.calibrate import preset
 from zen_analysis.evaluation.crossover import stock_crossover, stock_seconds
@@ -39,7 +40,8 @@ from zen_analysis.pricing.traffic import DDP_SPARSE, Traffic
 from zen_analysis.workload.models import build_model
 
 SCHEMES = ("allreduce", "agsparse", "sparcml", "omnireduce", "zen", DDP_SPARSE)
-"""What the table prices: the paper's baselines with Zen, and stock DDP's sparse all-gather where it applies."""
+"""What the table prices: the paper's baselines with Zen, and stock DDP's sparse all-gather where it applies; with
+every scheme registered from outside the package after them (:func:`table_schemes`)."""
 
 PAPER_BATCH = {"lstm": 128, "deepfm": 1024}
 """The paper's per-GPU batch (section 5.1): LSTM 128 sequences, DeepFM 1,024 samples, held constant as n grows."""
@@ -67,6 +69,13 @@ lead over it). DeepFM's Fig. 11 panel gives Zen's lead over OmniReduce only (1.4
 LLM_ARCHS = ("llama", "gpt2", "opt", "gemma2")
 LLM_SEQ_LEN = 1024
 """The paper's LLM runs: sequence length 1,024, batch 1 per TP group of 8 GPUs (one node), TP = 8."""
+
+
+def table_schemes(*, by_rows: bool = False) -> tuple[str, ...]:
+    """The table's schemes now: :data:`SCHEMES`, then every registered scheme that is not a built-in
+    (``zen_analysis.comm.schemes.register_scheme``); ``by_rows``: of those, the ones that sum by rows."""
+    plugins = [n for n, cls in REGISTRY.items() if n not in BUILTIN_SCHEMES and (sums_rows(cls) or not by_rows)]
+    return (*SCHEMES, *plugins)
 
 
 def gpu_row_sets(pool: list[torch.Tensor], num_rows: int, merge: float, n: int, *, seed: int = 0) -> list[torch.Tensor]:
@@ -130,7 +139,7 @@ def _llm_step(reader: TraceReader, topk: dict, topo_t: Topology, machines: int, 
             f"{n} data-parallel ranks; capture more workers (the `opt` recipe has 32) or model fewer machines"
         )
     rows = []
-    for name in SCHEMES:
+    for name in table_schemes():
         if name == DDP_SPARSE:
             continue
         s = sum(_comm_seconds(name, sets[t][:n], int(i["numel"]), 0, topo, factor) for t, i in topk.items())
@@ -167,7 +176,10 @@ def _natural_step(
     ring = Traffic(n)  # DDP's dense buckets: ring all-reduces, no agreement check of the toolkit's
     ring.ring_all_reduce("dense", int(params), 4)
     dense_comm = float(phase_times(ring, topo)["seconds"].sum())
-    rows = [{"scheme": name, "sparse_comm_s": _comm_seconds(name, sets, R, D, topo, factor)} for name in SCHEMES]
+    rows = [
+        {"scheme": name, "sparse_comm_s": _comm_seconds(name, sets, R, D, topo, factor)}
+        for name in table_schemes(by_rows=True)
+    ]
     return ModelledStep(rows, n, params, batch, batch * seq_len, dense_comm)
 
 
@@ -237,7 +249,7 @@ def paper_throughput(
     measured: str | Path | None = None,
 ) -> pd.DataFrame:
     """Modelled training throughput per scheme of the workload captured in ``run`` on ``machines`` nodes of
-    ``topology`` (8 GPUs each on the paper's presets), one row per scheme of :data:`SCHEMES` that applies.
+    ``topology`` (8 GPUs each on the paper's presets), one row per scheme of :func:`table_schemes` that applies.
 
     Per GPU and step (``size="trace"``: the captured model; ``"paper"``: its traffic scaled to the paper's model size,
     :data:`PAPER_SIZE`, with the trace's densities, and compute from the paper's parameter count):

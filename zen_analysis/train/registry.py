@@ -8,6 +8,7 @@ import torch
 
 from zen_analysis.comm import SCHEMES
 from zen_analysis.comm.planner import Planner
+from zen_analysis.comm.schemes import BUILTIN_SCHEMES
 from zen_analysis.config import LocalSGDSection, SyncConfig
 from zen_analysis.evaluation.calibrate import planner_topology
 from zen_analysis.fsdp.training import FSDPSync
@@ -19,7 +20,9 @@ from zen_analysis.zen.bitmap import set_cache_limit
 
 SYNCS = {"allreduce": DenseAllReduce}
 """Dense syncs by name; every other scheme of the registry is a sparse one."""
-SPARSE_SCHEMES = tuple(name for name in SCHEMES if name not in SYNCS)
+SPARSE_SCHEMES = tuple(name for name in BUILTIN_SCHEMES if name not in SYNCS)
+"""The built-in sparse schemes; a scheme registered from outside the package is a sparse one too (read from
+:data:`~zen_analysis.comm.SCHEMES` when the sync is built)."""
 
 
 def build_sync(cfg: SyncConfig, local_sgd=None, *, network: dict | None = None, sharding: str = "none") -> GradSync:
@@ -45,8 +48,8 @@ def build_sync(cfg: SyncConfig, local_sgd=None, *, network: dict | None = None, 
         section = local_sgd or LocalSGDSection()
         config = method_config(cfg.method, seed=cfg.hash_seed, **section.overrides(cfg.scheme))
         return LocalSGD(config, name=cfg.method, planner=planner if config.compress != "none" else None)
-    if cfg.scheme not in (*SYNCS, *SPARSE_SCHEMES, "auto"):
-        raise ValueError(f"sync.scheme={cfg.scheme!r} is unknown; available: {sorted([*SYNCS, *SPARSE_SCHEMES])}")
+    if cfg.scheme not in (*SYNCS, *SCHEMES, "auto"):
+        raise ValueError(f"sync.scheme={cfg.scheme!r} is unknown; available: {sorted({*SYNCS, *SCHEMES})}")
     if cfg.method == "topk":
         return CompressedSync(
             cfg.scheme,

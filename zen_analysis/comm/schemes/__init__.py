@@ -1,21 +1,19 @@
-"""The registry of synchronization schemes: ``SCHEMES[name]`` and ``build_scheme(name, **options)``."""
+"""The registry of synchronization schemes: ``SCHEMES[name]``, ``build_scheme(name, **options)``, and
+``register_scheme(cls)`` for a scheme defined outside the package (:mod:`~zen_analysis.comm.schemes.registration`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from zen_analysis.comm.schemes.agsparse import AGSparse
-from zen_analysis.comm.schemes.allreduce import AllReduce
 from zen_analysis.comm.schemes.base import CommScheme
-from zen_analysis.comm.schemes.bp_coo import BPCOO
-from zen_analysis.comm.schemes.omnireduce import OmniReduce
-from zen_analysis.comm.schemes.sparcml import SparCML
-from zen_analysis.comm.schemes.sparse_ps import SparsePS
-from zen_analysis.comm.schemes.zen import Zen
-
-SCHEMES: dict[str, type[CommScheme]] = {
-    cls.name: cls for cls in (AllReduce, AGSparse, SparCML, OmniReduce, SparsePS, BPCOO, Zen)
-}
+from zen_analysis.comm.schemes.registration import (
+    BUILTIN_SCHEMES,
+    SCHEMES,
+    register_scheme,
+    sums_rows,
+    unregister_scheme,
+)
+from zen_analysis.config.plugins import unknown_name
 
 
 def build_scheme(name: str, *, seed: int | None = None, **options: Any) -> CommScheme:
@@ -23,7 +21,7 @@ def build_scheme(name: str, *, seed: int | None = None, **options: Any) -> CommS
     hash seed (h0), goes to the schemes that hash indices (``hashed``) and is ignored by the others, so a caller
     can pass it whatever the scheme."""
     if name not in SCHEMES:
-        raise ValueError(f"unknown scheme {name!r}; available: {sorted(SCHEMES)}")
+        raise ValueError(unknown_name(f"unknown scheme {name!r}", name, sorted(SCHEMES)))
     if seed is not None and SCHEMES[name].hashed:
         options["seed"] = seed
     try:
@@ -32,4 +30,12 @@ def build_scheme(name: str, *, seed: int | None = None, **options: Any) -> CommS
         raise ValueError(f"scheme {name!r}: {exc}") from None
 
 
-__all__ = ["SCHEMES", "CommScheme", "build_scheme"]
+__all__ = [
+    "BUILTIN_SCHEMES",
+    "SCHEMES",
+    "CommScheme",
+    "build_scheme",
+    "register_scheme",
+    "sums_rows",
+    "unregister_scheme",
+]
