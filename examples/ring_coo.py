@@ -22,6 +22,9 @@ ranks' agreement check rides on the first count exchange (``folds_agreement``).
 Values: fp16/bf16 are added in float32 at each merge and rounded once per hop to the input's dtype (a partial sum
 travels rounded, as in SparCML's stages); other dtypes add in their own.
 
+Importing this file registers the scheme (``register_scheme``, used as a decorator): ``sync.plugins`` or
+``--set plugins=examples/ring_coo.py`` imports it where a config is built and in every rank.
+
 Shape suffixes: N elements of the flat tensor (or rows of a table), K entries on this rank, D values per row, W ranks.
 """
 
@@ -30,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from zen_analysis.comm.schemes import CommScheme
+from zen_analysis.comm.schemes import CommScheme, register_scheme
 from zen_analysis.pricing.traffic import Traffic
 from zen_analysis.wire.coo import coo_words, index_bytes, pack_coo, sum_by_index, unpack_coo
 from zen_analysis.wire.exchange import Exchange
@@ -44,6 +47,7 @@ def block_bounds(numel: int, world: int) -> list[int]:
     return [b * base + min(b, extra) for b in range(world + 1)]
 
 
+@register_scheme
 class RingCOO(CommScheme):
     """Ring reduce-scatter of COO blocks that merge at every hop, then a ring all-gather of the merged blocks."""
 

@@ -3,7 +3,9 @@
 same bits, and the bytes and calls it passed to collectives equal its traffic model. The file is imported by path, as
 a user's own scheme would be: nothing in the package knows it."""
 
-import importlib.util
+import copy
+import sys
+import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -13,21 +15,34 @@ import torch.distributed as dist
 from test_comm_schemes import KINDS, _index_set
 from test_row_sync import CASES, _rows_of, _table
 
+from zen_analysis import recipes
+from zen_analysis.comm.scheme_contract import check_scheme
+from zen_analysis.comm.schemes import SCHEMES, register_scheme, unregister_scheme
+from zen_analysis.config import apply_overrides
+from zen_analysis.config.plugins import load_object
+from zen_analysis.evaluation.replay import compare
+from zen_analysis.pricing.topology import PRESETS
 from zen_analysis.ranks.procs import fork_launch
+from zen_analysis.runs.launch import launch
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "ring_coo.py"
 NUMELS = (1, 7, 257, 1000)
 KEYS = ["rank", "phase", "kind"]
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("ring_coo", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+ring_coo = None
+"""The example module, once :func:`registered` imported it (the forked ranks inherit it)."""
 
 
-ring_coo = _load()
+@pytest.fixture(autouse=True, scope="module")
+def registered():
+    """The example imported as ``sync.plugins`` imports it (which registers ``ring_coo``), for this module's tests
+    only: every other test that walks the registry sees the built-ins alone."""
+    global ring_coo
+    ring_coo = sys.modules[load_object(f"{EXAMPLE}:RingCOO").__module__]
+    register_scheme(ring_coo.RingCOO)  # a second import of a cached module registers nothing: say it again
+    yield ring_coo.RingCOO.name
+    unregister_scheme(ring_coo.RingCOO.name)
 
 
 def _element_cases(world: int) -> list[tuple[int, list[list[int]], torch.dtype]]:
@@ -103,3 +118,42 @@ def test_a_block_grows_only_by_the_indices_new_to_it_at_each_hop():
     frame = ring_coo.RingCOO().traffic(sets, 6).set_index(["phase", "kind", "rank"]).sort_index()["bytes_sent"]
     assert frame["reduce_scatter0", "payload"].tolist() == [1 * 8, 2 * 8, 0]  # rank r: block r - 1, 8 B an entry
     assert frame["all_gather1", "payload"].tolist() == [2 * 8, 2 * 8, 1 * 8]  # rank r passes on block r - 1
+
+
+def test_registered_from_user_code_it_passes_the_contract_check(registered):
+    """The one call a user runs on their own scheme (``zen-analysis check-scheme examples/ring_coo.py:RingCOO``)."""
+    assert SCHEMES[registered] is ring_coo.RingCOO
+    report = check_scheme(registered, ranks=(2, 3, 4))
+    assert report["rows"] and report["cases"] > 0
+
+
+def test_it_trains_with_sync_scheme_as_dense_all_reduce_does(registered):
+    """``sync.scheme=ring_coo`` with ``sync.plugins`` naming the file: the embedding summed by the ring on 4 ranks,
+    the losses those of dense all-reduce up to summation order."""
+
+    def train(*overrides):
+        cfg = apply_overrides(recipes.smoke(), ["dist.num_ranks=4", "train.num_steps=8", "capture.enabled=false"])
+        cfg = apply_overrides(cfg, list(overrides))
+        cfg.name = cfg.run_id = f"example-ring-{cfg.sync.scheme}"
+        return launch(copy.deepcopy(cfg), echo=False, progress=False).metrics()
+
+    dense = train("sync.method=dense", "sync.scheme=allreduce")
+    ring = train("sync.method=natural", f"sync.scheme={registered}", f"sync.plugins={EXAMPLE}")
+    torch.testing.assert_close(
+        torch.tensor(ring["loss"].values), torch.tensor(dense["loss"].values), rtol=1e-4, atol=1e-5
+    )
+    assert len(ring) == 8 and (ring["sparse_bytes_sent_rank0"] > 0).all()  # the ring, not a dense fallback, summed it
+
+
+def test_replay_measures_it_beside_zen_and_the_paper_scale_table_prices_it(registered):
+    from test_scheme_plugins import tiny_lstm_trace
+
+    from zen_analysis.paper.scale import paper_throughput
+
+    sets = [torch.arange(r, 600, 3 + r) for r in range(3)]
+    df = compare(sets, 600, repeats=1, topology=PRESETS["paper-tcp25"], schemes=[registered, "zen"])
+    assert set(df["scheme"]) == {registered, "zen"} and df.groupby("scheme")["lossless"].all().all()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a store written without its shard list says so
+        table = paper_throughput(tiny_lstm_trace("example-ring-paper-scale"), machines=2).set_index("scheme")
+    assert registered in table.index and table.loc[registered, "sparse_comm_s"] > 0

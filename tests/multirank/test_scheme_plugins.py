@@ -102,10 +102,10 @@ def test_it_passes_the_contract_and_a_lossy_one_is_refused_saying_what_broke(gat
     assert f"check_scheme({DropsOne.__module__}.DropsOne, ranks=(2,), seed=0)" in message
 
 
-def test_the_paper_scale_table_prices_it(gather_coo):
-    from zen_analysis.paper.scale import paper_throughput
-
-    rid, R, D = "plugin-paper-scale", 4096, 64  # lstm-words-smoke's table
+def tiny_lstm_trace(rid: str) -> str:
+    """A one-step captured run ``rid`` of lstm-words-smoke's table (4 workers' random rows): what the paper-scale
+    table prices."""
+    R, D = 4096, 64  # lstm-words-smoke's table
     wr = TraceWriter(paths.trace_dir(rid), rank=0, run_id=rid, world_size=1, steps_per_shard=1)
     for w in range(4):
         rows = torch.unique(torch.randint(0, R, (64,), generator=torch.Generator().manual_seed(w)))
@@ -116,9 +116,15 @@ def test_the_paper_scale_table_prices_it(gather_coo):
     tensors = {"embed.weight": {"kind": "natural", "shape": [R, D], "numel": R * D}}
     cfg = recipes.lstm_words_smoke().to_dict()
     write_manifest(paths.trace_dir(rid), {"run_id": rid, "tensors": tensors, "config": cfg})
+    return rid
+
+
+def test_the_paper_scale_table_prices_it(gather_coo):
+    from zen_analysis.paper.scale import paper_throughput
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a store written without its shard list says so
-        df = paper_throughput(rid, machines=2).set_index("scheme")
+        df = paper_throughput(tiny_lstm_trace("plugin-paper-scale"), machines=2).set_index("scheme")
     assert gather_coo in df.index and df.loc[gather_coo, "sparse_comm_s"] > 0
 
 
