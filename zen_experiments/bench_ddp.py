@@ -14,7 +14,7 @@ from zen_analysis.config.options import flag, floats, ints, names
 from zen_analysis.derived import write_table
 from zen_analysis.ranks import netlab
 from zen_experiments.bench_options import parse_sets, publish
-from zen_experiments.exchange_replay import EXCHANGE_SCHEMES, exchange_sweep
+from zen_experiments.exchange_replay import BUSIEST, EXCHANGE_SCHEMES, exchange_sweep
 from zen_experiments.lab_sweeps import DDP_DEFAULT_VARIANTS, ddp_script_sweep
 
 
@@ -96,8 +96,11 @@ def bench_exchange(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     """The gradient exchange alone against stock DDP's own sparse path
     (:func:`~zen_experiments.exchange_replay.exchange_sweep`): a captured run's rank-steps of its embedding
     (each lab rank one real rank's rows per step) summed by stock DDP's sparse all-reduce and by the toolkit's row sums,
-    each rank behind a shaped link, measured beside the lab's model. ``--set run=reproduce-lstm-words ranks=4,8,16
-    bandwidths=1 schemes=stock,zen,agsparse,sparcml repeats=12 workers_per_rank=8 model=true``. Table in
+    each rank behind a shaped link, measured beside the lab's model. ``sparse_ps`` is the users' contiguous row
+    ownership (modded-nanogpt's sparse bigram gradient comms, with the owners' sums pulled back as a replicated
+    optimizer needs them), labelled so; every owner scheme's row has the busiest rank's rows
+    (:func:`~zen_experiments.exchange_replay.busiest_rows`). ``--set run=reproduce-lstm-words ranks=4,8,16
+    bandwidths=1 schemes=stock,zen,sparse_ps,agsparse,sparcml repeats=12 workers_per_rank=8 model=true``. Table in
     ``data/derived/exchange/<run>.txt``."""
 
     defaults = {
@@ -115,9 +118,11 @@ def bench_exchange(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     if not ok:
         raise RuntimeError(f"bench exchange runs every rank behind a shaped link: no network lab here ({why})")
     df = exchange_sweep(**opts)
-    cols = ["ranks", "bandwidth_gbps", "scheme", "measured_s", "modelled_s", "lead_vs_stock"]
+    cols = ["ranks", "bandwidth_gbps", "label", "measured_s", "modelled_s", "lead_vs_stock"]
     cols += ["lead_vs_stock_modelled", "written_bytes", "rows_mean", "rows_union", "max_diff_vs_stock"]
-    shown = df[cols].round({"measured_s": 4, "modelled_s": 4, "lead_vs_stock": 2, "lead_vs_stock_modelled": 2})
+    cols += [*BUSIEST, "pull_imbalance", "rows_match_model"]
+    rounded = {"measured_s": 4, "modelled_s": 4, "lead_vs_stock": 2, "lead_vs_stock_modelled": 2}
+    shown = df[cols].round(rounded | {"pull_imbalance": 2})
     publish(df, paths.derived_dir() / "exchange" / str(opts["run"]), shown, {k: str(v) for k, v in opts.items()})
     return {"exchange": df}
 
@@ -135,10 +140,16 @@ def ddp_headline(result: dict) -> dict[str, float]:
 
 
 def exchange_headline(result: dict) -> dict[str, float]:
-    """``bench exchange``'s headline: Zen's lead over stock DDP's sparse all-reduce, per rank count and link."""
+    """``bench exchange``'s headline: Zen's lead over stock DDP's sparse all-reduce, per rank count and link, and
+    over the users' contiguous row ownership (``sparse_ps``) where the table has it."""
     df = result["exchange"]
     zen = df[df["scheme"] == "zen"]
-    return {
+    out = {
         f"Zen vs stock sparse, {n} ranks, {bw:g} Gbit/s (x)": float(lead)
         for n, bw, lead in zip(zen["ranks"], zen["bandwidth_gbps"], zen["lead_vs_stock"])
     }
+    contiguous = df[df["scheme"] == "sparse_ps"].set_index(["ranks", "bandwidth_gbps"])["lead_vs_stock"]
+    for n, bw, lead in zip(zen["ranks"], zen["bandwidth_gbps"], zen["lead_vs_stock"]):
+        if (n, bw) in contiguous.index:
+            out[f"Zen vs contiguous rows, {n} ranks, {bw:g} Gbit/s (x)"] = float(lead / contiguous[(n, bw)])
+    return out

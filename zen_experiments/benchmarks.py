@@ -70,9 +70,13 @@ BENCHMARKS = {
     ),
     "exchange": Benchmark(
         "bench_ddp:bench_exchange",
-        "a captured run's embedding rows summed by stock DDP's sparse path and by Zen, in the lab",
+        "a captured run's embedding rows summed by stock DDP's sparse path, Zen and contiguous row owners, in the lab",
         True,
         "bench_ddp:exchange_headline",
+        columns=(
+            *("ranks", "scheme", "label", "measured_s", "lead_vs_stock"),
+            *("push_rows_max", "owned_rows_max", "rows_moved_max"),
+        ),
     ),
     "fsdp": Benchmark(
         "bench_fsdp:bench_fsdp",

@@ -12,8 +12,15 @@ training ranks lends its other captured steps to more lab ranks: lab rank r hold
 8 micro-batches x 4 x 128 tokens, about 1% of its table, near the 1.13% the Zen paper gives per GPU for its LSTM),
 while ranks of different steps overlap as batches of a later step do.
 
+Beside Zen's hashed rows the sweep runs the ownership users adopted: each rank owns a contiguous slice of the table,
+a touched row's gradient goes to its owner and only touched rows move (modded-nanogpt's "sparse bigram gradient
+comms"). With a replicated optimizer, as in a DDP drop-in, the owners then hand their summed rows back: that is
+``sparse_ps`` by rows (even contiguous owners, COO push, COO pull), labelled so in the table. For each scheme that
+places rows on owners the table gives the busiest rank's rows (:func:`busiest_rows`), measured from the ranks'
+byte records and checked against the owners' model.
+
 Shape suffixes: K non-zeros (a captured record's elements, or one rank's distinct rows), D values per row (the table's
-width).
+width), W ranks.
 """
 
 from __future__ import annotations
@@ -28,14 +35,33 @@ import torch.distributed as dist
 
 from zen_analysis.capture.reader import TraceReader
 from zen_analysis.comm import SCHEMES, build_scheme
+from zen_analysis.comm.schemes.agsparse import AGSparse
+from zen_analysis.comm.schemes.parallelism import PushPullCOO
+from zen_analysis.comm.schemes.zen import Zen
 from zen_analysis.evaluation.calibrate import netlab
 from zen_analysis.evaluation.evaluate import stock_seconds
 from zen_analysis.pricing.cost import total_seconds
 from zen_analysis.ranks.netlab import NetLab
 from zen_analysis.ranks.procs import fork_launch
+from zen_analysis.sparsity.metrics import imbalance_ratios
+from zen_analysis.wire.coo import index_bytes
+from zen_analysis.wire.dtypes import value_bytes
+from zen_analysis.zen.bitmap import bitmap_bytes, hash_partition_sizes
+from zen_analysis.zen.hashing import hash_owner
 
-EXCHANGE_SCHEMES = ("stock", "zen", "agsparse", "sparcml")
-"""What :func:`exchange_sweep` replays by default: stock DDP's sparse all-reduce and the toolkit's row sums."""
+EXCHANGE_SCHEMES = ("stock", "zen", "sparse_ps", "agsparse", "sparcml")
+"""What :func:`exchange_sweep` replays by default: stock DDP's sparse all-reduce, Zen, the users' contiguous row
+ownership (``sparse_ps``) and the toolkit's other row sums."""
+
+EXCHANGE_LABELS = {
+    "stock": "stock DDP sparse all-reduce",
+    "zen": "hashed rows (zen)",
+    "sparse_ps": "contiguous rows (sparse_ps)",
+    "bp_coo": "hashed rows, COO pull (bp_coo)",
+    "agsparse": "all-gather of rows (agsparse)",
+    "sparcml": "recursive doubling (sparcml)",
+}
+"""The ``label`` column: what each scheme is to a reader, the users' contiguous row ownership named as such."""
 
 
 def rank_step_rows(run, world: int, rank: int, *, tensor: str | None = None, workers_per_rank: int | None = None):
@@ -87,7 +113,8 @@ def written_bytes() -> int:
 def _exchange_rank(rank: int, world: int, run, tensor, per_rank, schemes, repeats) -> dict:
     """One lab rank: its rank-step (:func:`rank_step_rows`) through :func:`sum_every_way`, with its rows."""
     rows_K, values_KD, num_rows, width = rank_step_rows(run, world, rank, tensor=tensor, workers_per_rank=per_rank)
-    return {"_rows": rows_K, **sum_every_way(rows_K, values_KD, num_rows, width, schemes, repeats)}
+    summed = sum_every_way(rows_K, values_KD, num_rows, width, schemes, repeats)
+    return {"_rows": rows_K, "_shape": (num_rows, width), **summed}
 
 
 def sum_every_way(rows_K, values_KD, num_rows: int, width: int, schemes, repeats: int) -> dict:
@@ -96,11 +123,12 @@ def sum_every_way(rows_K, values_KD, num_rows: int, width: int, schemes, repeats
     ``dist.all_reduce`` of the sparse COO tensor), the others' sums checked against stock's (the same rows; the
     values' largest difference kept). Per scheme: ``median_s`` (after two warm-up repeats), ``written_bytes`` (what
     the process wrote in the last repeat, gloo's headers too), ``bytes_sent`` (the scheme's own count; stock's:
-    the written bytes), ``max_diff_vs_stock`` and ``phases_s``."""
+    the written bytes), ``max_diff_vs_stock``, ``phases_s`` and ``payload`` (phase -> (payload bytes sent,
+    received) of the last repeat, the scheme's own records; empty for stock)."""
 
     out, reference = {}, None
     for name in sorted(schemes, key=lambda n: n != "stock"):
-        times, written, phases = [], -1, {}
+        times, written, phases, payload = [], -1, {}, {}
         if name == "stock":
             grad = torch.sparse_coo_tensor(rows_K[None], values_KD, (num_rows, width), check_invariants=True)
             for _ in range(repeats):
@@ -123,6 +151,9 @@ def sum_every_way(rows_K, values_KD, num_rows: int, width: int, schemes, repeats
                 written = written_bytes() - w0
             m = scheme.last_measured()
             phases, sent = m.groupby("phase")["seconds"].sum().to_dict(), int(m["bytes_sent"].sum())
+            moved = m[m["kind"] == "payload"]
+            pairs = zip(moved["phase"], moved["bytes_sent"], moved["bytes_received"])
+            payload = {p: (int(a), int(b)) for p, a, b in pairs}
             diff = float("nan")
             if reference is not None:
                 order = torch.argsort(got_rows)
@@ -135,6 +166,7 @@ def sum_every_way(rows_K, values_KD, num_rows: int, width: int, schemes, repeats
             "bytes_sent": sent,
             "max_diff_vs_stock": diff,
             "phases_s": phases,
+            "payload": payload,
         }
     return out
 
@@ -160,7 +192,9 @@ def exchange_sweep(
     time / the scheme's) and with ``model`` the same priced by the lab's calibrated model
     (:func:`~zen_analysis.evaluation.calibrate.netlab`, calibrated on first use): ``modelled_s`` and
     ``lead_vs_stock_modelled``. Stock's model is its three ring all-gathers alone
-    (:func:`~zen_analysis.evaluation.evaluate.stock_seconds`: its local sum is not priced)."""
+    (:func:`~zen_analysis.evaluation.evaluate.stock_seconds`: its local sum is not priced). Each row also has
+    ``label`` (:data:`EXCHANGE_LABELS`: ``sparse_ps`` is the users' contiguous row ownership) and the busiest rank's
+    rows, measured (:func:`busiest_rows`)."""
 
     unknown = set(schemes) - {"stock", *SCHEMES}
     if unknown:
@@ -169,6 +203,8 @@ def exchange_sweep(
         raise ValueError("the sweep measures against stock DDP's sparse all-reduce: keep 'stock' in schemes")
     if repeats < 3:
         raise ValueError(f"repeats={repeats}: at least 3 (two warm-up ones are left out of the median)")
+    if min(ranks, default=2) < 2:
+        raise ValueError(f"ranks={list(ranks)}: a sum over one rank moves nothing; at least 2")
     rows = []
     for n in ranks:
         rank_step_rows(run, n, n - 1, tensor=tensor, workers_per_rank=workers_per_rank)  # enough rank-steps?
@@ -187,31 +223,113 @@ def exchange_sweep(
                     lab=lab,
                     timeout_s=600.0,
                 )
-            sets = [r["_rows"] for r in res]
-            counts = [int(s.numel()) for s in sets]
-            union = int(torch.unique(torch.cat(sets)).numel())
-            modelled = _modelled(run, sets, n, bw, schemes, tensor) if model else {}
-            for name in schemes:
-                rows.append(
-                    {
-                        "ranks": n,
-                        "bandwidth_gbps": bw,
-                        "scheme": name,
-                        "measured_s": max(r[name]["median_s"] for r in res),
-                        "written_bytes": res[0][name]["written_bytes"],
-                        "rows_mean": sum(counts) / n,
-                        "rows_union": union,
-                        "max_diff_vs_stock": max(r[name]["max_diff_vs_stock"] for r in res),
-                        "modelled_s": modelled.get(name, float("nan")),
-                        **{f"{k}_s": v for k, v in res[0][name]["phases_s"].items()},
-                    }
-                )
+            modelled = _modelled(run, [r["_rows"] for r in res], n, bw, schemes, tensor) if model else {}
+            rows += [_row(res, n, bw, name, modelled.get(name, float("nan"))) for name in schemes]
     df = pd.DataFrame(rows)
     stock = df[df["scheme"] == "stock"].set_index(["ranks", "bandwidth_gbps"])
     key = list(zip(df["ranks"], df["bandwidth_gbps"]))
     df["lead_vs_stock"] = [stock.loc[k, "measured_s"] for k in key] / df["measured_s"]
     df["lead_vs_stock_modelled"] = [stock.loc[k, "modelled_s"] for k in key] / df["modelled_s"]
     return df
+
+
+def _row(res: list[dict], n: int, bw: float, name: str, modelled_s: float) -> dict:
+    """The sweep's row for scheme ``name`` from every lab rank's result ``res`` at ``n`` ranks behind ``bw``."""
+    sets = [r["_rows"] for r in res]
+    num_rows, width = res[0]["_shape"]
+    return {
+        "ranks": n,
+        "bandwidth_gbps": bw,
+        "scheme": name,
+        "label": EXCHANGE_LABELS.get(name, name),
+        "measured_s": max(r[name]["median_s"] for r in res),
+        "written_bytes": res[0][name]["written_bytes"],
+        "rows_mean": sum(int(s.numel()) for s in sets) / n,
+        "rows_union": int(torch.unique(torch.cat(sets)).numel()),
+        "max_diff_vs_stock": max(r[name]["max_diff_vs_stock"] for r in res),
+        "modelled_s": modelled_s,
+        **busiest_rows(name, [r[name]["payload"] for r in res], sets, num_rows, width),
+        **{f"{k}_s": v for k, v in res[0][name]["phases_s"].items()},
+    }
+
+
+BUSIEST = ("push_rows_max", "owned_rows_max", "rows_moved_max")
+"""The busiest rank's rows (:func:`busiest_rows`), each the largest over the ranks."""
+
+
+def busiest_rows(name: str, payloads: list[dict], sets: list[torch.Tensor], num_rows: int, width: int) -> dict:
+    """The busiest rank's rows in scheme ``name``'s sum of the ranks' row ``sets`` (of a ``num_rows`` x ``width``
+    float32 table), measured from each rank's payload records (``payloads[r]``: phase -> (bytes sent, received),
+    :func:`sum_every_way`'s): ``push_rows_max``, the most rows any rank receives from the others in the push (the
+    owner's load); ``owned_rows_max``, the most rows any rank owns after the push, sums and hands every other rank
+    in the pull; ``rows_moved_max``, the most rows any rank sends plus receives over the whole sum, every copy
+    counted (its link's load). ``rows_match_model``: whether every rank's measured rows equal those the scheme's
+    owner mapping gives the sets (:func:`owner_rows`). With ``push_imbalance`` / ``pull_imbalance``, the paper's
+    Def. 8 of the owners (:func:`~zen_analysis.sparsity.metrics.imbalance_ratios`: 1 is perfect balance). A scheme
+    without owners (``agsparse``: ``rows_moved_max`` alone) or without row records (stock, ``sparcml``, whose
+    streams may turn dense) has NaN there."""
+
+    nan = float("nan")
+    out = dict.fromkeys(BUSIEST, nan) | {"push_imbalance": nan, "pull_imbalance": nan, "rows_match_model": None}
+    world, cls = len(sets), SCHEMES.get(name)
+    entry = index_bytes(num_rows) + value_bytes(torch.float32) * width  # one row in COO: its index, its values
+    if cls is not None and issubclass(cls, AGSparse):
+        measured = np.array([sum(a + b for a, b in p.values()) / entry for p in payloads])
+        counts = np.array([s.numel() for s in sets])
+        modelled = counts * (world - 1) + (counts.sum() - counts)  # to every other rank, from every other rank
+        return out | {"rows_moved_max": float(measured.max()), "rows_match_model": bool((measured == modelled).all())}
+    owner = _owner(name, num_rows, world)
+    if owner is None:
+        return out
+    measured = [_measured_rows(name, p, r, world, num_rows, width) for r, p in enumerate(payloads)]
+    modelled = owner_rows(sets, owner)
+    push, pull = imbalance_ratios(sets, num_rows, owner, world)
+    for key, k in zip(BUSIEST, ("push_in", "owned", "moved")):
+        out[key] = float(max(m[k] for m in measured))
+    match = all(np.array_equal([m[k] for m in measured], modelled[k]) for k in modelled)
+    return out | {"push_imbalance": push, "pull_imbalance": pull, "rows_match_model": match}
+
+
+def _owner(name: str, num_rows: int, world: int):
+    """The owner mapping of a scheme that pushes rows to owners and pulls their sums (``zen``, ``sparse_ps``,
+    ``bp_coo``) with its default seed, as the sweep builds it; None for any other."""
+    cls = SCHEMES.get(name)
+    if cls is None or not issubclass(cls, (Zen, PushPullCOO)):
+        return None
+    scheme = build_scheme(name, seed=0)
+    if isinstance(scheme, Zen):
+        return hash_owner(world, scheme.seed, numel=num_rows)
+    return scheme.owner(num_rows, world, model=True)
+
+
+def owner_rows(sets: list[torch.Tensor], owner) -> dict[str, np.ndarray]:
+    """Per rank (W,), in a push to owners and a pull of their sums: ``push_in`` (rows the others send it),
+    ``owned`` (distinct rows of the union it owns) and ``moved`` (rows it sends plus receives, each copy)."""
+    world = len(sets)
+    to_WW = np.stack([np.bincount(owner(s).numpy(), minlength=world) for s in sets])  # sender x owner
+    kept_W = np.diag(to_WW)  # a rank's own rows stay local
+    union = torch.unique(torch.cat(sets))
+    owned_W = np.bincount(owner(union).numpy(), minlength=world)
+    push_in, push_out = to_WW.sum(0) - kept_W, to_WW.sum(1) - kept_W
+    moved = push_in + push_out + owned_W * (world - 1) + (union.numel() - owned_W)
+    return {"push_in": push_in, "owned": owned_W, "moved": moved}
+
+
+def _measured_rows(name: str, payload: dict, rank: int, world: int, num_rows: int, width: int) -> dict[str, float]:
+    """Rank ``rank``'s rows from its payload bytes (phase -> (sent, received)): both pushes carry a row as a COO
+    entry (Zen's index is the row's position in its owner's hash set, as wide); ``sparse_ps``'s and ``bp_coo``'s
+    pulls carry COO too, Zen's pull a hash bitmap per owner (its size fixed by h0) and D values per row."""
+    row = value_bytes(torch.float32) * width
+    entry = index_bytes(num_rows) + row
+    push_out, push_in = (b / entry for b in payload.get("push", (0, 0)))
+    pull_sent, pull_received = payload.get("pull", (0, 0))
+    if issubclass(SCHEMES[name], Zen):
+        bitmaps = [bitmap_bytes(s) for s in hash_partition_sizes(num_rows, world, 0)]
+        owned = (pull_sent / (world - 1) - bitmaps[rank]) / row
+        pulled = (pull_received - (sum(bitmaps) - bitmaps[rank])) / row
+    else:
+        owned, pulled = pull_sent / (world - 1) / entry, pull_received / entry
+    return {"push_in": push_in, "owned": owned, "moved": push_in + push_out + owned * (world - 1) + pulled}
 
 
 def _modelled(run, sets, n: int, bw: float, schemes, tensor) -> dict[str, float]:

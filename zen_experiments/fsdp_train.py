@@ -55,6 +55,12 @@ VARIANTS = {
         FSDPVariant("zen-bf16", zen=True, reduce_dtype="bf16", hashed=True, all_gather=True),
     )
 }
+"""The variants ``bench fsdp`` trains. ``zen-contiguous`` keeps the table in the vocabulary's order, so each shard
+owns a contiguous slice of rows and Zen's reduce-scatter sends every touched row to its slice's owner: the contiguous
+row ownership users run (modded-nanogpt's sparse bigram gradient comms, a sparse reduce-scatter into a sharded
+optimizer), in FSDP2, and the DDP drop-in's ``scheme="sparse_ps"`` by rows; its all-gather moves only the rows that
+changed, where modded-nanogpt gathers its shards densely. ``zen`` is the same with the table stored in Zen's hashed
+order (:mod:`zen_analysis.fsdp.hashed`)."""
 
 
 @dataclass(frozen=True)

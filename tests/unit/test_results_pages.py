@@ -123,6 +123,11 @@ def test_the_lab_benchmarks_headlines_are_their_ratios_to_stock():
         {"ranks": [16, 16], "bandwidth_gbps": [1.0, 1.0], "scheme": ["stock", "zen"], "lead_vs_stock": [1.0, 2.2]}
     )
     assert bench_ddp.exchange_headline({"exchange": exchange}) == {"Zen vs stock sparse, 16 ranks, 1 Gbit/s (x)": 2.2}
+    contiguous = pd.DataFrame({"ranks": [16], "bandwidth_gbps": [1.0], "scheme": ["sparse_ps"], "lead_vs_stock": [1.1]})
+    assert bench_ddp.exchange_headline({"exchange": pd.concat([exchange, contiguous])}) == {
+        "Zen vs stock sparse, 16 ranks, 1 Gbit/s (x)": 2.2,
+        "Zen vs contiguous rows, 16 ranks, 1 Gbit/s (x)": 2.0,
+    }
     fsdp = pd.DataFrame(
         {"ranks": [8, 8], "variant": ["stock", "zen"], "step_speedup": [1.0, 1.5], "embed_rs_speedup": [1.0, 25.0]}
     )

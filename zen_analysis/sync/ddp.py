@@ -154,6 +154,11 @@ def register(
     the sparsifier is; :func:`comm_hook`); ``threshold="local" | "global"``; ``overlap=True`` sums on a worker
     thread while backward goes on (creates a process group: call ``register`` on every rank).
 
+    ``scheme="sparse_ps"`` is contiguous row ownership, the scheme users adopted before Zen (modded-nanogpt's sparse
+    bigram gradient comms): each rank owns an even contiguous slice of the table's rows, a touched row goes to its
+    owner, and the owners' sums come back to every rank (:mod:`~zen_analysis.comm.schemes.sparse_ps`); Zen's hashed
+    owners balance what a skewed table puts on the first slice's owner (``bench exchange`` measures both).
+
     ``scheme="auto"``: the planner (:mod:`zen_analysis.comm.planner`) picks the scheme per tensor — each sparse
     parameter (natural), each bucket (top-k) — among all of them and dense all-reduce, every ``planner_every``
     steps, switching only for a gain over ``hysteresis``; priced on ``topology``: a
