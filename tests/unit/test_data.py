@@ -8,7 +8,7 @@ import pytest
 
 from zen_analysis.config import DataConfig
 from zen_analysis.workload.batches import TokenData, prepare
-from zen_analysis.workload.corpus import load_corpus
+from zen_analysis.workload.corpus import _stdlib_documents, load_corpus, stdlib_root
 
 SMALL = DataConfig(source="stdlib", max_bytes=300_000, vocab_size=512)
 
@@ -21,6 +21,11 @@ def test_stdlib_corpus_is_real_code_deterministic_and_excludes_site_packages():
     assert any("def " in t for t in a.texts)
     bigger = load_corpus(DataConfig(source="stdlib", max_bytes=600_000, vocab_size=512))
     assert bigger.sha256 != a.sha256
+    root = stdlib_root()  # the walk that skips site-packages lists what rglob does, in its order (it keys the caches)
+    every = [p.relative_to(root).as_posix() for p in sorted(root.rglob("*.py")) if p.is_file()]
+    assert [d for d, _ in _stdlib_documents()] == [
+        d for d in every if not d.startswith(("site-packages/", "dist-packages/"))
+    ]
 
 
 def test_split_is_by_document_and_covers_both_sides():

@@ -14,6 +14,7 @@ connection stack trace).
 from __future__ import annotations
 
 import hashlib
+import os
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,15 +59,16 @@ def _read_text(path: Path) -> str:
 
 
 def _stdlib_documents() -> list[tuple[str, Path]]:
+    """Every ``.py`` file under the stdlib dir, in ``sorted(root.rglob("*.py"))``'s order. The stdlib dir of a venv's
+    base interpreter also holds site-packages (third-party code, not stdlib): the walk never enters it, which spares
+    listing what is often most of the files there (every launch reads the corpus to key its caches)."""
     root = stdlib_root()
-    out = []
-    for p in sorted(root.rglob("*.py")):
-        rel = p.relative_to(root).as_posix()
-        # The stdlib dir of a venv's base interpreter also holds site-packages: third-party code, not stdlib.
-        if rel.startswith(("site-packages/", "dist-packages/")) or not p.is_file():
-            continue
-        out.append((rel, p))
-    return out
+    found = []
+    for folder, dirs, files in os.walk(root):  # rglob's walk: symlinked folders are not entered
+        if folder == str(root):
+            dirs[:] = [d for d in dirs if d not in ("site-packages", "dist-packages")]
+        found += [Path(folder, name) for name in files if name.endswith(".py")]
+    return [(p.relative_to(root).as_posix(), p) for p in sorted(found) if p.is_file()]
 
 
 def _file_documents(specs: tuple[str, ...]) -> list[tuple[str, Path]]:
