@@ -99,13 +99,15 @@ def test_with_zen_wraps_a_config_and_warns_on_a_tied_table_and_refuses_other_spm
 
     spec = model_registry("debugmodel")
 
-    class _Config:  # torchtitan's Trainer.Config stand-in: with_zen reads and replaces model_spec only
-        model_spec = spec
+    class _Config:  # torchtitan's Trainer.Config stand-in (its registry needs tensorboard): what with_zen touches
+        model_spec, parallelism = spec, ParallelismConfig()
 
     wrapped = with_zen(_Config(), hashed_rows=False)
     assert isinstance(wrapped.model_spec.parallelize_fn, ZenParallelize)
     assert wrapped.model_spec.parallelize_fn.inner is spec.parallelize_fn
+    assert wrapped.parallelism.spmd_backend == "partial_dtensor"
     assert _Config.model_spec.parallelize_fn is spec.parallelize_fn  # the config given is left as it was
+    assert _Config.parallelism.spmd_backend == "spmd_types"
 
     calls = []
     tied = torch.nn.Module()

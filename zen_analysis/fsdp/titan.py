@@ -83,7 +83,8 @@ class ZenParallelize:
         if backend != "partial_dtensor":
             raise ValueError(
                 f"Zen's reduce-scatter goes on torchtitan's FSDP2 units under spmd_backend='partial_dtensor' (plain "
-                f"FSDP2 over DTensor shards), not {backend!r}: pass --parallelism.spmd_backend partial_dtensor"
+                f"FSDP2 over DTensor shards), not {backend!r}: with_zen sets it, or pass "
+                "--parallelism.spmd_backend partial_dtensor"
             )
         table = _zen_table(model, kwargs.get("parallel_dims"))
         if table is None:
@@ -128,10 +129,14 @@ def _zen_table(model: nn.Module, parallel_dims: Any) -> nn.Embedding | None:
 
 def with_zen(config: Any, **options: Any) -> Any:
     """A torchtitan ``Trainer.Config`` whose ``model_spec.parallelize_fn`` is wrapped by :class:`ZenParallelize`
-    (``options`` go to it); the config given is left as it was."""
+    (``options`` go to it) and whose ``parallelism.spmd_backend`` is ``"partial_dtensor"``, the one Zen runs under
+    (module docstring); the config given is left as it was."""
     spec = config.model_spec
     config = copy.copy(config)  # not dataclasses.replace: that would run the config's __post_init__ checks again
     config.model_spec = dataclasses.replace(spec, parallelize_fn=ZenParallelize(spec.parallelize_fn, **options))
+    parallelism = getattr(config, "parallelism", None)
+    if parallelism is not None:
+        config.parallelism = dataclasses.replace(parallelism, spmd_backend="partial_dtensor")
     return config
 
 
