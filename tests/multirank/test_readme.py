@@ -49,8 +49,21 @@ def test_the_readme_has_its_blocks():
     assert all(word in first_screen for word in ("**FSDP2**", "**Lightning**", "**The transformers Trainer**"))
 
 
+@pytest.fixture
+def registry_restored():
+    """A block may register a scheme (the add-a-scheme page's does, as its reader would): it is unregistered after,
+    so no later test of this process finds a scheme of the docs among the built-ins."""
+    from zen_analysis.comm.schemes import SCHEMES, unregister_scheme
+
+    before = dict(SCHEMES)
+    yield
+    for name in [n for n in SCHEMES if SCHEMES[n] is not before.get(n)]:
+        unregister_scheme(name)
+    assert dict(SCHEMES) == before
+
+
 @pytest.mark.parametrize("where, line, code", BLOCKS, ids=[f"{w}:{n}" for w, n, _ in BLOCKS])
-def test_a_python_block_runs_as_printed(where, line, code, tmp_path):
+def test_a_python_block_runs_as_printed(where, line, code, tmp_path, registry_restored):
     if "dist.init_process_group" in code:  # a complete script, as the README says to run it
         name = _script(code)
         (tmp_path / name).write_text(code)
