@@ -98,3 +98,77 @@ def tiny_checkpoint(tmp_path_factory):
         return made[kind]
 
     return get
+
+
+def _write_lstm_smoke_trace(rid: str, worker_rows: list) -> str:
+    """A one-step captured run ``rid`` of lstm-words-smoke's table and config (4096 x 64, 64 tokens a sequence) on
+    one rank, worker ``w`` touching the rows ``worker_rows[w]`` (a tensor of row ids each): what the paper-scale
+    table prices. Returns ``rid``."""
+    import torch
+
+    from zen_analysis import paths, recipes
+    from zen_analysis.capture.traces import SparseGrad, TraceWriter, write_manifest
+
+    R, D = 4096, 64  # lstm-words-smoke's table
+    wr = TraceWriter(paths.trace_dir(rid), rank=0, run_id=rid, world_size=1, steps_per_shard=1)
+    for w, rows in enumerate(worker_rows):
+        idx = (rows[:, None] * D + torch.arange(D)).reshape(-1)
+        wr.add(SparseGrad(0, w, 0, "embed.weight", "natural", (R, D), idx, torch.ones(idx.numel())))
+    wr.end_step()
+    wr.close()
+    tensors = {"embed.weight": {"kind": "natural", "shape": [R, D], "numel": R * D}}
+    write_manifest(
+        paths.trace_dir(rid), {"run_id": rid, "tensors": tensors, "config": recipes.lstm_words_smoke().to_dict()}
+    )
+    return rid
+
+
+@pytest.fixture(scope="session")
+def lstm_smoke_trace():
+    """``lstm_smoke_trace(run_id, worker_rows)``: writes a tiny natural LSTM trace (:func:`_write_lstm_smoke_trace`)
+    and returns its run id."""
+    return _write_lstm_smoke_trace
+
+
+_REGISTRY = "zen_analysis.comm.schemes.registration"
+
+
+def _schemes_now() -> dict | None:
+    """The scheme registry's ``name -> class`` as it stands, or ``None`` where nothing has imported it yet (a test
+    that never touches torch does not pay for its import here)."""
+    import sys
+
+    module = sys.modules.get(_REGISTRY)
+    return None if module is None else dict(module.SCHEMES)
+
+
+@pytest.fixture(autouse=True)
+def _schemes_left_as_found():
+    """Every test leaves :data:`~zen_analysis.comm.schemes.SCHEMES` as it found it: a scheme a test registers (a
+    docs block, a plug-in test) and does not unregister would otherwise sit among the built-ins of every later test
+    of the process (the planner's candidates, the crossover, the paper-scale rows), and those tests would fail far
+    from the cause. A leak is undone here and fails the test that left it, naming the schemes. Where the registry was
+    first imported during the test, it is checked against what an import gives: the built-ins and the installed
+    entry points."""
+    before = _schemes_now()
+    yield
+    after = _schemes_now()
+    if after is None:
+        return
+    from zen_analysis.comm.schemes import BUILTIN_SCHEMES, register_scheme, unregister_scheme
+    from zen_analysis.config.plugins import entry_point_names
+
+    if before is None:
+        added = set(after) - set(BUILTIN_SCHEMES) - set(entry_point_names())
+        changed = sorted(added)
+        for name in changed:
+            unregister_scheme(name)
+    else:
+        changed = sorted(n for n in set(before) | set(after) if before.get(n) is not after.get(n))
+        for name in changed:
+            if name in before:
+                register_scheme(before[name], replace=True)
+            else:
+                unregister_scheme(name)
+    if changed:
+        pytest.fail(f"the test left the scheme registry changed ({', '.join(changed)}): unregister_scheme them after")

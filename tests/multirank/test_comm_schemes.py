@@ -9,36 +9,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from zen_analysis.comm import SCHEMES, build_scheme
+from zen_analysis.comm.scheme_contract import KINDS, index_set
 from zen_analysis.ranks.procs import fork_launch
-
-KINDS = ["random", "empty", "full", "same_as_0", "first_partition", "endpoints", "disjoint"]
-
-
-def _index_set(kind: str, rank: int, world: int, numel: int, seed: int) -> list[int]:
-    gen = torch.Generator().manual_seed(seed * 131 + rank)
-    if kind == "empty":
-        return []
-    if kind == "full":
-        return list(range(numel))
-    if kind == "endpoints":
-        return sorted({0, numel - 1})
-    if kind == "first_partition":  # everything inside the first contiguous 1/world of the tensor (skew)
-        hi = max(1, numel // world)
-        return sorted(set(torch.randint(0, hi, (max(1, hi // 2),), generator=gen).tolist()))
-    if kind == "disjoint":
-        return list(range(rank, numel, world))
-    if kind == "same_as_0":
-        return _index_set("random", 0, world, numel, seed)
-    k = int(torch.randint(0, numel + 1, (1,), generator=gen))
-    return sorted(torch.randperm(numel, generator=gen)[:k].tolist())
 
 
 @st.composite
 def cases(draw, world: int):
     numel = draw(st.one_of(st.sampled_from([1, 2, 7, 255, 256, 257, 1000]), st.integers(1, 3000)))
     kinds = draw(st.lists(st.sampled_from(KINDS), min_size=world, max_size=world))
-    seed = draw(st.integers(0, 10_000))
-    return numel, [_index_set(k, r, world, numel, seed) for r, k in enumerate(kinds)]
+    gen = torch.Generator().manual_seed(draw(st.integers(0, 10_000)))
+    sets: list[list[int]] = []
+    for rank, kind in enumerate(kinds):
+        sets.append(index_set(kind, rank, world, numel, gen, sets[0] if sets else []))
+    return numel, sets
 
 
 def _body(rank, world, batch):

@@ -12,8 +12,7 @@ import warnings
 import pytest
 import torch
 
-from zen_analysis import paths, recipes
-from zen_analysis.capture.traces import SparseGrad, TraceWriter, write_manifest
+from zen_analysis import recipes
 from zen_analysis.comm.planner import Planner
 from zen_analysis.comm.scheme_contract import SchemeContractError, check_scheme
 from zen_analysis.comm.schemes import SCHEMES, CommScheme, build_scheme, register_scheme, unregister_scheme
@@ -102,29 +101,17 @@ def test_it_passes_the_contract_and_a_lossy_one_is_refused_saying_what_broke(gat
     assert f"check_scheme({DropsOne.__module__}.DropsOne, ranks=(2,), seed=0)" in message
 
 
-def tiny_lstm_trace(rid: str) -> str:
-    """A one-step captured run ``rid`` of lstm-words-smoke's table (4 workers' random rows): what the paper-scale
-    table prices."""
-    R, D = 4096, 64  # lstm-words-smoke's table
-    wr = TraceWriter(paths.trace_dir(rid), rank=0, run_id=rid, world_size=1, steps_per_shard=1)
-    for w in range(4):
-        rows = torch.unique(torch.randint(0, R, (64,), generator=torch.Generator().manual_seed(w)))
-        idx = (rows[:, None] * D + torch.arange(D)).reshape(-1)
-        wr.add(SparseGrad(0, w, 0, "embed.weight", "natural", (R, D), idx, torch.ones(idx.numel())))
-    wr.end_step()
-    wr.close()
-    tensors = {"embed.weight": {"kind": "natural", "shape": [R, D], "numel": R * D}}
-    cfg = recipes.lstm_words_smoke().to_dict()
-    write_manifest(paths.trace_dir(rid), {"run_id": rid, "tensors": tensors, "config": cfg})
-    return rid
+def _random_rows() -> list[torch.Tensor]:
+    """4 workers' rows of lstm-words-smoke's 4096-row table, 64 draws each."""
+    return [torch.unique(torch.randint(0, 4096, (64,), generator=torch.Generator().manual_seed(w))) for w in range(4)]
 
 
-def test_the_paper_scale_table_prices_it(gather_coo):
+def test_the_paper_scale_table_prices_it(gather_coo, lstm_smoke_trace):
     from zen_analysis.paper.scale import paper_throughput
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a store written without its shard list says so
-        df = paper_throughput(tiny_lstm_trace("plugin-paper-scale"), machines=2).set_index("scheme")
+        df = paper_throughput(lstm_smoke_trace("plugin-paper-scale", _random_rows()), machines=2).set_index("scheme")
     assert gather_coo in df.index and df.loc[gather_coo, "sparse_comm_s"] > 0
 
 

@@ -9,8 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
-from zen_analysis import paths, recipes
-from zen_analysis.capture.traces import SparseGrad, TraceWriter, write_manifest
+from zen_analysis import recipes
 from zen_analysis.paper.compute import (
     SHAPES,
     main,
@@ -73,21 +72,11 @@ def test_main_writes_the_table_the_reader_reads(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def run_id():
-    """A tiny natural LSTM trace (lstm-words-smoke's table and config: 64 tokens per sequence)."""
-    rid = "synthetic-paper-compute"
-    wr = TraceWriter(paths.trace_dir(rid), rank=0, run_id=rid, world_size=1, steps_per_shard=2)
+def run_id(lstm_smoke_trace):
+    """A tiny natural LSTM trace: 4 workers' Zipf-drawn rows (lstm-words-smoke's table and config)."""
     rng = np.random.default_rng(0)
-    for w in range(4):
-        rows = torch.from_numpy(np.unique(np.minimum(rng.zipf(1.1, 128) - 1, R - 1)))
-        idx = (rows[:, None] * D + torch.arange(D)).reshape(-1)
-        wr.add(SparseGrad(0, w, 0, "embed.weight", "natural", (R, D), idx, torch.ones(idx.numel())))
-    wr.end_step()
-    wr.close()
-    tensors = {"embed.weight": {"kind": "natural", "shape": [R, D], "numel": R * D}}
-    cfg = recipes.lstm_words_smoke().to_dict()
-    write_manifest(paths.trace_dir(rid), {"run_id": rid, "tensors": tensors, "config": cfg})
-    return rid
+    rows = [torch.from_numpy(np.unique(np.minimum(rng.zipf(1.1, 128) - 1, R - 1))) for _ in range(4)]
+    return lstm_smoke_trace("synthetic-paper-compute", rows)
 
 
 def _gpu_run(root, folder: str, gpu: str, date: str, table: pd.DataFrame, scale: float = 1.0) -> pd.DataFrame:

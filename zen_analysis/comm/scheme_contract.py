@@ -31,7 +31,7 @@ from zen_analysis.ranks.blame import RankFailedError
 from zen_analysis.ranks.procs import fork_launch
 from zen_analysis.wire.dtypes import SUPPORTED
 
-__all__ = ["SchemeContractError", "check_scheme"]
+__all__ = ["KINDS", "SchemeContractError", "check_scheme", "index_set"]
 
 KINDS = ("random", "empty", "full", "same_as_0", "disjoint", "first_part", "endpoints")
 """How a rank picks its index set in a case (``same_as_0``: rank 0's set, an overlap on every rank)."""
@@ -96,7 +96,14 @@ def _factory(scheme: str | type[CommScheme] | CommScheme) -> tuple[Callable[[], 
     raise TypeError(f"check_scheme takes a scheme name, a CommScheme subclass or an instance, got {scheme!r}")
 
 
-def _index_set(kind: str, rank: int, world: int, numel: int, gen: torch.Generator, first: list[int]) -> list[int]:
+def index_set(kind: str, rank: int, world: int, numel: int, gen: torch.Generator, first: list[int]) -> list[int]:
+    """The sorted non-zero indices of rank ``rank`` of ``world`` in a tensor of ``numel`` elements, picked as
+    ``kind`` (one of :data:`KINDS`) says: none, all, both ends, every ``world``-th from ``rank``, ``first`` (rank 0's
+    set; rank 0 draws at random) again, a random half of the first ``1/world`` (one owner's range: the skew of the
+    paper's C3), or a random subset of a random size. Random kinds draw from ``gen``, so a case is reproduced from
+    its seed."""
+    if kind not in KINDS:
+        raise ValueError(f"index set kinds are {', '.join(KINDS)}; got {kind!r}")
     if kind == "empty":
         return []
     if kind == "full":
@@ -128,13 +135,13 @@ def _flat_cases(world: int, seed: int, n: int) -> list[tuple[str, torch.dtype, i
     for name, numel, kinds in plans:
         sets: list[list[int]] = []
         for r, kind in enumerate(kinds):
-            sets.append(_index_set(kind, r, world, numel, gen, sets[0] if sets else []))
+            sets.append(index_set(kind, r, world, numel, gen, sets[0] if sets else []))
         out.append((f"{name} (numel {numel}, sets {kinds})", torch.float32, numel, sets))
     mixed = ["random", "same_as_0", "full", "empty"]
     for dtype in SUPPORTED:
         sets = []
         for r in range(world):
-            sets.append(_index_set(mixed[r % len(mixed)], r, world, 300, gen, sets[0] if sets else []))
+            sets.append(index_set(mixed[r % len(mixed)], r, world, 300, gen, sets[0] if sets else []))
         out.append((f"{dtype} (numel 300, sets {[mixed[r % 4] for r in range(world)]})", dtype, 300, sets))
     return out
 
@@ -144,7 +151,7 @@ def _row_case(world: int, seed: int, num_rows: int, width: int, kind: str) -> tu
     gen = torch.Generator().manual_seed(seed * 2003 + world * 31 + num_rows)
     sets: list[list[int]] = []
     for r in range(world):
-        sets.append(_index_set("random" if r == 0 else kind, r, world, num_rows, gen, sets[0] if sets else []))
+        sets.append(index_set("random" if r == 0 else kind, r, world, num_rows, gen, sets[0] if sets else []))
     return f"rows {num_rows} x {width} (sets random then {kind})", num_rows, width, sets
 
 
