@@ -125,31 +125,3 @@ def bench_exchange(overrides: list[str] | tuple[str, ...] = ()) -> dict:
     shown = df[cols].round(rounded | {"pull_imbalance": 2})
     publish(df, paths.derived_dir() / "exchange" / str(opts["run"]), shown, {k: str(v) for k, v in opts.items()})
     return {"exchange": df}
-
-
-def ddp_headline(result: dict) -> dict[str, float]:
-    """``bench ddp``'s headline: each Zen variant's step against stock DDP's ``sparse=True`` path, per network."""
-    summary = result["ddp"]
-    out = {}
-    for network, g in summary.groupby("network", sort=False):
-        steps = g.set_index("variant")["step_s_median"]
-        for variant in ("natural", "natural-sparse"):
-            if "stock-sparse" in steps and variant in steps and steps[variant] > 0:
-                out[f"{variant} vs stock sparse=True, {network} (x)"] = float(steps["stock-sparse"] / steps[variant])
-    return out
-
-
-def exchange_headline(result: dict) -> dict[str, float]:
-    """``bench exchange``'s headline: Zen's lead over stock DDP's sparse all-reduce, per rank count and link, and
-    over the users' contiguous row ownership (``sparse_ps``) where the table has it."""
-    df = result["exchange"]
-    zen = df[df["scheme"] == "zen"]
-    out = {
-        f"Zen vs stock sparse, {n} ranks, {bw:g} Gbit/s (x)": float(lead)
-        for n, bw, lead in zip(zen["ranks"], zen["bandwidth_gbps"], zen["lead_vs_stock"])
-    }
-    contiguous = df[df["scheme"] == "sparse_ps"].set_index(["ranks", "bandwidth_gbps"])["lead_vs_stock"]
-    for n, bw, lead in zip(zen["ranks"], zen["bandwidth_gbps"], zen["lead_vs_stock"]):
-        if (n, bw) in contiguous.index:
-            out[f"Zen vs contiguous rows, {n} ranks, {bw:g} Gbit/s (x)"] = float(lead / contiguous[(n, bw)])
-    return out

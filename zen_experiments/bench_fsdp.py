@@ -176,13 +176,3 @@ def bench_fsdp(overrides: list[str] | tuple[str, ...] = ()) -> pd.DataFrame:
     ]
     publish(summary, out_dir / "train", summary.round(4), published)
     return summary
-
-
-def fsdp_headline(summary: pd.DataFrame) -> dict[str, float]:
-    """``bench fsdp``'s headline: each Zen variant's step and embedding reduce-scatter against stock FSDP2's."""
-    out = {}
-    for n, variant, step, embed in zip(summary.ranks, summary.variant, summary.step_speedup, summary.embed_rs_speedup):
-        if variant.startswith("zen"):
-            out[f"{variant} step vs stock, {n} ranks (x)"] = float(step)
-            out[f"{variant} embedding reduce-scatter vs stock, {n} ranks (x)"] = float(embed)
-    return out

@@ -191,6 +191,8 @@ def _netlab_train(run: str, opts: dict, out_dir: Path) -> pd.DataFrame:
     base.name = f"bench-netlab{suffix}"
     base.train.workers_per_rank = workers
     train = training_sweep(base, bandwidths=opts["train_bandwidths"], steps=opts["train_steps"], progress=True)
+    dense = train[train["variant"] == "dense"].set_index("bandwidth_gbps")["tokens_per_s"]
+    train["speedup"] = train["tokens_per_s"] / train["bandwidth_gbps"].map(dense)  # over dense training's tokens/s
     write_table(out_dir / f"training{suffix}.parquet", train, {"options": opts})
     text = train.drop(columns=["losses", "run_id"]).round(3).to_string(index=False)
     atomic_write_text(out_dir / f"training{suffix}.txt", text + "\n")
@@ -355,24 +357,3 @@ def bench_lab_check(overrides: list[str] | tuple[str, ...] = ()) -> dict:
         print(shown.to_string(index=False))
     print(text)
     return {"lab_check": shown, "phases": phases.round(4), "verdict": text}
-
-
-def lab_check_headline(result: dict) -> dict[str, float]:
-    """``bench lab-check``'s headline per rank count: Zen's step lead over dense all-reduce, measured and modelled,
-    and the largest |modelled / measured - 1| over the schemes, on the idle-refitted calibration and on the stored
-    one."""
-    df = result["lab_check"]
-    out = {}
-    for n, g in df.groupby("ranks"):
-        by = g.set_index("scheme")
-        if {"zen", "allreduce"} <= set(by.index):
-            out[f"Zen vs all-reduce step, measured, {n} ranks (x)"] = float(
-                by.loc["allreduce", "measured_s"] / by.loc["zen", "measured_s"]
-            )
-            out[f"Zen vs all-reduce step, modelled, {n} ranks (x)"] = float(
-                by.loc["allreduce", "modelled_s"] / by.loc["zen", "modelled_s"]
-            )
-        out[f"largest model / measured - 1, {n} ranks"] = float((g["ratio"] - 1).abs().max())
-        if "ratio_netlab" in g:
-            out[f"the same, stored calibration, {n} ranks"] = float((g["ratio_netlab"] - 1).abs().max())
-    return out

@@ -57,22 +57,36 @@ BENCHMARKS = {
         columns=("numel", "density", "what", "seconds", "zen", "allreduce", "zen/floor"),
     ),
     "netlab": Benchmark(
-        "bench_lab:bench_netlab", "schemes, hierarchical Zen and training on the emulated network", True
+        "bench_lab:bench_netlab",
+        "schemes, hierarchical Zen and training on the emulated network",
+        True,
+        "headlines:netlab",
+        columns=(
+            *("kind", "ranks", "bandwidth_gbps", "scheme", "method", "variant", "speedup_measured", "vs_best"),
+            *("speedup", "measured_s_median", "tokens_per_s", "lossless", "equal"),
+        ),
     ),
     "ddp": Benchmark(
         "bench_ddp:bench_ddp",
         "the example DDP script, stock vs Zen, on loopback and shaped links",
         True,
-        "bench_ddp:ddp_headline",
+        "headlines:ddp",
     ),
     "train": Benchmark(
-        "bench_train:bench_train", "training throughput of the paper's workloads across schemes and ranks", True
+        "bench_train:bench_train",
+        "training throughput of the paper's workloads across schemes and ranks",
+        True,
+        "headlines:train",
+        columns=(
+            *("workload", "ranks", "bandwidth_gbps", "variant", "tokens_per_s", "speedup"),
+            *("time_to_loss_vs_dense", "hidden_fraction", "step_vs_inline"),
+        ),
     ),
     "exchange": Benchmark(
         "bench_ddp:bench_exchange",
         "a captured run's embedding rows summed by stock DDP's sparse path, Zen and contiguous row owners, in the lab",
         True,
-        "bench_ddp:exchange_headline",
+        "headlines:exchange",
         columns=(
             *("ranks", "scheme", "label", "measured_s", "lead_vs_stock"),
             *("push_rows_max", "owned_rows_max", "rows_moved_max"),
@@ -82,7 +96,7 @@ BENCHMARKS = {
         "bench_fsdp:bench_fsdp",
         "stock FSDP2 vs Zen-FSDP2 on a 256k-vocabulary Llama, in the lab",
         True,
-        "bench_fsdp:fsdp_headline",
+        "headlines:fsdp",
     ),
     "fsdp-balance": Benchmark(
         "bench_fsdp:bench_fsdp_balance", "FSDP2 shards' received rows: contiguous vs h0 vs stratified h0 row order"
@@ -91,7 +105,7 @@ BENCHMARKS = {
         "bench_lab:bench_lab_check",
         "the paper-scale model against the lab, ranks sleeping their GPU compute, dilated as the links are",
         True,
-        "bench_lab:lab_check_headline",
+        "headlines:lab_check",
         columns=("ranks", "scheme", "measured_s", "modelled_s", "ratio", "measured_rank", "modelled_rank", "equal"),
     ),
     "paper": Benchmark(

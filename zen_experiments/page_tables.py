@@ -50,12 +50,20 @@ def _cell(value: Any) -> Any:
     return value if isinstance(value, (bool, int, float, str, type(None))) else str(value)
 
 
+def _series(value: Any) -> bool:
+    """Whether a cell holds a sequence (a run's losses or step times, per step): a list, tuple or array."""
+    return isinstance(value, (list, tuple)) or getattr(value, "ndim", 0) > 0
+
+
 def table(frame: Any) -> dict:
-    """A DataFrame or Series as ``{"columns": [...], "rows": [[...], ...]}``; a named index becomes columns."""
+    """A DataFrame or Series as ``{"columns": [...], "rows": [[...], ...]}``; a named index becomes columns. A column
+    of sequences (per-step losses, step times) is left out: a page shows one number a cell, and the benchmark's
+    derived table (``data/derived/``) keeps the series."""
     if not hasattr(frame, "columns"):  # a Series
         frame = frame.to_frame()
     if any(name is not None for name in frame.index.names):
         frame = frame.reset_index()
+    frame = frame[[c for c in frame.columns if not any(_series(v) for v in frame[c])]]
     columns = [" ".join(map(str, c)) if isinstance(c, tuple) else str(c) for c in frame.columns]
     return {"columns": columns, "rows": [[_cell(v) for v in row] for row in frame.itertuples(index=False)]}
 

@@ -191,12 +191,12 @@ def _command_section(runs: list[dict], columns: Sequence[str] = ()) -> list[str]
     newest = runs[-1]
     when = ", ".join(f"{r['date']} ({_fmt(r['seconds'])} s)" if r.get("seconds") else r["date"] for r in runs)
     lines = [f"## `{newest['command']}`", "", f"{len(runs)} run{'s' * (len(runs) > 1)}: {when}.", ""]
-    labels = [k for k in newest.get("headline", {}) if all(k in r.get("headline", {}) for r in runs)]
+    labels = list(newest.get("headline", {}))
     if labels:
         lines += ["| headline | newest run | range over the runs |", "|---|---|---|"]
-        for label in labels:
-            values = [float(r["headline"][label]) for r in runs]
-            spread = f"{_fmt(min(values))}-{_fmt(max(values))}" if len(values) > 1 else "one run"
+        for label in labels:  # over the runs that quoted it (a run from before a headline was named did not)
+            values = [float(r["headline"][label]) for r in runs if label in r.get("headline", {})]
+            spread = f"{_fmt(min(values))}-{_fmt(max(values))} ({len(values)} runs)" if len(values) > 1 else "one run"
             lines.append(f"| {label} | {_fmt(values[-1])} | {spread} |")
         lines.append("")
     return lines + _body(newest, columns)

@@ -76,7 +76,9 @@ def test_a_benchmark_page_keeps_each_command_and_quotes_a_headline_as_its_range(
     text = run(["ranks=4"], 0.25, 1.03).read_text()  # another command adds a section
     sections = text.split("## `zen-analysis bench ddp ")
     assert len(sections) == 3 and sections[1].startswith("--set ranks=16`") and sections[2].startswith("--set ranks=4`")
-    assert "3 runs:" in sections[1] and "| Zen vs stock (x) | 2.3 | 1.9-2.51 |" in sections[1]  # the last three
+    assert (
+        "3 runs:" in sections[1] and "| Zen vs stock (x) | 2.3 | 1.9-2.51 (3 runs) |" in sections[1]
+    )  # last three
     assert "| zen | 0.6 |" in sections[1] and "| zen | 0.7 |" not in text  # the newest run's tables only
     assert "| Zen vs stock (x) | 1.03 | one run |" in sections[2] and "no baseline" not in text
     runs = json.loads((tmp_path / "ddp.runs.json").read_text())["runs"]
@@ -86,10 +88,10 @@ def test_a_benchmark_page_keeps_each_command_and_quotes_a_headline_as_its_range(
 def test_the_lab_benchmarks_headlines_are_their_ratios_to_stock():
     import pandas as pd
 
-    from zen_experiments import bench_ddp, bench_fsdp, bench_lab, benchmarks
+    from zen_experiments import benchmarks, headlines
 
     named = [b.headline for b in benchmarks.BENCHMARKS.values() if b.headline]
-    assert len(named) == 4 and all(callable(benchmarks._function(h)) for h in named)
+    assert len(named) == 6 and all(callable(benchmarks._function(h)) for h in named)
     lab = pd.DataFrame(
         {
             "ranks": [16, 16],
@@ -99,7 +101,7 @@ def test_the_lab_benchmarks_headlines_are_their_ratios_to_stock():
             "ratio": [0.9, 1.25],
         }
     )
-    assert bench_lab.lab_check_headline({"lab_check": lab}) == pytest.approx(
+    assert headlines.lab_check({"lab_check": lab}) == pytest.approx(
         {
             "Zen vs all-reduce step, measured, 16 ranks (x)": 2.5,
             "Zen vs all-reduce step, modelled, 16 ranks (x)": 1.8,
@@ -114,24 +116,24 @@ def test_the_lab_benchmarks_headlines_are_their_ratios_to_stock():
             "step_s_median": [2.0, 0.5, 0.8, 0.4],
         }
     )
-    assert bench_ddp.ddp_headline({"ddp": ddp}) == {
+    assert headlines.ddp({"ddp": ddp}) == {
         "natural vs stock sparse=True, 1 Gbit/s (x)": 0.625,
         "natural-sparse vs stock sparse=True, 1 Gbit/s (x)": 1.25,
     }
-    assert bench_ddp.ddp_headline({"ddp": ddp[ddp.variant != "stock-sparse"]}) == {}  # no baseline, no headline
+    assert headlines.ddp({"ddp": ddp[ddp.variant != "stock-sparse"]}) == {}  # no baseline, no headline
     exchange = pd.DataFrame(
         {"ranks": [16, 16], "bandwidth_gbps": [1.0, 1.0], "scheme": ["stock", "zen"], "lead_vs_stock": [1.0, 2.2]}
     )
-    assert bench_ddp.exchange_headline({"exchange": exchange}) == {"Zen vs stock sparse, 16 ranks, 1 Gbit/s (x)": 2.2}
+    assert headlines.exchange({"exchange": exchange}) == {"Zen vs stock sparse, 16 ranks, 1 Gbit/s (x)": 2.2}
     contiguous = pd.DataFrame({"ranks": [16], "bandwidth_gbps": [1.0], "scheme": ["sparse_ps"], "lead_vs_stock": [1.1]})
-    assert bench_ddp.exchange_headline({"exchange": pd.concat([exchange, contiguous])}) == {
+    assert headlines.exchange({"exchange": pd.concat([exchange, contiguous])}) == {
         "Zen vs stock sparse, 16 ranks, 1 Gbit/s (x)": 2.2,
         "Zen vs contiguous rows, 16 ranks, 1 Gbit/s (x)": 2.0,
     }
     fsdp = pd.DataFrame(
         {"ranks": [8, 8], "variant": ["stock", "zen"], "step_speedup": [1.0, 1.5], "embed_rs_speedup": [1.0, 25.0]}
     )
-    assert bench_fsdp.fsdp_headline(fsdp) == {
+    assert headlines.fsdp(fsdp) == {
         "zen step vs stock, 8 ranks (x)": 1.5,
         "zen embedding reduce-scatter vs stock, 8 ranks (x)": 25.0,
     }
