@@ -76,9 +76,7 @@ def test_a_benchmark_page_keeps_each_command_and_quotes_a_headline_as_its_range(
     text = run(["ranks=4"], 0.25, 1.03).read_text()  # another command adds a section
     sections = text.split("## `zen-analysis bench ddp ")
     assert len(sections) == 3 and sections[1].startswith("--set ranks=16`") and sections[2].startswith("--set ranks=4`")
-    assert (
-        "3 runs:" in sections[1] and "| Zen vs stock (x) | 2.3 | 1.9-2.51 (3 runs) |" in sections[1]
-    )  # last three
+    assert "3 runs:" in sections[1] and "| Zen vs stock (x) | 2.3 | 1.9-2.51 (3 runs) |" in sections[1]  # last three
     assert "| zen | 0.6 |" in sections[1] and "| zen | 0.7 |" not in text  # the newest run's tables only
     assert "| Zen vs stock (x) | 1.03 | one run |" in sections[2] and "no baseline" not in text
     runs = json.loads((tmp_path / "ddp.runs.json").read_text())["runs"]
