@@ -12,11 +12,10 @@ import pandas as pd
 import pytest
 import torch
 import torch.distributed as dist
-from test_comm_schemes import KINDS, _index_set
 from test_row_sync import CASES, _rows_of, _table
 
 from zen_analysis import recipes
-from zen_analysis.comm.scheme_contract import check_scheme
+from zen_analysis.comm.scheme_contract import KINDS, check_scheme, index_set
 from zen_analysis.comm.schemes import SCHEMES, register_scheme, unregister_scheme
 from zen_analysis.config import apply_overrides
 from zen_analysis.config.plugins import load_object
@@ -45,13 +44,22 @@ def registered():
     unregister_scheme(ring_coo.RingCOO.name)
 
 
+def _sets(kinds: list[str], numel: int, seed: int) -> list[list[int]]:
+    """The ranks' index sets, rank ``r`` of kind ``kinds[r]``, drawn from ``seed``."""
+    gen = torch.Generator().manual_seed(seed)
+    sets: list[list[int]] = []
+    for rank, kind in enumerate(kinds):
+        sets.append(index_set(kind, rank, len(kinds), numel, gen, sets[0] if sets else []))
+    return sets
+
+
 def _element_cases(world: int) -> list[tuple[int, list[list[int]], torch.dtype]]:
     """Every kind of index set on every rank, and the kinds mixed across ranks; a few in int32 and bf16."""
     cases = []
     for seed, numel in enumerate(NUMELS):
         for kind in KINDS:
-            cases.append((numel, [_index_set(kind, r, world, numel, seed) for r in range(world)], torch.float32))
-        mixed = [_index_set(KINDS[(r + seed) % len(KINDS)], r, world, numel, seed) for r in range(world)]
+            cases.append((numel, _sets([kind] * world, numel, seed), torch.float32))
+        mixed = _sets([KINDS[(r + seed) % len(KINDS)] for r in range(world)], numel, seed)
         cases.append((numel, mixed, (torch.float32, torch.int32, torch.bfloat16, torch.float32)[seed]))
     return cases
 
@@ -145,8 +153,8 @@ def test_it_trains_with_sync_scheme_as_dense_all_reduce_does(registered):
     assert len(ring) == 8 and (ring["sparse_bytes_sent_rank0"] > 0).all()  # the ring, not a dense fallback, summed it
 
 
-def test_replay_measures_it_beside_zen_and_the_paper_scale_table_prices_it(registered):
-    from test_scheme_plugins import tiny_lstm_trace
+def test_replay_measures_it_beside_zen_and_the_paper_scale_table_prices_it(registered, lstm_smoke_trace):
+    from test_scheme_plugins import _random_rows
 
     from zen_analysis.paper.scale import paper_throughput
 
@@ -155,5 +163,6 @@ def test_replay_measures_it_beside_zen_and_the_paper_scale_table_prices_it(regis
     assert set(df["scheme"]) == {registered, "zen"} and df.groupby("scheme")["lossless"].all().all()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a store written without its shard list says so
-        table = paper_throughput(tiny_lstm_trace("example-ring-paper-scale"), machines=2).set_index("scheme")
+        run = lstm_smoke_trace("example-ring-paper-scale", _random_rows())
+        table = paper_throughput(run, machines=2).set_index("scheme")
     assert registered in table.index and table.loc[registered, "sparse_comm_s"] > 0
