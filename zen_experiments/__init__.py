@@ -8,7 +8,7 @@ the notebooks; a test keeps it so.
 * :mod:`~zen_experiments.reproduce` — ``make reproduce``'s stages; :mod:`~zen_experiments.run_ids` — the runs it
   trains, read by the notebooks;
 * :mod:`~zen_experiments.results_pages`, :mod:`~zen_experiments.page_tables`, :mod:`~zen_experiments.gpu_page` —
-  the generated pages under ``docs/results/``;
+  the generated pages under ``docs/results/``; :mod:`~zen_experiments.headlines` — the values they quote over runs;
 * :mod:`~zen_experiments.zen_runs` — Fig. 18 loss parity runs, the Theorem 2 imbalance table;
   :mod:`~zen_experiments.hashing_cost` — Fig. 16; :mod:`~zen_experiments.zen_speed` — ``zen_sum`` against dense
   all-reduce, AGsparse and BP-COO;
